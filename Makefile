@@ -1,0 +1,28 @@
+# Two commands: `make setup` installs everything, `make test` runs the tests.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup test lint bench demo clean
+
+setup:
+	bash scripts/setup.sh
+
+test:
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+
+lint:
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench:
+	$(BIN)/python tests/benchmarks/bench_ingest.py
+	$(BIN)/python tests/benchmarks/bench_ngram.py
+	$(BIN)/python tests/benchmarks/bench_minhash.py
+
+demo:
+	$(BIN)/sluice demo
+
+clean:
+	rm -rf $(VENV) .sluice .pytest_cache .ruff_cache

@@ -1,0 +1,135 @@
+"""The contract every contamination detector implements, and the one match schema they share.
+
+Score first, decide second: a detector only *scores* (training text, benchmark item) pairs and
+writes evidence. :mod:`decontam.policy` turns match records into keep/drop decisions with named
+reasons, so thresholds can change without recomputing scores.
+
+Input to a detector is a *text table*: one row per (sample, field) text, columns
+``sample_uid`` (string), ``field`` (string), ``text`` (string). The run step melts a dataset's
+text fields into this long form, so every detector scans prompts, responses, solutions and tests
+the same way.
+
+Adding a detector means adding one module with a subclass of :class:`Detector` and a typed
+config dataclass, and registering it in :data:`decontam.registry.DETECTORS`.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import pyarrow as pa
+
+if TYPE_CHECKING:  # pragma: no cover
+    from decontam.benchmarks import BenchmarkSet
+
+MATCH_SCHEMA_VERSION = "match/1"
+
+SPAN_TYPE = pa.struct(
+    [
+        ("sample_start", pa.int64()),  # char offsets into the *original* training text
+        ("sample_end", pa.int64()),
+        ("bench_start", pa.int64()),  # char offsets into the benchmark item's text
+        ("bench_end", pa.int64()),
+    ]
+)
+
+MATCH_SCHEMA = pa.schema(
+    [
+        pa.field("sample_uid", pa.string(), nullable=False),
+        pa.field("field", pa.string(), nullable=False),
+        pa.field("benchmark", pa.string(), nullable=False),
+        pa.field("benchmark_version", pa.string(), nullable=False),
+        pa.field("benchmark_item", pa.string(), nullable=False),
+        pa.field("benchmark_variant", pa.string()),  # which wording of the item matched
+        pa.field("detector", pa.string(), nullable=False),
+        pa.field("detector_version", pa.string(), nullable=False),
+        pa.field("score", pa.float64(), nullable=False),
+        pa.field("threshold", pa.float64(), nullable=False),
+        pa.field("spans", pa.list_(SPAN_TYPE)),
+        pa.field("overlap_text", pa.string()),
+        pa.field("details", pa.string()),  # JSON: detector-specific metrics (counts, coverage...)
+    ],
+    metadata={b"sluice.schema": MATCH_SCHEMA_VERSION.encode()},
+)
+
+DECISION_SCHEMA = pa.schema(
+    [
+        pa.field("sample_uid", pa.string(), nullable=False),
+        pa.field("contaminated", pa.bool_(), nullable=False),
+        pa.field("reasons", pa.list_(pa.string())),
+    ],
+    metadata={b"sluice.schema": b"decision/1"},
+)
+
+TEXT_TABLE_SCHEMA = pa.schema(
+    [
+        pa.field("sample_uid", pa.string(), nullable=False),
+        pa.field("field", pa.string(), nullable=False),
+        pa.field("text", pa.string()),
+    ]
+)
+
+
+@dataclass
+class DetectorConfig:
+    """Base for typed detector configs. ``threshold`` is the score at or above which the
+    detector's match counts as a flag in the default policy. Subclasses validate in
+    ``__post_init__`` and add ``metadata={"help": ...}`` to each field."""
+
+    threshold: float = field(default=0.5, metadata={"help": "score at or above which a match flags"})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+class Detector(ABC):
+    """One detection algorithm.
+
+    Lifecycle: ``det = Cls(config)``; ``det.fit(benchmarks)`` once (builds the index over the
+    benchmark items); ``det.score(text_table)`` per batch (any number of times, any batch size;
+    results must not depend on batching). ``score`` returns a table of :data:`MATCH_SCHEMA`
+    containing every pair whose score is worth recording as evidence (detectors may record
+    sub-threshold candidates; the policy decides).
+    """
+
+    name: ClassVar[str]
+    version: ClassVar[str]
+    config_cls: ClassVar[type[DetectorConfig]] = DetectorConfig
+
+    def __init__(self, config: DetectorConfig | None = None) -> None:
+        self.config = config if config is not None else self.config_cls()
+
+    @abstractmethod
+    def fit(self, benchmarks: BenchmarkSet) -> None: ...
+
+    @abstractmethod
+    def score(self, texts: pa.Table) -> pa.Table: ...
+
+    def describe(self) -> dict[str, Any]:
+        """What the report needs to say about this detector."""
+        return {"name": self.name, "version": self.version, "config": self.config.to_dict()}
+
+
+def empty_matches() -> pa.Table:
+    return MATCH_SCHEMA.empty_table()
+
+
+def matches_from_rows(rows: list[dict[str, Any]]) -> pa.Table:
+    """Build a match table from dict rows (``details`` may be a dict; it is JSON-encoded)."""
+    if not rows:
+        return empty_matches()
+    for r in rows:
+        d = r.get("details")
+        if d is not None and not isinstance(d, str):
+            r["details"] = json.dumps(d, sort_keys=True, default=float)
+        r.setdefault("spans", None)
+        r.setdefault("overlap_text", None)
+        r.setdefault("benchmark_variant", None)
+        r.setdefault("details", None)
+    return pa.Table.from_pylist(rows, schema=MATCH_SCHEMA)

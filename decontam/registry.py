@@ -1,0 +1,33 @@
+"""Detector registry: name -> "module:Class", imported lazily (heavy deps load only when used)."""
+
+from __future__ import annotations
+
+import importlib
+
+from curation.errors import ConfigError, did_you_mean
+
+DETECTORS: dict[str, str] = {
+    "ngram": "decontam.ngram:NGramDetector",
+    "minhash": "decontam.minhash:MinHashDetector",
+    "problem_id": "decontam.problem_id:ProblemIdDetector",
+    "embedding": "decontam.embedding:EmbeddingDetector",
+    "fuzzy": "decontam.fuzzy:FuzzyDetector",
+    "fingerprint": "decontam.fingerprint:FingerprintDetector",
+    "judge": "decontam.judge:JudgeDetector",
+}
+
+# The detector set `sluice decontam run` uses when --detectors is not given.
+DEFAULT_DETECTORS: tuple[str, ...] = ("ngram", "minhash", "problem_id")
+
+
+def detector_class(name: str):
+    if name not in DETECTORS:
+        raise ConfigError(f"unknown detector {name!r}", hint=did_you_mean(name, list(DETECTORS)))
+    mod, cls = DETECTORS[name].split(":")
+    try:
+        module = importlib.import_module(mod)
+    except ModuleNotFoundError as exc:
+        if exc.name == mod:
+            raise ConfigError(f"detector {name!r} is not available in this build") from exc
+        raise
+    return getattr(module, cls)

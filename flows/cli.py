@@ -1,0 +1,95 @@
+"""The `sluice` command line.
+
+Each command group lives in its own module under :mod:`flows.commands` and exposes a
+``typer.Typer`` named ``app`` (or, for top-level commands, a ``register(app)`` function).
+Command modules import heavy libraries inside the command functions, so `sluice --help` is fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+
+import typer
+
+from curation.errors import SluiceError
+
+app = typer.Typer(
+    name="sluice",
+    help="Sluice: clean, versioned training data for reasoning models, with evidence.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"sluice {version('sluice-data')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version_callback, is_eager=True, help="Print the version."
+    ),
+) -> None:
+    """Sluice: clean, versioned training data for reasoning models, with evidence."""
+
+
+# (module, sub-command name or None for modules that register top-level commands)
+_COMMAND_MODULES: list[tuple[str, str | None]] = [
+    ("flows.commands.ingest", None),  # sluice ingest, sluice demo
+    ("flows.commands.datasets", "datasets"),
+    ("flows.commands.benchmarks", "benchmarks"),
+    ("flows.commands.decontam", "decontam"),
+    ("flows.commands.report", "report"),
+    ("flows.commands.sandbox", "sandbox"),
+    ("flows.commands.verify", "verify"),
+    ("flows.commands.pipeline", None),  # sluice run / serve
+]
+
+
+def _load_commands() -> None:
+    for mod_name, group in _COMMAND_MODULES:
+        if importlib.util.find_spec(mod_name) is None:
+            continue  # command group not built yet
+        mod = importlib.import_module(mod_name)
+        if group is None:
+            mod.register(app)
+        else:
+            app.add_typer(mod.app, name=group)
+
+
+_load_commands()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: runs the app and turns Sluice errors into one clear line + exit code 2."""
+    from rich.console import Console
+
+    try:
+        app(args=argv, standalone_mode=False)
+    except SluiceError as exc:
+        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except (typer.Exit, SystemExit) as exc:
+        code = getattr(exc, "exit_code", getattr(exc, "code", 0))
+        sys.exit(code or 0)
+    except typer.Abort:
+        sys.exit(130)
+    except Exception as exc:  # click usage errors
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

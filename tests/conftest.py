@@ -1,0 +1,79 @@
+"""Shared test setup.
+
+Real data (benchmarks, pools, the labelled dev set) is read only through one setting:
+``--shared-dir DIR`` or the environment variable ``SLUICE_SHARED_DIR`` (default: ``../shared``
+beside the checkout). Tests that need it use the fixtures below and skip, with the reason, only
+when it is absent.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+# Must be set before anything imports prefect / huggingface_hub.
+os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="sluice-prefect-home-"))
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--shared-dir",
+        default=None,
+        help="folder with the real benchmarks/, pools/ and eval/ (default: $SLUICE_SHARED_DIR or ../shared)",
+    )
+
+
+def pytest_configure(config):
+    explicit = config.getoption("--shared-dir")
+    if explicit:
+        os.environ["SLUICE_SHARED_DIR"] = str(Path(explicit).resolve())
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    from curation.settings import shared_dir as resolve
+
+    d = resolve()
+    if d is None:
+        pytest.skip("real data folder not found: pass --shared-dir or set SLUICE_SHARED_DIR")
+    return d
+
+
+@pytest.fixture(scope="session")
+def pools_dir(shared_dir) -> Path:
+    p = shared_dir / "pools"
+    if not p.is_dir():
+        pytest.skip(f"{p} not found")
+    return p
+
+
+@pytest.fixture(scope="session")
+def benchmarks_dir(shared_dir) -> Path:
+    p = shared_dir / "benchmarks"
+    if not p.is_dir():
+        pytest.skip(f"{p} not found")
+    return p
+
+
+@pytest.fixture(scope="session")
+def contam_dev_path(shared_dir) -> Path:
+    p = shared_dir / "eval" / "contam_dev.jsonl"
+    if not p.is_file():
+        pytest.skip(f"{p} not found")
+    return p
+
+
+@pytest.fixture()
+def data_root(tmp_path, monkeypatch) -> Path:
+    """A fresh, empty data root (catalog + Parquet store) for one test."""
+    root = tmp_path / "data-root"
+    monkeypatch.setenv("SLUICE_DATA_ROOT", str(root))
+    return root
