@@ -27,3 +27,121 @@ def list_detectors() -> None:
     for name, target in DETECTORS.items():
         t.add_row(name, target, "yes" if name in DEFAULT_DETECTORS else "")
     Console().print(t)
+
+
+def _split(values: list[str] | None) -> list[str]:
+    out: list[str] = []
+    for v in values or []:
+        out.extend(x.strip() for x in v.split(",") if x.strip())
+    return out
+
+
+@app.command("run")
+def run(
+    input: str = typer.Argument(
+        ..., help="catalog reference (name@version) or a JSONL/Parquet file"
+    ),
+    text_field: list[str] = typer.Option(
+        ...,
+        "--text-field",
+        help="field(s) to scan; repeat or comma-separate (problem, response, ...)",
+    ),
+    id_field: str | None = typer.Option(
+        None, "--id-field", help="field whose value becomes sample_uid"
+    ),
+    benchmarks: str | None = typer.Option(
+        None,
+        "--benchmarks",
+        help="comma-separated benchmarks (default: aime24,aime25,lcb_v5,lcb_v6)",
+    ),
+    detectors: str | None = typer.Option(
+        None, "--detectors", help="comma-separated detectors (default: the calibrated default set)"
+    ),
+    out: str = typer.Option(..., "--out", help="run directory to write"),
+    benchmarks_dir: str | None = typer.Option(
+        None,
+        "--benchmarks-dir",
+        help="local benchmark mirror (else $SLUICE_BENCHMARKS_DIR, else the Hub)",
+    ),
+    allow_benchmark_mismatch: bool = typer.Option(
+        False, "--allow-benchmark-mismatch", help="accept a benchmark copy whose counts/hash differ"
+    ),
+    window: str | None = typer.Option(None, "--window", help="LCB window: 'paper' or START..END"),
+    config_file: str | None = typer.Option(None, "--config", help="TOML/JSON decontam config"),
+    policy_file: str | None = typer.Option(
+        None, "--policy", help="policy JSON/TOML (thresholds, rules)"
+    ),
+    publish_as: str | None = typer.Option(
+        None,
+        "--publish-as",
+        help="catalog name for the clean/excluded outputs (default: input name)",
+    ),
+    no_publish: bool = typer.Option(False, "--no-publish", help="write the run dir only"),
+    no_cache: bool = typer.Option(False, "--no-cache", help="rescan every text"),
+    root: str | None = typer.Option(
+        None, "--root", help="data root (default $SLUICE_DATA_ROOT or ./.sluice)"
+    ),
+) -> None:
+    """Scan INPUT's text fields against benchmarks; write matches, decisions and evidence to --out."""
+    import dataclasses
+    import shlex
+    import sys
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from decontam.policy import PolicyConfig
+    from decontam.run import DecontamConfig, load_config_file, run_decontamination
+
+    console = Console(stderr=True)
+    cfg = load_config_file(config_file) if config_file else DecontamConfig()
+    if policy_file:
+        cfg = dataclasses.replace(cfg, policy=PolicyConfig.from_file(policy_file))
+    if window:
+        cfg = dataclasses.replace(cfg, window=window)
+    if no_cache:
+        cfg = dataclasses.replace(cfg, use_cache=False)
+    catalog = None
+    if root:
+        from curation.catalog import Catalog
+
+        catalog = Catalog(root)
+    result = run_decontamination(
+        input,
+        text_fields=_split(text_field),
+        id_field=id_field,
+        benchmarks=_split([benchmarks]) if benchmarks else None,
+        detectors=_split([detectors]) if detectors else None,
+        out_dir=out,
+        config=cfg,
+        catalog=catalog,
+        benchmarks_dir=benchmarks_dir,
+        allow_benchmark_mismatch=allow_benchmark_mismatch,
+        publish=not no_publish,
+        publish_as=publish_as,
+        data_root=root,
+        command=shlex.join(["sluice", *sys.argv[1:]])
+        if sys.argv and sys.argv[0].endswith("sluice")
+        else None,
+        progress=sys.stderr.isatty(),
+    )
+    c = result.counts
+    t = Table(title=f"decontamination of {result.manifest['input']['ref'] or input}")
+    t.add_column("what")
+    t.add_column("count", justify="right")
+    t.add_row("rows", str(c["rows"]))
+    t.add_row(
+        "texts scanned (new / cached)",
+        f"{c.get('texts_scanned', c['texts'])} / {c.get('texts_cached', 0)}",
+    )
+    t.add_row("match records", str(c["matches"]))
+    t.add_row("[bold]contaminated rows[/]", f"[bold]{c['contaminated']}[/]")
+    t.add_row("clean rows", str(c["clean"]))
+    for b, n in sorted(c["flagged_by_benchmark"].items()):
+        t.add_row(f"  flagged vs {b}", str(n))
+    for d, n in sorted(c["flagged_by_detector"].items()):
+        t.add_row(f"  flagged by {d}", str(n))
+    console.print(t)
+    console.print(f"run directory: {result.out_dir}")
+    if result.clean_ref:
+        console.print(f"published: {result.clean_ref} (clean), {result.excluded_ref} (excluded)")

@@ -1,0 +1,158 @@
+"""The decision step: match records in, keep/drop decisions with named reasons out.
+
+Detectors only score (see :mod:`decontam.base`); this cheap step decides. Changing a threshold
+never needs a rescan: rerun :func:`decide` on the same ``matches.parquet``.
+
+A sample is contaminated when, for some (sample, benchmark item):
+
+* a detector that may flag on its own scores at or above its decision threshold
+  (``thresholds[detector]``, else the threshold the detector wrote into the match), or
+* every condition of one of the conjunctive ``rules`` holds (e.g. embedding >= 0.80 *and*
+  fingerprint >= 0.30 on the same benchmark item).
+
+Detectors listed in ``evidence_only`` never flag on their own; they can still take part in rules.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from curation.errors import ConfigError, NotFoundError
+from decontam.base import DECISION_SCHEMA
+
+POLICY_VERSION = "policy/1"
+
+
+@dataclass
+class PolicyConfig:
+    """How match scores become decisions."""
+
+    thresholds: dict[str, float] = field(
+        default_factory=dict,
+        metadata={"help": "detector -> decision threshold (default: the detector's own threshold)"},
+    )
+    evidence_only: list[str] = field(
+        default_factory=list,
+        metadata={"help": "detectors whose matches are recorded as evidence but never flag alone"},
+    )
+    rules: list[dict[str, float]] = field(
+        default_factory=list,
+        metadata={
+            "help": "conjunctive rules: {detector: min score, ...} on the same benchmark item"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        for name, t in self.thresholds.items():
+            if not isinstance(t, int | float) or math.isnan(float(t)):
+                raise ConfigError(f"policy threshold for {name!r} must be a number, got {t!r}")
+        for i, rule in enumerate(self.rules):
+            if not rule:
+                raise ConfigError(f"policy rule {i} is empty: give at least one detector: score")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["version"] = POLICY_VERSION
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PolicyConfig:
+        d = {k: v for k, v in d.items() if k != "version"}
+        unknown = set(d) - {"thresholds", "evidence_only", "rules"}
+        if unknown:
+            raise ConfigError(
+                f"unknown policy keys {sorted(unknown)}",
+                hint="allowed: thresholds, evidence_only, rules",
+            )
+        return cls(**d)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> PolicyConfig:
+        """Load a policy from JSON or TOML. A flat ``{detector: threshold}`` JSON (as written by
+        ``sluice decontam evaluate --calibrate``) is accepted as ``thresholds``."""
+        p = Path(path)
+        if not p.is_file():
+            raise NotFoundError(f"policy file {p} not found")
+        if p.suffix == ".toml":
+            import tomllib
+
+            data = tomllib.loads(p.read_text())
+        else:
+            data = json.loads(p.read_text())
+        if "policy" in data and isinstance(data["policy"], dict):
+            data = data["policy"]
+        if data and all(isinstance(v, int | float) for v in data.values()):
+            data = {"thresholds": data}
+        return cls.from_dict(data)
+
+
+def decide(
+    matches: pa.Table,
+    sample_uids: pa.Array | list[str],
+    policy: PolicyConfig | None = None,
+) -> pa.Table:
+    """Turn match records into one decision per sample (every sample gets a row).
+
+    Returns a :data:`DECISION_SCHEMA` table (plus ``benchmarks`` and ``flagged_fields`` list
+    columns), in the order of ``sample_uids``.
+    """
+    policy = policy or PolicyConfig()
+    cols = matches.select(
+        ["sample_uid", "field", "benchmark", "benchmark_item", "detector", "score", "threshold"]
+    ).to_pydict()
+    n = len(cols["sample_uid"])
+
+    # best score per (sample, benchmark, item, detector), and the field it came from
+    best: dict[tuple[str, str, str], dict[str, tuple[float, float, str]]] = defaultdict(dict)
+    for i in range(n):
+        key = (cols["sample_uid"][i], cols["benchmark"][i], cols["benchmark_item"][i])
+        det = cols["detector"][i]
+        s, t, f = cols["score"][i], cols["threshold"][i], cols["field"][i]
+        cur = best[key].get(det)
+        if cur is None or s > cur[0]:
+            best[key][det] = (s, t, f)
+
+    reasons: dict[str, list[str]] = defaultdict(list)
+    benches: dict[str, set[str]] = defaultdict(set)
+    fields: dict[str, set[str]] = defaultdict(set)
+    for (uid, bench, item), per_det in sorted(best.items()):
+        for det, (s, t, f) in sorted(per_det.items()):
+            if det in policy.evidence_only:
+                continue
+            thr = policy.thresholds.get(det, t)
+            if s >= thr:
+                reasons[uid].append(f"{det}:{bench}/{item} score={s:.3f}>={thr:.3f} field={f}")
+                benches[uid].add(bench)
+                fields[uid].add(f)
+        for rule in policy.rules:
+            if all(d in per_det and per_det[d][0] >= m for d, m in rule.items()):
+                desc = " & ".join(
+                    f"{d}={per_det[d][0]:.3f}>={m:.3f}" for d, m in sorted(rule.items())
+                )
+                reasons[uid].append(f"rule:{bench}/{item} {desc}")
+                benches[uid].add(bench)
+                fields[uid].update(per_det[d][2] for d in rule)
+
+    uids = (
+        sample_uids.to_pylist()
+        if isinstance(sample_uids, pa.Array | pa.ChunkedArray)
+        else list(sample_uids)
+    )
+    out = {
+        "sample_uid": uids,
+        "contaminated": [bool(reasons.get(u)) for u in uids],
+        "reasons": [reasons.get(u, []) for u in uids],
+        "benchmarks": [sorted(benches.get(u, ())) for u in uids],
+        "flagged_fields": [sorted(fields.get(u, ())) for u in uids],
+    }
+    schema = DECISION_SCHEMA.append(pa.field("benchmarks", pa.list_(pa.string()))).append(
+        pa.field("flagged_fields", pa.list_(pa.string()))
+    )
+    return pa.Table.from_pydict(out, schema=schema)

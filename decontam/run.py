@@ -1,0 +1,741 @@
+"""A decontamination run: dataset in; evidence, decisions, a clean version and an exclusion
+dataset out.
+
+Steps (each a plain function, so Prefect tasks and Ray workers can call them piecewise):
+
+1. :func:`read_input` — a catalog reference (``name@version``) or a JSONL/Parquet file.
+2. :func:`prepare_text_table` — melt the chosen text fields into ``(sample_uid, field, text)``.
+3. :func:`build_detectors` — instantiate and fit the detectors on the benchmark set.
+4. :func:`scan` — score every text with every detector (pure; batch-independent), through the
+   per-text :class:`~decontam.scan_cache.ScanCache` in :func:`run_decontamination`.
+5. :func:`finalize` — apply the policy, write the run directory, publish outputs.
+
+Run directory: ``run.json`` (manifest), ``matches.parquet``, ``decisions.parquet``,
+``texts.parquet`` (texts of samples with any match), ``benchmark_items.parquet`` (matched
+items), ``excluded.parquet`` (removed rows with their reasons).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from curation.errors import ConfigError, InputError, NotFoundError, did_you_mean
+from decontam.base import MATCH_SCHEMA, TEXT_TABLE_SCHEMA, Detector, empty_matches
+from decontam.policy import PolicyConfig, decide
+from decontam.registry import DEFAULT_DETECTORS, detector_class
+
+RUN_SCHEMA_VERSION = "decontam_run/1"
+ALL_BENCHMARKS = ("aime24", "aime25", "lcb_v5", "lcb_v6")
+_MATCH_SORT = [
+    ("sample_uid", "ascending"),
+    ("field", "ascending"),
+    ("detector", "ascending"),
+    ("benchmark", "ascending"),
+    ("benchmark_item", "ascending"),
+    ("benchmark_variant", "ascending"),
+    ("score", "descending"),
+]
+# Columns that carry problem identifiers; passed to detectors that score metadata (problem_id).
+METADATA_COLUMNS = (
+    "source",
+    "source_id",
+    "problem_id",
+    "contest_id",
+    "platform",
+    "contest_date",
+    "metadata",
+    "question_id",
+    "task_id",
+    "title",
+    "question_title",
+    "meta",
+)
+
+
+@dataclass
+class DecontamConfig:
+    """Everything that defines a run's result (besides the input)."""
+
+    benchmarks: list[str] = field(
+        default_factory=lambda: list(ALL_BENCHMARKS),
+        metadata={"help": "benchmarks to check against"},
+    )
+    detectors: list[str] = field(
+        default_factory=lambda: list(DEFAULT_DETECTORS), metadata={"help": "detectors to run"}
+    )
+    detector_configs: dict[str, dict[str, Any]] = field(
+        default_factory=dict,
+        metadata={"help": "per-detector config overrides: {name: {field: value}}"},
+    )
+    policy: PolicyConfig = field(default_factory=PolicyConfig, metadata={"help": "decision policy"})
+    window: str | None = field(
+        default=None,
+        metadata={"help": "LCB evaluation window: 'paper', 'START..END' or None (all)"},
+    )
+    include_variants: bool = field(
+        default=True, metadata={"help": "also load alternative AIME wordings"}
+    )
+    batch_size: int = field(default=2000, metadata={"help": "texts per detector batch"})
+    use_cache: bool = field(default=True, metadata={"help": "reuse per-text scan results"})
+
+    def __post_init__(self) -> None:
+        if isinstance(self.policy, dict):
+            self.policy = PolicyConfig.from_dict(self.policy)
+        if not self.detectors:
+            raise ConfigError("no detectors selected", hint="e.g. --detectors ngram,minhash")
+        if not self.benchmarks:
+            raise ConfigError(
+                "no benchmarks selected", hint=f"choose from {', '.join(ALL_BENCHMARKS)}"
+            )
+        if self.batch_size < 1:
+            raise ConfigError("batch_size must be >= 1")
+        for name in self.detectors:
+            detector_class(name)  # validates the name, with a did-you-mean
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["policy"] = self.policy.to_dict()
+        return d
+
+
+@dataclass
+class InputData:
+    table: pa.Table
+    ref: str | None  # catalog reference, when the input came from the catalog
+    path: str | None  # file path, when it came from a file
+    name: str
+    version: str | None
+    content_hash: str
+
+
+@dataclass
+class RunResult:
+    out_dir: Path
+    matches_path: Path
+    decisions_path: Path
+    clean_ref: str | None
+    excluded_ref: str | None
+    counts: dict[str, Any]
+    manifest: dict[str, Any]
+
+
+# ----------------------------------------------------------------------------- input
+
+
+def _read_jsonl(path: Path) -> pa.Table:
+    rows = []
+    opener = open
+    if path.suffix == ".gz":
+        import gzip
+
+        opener = gzip.open  # type: ignore[assignment]
+    with opener(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise InputError(
+                    f"invalid UTF-8 ({exc.reason})", file=str(path), row=lineno
+                ) from None
+            except json.JSONDecodeError as exc:
+                raise InputError(f"malformed JSON: {exc.msg}", file=str(path), row=lineno) from None
+            if not isinstance(obj, dict):
+                raise InputError("each line must be a JSON object", file=str(path), row=lineno)
+            rows.append(obj)
+    try:
+        return pa.Table.from_pylist(rows)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        # Mixed types across rows: keep every value, as JSON text for non-strings.
+        keys = list(dict.fromkeys(k for r in rows for k in r))
+        cols = {
+            k: [
+                None
+                if r.get(k) is None
+                else r[k]
+                if isinstance(r.get(k), str)
+                else json.dumps(r[k])
+                for r in rows
+            ]
+            for k in keys
+        }
+        return pa.table(cols)
+
+
+def _file_hash(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_input(input: str, *, catalog=None) -> InputData:
+    """Resolve INPUT: an existing JSONL/Parquet file, else a catalog reference."""
+    p = Path(input)
+    if p.is_file():
+        if p.suffix == ".parquet":
+            table = pq.read_table(p)
+        elif p.name.endswith((".jsonl", ".jsonl.gz", ".json")):
+            table = _read_jsonl(p)
+        else:
+            raise ConfigError(
+                f"unsupported input file type: {p.name}", hint="use .jsonl, .jsonl.gz or .parquet"
+            )
+        return InputData(table, None, str(p.resolve()), p.name.split(".")[0], None, _file_hash(p))
+    if p.suffix in (".jsonl", ".parquet", ".gz", ".json") or os.sep in input:
+        raise NotFoundError(
+            f"input file {input} not found", hint="give an existing file or a catalog name@version"
+        )
+    from curation.catalog import Catalog
+
+    cat = catalog or Catalog()
+    v = cat.resolve(input)
+    ref = f"{v.name}@{v.version}"
+    return InputData(cat.load(ref), ref, None, v.name, v.version, v.content_hash)
+
+
+def _as_text(value: Any) -> str | None:
+    """Text of one field value: strings as they are; chat lists joined; other values as JSON."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(m, dict) and "content" in m for m in value)
+    ):
+        return "\n".join(str(m.get("content") or "") for m in value)
+    if isinstance(value, list) and all(isinstance(x, str) for x in value):
+        return "\n\n".join(value)
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def sample_uids(table: pa.Table, id_field: str | None, *, source: str = "input") -> pa.Array:
+    """One string id per row: the id field's value, else ``uid`` when present, else row-N."""
+    if id_field is not None:
+        if id_field not in table.column_names:
+            raise ConfigError(
+                f"--id-field {id_field!r} is not a column of {source}",
+                hint=did_you_mean(id_field, table.column_names),
+            )
+        ids = pc.cast(table[id_field], pa.string()).combine_chunks()
+        if ids.null_count:
+            row = pc.index(pc.is_null(ids), True).as_py() + 1
+            raise InputError("id is missing", file=source, row=row, field=id_field)
+        if pc.count_distinct(ids).as_py() != len(ids):
+            seen: dict[str, int] = {}
+            for i, v in enumerate(ids.to_pylist(), 1):
+                if v in seen:
+                    raise InputError(
+                        f"duplicate id {v!r} (first at row {seen[v]})",
+                        file=source,
+                        row=i,
+                        field=id_field,
+                        hint="ids must be unique; pick another --id-field or dedup the input first",
+                    )
+                seen[v] = i
+        return ids
+    if "uid" in table.column_names and pc.count_distinct(table["uid"]).as_py() == table.num_rows:
+        return pc.cast(table["uid"], pa.string()).combine_chunks()
+    return pa.array([f"row-{i}" for i in range(1, table.num_rows + 1)], pa.string())
+
+
+def prepare_text_table(
+    table: pa.Table,
+    text_fields: Sequence[str],
+    id_field: str | None = None,
+    *,
+    source: str = "input",
+) -> pa.Table:
+    """Melt ``text_fields`` into a :data:`TEXT_TABLE_SCHEMA` table (empty/missing texts skipped)."""
+    if not text_fields:
+        raise ConfigError(
+            "no text fields given", hint="e.g. --text-field problem --text-field response"
+        )
+    missing = [f for f in text_fields if f not in table.column_names]
+    if missing:
+        raise ConfigError(
+            f"text field {missing[0]!r} is not a column of {source}",
+            hint=did_you_mean(missing[0], table.column_names),
+        )
+    uids = sample_uids(table, id_field, source=source).to_pylist()
+    out_uid, out_field, out_text = [], [], []
+    for f in text_fields:
+        col = table[f]
+        values = col.to_pylist()
+        for uid, v in zip(uids, values, strict=True):
+            t = _as_text(v)
+            if t is None or not t.strip():
+                continue
+            out_uid.append(uid)
+            out_field.append(f)
+            out_text.append(t)
+    return pa.table(
+        {"sample_uid": out_uid, "field": out_field, "text": out_text}, schema=TEXT_TABLE_SCHEMA
+    )
+
+
+# ----------------------------------------------------------------------------- detectors
+
+
+def load_benchmark_set(
+    config: DecontamConfig, *, benchmarks_dir=None, allow_mismatch: bool = False
+):
+    from decontam.benchmarks import load_benchmarks
+
+    return load_benchmarks(
+        list(config.benchmarks),
+        benchmarks_dir=benchmarks_dir,
+        allow_mismatch=allow_mismatch,
+        window=config.window,
+        include_variants=config.include_variants,
+    )
+
+
+def build_detectors(names: Sequence[str], config: DecontamConfig, benchmarks) -> list[Detector]:
+    """Instantiate each detector with its typed config (overrides applied) and fit it."""
+    dets = []
+    for name in names:
+        cls = detector_class(name)
+        overrides = dict(config.detector_configs.get(name, {}))
+        try:
+            det_cfg = cls.config_cls(**overrides)
+        except TypeError as exc:
+            fields = [f.name for f in dataclasses.fields(cls.config_cls)]
+            raise ConfigError(
+                f"bad config for detector {name!r}: {exc}", hint=f"fields: {', '.join(fields)}"
+            ) from None
+        det = cls(det_cfg)
+        det.fit(benchmarks)
+        dets.append(det)
+    return dets
+
+
+def scan(
+    texts: pa.Table,
+    detectors: Sequence[Detector],
+    *,
+    batch_size: int = 2000,
+    on_batch: Callable[[int], None] | None = None,
+) -> pa.Table:
+    """Score every text with every detector. Pure: the same texts give the same sorted matches."""
+    parts = []
+    for start in range(0, texts.num_rows, batch_size):
+        batch = texts.slice(start, batch_size)
+        for det in detectors:
+            m = det.score(batch)
+            if m.num_rows:
+                parts.append(m.select(MATCH_SCHEMA.names).cast(MATCH_SCHEMA))
+        if on_batch:
+            on_batch(batch.num_rows)
+    if not parts:
+        return empty_matches()
+    return pa.concat_tables(parts).sort_by(_MATCH_SORT)
+
+
+def scan_metadata(table: pa.Table, uids: pa.Array, detectors: Sequence[Detector]) -> pa.Table:
+    """Let detectors that understand identifiers (problem_id) score the metadata columns."""
+    cols = [c for c in METADATA_COLUMNS if c in table.column_names]
+    parts = []
+    for det in detectors:
+        fn = getattr(det, "score_metadata", None)
+        if fn is None or not cols:
+            continue
+        meta = table.select(cols).append_column("sample_uid", uids)
+        m = fn(meta)
+        if m.num_rows:
+            parts.append(m.select(MATCH_SCHEMA.names).cast(MATCH_SCHEMA))
+    return pa.concat_tables(parts) if parts else empty_matches()
+
+
+def _scan_key(detectors: Sequence[Detector], benchmarks) -> dict[str, Any]:
+    from importlib.metadata import version
+
+    return {
+        "detectors": [d.describe() for d in detectors],
+        "benchmarks": [
+            {k: v for k, v in i.to_dict().items() if k not in ("source",)} for i in benchmarks.infos
+        ],
+        "sluice": version("sluice-data"),
+    }
+
+
+def cached_scan(
+    texts: pa.Table,
+    detectors: Sequence[Detector],
+    benchmarks,
+    *,
+    data_root: str | None,
+    batch_size: int = 2000,
+    use_cache: bool = True,
+    on_batch: Callable[[int], None] | None = None,
+) -> tuple[pa.Table, dict[str, int]]:
+    """:func:`scan` through the per-text cache: only texts never scanned under the same
+    definition are scored. Returns (matches, {"texts", "texts_scanned", "texts_cached"})."""
+    from decontam.scan_cache import ScanCache, cache_key, text_hash
+
+    hashes = [text_hash(t) for t in texts["text"].to_pylist()]
+    root = data_root
+    if not use_cache or root is None or "://" in str(root):
+        m = scan(texts, detectors, batch_size=batch_size, on_batch=on_batch)
+        return m, {"texts": texts.num_rows, "texts_scanned": texts.num_rows, "texts_cached": 0}
+    cache = ScanCache(root, cache_key(_scan_key(detectors, benchmarks)))
+    known = cache.known()
+    new_idx = [i for i, h in enumerate(hashes) if h not in known]
+    # scan each distinct new text once
+    first: dict[str, int] = {}
+    for i in new_idx:
+        first.setdefault(hashes[i], i)
+    todo_idx = sorted(first.values())
+    if todo_idx:
+        todo = texts.take(pa.array(todo_idx, pa.int64()))
+        todo = todo.set_column(
+            0, "sample_uid", pa.array([hashes[i] for i in todo_idx], pa.string())
+        )
+        fresh = scan(todo, detectors, batch_size=batch_size, on_batch=on_batch)
+        fresh_c = fresh.rename_columns(
+            ["text_hash" if c == "sample_uid" else c for c in fresh.column_names]
+        )
+        cache.add([hashes[i] for i in todo_idx], fresh_c.drop_columns(["field"]))
+    if on_batch and len(texts) - len(todo_idx):
+        on_batch(len(texts) - len(todo_idx))
+    cached = cache.matches_for(set(hashes))
+    # re-attach sample ids and fields
+    by_hash: dict[str, list[int]] = {}
+    for i, h in enumerate(hashes):
+        by_hash.setdefault(h, []).append(i)
+    take_rows, uid_col, field_col = [], [], []
+    ch = cached["text_hash"].to_pylist()
+    uids, fields = texts["sample_uid"].to_pylist(), texts["field"].to_pylist()
+    for r, h in enumerate(ch):
+        for i in by_hash.get(h, ()):
+            take_rows.append(r)
+            uid_col.append(uids[i])
+            field_col.append(fields[i])
+    if not take_rows:
+        matches = empty_matches()
+    else:
+        t = cached.take(pa.array(take_rows, pa.int64())).drop_columns(["text_hash"])
+        t = t.append_column("sample_uid", pa.array(uid_col, pa.string()))
+        t = t.append_column("field", pa.array(field_col, pa.string()))
+        matches = t.select(MATCH_SCHEMA.names).cast(MATCH_SCHEMA).sort_by(_MATCH_SORT)
+    stats = {
+        "texts": texts.num_rows,
+        "texts_scanned": len(new_idx),
+        "texts_cached": texts.num_rows - len(new_idx),
+    }
+    return matches, stats
+
+
+# ----------------------------------------------------------------------------- finalize
+
+
+def _sluice_version() -> str:
+    from importlib.metadata import version
+
+    return version("sluice-data")
+
+
+def _write_parquet(table: pa.Table, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+
+
+def finalize(
+    *,
+    inp: InputData,
+    texts: pa.Table,
+    matches: pa.Table,
+    uids: pa.Array,
+    detectors: Sequence[Detector],
+    benchmarks,
+    config: DecontamConfig,
+    out_dir: str | Path,
+    text_fields: Sequence[str],
+    id_field: str | None,
+    command: str | None = None,
+    catalog=None,
+    publish: bool = True,
+    publish_as: str | None = None,
+    scan_stats: dict[str, int] | None = None,
+) -> RunResult:
+    """Apply the policy, write the run directory and publish the clean/excluded datasets."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    decisions = decide(matches, uids, config.policy)
+    if "source" in inp.table.column_names:
+        decisions = decisions.append_column("source", pc.cast(inp.table["source"], pa.string()))
+
+    contaminated = decisions["contaminated"]
+    clean_tbl = inp.table.filter(pc.invert(contaminated))
+    excl = inp.table.filter(contaminated)
+    excl_dec = decisions.filter(contaminated)
+    excl = (
+        excl.append_column("sluice_sample_uid", excl_dec["sample_uid"])
+        .append_column("sluice_reasons", excl_dec["reasons"])
+        .append_column("sluice_benchmarks", excl_dec["benchmarks"])
+    )
+
+    matched_uids = (
+        pc.unique(matches["sample_uid"]) if matches.num_rows else pa.array([], pa.string())
+    )
+    texts_out = texts.filter(pc.is_in(texts["sample_uid"], value_set=matched_uids))
+    items = benchmarks.items
+    if matches.num_rows:
+        keys = {
+            (b, i)
+            for b, i in zip(
+                matches["benchmark"].to_pylist(), matches["benchmark_item"].to_pylist(), strict=True
+            )
+        }
+        mask = [
+            (b, i) in keys
+            for b, i in zip(
+                items["benchmark"].to_pylist(), items["item_id"].to_pylist(), strict=True
+            )
+        ]
+        items_out = items.filter(pa.array(mask, pa.bool_()))
+    else:
+        items_out = items.slice(0, 0)
+
+    _write_parquet(matches, out / "matches.parquet")
+    _write_parquet(decisions, out / "decisions.parquet")
+    _write_parquet(texts_out, out / "texts.parquet")
+    _write_parquet(items_out, out / "benchmark_items.parquet")
+    _write_parquet(excl, out / "excluded.parquet")
+
+    clean_ref = excluded_ref = None
+    name = publish_as or (inp.name if inp.ref else None)
+    if publish and name:
+        from curation.catalog import Catalog
+
+        cat = catalog or Catalog()
+        parents = [inp.ref] if inp.ref else []
+        run_cfg = {
+            "decontam": config.to_dict(),
+            "text_fields": list(text_fields),
+            "id_field": id_field,
+        }
+        if inp.path:
+            run_cfg["input_file"] = {"path": inp.path, "sha256": inp.content_hash}
+        cv = cat.publish(
+            f"{name}.decontaminated",
+            clean_tbl,
+            parents=parents,
+            step="decontaminate",
+            config=run_cfg,
+        )
+        ev = cat.publish(
+            f"{name}.excluded", excl, parents=parents, step="decontaminate", config=run_cfg
+        )
+        clean_ref, excluded_ref = f"{cv.name}@{cv.version}", f"{ev.name}@{ev.version}"
+
+    n_contam = int(pc.sum(contaminated).as_py() or 0)
+    per_bench: dict[str, int] = {}
+    for bl in decisions.filter(contaminated)["benchmarks"].to_pylist():
+        for b in bl:
+            per_bench[b] = per_bench.get(b, 0) + 1
+    per_det: dict[str, int] = {}
+    for det in sorted(set(matches["detector"].to_pylist())):
+        sel = matches.filter(pc.equal(matches["detector"], det))
+        flag = sel.filter(pc.greater_equal(sel["score"], sel["threshold"]))
+        per_det[det] = len(set(flag["sample_uid"].to_pylist()))
+    counts = {
+        "rows": inp.table.num_rows,
+        "texts": texts.num_rows,
+        "matches": matches.num_rows,
+        "contaminated": n_contam,
+        "clean": inp.table.num_rows - n_contam,
+        "flagged_by_benchmark": per_bench,
+        "flagged_by_detector": per_det,
+        **(scan_stats or {}),
+    }
+    manifest = {
+        "schema_version": RUN_SCHEMA_VERSION,
+        "sluice_version": _sluice_version(),
+        "command": command,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "input": {
+            "ref": inp.ref,
+            "path": inp.path,
+            "name": inp.name,
+            "version": inp.version,
+            "content_hash": inp.content_hash,
+            "rows": inp.table.num_rows,
+        },
+        "text_fields": list(text_fields),
+        "id_field": id_field,
+        "benchmarks": [i.to_dict() for i in benchmarks.infos],
+        "detectors": [d.describe() for d in detectors],
+        "policy": config.policy.to_dict(),
+        "config": config.to_dict(),
+        "counts": counts,
+        "outputs": {"clean": clean_ref, "excluded": excluded_ref},
+    }
+    tmp = out / ".run.json.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
+    os.replace(tmp, out / "run.json")
+    return RunResult(
+        out,
+        out / "matches.parquet",
+        out / "decisions.parquet",
+        clean_ref,
+        excluded_ref,
+        counts,
+        manifest,
+    )
+
+
+# ----------------------------------------------------------------------------- all together
+
+
+def _reproduce_command(input, text_fields, id_field, config: DecontamConfig, out_dir) -> str:
+    """The CLI command that reproduces a run started from Python."""
+    argv = ["sluice", "decontam", "run", str(input)]
+    for f in text_fields:
+        argv += ["--text-field", f]
+    if id_field:
+        argv += ["--id-field", id_field]
+    argv += ["--benchmarks", ",".join(config.benchmarks), "--detectors", ",".join(config.detectors)]
+    if config.window:
+        argv += ["--window", config.window]
+    argv += ["--out", str(out_dir)]
+    return shlex.join(argv)
+
+
+def run_decontamination(
+    input: str,
+    *,
+    text_fields: Sequence[str],
+    id_field: str | None = None,
+    benchmarks: Sequence[str] | None = None,
+    detectors: Sequence[str] | None = None,
+    out_dir: str | Path,
+    config: DecontamConfig | None = None,
+    catalog=None,
+    benchmarks_dir: str | Path | None = None,
+    allow_benchmark_mismatch: bool = False,
+    publish: bool = True,
+    publish_as: str | None = None,
+    data_root: str | None = None,
+    command: str | None = None,
+    progress: bool = False,
+) -> RunResult:
+    """Run the whole decontamination step (see module docs). ``benchmarks``/``detectors``
+    override the config's lists."""
+    from curation.settings import data_root as resolve_root
+
+    config = config or DecontamConfig()
+    if benchmarks:
+        config = dataclasses.replace(config, benchmarks=list(benchmarks))
+    if detectors:
+        config = dataclasses.replace(config, detectors=list(detectors))
+    unknown = [b for b in config.benchmarks if b not in ALL_BENCHMARKS]
+    if unknown:
+        from decontam import benchmarks as bmod
+
+        known = getattr(bmod, "available_benchmarks", lambda: list(ALL_BENCHMARKS))()
+        bad = [b for b in config.benchmarks if b not in known]
+        if bad:
+            raise ConfigError(
+                f"unknown benchmark {bad[0]!r}", hint=did_you_mean(bad[0], list(known))
+            )
+    inp = read_input(input, catalog=catalog)
+    source = inp.ref or inp.path or input
+    texts = prepare_text_table(inp.table, text_fields, id_field, source=source)
+    uids = sample_uids(inp.table, id_field, source=source)
+    bset = load_benchmark_set(
+        config, benchmarks_dir=benchmarks_dir, allow_mismatch=allow_benchmark_mismatch
+    )
+    dets = build_detectors(config.detectors, config, bset)
+
+    root = resolve_root(data_root)
+    if progress:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+        with Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+        ) as prog:
+            task = prog.add_task("scanning texts", total=texts.num_rows)
+            matches, stats = cached_scan(
+                texts,
+                dets,
+                bset,
+                data_root=root,
+                batch_size=config.batch_size,
+                use_cache=config.use_cache,
+                on_batch=lambda n: prog.advance(task, n),
+            )
+    else:
+        matches, stats = cached_scan(
+            texts,
+            dets,
+            bset,
+            data_root=root,
+            batch_size=config.batch_size,
+            use_cache=config.use_cache,
+        )
+    meta_matches = scan_metadata(inp.table, uids, dets)
+    if meta_matches.num_rows:
+        matches = pa.concat_tables([matches, meta_matches]).sort_by(_MATCH_SORT)
+    return finalize(
+        inp=inp,
+        texts=texts,
+        matches=matches,
+        uids=uids,
+        detectors=dets,
+        benchmarks=bset,
+        config=config,
+        out_dir=out_dir,
+        text_fields=text_fields,
+        id_field=id_field,
+        command=command
+        if command is not None
+        else _reproduce_command(input, text_fields, id_field, config, out_dir),
+        catalog=catalog,
+        publish=publish,
+        publish_as=publish_as,
+        scan_stats=stats,
+    )
+
+
+def load_config_file(path: str | Path) -> DecontamConfig:
+    """A :class:`DecontamConfig` from TOML or JSON (keys = the dataclass fields)."""
+    p = Path(path)
+    if not p.is_file():
+        raise NotFoundError(f"config file {p} not found")
+    if p.suffix == ".toml":
+        import tomllib
+
+        data = tomllib.loads(p.read_text())
+    else:
+        data = json.loads(p.read_text())
+    data = data.get("decontam", data)
+    allowed = {f.name for f in dataclasses.fields(DecontamConfig)}
+    unknown = set(data) - allowed
+    if unknown:
+        raise ConfigError(
+            f"{p}: unknown decontam config key {sorted(unknown)[0]!r}",
+            hint=f"allowed: {', '.join(sorted(allowed))}",
+        )
+    return DecontamConfig(**data)
