@@ -73,22 +73,11 @@ def main(argv: list[str] | None = None) -> None:
     from rich.console import Console
 
     try:
-        app(args=argv, standalone_mode=False)
+        # standalone mode: click prints usage errors and exits with its own codes
+        app(args=argv, prog_name="sluice")
     except SluiceError as exc:
         Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
-    except (typer.Exit, SystemExit) as exc:
-        code = getattr(exc, "exit_code", getattr(exc, "code", 0))
-        sys.exit(code or 0)
-    except typer.Abort:
-        sys.exit(130)
-    except Exception as exc:  # click usage errors
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
 
 
 if __name__ == "__main__":  # pragma: no cover
