@@ -1,0 +1,514 @@
+"""Versioned text normalizers for decontamination, with offset maps back to the original text.
+
+Every detector compares a training text with a benchmark item *after* normalization, but must
+report evidence as spans of the *original* text. Each normalizer therefore has two entry points
+that always agree on the string:
+
+* ``norm(text) -> str`` (fast path, plain ``re.sub`` / ``unicodedata``), and
+* ``norm.with_offsets(text) -> (str, numpy.ndarray)`` where ``offsets[i]`` is the index in
+  ``text`` of the character that normalized character ``i`` came from.
+
+A normalizer is a sequence of *steps* (NFKC, casefold, ordered regex rewrites). The rewrites are
+applied by one helper, :func:`_sub_tracked`, which carries the offset map through every
+substitution: characters copied from a capture group keep their own offsets; literal characters
+of a replacement map into the span of the text they replace. So an offset map is always composed
+through every rewrite, and ``offsets`` is *not* necessarily monotonic (``\\frac{a}{b}`` becomes
+``a / b``); use :func:`original_span` to turn a normalized span into an original one.
+
+Normalizers (``name`` -> ``version``; bump the version whenever the output can change, since
+match records and reports record it):
+
+* ``text`` (``text/1``): NFKC, casefold, every run of non-alphanumeric characters -> one space,
+  stripped. For plain prose.
+* ``latex`` (``latex/1``): LaTeX-aware math. Drops diagram source (``<asy>``, ``[asy]``,
+  ``\\begin{asy}``, TikZ), math delimiters, ``\\left``/``\\right``, spacing commands, unwraps
+  ``\\text{..}``-style commands and ``\\overline{AB}``, rewrites ``\\dfrac``/``\\tfrac``/``\\frac``
+  to ``a / b``, ``\\sqrt{41}``/``√41`` to ``sqrt(41)``, ``^{2}`` to ``^2``, unifies ``\\cdot``/
+  ``\\times`` and ``\\le``/``\\leq``/``<=``/``≤`` (and ge/ne), then applies ``text``.
+  So ``$\\frac{1}{2}$`` and ``1/2`` meet, and ``\\sqrt{41}`` and ``sqrt(41)`` meet.
+* ``code`` (``code/1``): programming statements. Markdown (headings, emphasis, backticks, code
+  fences) is dropped, the ``latex`` rewrites apply (AtCoder/Codeforces write constraints in
+  LaTeX), and powers of ten are expanded to digits (``10^5``, ``10^{18}``, ``2\\times 10^5``,
+  ``2 * 10^5``, ``1e18``), so ``1 \\leq N \\leq 10^5`` and ``1<= N<= 100000`` meet.
+
+Tokens (:func:`tokenize`): maximal runs of Unicode letters/digits (``[^\\W_]+``) in normalized
+text. For ASCII input this is exactly "runs of ``[a-z0-9]``"; letters of other scripts stay
+inside words instead of being dropped.
+
+:func:`split_statement` separates a programming statement from its sample/example blocks, so
+detectors can score the statement without the boilerplate I/O.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+import numpy as np
+
+from curation.errors import ConfigError, did_you_mean
+
+# --------------------------------------------------------------------------------------------
+# Offset-tracking rewrite engine. Written by hand because no library tracks character offsets
+# through a chain of regex substitutions (the whole point of span evidence in the original text).
+# --------------------------------------------------------------------------------------------
+
+Replacement = str | Callable[[re.Match], str]
+Rule = tuple[re.Pattern, Replacement]
+
+_GROUP_REF = re.compile(r"\\(\d+)|\\g<(\d+)>")
+
+
+def _parse_template(template: str) -> list[str | int]:
+    """Split a ``re.sub`` template into literal strings and group numbers (``\\1``, ``\\g<1>``)."""
+    parts: list[str | int] = []
+    pos = 0
+    for m in _GROUP_REF.finditer(template):
+        if m.start() > pos:
+            parts.append(template[pos : m.start()])
+        parts.append(int(m.group(1) or m.group(2)))
+        pos = m.end()
+    if pos < len(template):
+        parts.append(template[pos:])
+    # Unescape literal backslashes the same way re.sub would for our simple templates.
+    return [p.replace("\\\\", "\\") if isinstance(p, str) else p for p in parts]
+
+
+@dataclass(frozen=True)
+class _Rules:
+    """Ordered regex substitutions; optionally repeated until the text stops changing (for
+    nested braces, innermost first)."""
+
+    rules: tuple[Rule, ...]
+    repeat: int = 1
+
+    def apply(self, text: str) -> str:
+        for _ in range(self.repeat):
+            before = text
+            for pat, repl in self.rules:
+                text = pat.sub(repl, text)
+            if text == before:
+                break
+        return text
+
+    def apply_tracked(self, text: str, offs: list[int]) -> tuple[str, list[int]]:
+        for _ in range(self.repeat):
+            before = text
+            for pat, repl in self.rules:
+                text, offs = _sub_tracked(pat, repl, text, offs)
+            if text == before:
+                break
+        return text, offs
+
+
+def _sub_tracked(
+    pat: re.Pattern, repl: Replacement, text: str, offs: list[int]
+) -> tuple[str, list[int]]:
+    """``pat.sub(repl, text)`` that also rewrites the offset list ``offs`` (one entry per char).
+
+    Characters copied from a capture group keep their offsets; literal replacement characters map
+    into the replaced span (spread evenly over it, first char -> span start, last -> span end-1).
+    """
+    template = _parse_template(repl) if isinstance(repl, str) else None
+    out_text: list[str] = []
+    out_offs: list[int] = []
+    pos = 0
+    any_match = False
+    for m in pat.finditer(text):
+        any_match = True
+        s, e = m.span()
+        out_text.append(text[pos:s])
+        out_offs.extend(offs[pos:s])
+        pos = e
+        if template is None:
+            piece = repl(m)  # type: ignore[operator]
+            out_text.append(piece)
+            out_offs.extend(_spread(offs, s, e, len(piece)))
+            continue
+        cursor = s  # where the gap of text replaced by the next literal starts
+        for k, part in enumerate(template):
+            if isinstance(part, int):
+                gs, ge = m.span(part)
+                if gs < 0:
+                    continue  # group did not participate: re.sub substitutes ""
+                out_text.append(text[gs:ge])
+                out_offs.extend(offs[gs:ge])
+                cursor = max(cursor, ge)
+            elif part:
+                # the literal stands for the text between the previous group and the next one
+                gap_end = next(
+                    (
+                        m.start(g)
+                        for g in template[k + 1 :]
+                        if isinstance(g, int) and m.start(g) >= cursor
+                    ),
+                    e,
+                )
+                out_text.append(part)
+                if gap_end > cursor:
+                    out_offs.extend(_spread(offs, cursor, gap_end, len(part)))
+                else:
+                    out_offs.extend(_spread(offs, min(cursor, e - 1) if e > s else s, e, len(part)))
+    if not any_match:
+        return text, offs
+    out_text.append(text[pos:])
+    out_offs.extend(offs[pos:])
+    return "".join(out_text), out_offs
+
+
+def _spread(offs: list[int], s: int, e: int, n: int) -> list[int]:
+    """Offsets for ``n`` literal chars replacing ``text[s:e]``: spread evenly over the span."""
+    if n == 0:
+        return []
+    if e <= s:  # zero-width match: attach to the next (or last) char
+        k = min(s, len(offs) - 1)
+        return [offs[k] if k >= 0 else 0] * n
+    if n == 1:
+        return [offs[s]]
+    width = e - 1 - s
+    return [offs[s + (i * width) // (n - 1)] for i in range(n)]
+
+
+# --------------------------------------------------------------------------------------------
+# Unicode steps
+# --------------------------------------------------------------------------------------------
+
+_NON_ASCII_CHUNK = re.compile(r"[\x00-\x7f]?[^\x00-\x7f]+")
+
+
+def _nfkc(text: str) -> str:
+    return unicodedata.normalize("NFKC", text)
+
+
+def _nfkc_tracked(text: str, offs: list[int]) -> tuple[str, list[int]]:
+    if text.isascii() or unicodedata.is_normalized("NFKC", text):
+        return text, offs
+
+    # ASCII is NFKC-stable and never composes with a preceding char, so only non-ASCII runs
+    # (plus the one ASCII char before them, a possible base for combining marks) can change.
+    def chunk(m: re.Match) -> str:
+        return _nfkc(m.group(0))
+
+    out_text: list[str] = []
+    out_offs: list[int] = []
+    pos = 0
+    for m in _NON_ASCII_CHUNK.finditer(text):
+        s, e = m.span()
+        out_text.append(text[pos:s])
+        out_offs.extend(offs[pos:s])
+        pos = e
+        seg = text[s:e]
+        norm = chunk(m)
+        if norm == seg:
+            out_text.append(seg)
+            out_offs.extend(offs[s:e])
+            continue
+        # per cluster: a starter and the combining marks after it
+        pieces: list[str] = []
+        piece_offs: list[int] = []
+        i = s
+        while i < e:
+            j = i + 1
+            while j < e and unicodedata.combining(text[j]):
+                j += 1
+            c = _nfkc(text[i:j])
+            pieces.append(c)
+            piece_offs.extend(_spread(offs, i, j, len(c)))
+            i = j
+        if "".join(pieces) != norm:  # composition across clusters (e.g. Hangul jamo)
+            pieces, piece_offs = [norm], _spread(offs, s, e, len(norm))
+        out_text.extend(pieces)
+        out_offs.extend(piece_offs)
+    out_text.append(text[pos:])
+    out_offs.extend(offs[pos:])
+    return "".join(out_text), out_offs
+
+
+def _casefold_tracked(text: str, offs: list[int]) -> tuple[str, list[int]]:
+    folded = text.casefold()
+    if len(folded) == len(text):  # casefold never shrinks a char, so this is 1:1
+        return folded, offs
+    out_offs: list[int] = []
+    for ch, o in zip(text, offs, strict=True):
+        out_offs.extend([o] * len(ch.casefold()))
+    return folded, out_offs
+
+
+@dataclass(frozen=True)
+class _Unicode:
+    kind: str  # "nfkc" | "casefold"
+
+    def apply(self, text: str) -> str:
+        return _nfkc(text) if self.kind == "nfkc" else text.casefold()
+
+    def apply_tracked(self, text: str, offs: list[int]) -> tuple[str, list[int]]:
+        if self.kind == "nfkc":
+            return _nfkc_tracked(text, offs)
+        return _casefold_tracked(text, offs)
+
+
+_Step = _Rules | _Unicode
+
+
+# --------------------------------------------------------------------------------------------
+# Rule sets
+# --------------------------------------------------------------------------------------------
+
+
+def _r(pattern: str, repl: Replacement, flags: int = 0) -> Rule:
+    return (re.compile(pattern, flags), repl)
+
+
+_BR = r"\{([^{}]*)\}"  # one brace group without nested braces (rules repeat, innermost first)
+
+# Plain text: every run of non-alphanumerics (punctuation, symbols, whitespace, "_") -> " ".
+_TEXT_RULES = _Rules((_r(r"[\W_]+", " "), _r(r"^ | $", "")))
+
+_DIAGRAM_RULES = _Rules(
+    (
+        _r(r"<asy>.*?</asy>", " ", re.S | re.I),
+        _r(r"\[asy\].*?\[/asy\]", " ", re.S | re.I),
+        _r(r"\\begin\{asy\}.*?\\end\{asy\}", " ", re.S),
+        _r(r"\\begin\{tikzpicture\}.*?\\end\{tikzpicture\}", " ", re.S),
+    )
+)
+
+_TEXT_COMMANDS = (
+    "text|textbf|textit|textrm|texttt|textsf|mathrm|mathbf|mathit|mathsf|mathtt|mathbb|mathcal|"
+    "boldsymbol|operatorname|mbox|emph|overline|underline|widehat|widetilde|overrightarrow|"
+    "overleftrightarrow|hat|bar|vec|tilde"
+)
+
+_LATEX_FLAT = _Rules(
+    (
+        _r(r"\\[dt]frac(?![a-zA-Z])", r"\\frac"),
+        _r(r"(\d)\{,\}(\d)", r"\1\2"),  # 1{,}000 -> 1000
+        _r(r"\\(?:leqslant|leq|le)(?![a-zA-Z])|<=|≤|⩽", " <= "),
+        _r(r"\\(?:geqslant|geq|ge)(?![a-zA-Z])|>=|≥|⩾", " >= "),
+        _r(r"\\(?:neq|ne)(?![a-zA-Z])|!=|≠", " != "),
+        _r(r"\\(?:cdot|times|ast)(?![a-zA-Z])|[×·⋅∙]", " * "),
+        _r(
+            r"\\(?:left|right|bigl|bigr|Bigl|Bigr|biggl|biggr|big|Big|bigg|Bigg|displaystyle|"
+            r"textstyle|limits|nolimits|quad|qquad)(?![a-zA-Z])",
+            " ",
+        ),
+        _r(r"\\begin\{[a-zA-Z*]*\}|\\end\{[a-zA-Z*]*\}", " "),
+        _r(r"\\\\|\\[,;:! ]|~", " "),  # line breaks and spacing commands
+        _r(r"\\\(|\\\)|\\\[|\\\]|\$", " "),  # math delimiters
+        _r(r"√", " sqrt "),
+    )
+)
+
+_LATEX_NESTED = _Rules(
+    (
+        _r(r"\\(?:" + _TEXT_COMMANDS + r")(?![a-zA-Z])\s*" + _BR, r" \1 "),
+        _r(r"\\sqrt\s*\[([^\[\]]*)\]\s*" + _BR, r" sqrt[\1](\2)"),
+        _r(r"\\sqrt\s*" + _BR, r" sqrt(\1)"),
+        _r(r"\\frac\s*" + _BR + r"\s*" + _BR, r" \1 / \2 "),
+        _r(r"\^\s*" + _BR, r"^\1"),
+        _r(r"_\s*" + _BR, r"_\1"),
+    ),
+    repeat=8,
+)
+
+_LATEX_TAIL = _Rules(
+    (
+        _r(r"\\sqrt\s*(\d+|[a-zA-Z])", r" sqrt(\1)"),
+        _r(r"\\frac\s*(\d)\s*(\d)", r" \1 / \2 "),  # \frac12
+    )
+)
+
+_MARKDOWN_RULES = _Rules(
+    (
+        _r(r"```[\w+#.-]*", " "),  # code fences, with their language tag
+        _r(r"^[ \t]{0,3}#{1,6}[ \t]+", " ", re.M),  # headings
+        _r(r"\*\*|__|`", " "),
+        _r(r"&(lt|gt|le|ge|amp|quot|nbsp|#39);", lambda m: _ENTITIES[m.group(1)]),
+    )
+)
+_ENTITIES = {"lt": "<", "gt": ">", "le": "≤", "ge": "≥", "amp": "&", "quot": '"', "nbsp": " ",
+             "#39": "'"}  # fmt: skip
+
+
+def _decimal_to_digits(value: Decimal) -> str | None:
+    if value != value.to_integral_value() or value.adjusted() > 40:
+        return None
+    return str(int(value))
+
+
+def _expand_mantissa(m: re.Match) -> str:
+    try:
+        v = Decimal(m.group(1)) * (Decimal(10) ** int(m.group(2)))
+    except InvalidOperation:  # pragma: no cover - the regex only admits numbers
+        return m.group(0)
+    return _decimal_to_digits(v) or m.group(0)
+
+
+def _expand_power(m: re.Match) -> str:
+    return "1" + "0" * int(m.group(1))
+
+
+_CODE_NUMBER_RULES = _Rules(
+    (
+        # 2 * 10^5, 2\times 10^{5} (after the latex step: "2  *  10^5")
+        _r(r"(?<![\w.])(\d+(?:\.\d+)?)\s*\*\s*10\s*\^\s*(\d{1,2})(?!\d)", _expand_mantissa),
+        _r(r"(?<![\w.])10\s*\^\s*(\d{1,2})(?!\d)", _expand_power),
+        _r(r"(?<![\w.])(\d+(?:\.\d+)?)[eE]\+?(\d{1,2})(?![\w.])", _expand_mantissa),
+    )
+)
+
+# --------------------------------------------------------------------------------------------
+# Normalizers
+# --------------------------------------------------------------------------------------------
+
+_WORD = re.compile(r"[^\W_]+")
+
+
+@dataclass(frozen=True)
+class Normalizer:
+    """A named, versioned sequence of normalization steps (see the module docstring)."""
+
+    name: str
+    version: str
+    steps: tuple[_Step, ...]
+    description: str = ""
+
+    def __call__(self, text: str) -> str:
+        for step in self.steps:
+            text = step.apply(text)
+        return text
+
+    def with_offsets(self, text: str) -> tuple[str, np.ndarray]:
+        """Normalized text and, for each of its chars, the index in ``text`` it came from."""
+        offs: list[int] = list(range(len(text)))
+        for step in self.steps:
+            text, offs = step.apply_tracked(text, offs)
+        return text, np.asarray(offs, dtype=np.int64)
+
+    def tokens(self, text: str) -> list[str]:
+        """The word tokens of ``text`` after normalization."""
+        return _WORD.findall(self(text))
+
+
+_TEXT_TAIL: tuple[_Step, ...] = (_Unicode("casefold"), _TEXT_RULES)
+
+TEXT = Normalizer(
+    "text",
+    "text/1",
+    (_Unicode("nfkc"), *_TEXT_TAIL),
+    "NFKC, casefold, non-alphanumeric runs -> one space",
+)
+LATEX = Normalizer(
+    "latex",
+    "latex/1",
+    (_Unicode("nfkc"), _DIAGRAM_RULES, _LATEX_FLAT, _LATEX_NESTED, _LATEX_TAIL, *_TEXT_TAIL),
+    "LaTeX-aware math: diagrams dropped, \\frac/sqrt/operators unified, then text/1",
+)
+CODE = Normalizer(
+    "code",
+    "code/1",
+    (
+        _Unicode("nfkc"),
+        _MARKDOWN_RULES,
+        _LATEX_FLAT,
+        _LATEX_NESTED,
+        _LATEX_TAIL,
+        _CODE_NUMBER_RULES,
+        *_TEXT_TAIL,
+    ),
+    "programming statements: markdown dropped, latex/1 rewrites, powers of ten as digits",
+)
+
+NORMALIZERS: dict[str, Normalizer] = {n.name: n for n in (TEXT, LATEX, CODE)}
+
+
+def get_normalizer(name: str) -> Normalizer:
+    """The normalizer called ``name`` (``text``, ``latex`` or ``code``)."""
+    try:
+        return NORMALIZERS[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown normalizer {name!r}", hint=did_you_mean(name, list(NORMALIZERS))
+        ) from None
+
+
+def tokenize(norm_text: str) -> list[tuple[int, int]]:
+    """Word spans ``(start, end)`` in *normalized* text: maximal runs of letters/digits."""
+    return [m.span() for m in _WORD.finditer(norm_text)]
+
+
+def original_span(offsets: np.ndarray | Sequence[int], start: int, end: int) -> tuple[int, int]:
+    """The span of the original text that normalized chars ``[start, end)`` came from."""
+    if end <= start:
+        raise ValueError(f"empty span [{start}, {end})")
+    seg = np.asarray(offsets[start:end])
+    return int(seg.min()), int(seg.max()) + 1
+
+
+# --------------------------------------------------------------------------------------------
+# Statement vs. samples
+# --------------------------------------------------------------------------------------------
+
+# Headers that start sample / example material. "Sample Input 1:" may follow the statement on the
+# same line (LiveCodeBench AtCoder texts), so it is matched anywhere; the others at line start.
+_SAMPLE_HEADER = re.compile(
+    r"(?:Sample\s+(?:Input|Output)(?:\s*\d+)?\s*:?)"
+    r"|(?:^[ \t>#*]*(?:Examples?|Sample(?:\s+Tests?|\s+Cases?)?)(?:\s*\d+)?\s*:?[ \t*]*$)"
+    r"|(?:^[ \t>#*]*Example\s*\d+\s*:)"
+    r"|(?:^[ \t>#*]*(?:Input|Output|Explanation)\s*:[ \t*]*\S)"
+    r"|(?:^[ \t>#*]*Notes?\s*:?[ \t*]*$)",
+    re.M | re.I,
+)
+# Headers that bring us back to statement material (LeetCode puts constraints after examples).
+_STATEMENT_HEADER = re.compile(
+    r"^[ \t>#*]*(?:Constraints|Follow[- ]?up|Input(?:\s+Format)?|Output(?:\s+Format)?|"
+    r"Problem(?:\s+Statement)?|Statement)\s*:?[ \t*]*(?:$|(?=\S))",
+    re.M | re.I,
+)
+
+
+def section_spans(text: str) -> list[tuple[str, int, int]]:
+    """Split ``text`` into ``("statement" | "samples", start, end)`` spans covering all of it.
+
+    Samples start at a "Sample Input"/"Example 1:"/"Examples"/"Input: ..."/"Note" header and run
+    until a statement header ("Constraints", "Follow-up", a bare "Input"/"Output" format
+    heading...). Example-internal lines ("Input: x = 1", "Output: 2") stay inside samples.
+    """
+    events: list[tuple[int, str]] = []
+    for m in _SAMPLE_HEADER.finditer(text):
+        events.append((m.start(), "samples"))
+    for m in _STATEMENT_HEADER.finditer(text):
+        # "Input: nums = [..]" is an example line, matched by _SAMPLE_HEADER; a bare "Input"
+        # heading (own line) or "Constraints:" is statement.
+        line_end = text.find("\n", m.end())
+        rest = text[m.end() : line_end if line_end >= 0 else len(text)].strip(" \t*")
+        head = m.group(0).strip(" \t>#*").lower()
+        if head.startswith(("input", "output")) and (rest or head.endswith(":")):
+            continue
+        events.append((m.start(), "statement"))
+    events.sort()
+    spans: list[tuple[str, int, int]] = []
+    kind, start = "statement", 0
+    for pos, new in events:
+        if new == kind:
+            continue
+        if pos > start:
+            spans.append((kind, start, pos))
+        kind, start = new, pos
+    if len(text) > start:
+        spans.append((kind, start, len(text)))
+    return spans
+
+
+def split_statement(text: str) -> tuple[str, str]:
+    """``(statement_part, samples_part)``: the statement (constraints and I/O format included)
+    and the sample/example blocks, each the concatenation of its spans joined by newlines."""
+    parts: dict[str, list[str]] = {"statement": [], "samples": []}
+    for kind, s, e in section_spans(text):
+        parts[kind].append(text[s:e].strip())
+    return "\n".join(p for p in parts["statement"] if p), "\n".join(
+        p for p in parts["samples"] if p
+    )
