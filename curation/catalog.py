@@ -1,0 +1,1081 @@
+"""The versioned dataset catalog: content-addressed Parquet + an embedded DuckDB index.
+
+Every dataset Sluice produces (ingested pools, decontaminated splits, SFT sets) is published
+here under a name. A *version* is identified by the content: the SHA-256 of the table's
+canonical Arrow IPC stream (see :func:`content_hash`), so the same rows and schema give the
+same version id on every run and machine, and publishing them again is a no-op.
+
+On disk, under the data root (``settings.data_root()``, a local folder or any fsspec URL)::
+
+    <root>/catalog.duckdb                       metadata (local roots only, see below)
+    <root>/catalog.lock                         fcntl lock serialising catalog access
+    <root>/objects/<hash[:2]>/<hash>.parquet    one immutable file per distinct content
+    <root>/objects/tmp/                         in-flight writes (garbage after a crash)
+
+For a non-local root (``s3://...``, ``gs://...``, ``memory://...``) the Parquet objects live
+at the URL and the DuckDB file + lock live in a local cache folder
+(``$SLUICE_CATALOG_CACHE`` or ``~/.cache/sluice/catalogs/<hash of the URL>``).
+
+Crash safety: an object is written to a temporary name, fsynced and renamed into place before
+the metadata row is inserted in one DuckDB transaction; a catalog row therefore never points to
+a missing or partial file. A crash leaves at worst an unreferenced object (garbage).
+Concurrency: every catalog access holds ``fcntl.flock`` on the lock file (shared for reads,
+exclusive for writes) and opens DuckDB only for the duration of that access, because DuckDB
+allows a single writing process per file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+
+from curation import settings
+from curation.errors import ConfigError, IntegrityError, NotFoundError, did_you_mean
+
+CATALOG_SCHEMA_VERSION = 1
+# Rows per canonical chunk. The content hash depends on it, so it is part of HASH_ALGO and
+# must never change without bumping HASH_ALGO.
+CHUNK_ROWS = 32_768
+HASH_ALGO = f"sha256/arrow-ipc-v5/chunk{CHUNK_ROWS}/v1"
+VERSION_LEN = 16  # hex characters of the content hash used as the version id
+MIN_PREFIX = 4  # shortest version prefix accepted in a ref
+PARQUET_COMPRESSION = "zstd"
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/]*$")
+# Schema metadata keys written by tools (pandas version, Arrow's own copy of the schema)
+# vary across machines and say nothing about the content: they are dropped before hashing.
+_VOLATILE_METADATA_PREFIXES = (b"pandas", b"ARROW:", b"huggingface")
+
+# Test-only crash hook: when SLUICE_CATALOG_TEST_HOOK names a stage, the publishing process
+# writes SLUICE_CATALOG_TEST_HOOK_MARKER and then sleeps, so a test can SIGKILL it exactly there.
+_HOOK_ENV = "SLUICE_CATALOG_TEST_HOOK"
+_HOOK_MARKER_ENV = "SLUICE_CATALOG_TEST_HOOK_MARKER"
+HOOK_STAGES = ("writing", "object-written", "object-placed", "in-transaction")
+
+
+def _test_hook(stage: str) -> None:
+    if os.environ.get(_HOOK_ENV) != stage:
+        return
+    marker = os.environ.get(_HOOK_MARKER_ENV)
+    if marker:
+        Path(marker).write_text(stage)
+    time.sleep(3600)
+
+
+# --------------------------------------------------------------------------------------------
+# Data classes
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DatasetVersion:
+    """One published version of a dataset, with its lineage."""
+
+    name: str
+    version: str
+    content_hash: str
+    num_rows: int
+    num_bytes: int
+    schema: list[dict[str, Any]]
+    parents: tuple[str, ...]
+    step: str
+    config: dict[str, Any]
+    code_version: dict[str, Any]
+    created_at: str  # ISO-8601 UTC, first publication of this content under this name
+    published_at: str  # ISO-8601 UTC, latest publication event
+    metadata: dict[str, Any]
+    path: str  # local path or fsspec URL of the Parquet file
+    hash_algo: str = HASH_ALGO
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    @property
+    def files(self) -> list[str]:
+        return [self.path]
+
+    @property
+    def columns(self) -> list[str]:
+        return [c["name"] for c in self.schema]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ref": self.ref,
+            "name": self.name,
+            "version": self.version,
+            "content_hash": self.content_hash,
+            "hash_algo": self.hash_algo,
+            "num_rows": self.num_rows,
+            "num_bytes": self.num_bytes,
+            "schema": self.schema,
+            "parents": list(self.parents),
+            "step": self.step,
+            "config": self.config,
+            "code_version": self.code_version,
+            "created_at": self.created_at,
+            "published_at": self.published_at,
+            "metadata": self.metadata,
+            "path": self.path,
+        }
+
+
+@dataclass(frozen=True)
+class LineageNode:
+    """One node of a lineage walk. ``version`` is None for a parent that is not in the catalog."""
+
+    ref: str
+    depth: int
+    parents: tuple[str, ...]
+    version: DatasetVersion | None
+
+    def to_dict(self) -> dict[str, Any]:
+        v = self.version
+        return {
+            "ref": self.ref,
+            "depth": self.depth,
+            "parents": list(self.parents),
+            "step": v.step if v else None,
+            "num_rows": v.num_rows if v else None,
+            "created_at": v.created_at if v else None,
+            "missing": v is None,
+        }
+
+
+@dataclass(frozen=True)
+class DatasetDiff:
+    """What changed between two versions. Row counts by ``key`` when it is in both schemas,
+    otherwise by whole rows over the common columns (multiset difference)."""
+
+    a: str
+    b: str
+    rows_a: int
+    rows_b: int
+    added_columns: list[str]
+    removed_columns: list[str]
+    changed_types: dict[str, tuple[str, str]]
+    key: str | None
+    rows_added: int
+    rows_removed: int
+    rows_changed: int | None  # same key, different values (None without a key)
+    sample_added: list[Any] = field(default_factory=list)
+    sample_removed: list[Any] = field(default_factory=list)
+    sample_changed: list[Any] = field(default_factory=list)
+
+    @property
+    def identical(self) -> bool:
+        return (
+            self.rows_a == self.rows_b
+            and not (self.added_columns or self.removed_columns or self.changed_types)
+            and self.rows_added == 0
+            and self.rows_removed == 0
+            and not self.rows_changed
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["changed_types"] = {k: list(v) for k, v in self.changed_types.items()}
+        d["identical"] = self.identical
+        return d
+
+
+# --------------------------------------------------------------------------------------------
+# Canonical content hash
+# --------------------------------------------------------------------------------------------
+
+
+def _clean_metadata(md: dict[bytes, bytes] | None) -> dict[bytes, bytes] | None:
+    if not md:
+        return None
+    kept = {k: v for k, v in md.items() if not k.startswith(_VOLATILE_METADATA_PREFIXES)}
+    return dict(sorted(kept.items())) or None
+
+
+def _canonical_type(t: pa.DataType) -> pa.DataType:
+    """Name list items ``item`` (Parquet readers say ``element``), recursively."""
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        vf = t.value_field
+        item = pa.field("item", _canonical_type(vf.type), vf.nullable, vf.metadata)
+        if pa.types.is_large_list(t):
+            return pa.large_list(item)
+        if pa.types.is_fixed_size_list(t):
+            return pa.list_(item, t.list_size)
+        return pa.list_(item)
+    if pa.types.is_struct(t):
+        return pa.struct(
+            [pa.field(f.name, _canonical_type(f.type), f.nullable, f.metadata) for f in t]
+        )
+    return t
+
+
+def canonical_schema(schema: pa.Schema) -> pa.Schema:
+    """The schema with tool-written metadata dropped and the rest sorted, and list items named
+    ``item``, so that the same content hashes the same however it was produced."""
+    fields = []
+    for f in schema:
+        md = _clean_metadata(f.metadata)
+        nf = pa.field(f.name, _canonical_type(f.type), f.nullable)
+        fields.append(nf.with_metadata(md) if md else nf)
+    out = pa.schema(fields)
+    md = _clean_metadata(schema.metadata)
+    return out.with_metadata(md) if md else out
+
+
+def _canonical_chunks(
+    batches: Iterable[pa.RecordBatch], schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """Re-cut a batch stream into contiguous batches of exactly CHUNK_ROWS rows (last: fewer).
+
+    The IPC bytes of a batch depend on where batches start and end, so the hash only becomes
+    independent of how the caller chunked the data once the boundaries are fixed.
+    """
+    pending: list[pa.RecordBatch] = []
+    count = 0
+
+    def emit(rows: list[pa.RecordBatch]) -> pa.RecordBatch:
+        # concat_arrays copies into fresh, exactly-sized buffers even for a single slice: the
+        # IPC writer would otherwise serialise sliced buffers differently from fresh ones.
+        cols = [pa.concat_arrays([r.column(i) for r in rows]) for i in range(len(schema))]
+        return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        if not batch.schema.equals(schema, check_metadata=True) or any(
+            a.type != f.type for a, f in zip(batch.columns, schema, strict=True)
+        ):
+            batch = _conform(batch, schema)
+        pending.append(batch)
+        count += batch.num_rows
+        while count >= CHUNK_ROWS:
+            take, rest, need = [], [], CHUNK_ROWS
+            for b in pending:
+                if need == 0:
+                    rest.append(b)
+                elif b.num_rows <= need:
+                    take.append(b)
+                    need -= b.num_rows
+                else:
+                    take.append(b.slice(0, need))
+                    rest.append(b.slice(need))
+                    need = 0
+            yield emit(take)
+            pending, count = rest, count - CHUNK_ROWS
+    if count:
+        yield emit(pending)
+
+
+def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` with exactly ``schema`` (same data; names, metadata and list items fixed)."""
+    if batch.num_columns != len(schema) or batch.schema.names != schema.names:
+        raise ConfigError(
+            f"a batch has columns {batch.schema.names}, expected {schema.names}",
+            hint="every batch of a published dataset must have the same columns",
+        )
+    cols = [
+        c if c.type == f.type else c.cast(f.type)
+        for c, f in zip(batch.columns, schema, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+class _HashSink:
+    """A write-only file object that feeds a hash (what the IPC writer writes into)."""
+
+    def __init__(self) -> None:
+        self.h = hashlib.sha256()
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        mv = memoryview(data)
+        self.h.update(mv)
+        return mv.nbytes
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def writable(self) -> bool:
+        return True
+
+
+class _Hasher:
+    """Incremental content hash over canonical chunks."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.sink = _HashSink()
+        opts = ipc.IpcWriteOptions(metadata_version=ipc.MetadataVersion.V5, compression=None)
+        self.writer = ipc.new_stream(self.sink, schema, options=opts)
+
+    def update(self, batch: pa.RecordBatch) -> None:
+        self.writer.write_batch(batch)
+
+    def hexdigest(self) -> str:
+        self.writer.close()
+        return self.sink.h.hexdigest()
+
+
+def content_hash(data: pa.Table | Iterable[pa.RecordBatch], schema: pa.Schema | None = None) -> str:
+    """SHA-256 of the canonical Arrow IPC stream of ``data`` (schema metadata normalised).
+
+    Independent of chunking, of Parquet writer versions and of timestamps, so it is stable
+    across runs and machines.
+    """
+    schema, batches = _as_batches(data, schema)
+    h = _Hasher(schema)
+    for chunk in _canonical_chunks(batches, schema):
+        h.update(chunk)
+    return h.hexdigest()
+
+
+def _as_batches(
+    data: Any, schema: pa.Schema | None = None
+) -> tuple[pa.Schema, Iterable[pa.RecordBatch]]:
+    """Turn a table / reader / batch iterable / Parquet path into (canonical schema, batches)."""
+    if isinstance(data, str | os.PathLike):
+        p = str(data)
+        try:
+            pf = pq.ParquetFile(p)
+        except FileNotFoundError as exc:
+            raise NotFoundError(f"Parquet file not found: {p}") from exc
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise NotFoundError(f"not a readable Parquet file: {p}: {exc}") from exc
+        schema = pf.schema_arrow
+        batches: Iterable[pa.RecordBatch] = pf.iter_batches(batch_size=CHUNK_ROWS)
+    elif isinstance(data, pa.Table):
+        schema, batches = data.schema, data.to_batches()
+    elif isinstance(data, pa.RecordBatch):
+        schema, batches = data.schema, [data]
+    elif isinstance(data, pa.RecordBatchReader):
+        schema, batches = data.schema, data
+    elif isinstance(data, Iterable):
+        it = iter(data)
+        if schema is None:
+            first = next(it, None)
+            if first is None:
+                raise ConfigError(
+                    "cannot publish an empty batch iterator without a schema",
+                    hint="pass schema=... or an empty pa.Table",
+                )
+            schema = first.schema
+            batches = _chain(first, it)
+        else:
+            batches = it
+    else:
+        raise ConfigError(
+            f"cannot publish an object of type {type(data).__name__}",
+            hint="pass a pyarrow Table, RecordBatchReader, iterable of RecordBatches or a Parquet path",
+        )
+    return canonical_schema(schema), batches
+
+
+def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield first
+    yield from rest
+
+
+# --------------------------------------------------------------------------------------------
+# Code version
+# --------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def code_version() -> dict[str, Any]:
+    """The Sluice package version, plus the git commit of the checkout when there is one."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as pkg_version
+
+    try:
+        out: dict[str, Any] = {"sluice": pkg_version("sluice-data")}
+    except PackageNotFoundError:
+        out = {"sluice": "unknown"}
+    if (settings.PROJECT_ROOT / ".git").exists() and shutil.which("git"):
+        try:
+            commit = subprocess.run(
+                ["git", "-C", str(settings.PROJECT_ROOT), "rev-parse", "HEAD"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=True,
+            ).stdout.strip()
+            dirty = subprocess.run(
+                ["git", "-C", str(settings.PROJECT_ROOT), "status", "--porcelain", "-uno"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=True,
+            ).stdout.strip()
+            out["git_commit"] = commit
+            out["git_dirty"] = bool(dirty)
+        except (subprocess.SubprocessError, OSError):
+            pass
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The catalog
+# --------------------------------------------------------------------------------------------
+
+_DDL = [
+    """CREATE TABLE IF NOT EXISTS catalog_info (key VARCHAR PRIMARY KEY, value VARCHAR)""",
+    """CREATE TABLE IF NOT EXISTS versions (
+        name VARCHAR NOT NULL,
+        version VARCHAR NOT NULL,
+        content_hash VARCHAR NOT NULL,
+        hash_algo VARCHAR NOT NULL,
+        num_rows BIGINT NOT NULL,
+        num_bytes BIGINT NOT NULL,
+        schema_json VARCHAR NOT NULL,
+        parents_json VARCHAR NOT NULL,
+        step VARCHAR NOT NULL,
+        config_json VARCHAR NOT NULL,
+        code_version_json VARCHAR NOT NULL,
+        metadata_json VARCHAR NOT NULL,
+        object_path VARCHAR NOT NULL,
+        created_at VARCHAR NOT NULL,
+        PRIMARY KEY (name, version))""",
+    """CREATE TABLE IF NOT EXISTS publications (
+        seq BIGINT PRIMARY KEY,
+        name VARCHAR NOT NULL,
+        version VARCHAR NOT NULL,
+        published_at VARCHAR NOT NULL)""",
+]
+
+_SELECT = """
+    SELECT v.name, v.version, v.content_hash, v.hash_algo, v.num_rows, v.num_bytes,
+           v.schema_json, v.parents_json, v.step, v.config_json, v.code_version_json,
+           v.metadata_json, v.object_path, v.created_at, p.published_at, p.seq
+    FROM versions v
+    JOIN (SELECT name, version, max(seq) AS seq, max(published_at) AS published_at
+          FROM publications GROUP BY name, version) p
+      ON p.name = v.name AND p.version = v.version
+"""
+
+
+def _json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _schema_to_json(schema: pa.Schema) -> list[dict[str, Any]]:
+    return [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in schema]
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def split_ref(ref: str) -> tuple[str, str]:
+    """``"name@version"`` -> ``(name, version)``; ``"name"`` -> ``(name, "latest")``."""
+    if not isinstance(ref, str) or not ref.strip():
+        raise ConfigError(
+            f"invalid dataset ref {ref!r}", hint="use NAME, NAME@latest or NAME@VERSION"
+        )
+    name, _, version = ref.strip().rpartition("@") if "@" in ref else (ref.strip(), "", "")
+    return name, (version or "latest")
+
+
+class Catalog:
+    """The dataset catalog under one data root (local folder or fsspec URL)."""
+
+    def __init__(self, root: str | os.PathLike | None = None, *, cache_dir: str | None = None):
+        import fsspec
+        from fsspec.implementations.local import LocalFileSystem
+
+        self.root = settings.data_root(root)
+        fs, base = fsspec.core.url_to_fs(self.root)
+        self.fs = fs
+        self._base = base.rstrip("/") or "/"
+        self.is_local = isinstance(fs, LocalFileSystem)
+        if self.is_local:
+            self._meta_dir = Path(base)
+        else:
+            default = Path(
+                os.environ.get("SLUICE_CATALOG_CACHE")
+                or Path.home() / ".cache" / "sluice" / "catalogs"
+            )
+            cache = Path(cache_dir) if cache_dir else default
+            key = hashlib.sha256(self.root.encode()).hexdigest()[:16]
+            self._meta_dir = cache / key
+        self.db_path = self._meta_dir / "catalog.duckdb"
+        self.lock_path = self._meta_dir / "catalog.lock"
+
+    def __repr__(self) -> str:
+        return f"Catalog({self.root!r})"
+
+    # ---- paths --------------------------------------------------------------------------
+
+    def _object_rel(self, digest: str) -> str:
+        return f"objects/{digest[:2]}/{digest}.parquet"
+
+    def _abs(self, rel: str) -> str:
+        """Filesystem path (as ``self.fs`` understands it) of a root-relative path."""
+        return f"{self._base}/{rel}"
+
+    def _display(self, rel: str) -> str:
+        """What users get: a local absolute path, or the full URL for remote roots."""
+        p = self._abs(rel)
+        return p if self.is_local else self.fs.unstrip_protocol(p)
+
+    # ---- connections --------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _connect(self, write: bool) -> Iterator[Any]:
+        """A DuckDB connection held under the catalog lock (None: no catalog yet, read only)."""
+        import duckdb
+
+        if not write and not self.db_path.exists():
+            yield None
+            return
+        self._meta_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.lock_path, "a+b") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX if write else fcntl.LOCK_SH)
+            try:
+                if not write and not self.db_path.exists():
+                    yield None
+                    return
+                con = duckdb.connect(str(self.db_path), read_only=not write)
+                try:
+                    if write:
+                        for stmt in _DDL:
+                            con.execute(stmt)
+                        con.execute(
+                            "INSERT OR IGNORE INTO catalog_info VALUES ('schema_version', ?)",
+                            [str(CATALOG_SCHEMA_VERSION)],
+                        )
+                    yield con
+                finally:
+                    con.close()
+            finally:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+    def _row_to_version(self, row: tuple) -> DatasetVersion:
+        (name, version, digest, algo, nrows, nbytes, schema_j, parents_j, step, config_j,
+         code_j, meta_j, obj, created, published, _seq) = row  # fmt: skip
+        return DatasetVersion(
+            name=name,
+            version=version,
+            content_hash=digest,
+            num_rows=int(nrows),
+            num_bytes=int(nbytes),
+            schema=json.loads(schema_j),
+            parents=tuple(json.loads(parents_j)),
+            step=step,
+            config=json.loads(config_j),
+            code_version=json.loads(code_j),
+            created_at=created,
+            published_at=published,
+            metadata=json.loads(meta_j),
+            path=self._display(obj),
+            hash_algo=algo,
+        )
+
+    # ---- queries ------------------------------------------------------------------------
+
+    def datasets(self) -> list[str]:
+        """Names of all published datasets, sorted."""
+        with self._connect(write=False) as con:
+            if con is None:
+                return []
+            return [
+                r[0]
+                for r in con.execute("SELECT DISTINCT name FROM versions ORDER BY 1").fetchall()
+            ]
+
+    def versions(self, name: str) -> list[DatasetVersion]:
+        """All versions of ``name``, most recently published first."""
+        with self._connect(write=False) as con:
+            rows = self._versions(con, name)
+        if not rows:
+            raise NotFoundError(
+                f"no dataset named {name!r} in the catalog at {self.root}",
+                hint=did_you_mean(name, self.datasets()),
+            )
+        return [self._row_to_version(r) for r in rows]
+
+    def list(self) -> list[DatasetVersion]:
+        """The latest version of every dataset, by name."""
+        with self._connect(write=False) as con:
+            if con is None:
+                return []
+            rows = con.execute(
+                _SELECT + " QUALIFY row_number() OVER (PARTITION BY v.name ORDER BY p.seq DESC) = 1"
+                " ORDER BY v.name"
+            ).fetchall()
+        return [self._row_to_version(r) for r in rows]
+
+    def _versions(self, con: Any, name: str) -> list[tuple]:
+        if con is None:
+            return []
+        return con.execute(_SELECT + " WHERE v.name = ? ORDER BY p.seq DESC", [name]).fetchall()
+
+    def _resolve(self, con: Any, ref: str) -> DatasetVersion:
+        name, want = split_ref(ref)
+        rows = self._versions(con, name)
+        if not rows:
+            names = (
+                [r[0] for r in con.execute("SELECT DISTINCT name FROM versions").fetchall()]
+                if con is not None
+                else []
+            )
+            raise NotFoundError(
+                f"no dataset named {name!r} in the catalog at {self.root}",
+                hint=did_you_mean(name, names),
+            )
+        if want == "latest":
+            return self._row_to_version(rows[0])
+        hits = [r for r in rows if r[1] == want or r[2] == want]
+        if not hits and len(want) >= MIN_PREFIX:
+            hits = [r for r in rows if r[1].startswith(want)]
+        available = ", ".join(r[1] for r in rows)
+        if not hits:
+            raise NotFoundError(
+                f"dataset {name!r} has no version {want!r}",
+                hint=f"available versions (newest first): {available}; or use {name}@latest",
+            )
+        if len(hits) > 1:
+            raise ConfigError(
+                f"version prefix {want!r} of dataset {name!r} is ambiguous",
+                hint="matches " + ", ".join(r[1] for r in hits) + "; give more characters",
+            )
+        return self._row_to_version(hits[0])
+
+    def resolve(self, ref: str) -> DatasetVersion:
+        """``"name"``, ``"name@latest"``, ``"name@<version or unique prefix>"`` -> the version."""
+        with self._connect(write=False) as con:
+            return self._resolve(con, ref)
+
+    def show(self, ref: str) -> dict[str, Any]:
+        """All recorded metadata of a version, JSON-ready."""
+        return self.resolve(ref).to_dict()
+
+    def path(self, ref: str) -> str:
+        """The Parquet file of a version (local path or URL), for polars/duckdb queries."""
+        return self.resolve(ref).path
+
+    def load(self, ref: str, columns: list[str] | None = None) -> pa.Table:
+        """Read a version into memory."""
+        v = self.resolve(ref)
+        if columns:
+            missing = [c for c in columns if c not in v.columns]
+            if missing:
+                raise ConfigError(
+                    f"{v.ref} has no column(s) {missing}",
+                    hint=did_you_mean(missing[0], v.columns),
+                )
+        return self._read(v, columns)
+
+    def _read(self, v: DatasetVersion, columns: list[str] | None = None) -> pa.Table:
+        p = self._abs(self._object_rel(v.content_hash))
+        try:
+            return pq.read_table(p, columns=columns, filesystem=self.fs)
+        except FileNotFoundError as exc:
+            raise IntegrityError(
+                f"the file of {v.ref} is missing: {v.path}",
+                hint="the data root was modified outside Sluice; republish the dataset",
+            ) from exc
+
+    def scan(self, ref: str, batch_size: int = CHUNK_ROWS) -> Iterator[pa.RecordBatch]:
+        """Stream a version batch by batch (for tables larger than memory)."""
+        v = self.resolve(ref)
+        with self.fs.open(self._abs(self._object_rel(v.content_hash)), "rb") as f:
+            yield from pq.ParquetFile(f).iter_batches(batch_size=batch_size)
+
+    def verify(self, ref: str) -> DatasetVersion:
+        """Re-hash a version's file; raise IntegrityError unless rows and hash match the record."""
+        v = self.resolve(ref)
+        p = self._abs(self._object_rel(v.content_hash))
+        if not self.fs.exists(p):
+            raise IntegrityError(f"the file of {v.ref} is missing: {v.path}")
+        with self.fs.open(p, "rb") as f:
+            pf = pq.ParquetFile(f)
+            rows = pf.metadata.num_rows
+            digest = content_hash(pf.iter_batches(batch_size=CHUNK_ROWS), pf.schema_arrow)
+        if rows != v.num_rows or digest != v.content_hash:
+            raise IntegrityError(
+                f"{v.ref} does not match its record: {rows} rows / hash {digest[:16]}"
+                f" on disk, {v.num_rows} rows / hash {v.content_hash[:16]} recorded",
+                hint="the object file was modified outside Sluice; republish the dataset",
+            )
+        return v
+
+    def lineage(self, ref: str) -> list[LineageNode]:
+        """Walk the ancestor DAG breadth-first from ``ref``; each ancestor appears once."""
+        with self._connect(write=False) as con:
+            start = self._resolve(con, ref)
+            nodes = [LineageNode(start.ref, 0, start.parents, start)]
+            seen = {start.ref}
+            frontier = [(p, 1) for p in start.parents]
+            while frontier:
+                pref, depth = frontier.pop(0)
+                if pref in seen:
+                    continue
+                seen.add(pref)
+                try:
+                    pv: DatasetVersion | None = self._resolve(con, pref)
+                except (NotFoundError, ConfigError):
+                    pv = None
+                parents = pv.parents if pv else ()
+                nodes.append(LineageNode(pref, depth, parents, pv))
+                frontier.extend((p, depth + 1) for p in parents)
+        return nodes
+
+    def diff(self, ref_a: str, ref_b: str, key: str | None = None, sample: int = 5) -> DatasetDiff:
+        """Compare two versions: schema, row counts, rows added/removed/changed by ``key``.
+
+        ``key`` defaults to ``uid`` when both versions have it; without a key, rows are
+        compared whole over the common columns.
+        """
+        import duckdb
+
+        a, b = self.resolve(ref_a), self.resolve(ref_b)
+        ta = {c["name"]: c["type"] for c in a.schema}
+        tb = {c["name"]: c["type"] for c in b.schema}
+        added = [c for c in tb if c not in ta]
+        removed = [c for c in ta if c not in tb]
+        changed = {c: (ta[c], tb[c]) for c in ta if c in tb and ta[c] != tb[c]}
+        common = [c for c in ta if c in tb and c not in changed]
+        if key is None and "uid" in ta and "uid" in tb:
+            key = "uid"
+        if key is not None and (key not in ta or key not in tb):
+            raise ConfigError(
+                f"key column {key!r} is not in both {a.ref} and {b.ref}",
+                hint=did_you_mean(key, sorted(set(ta) & set(tb))),
+            )
+
+        def q(c: str) -> str:
+            return '"' + c.replace('"', '""') + '"'
+
+        def lit(s: str) -> str:
+            return "'" + s.replace("'", "''") + "'"
+
+        con = duckdb.connect()
+        try:
+            if not self.is_local:
+                con.register_filesystem(self.fs)
+            con.execute(f"CREATE VIEW a AS SELECT * FROM read_parquet({lit(a.path)})")
+            con.execute(f"CREATE VIEW b AS SELECT * FROM read_parquet({lit(b.path)})")
+            s_add: list[Any] = []
+            s_rem: list[Any] = []
+            s_chg: list[Any] = []
+            n_chg: int | None = None
+            if key is not None:
+                k = q(key)
+                anti = (
+                    "FROM (SELECT DISTINCT {k} AS k FROM {x}) x "
+                    "ANTI JOIN (SELECT DISTINCT {k} AS k FROM {y}) y ON x.k = y.k"
+                )
+                add_sql = anti.format(k=k, x="b", y="a")
+                rem_sql = anti.format(k=k, x="a", y="b")
+                n_add = con.execute(f"SELECT count(*) {add_sql}").fetchone()[0]
+                n_rem = con.execute(f"SELECT count(*) {rem_sql}").fetchone()[0]
+                s_add = [
+                    r[0]
+                    for r in con.execute(
+                        f"SELECT x.k {add_sql} ORDER BY 1 LIMIT {int(sample)}"
+                    ).fetchall()
+                ]
+                s_rem = [
+                    r[0]
+                    for r in con.execute(
+                        f"SELECT x.k {rem_sql} ORDER BY 1 LIMIT {int(sample)}"
+                    ).fetchall()
+                ]
+                others = [c for c in common if c != key]
+                if others:
+                    ra = "row(" + ", ".join(f"a.{q(c)}" for c in others) + ")"
+                    rb = "row(" + ", ".join(f"b.{q(c)}" for c in others) + ")"
+                    chg_sql = f"FROM a JOIN b ON a.{k} = b.{k} WHERE {ra} IS DISTINCT FROM {rb}"
+                    n_chg = con.execute(f"SELECT count(DISTINCT a.{k}) {chg_sql}").fetchone()[0]
+                    s_chg = [
+                        r[0]
+                        for r in con.execute(
+                            f"SELECT DISTINCT a.{k} {chg_sql} ORDER BY 1 LIMIT {int(sample)}"
+                        ).fetchall()
+                    ]
+                else:
+                    n_chg = 0
+            elif common:
+                cols = ", ".join(q(c) for c in common)
+                n_add = con.execute(
+                    f"SELECT count(*) FROM (SELECT {cols} FROM b EXCEPT ALL SELECT {cols} FROM a)"
+                ).fetchone()[0]
+                n_rem = con.execute(
+                    f"SELECT count(*) FROM (SELECT {cols} FROM a EXCEPT ALL SELECT {cols} FROM b)"
+                ).fetchone()[0]
+            else:
+                n_add, n_rem = b.num_rows, a.num_rows
+        finally:
+            con.close()
+        return DatasetDiff(
+            a=a.ref,
+            b=b.ref,
+            rows_a=a.num_rows,
+            rows_b=b.num_rows,
+            added_columns=added,
+            removed_columns=removed,
+            changed_types=changed,
+            key=key,
+            rows_added=int(n_add),
+            rows_removed=int(n_rem),
+            rows_changed=n_chg,
+            sample_added=s_add,
+            sample_removed=s_rem,
+            sample_changed=s_chg,
+        )
+
+    # ---- publishing ---------------------------------------------------------------------
+
+    def publish(
+        self,
+        name: str,
+        table: pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch] | str | os.PathLike,
+        *,
+        parents: Iterable[str] = (),
+        step: str = "",
+        config: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+        schema: pa.Schema | None = None,
+    ) -> DatasetVersion:
+        """Publish ``table`` as a version of ``name``; return it (existing one if same content).
+
+        ``table`` may be a pyarrow Table, a RecordBatchReader, an iterable of RecordBatches
+        (pass ``schema`` when it may be empty) or the path of a Parquet file; anything but a
+        Table is streamed, so a large dataset never has to fit in memory. ``parents`` are refs
+        of the inputs; they are resolved to exact ``name@version`` before being recorded.
+
+        Latest semantics: publishing content that is already the latest version of ``name``
+        changes nothing; publishing content of an older version records a new publication
+        event, which makes that version the latest again.
+        """
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise ConfigError(
+                f"invalid dataset name {name!r}",
+                hint="use letters, digits, '.', '_', '-' and '/', starting with a letter or digit",
+            )
+        for label, obj in (("config", config), ("metadata", metadata)):
+            if obj is not None and not isinstance(obj, dict):
+                raise ConfigError(f"{label} must be a dict, got {type(obj).__name__}")
+        parent_refs = [parents] if isinstance(parents, str) else list(parents)
+        if parent_refs:
+            with self._connect(write=False) as con:
+                resolved = [self._resolve(con, p).ref for p in parent_refs]
+        else:
+            resolved = []
+        resolved = list(dict.fromkeys(resolved))
+
+        canon, batches = _as_batches(table, schema)
+        digest, nrows, nbytes = self._write_object(canon, batches)
+        version = digest[:VERSION_LEN]
+        rel = self._object_rel(digest)
+
+        with self._connect(write=True) as con:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                existing = con.execute(
+                    "SELECT content_hash FROM versions WHERE name = ? AND version = ?",
+                    [name, version],
+                ).fetchone()
+                if existing and existing[0] != digest:
+                    raise IntegrityError(
+                        f"version id collision for {name}@{version}: two different contents "
+                        "share the first 16 hex characters of their hash",
+                        hint="report this; the catalog was not changed",
+                    )
+                latest = con.execute(
+                    "SELECT version FROM publications WHERE name = ? ORDER BY seq DESC LIMIT 1",
+                    [name],
+                ).fetchone()
+                now = _now()
+                if not existing:
+                    con.execute(
+                        "INSERT INTO versions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        [
+                            name,
+                            version,
+                            digest,
+                            HASH_ALGO,
+                            nrows,
+                            nbytes,
+                            _json(_schema_to_json(canon)),
+                            _json(resolved),
+                            step or "",
+                            _json(config or {}),
+                            _json(code_version()),
+                            _json(metadata or {}),
+                            rel,
+                            now,
+                        ],
+                    )
+                if not existing or (latest and latest[0] != version):
+                    seq = con.execute(
+                        "SELECT coalesce(max(seq), 0) + 1 FROM publications"
+                    ).fetchone()[0]
+                    con.execute(
+                        "INSERT INTO publications VALUES (?, ?, ?, ?)", [seq, name, version, now]
+                    )
+                _test_hook("in-transaction")
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("CHECKPOINT")
+            return self._resolve(con, f"{name}@{version}")
+
+    def _write_object(
+        self, schema: pa.Schema, batches: Iterable[pa.RecordBatch]
+    ) -> tuple[str, int, int]:
+        """Write the content-addressed Parquet object; return (hash, rows, bytes).
+
+        Hashing and writing happen in one streaming pass into a temporary file, which is
+        fsynced and then renamed (local) or uploaded (remote) to its content-addressed name.
+        """
+        if self.is_local:
+            tmp_dir = Path(self._abs("objects/tmp"))
+        else:
+            tmp_dir = self._meta_dir / "tmp"
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        tmp = tmp_dir / f"{uuid.uuid4().hex}.parquet.partial"
+        try:
+            hasher = _Hasher(schema)
+            nrows = 0
+            with open(tmp, "wb") as fh:
+                writer = pq.ParquetWriter(
+                    fh,
+                    schema,
+                    compression=PARQUET_COMPRESSION,
+                    # keep Arrow's list item name ("item") so reads give back the exact schema
+                    use_compliant_nested_type=False,
+                )
+                try:
+                    for chunk in _canonical_chunks(batches, schema):
+                        hasher.update(chunk)
+                        writer.write_batch(chunk, row_group_size=CHUNK_ROWS)
+                        nrows += chunk.num_rows
+                        _test_hook("writing")
+                finally:
+                    writer.close()
+                fh.flush()
+                os.fsync(fh.fileno())
+            digest = hasher.hexdigest()
+            nbytes = tmp.stat().st_size
+            _test_hook("object-written")
+            final = self._abs(self._object_rel(digest))
+            if self.is_local:
+                if not self._object_ok(final, nrows):
+                    Path(final).parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(tmp, final)
+                    _fsync_dir(Path(final).parent)
+            elif not self._object_ok(final, nrows):
+                self.fs.makedirs(self.fs._parent(final), exist_ok=True)
+                self.fs.put_file(str(tmp), final)
+            _test_hook("object-placed")
+            return digest, nrows, nbytes
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _object_ok(self, path: str, nrows: int) -> bool:
+        """True when a complete object with ``nrows`` rows is already at ``path``."""
+        try:
+            if not self.fs.exists(path):
+                return False
+            with self.fs.open(path, "rb") as f:
+                return pq.ParquetFile(f).metadata.num_rows == nrows
+        except Exception:  # unreadable = not ok; it gets replaced
+            return False
+
+    def garbage(self) -> list[str]:
+        """Object files (and in-flight temp files) that no version refers to."""
+        with self._connect(write=False) as con:
+            used = (
+                {r[0] for r in con.execute("SELECT object_path FROM versions").fetchall()}
+                if con is not None
+                else set()
+            )
+        base = self._abs("objects")
+        if not self.fs.exists(base):
+            return []
+        out = []
+        for p in self.fs.find(base):
+            rel = p[len(self._base) + 1 :] if p.startswith(self._base + "/") else p
+            if rel not in used:
+                out.append(self._display(rel))
+        return sorted(out)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------------------------
+# Module-level helpers on the default catalog (root = settings.data_root(), read at call time)
+# --------------------------------------------------------------------------------------------
+
+
+def default_catalog() -> Catalog:
+    return Catalog()
+
+
+def publish(
+    name: str,
+    table: pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch] | str | os.PathLike,
+    *,
+    parents: Iterable[str] = (),
+    step: str = "",
+    config: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+    schema: pa.Schema | None = None,
+) -> DatasetVersion:
+    """:meth:`Catalog.publish` on the default catalog."""
+    return Catalog().publish(
+        name, table, parents=parents, step=step, config=config, metadata=metadata, schema=schema
+    )
+
+
+def load(ref: str, columns: list[str] | None = None) -> pa.Table:
+    """:meth:`Catalog.load` on the default catalog."""
+    return Catalog().load(ref, columns=columns)
+
+
+def resolve(ref: str) -> DatasetVersion:
+    """:meth:`Catalog.resolve` on the default catalog."""
+    return Catalog().resolve(ref)
+
+
+__all__ = [
+    "Catalog",
+    "DatasetDiff",
+    "DatasetVersion",
+    "LineageNode",
+    "content_hash",
+    "canonical_schema",
+    "code_version",
+    "default_catalog",
+    "load",
+    "publish",
+    "resolve",
+    "split_ref",
+]
