@@ -1,0 +1,330 @@
+"""The pipeline config file: one TOML or YAML file that declares what `sluice run` curates.
+
+```toml
+data_root = ".sluice"                 # catalog + Parquet store + Prefect state (relative: to this file)
+
+[benchmarks]
+names = ["aime24", "aime25"]           # default: every registered benchmark
+# dir = "/path/to/benchmarks"          # local mirror (default: SLUICE_BENCHMARKS_DIR / shared)
+# window = "paper"                     # or "2024-08-01..2025-05-01"
+
+[detectors]
+names = ["ngram", "minhash", "problem_id"]
+thresholds = { ngram = 0.5 }
+
+[[pools]]
+name = "ttrl-aime24"
+source = "${SLUICE_SHARED_DIR}/pools/math_ttrl_aime24_as_train.jsonl"
+map = "auto"
+text_fields = ["problem"]
+
+[outputs]
+publish_as = "{pool}"                # -> {pool}.decontaminated, {pool}.excluded
+report_dir = "reports"
+
+[scale]
+shards = 1                             # > 1: scan shards as separate tasks (or on Ray)
+# ray_address = "auto"                 # set: shards run on that Ray cluster
+```
+
+The dataclasses below are the single source of truth for these keys; the CLI reads the same
+objects. Paths in the file are relative to the file's folder; ``${VAR}`` is expanded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from curation.errors import ConfigError, NotFoundError, did_you_mean
+
+CONFIG_SCHEMA_VERSION = "pipeline/1"
+
+_POOL_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+
+def _check_keys(section: str, raw: dict[str, Any], cls: type) -> None:
+    known = [f.name for f in fields(cls)]
+    for key in raw:
+        if key not in known:
+            raise ConfigError(f"unknown key {key!r} in [{section}]", hint=did_you_mean(key, known))
+
+
+@dataclass
+class BenchmarksConfig:
+    names: list[str] | None = field(
+        default=None, metadata={"help": "benchmarks to check against (default: all registered)"}
+    )
+    dir: str | None = field(
+        default=None, metadata={"help": "local benchmark mirror (default: SLUICE_BENCHMARKS_DIR)"}
+    )
+    window: str | list[str] | None = field(
+        default=None,
+        metadata={"help": "LiveCodeBench window: 'paper', 'START..END' or [start, end] ISO dates"},
+    )
+    include_variants: bool = field(
+        default=True, metadata={"help": "also check alternative AIME wordings"}
+    )
+
+    def __post_init__(self) -> None:
+        if self.names is not None and (
+            not isinstance(self.names, list) or not all(isinstance(n, str) for n in self.names)
+        ):
+            raise ConfigError("[benchmarks] names must be a list of benchmark names")
+        if isinstance(self.window, list):
+            if len(self.window) != 2:
+                raise ConfigError(
+                    "[benchmarks] window must be two ISO dates",
+                    hint='e.g. ["2024-08-01", "2025-05-01"] or "paper"',
+                )
+            self.window = f"{self.window[0]}..{self.window[1]}"
+
+
+@dataclass
+class DetectorsConfig:
+    names: list[str] | None = field(
+        default=None, metadata={"help": "detectors to run (default: the registry's defaults)"}
+    )
+    thresholds: dict[str, float] = field(
+        default_factory=dict,
+        metadata={"help": "detector name -> decision threshold (policy; no rescan needed)"},
+    )
+    evidence_only: list[str] = field(
+        default_factory=list,
+        metadata={"help": "detectors whose matches are kept as evidence but never flag alone"},
+    )
+    options: dict[str, dict[str, Any]] = field(
+        default_factory=dict,
+        metadata={"help": "detector name -> fields of that detector's config dataclass"},
+    )
+
+    def __post_init__(self) -> None:
+        from decontam.registry import DETECTORS
+
+        for name in [
+            *(self.names or []),
+            *self.thresholds,
+            *self.options,
+            *self.evidence_only,
+        ]:
+            if name not in DETECTORS:
+                raise ConfigError(
+                    f"unknown detector {name!r} in [detectors]",
+                    hint=did_you_mean(name, list(DETECTORS)),
+                )
+        for name, thr in self.thresholds.items():
+            if not isinstance(thr, int | float):
+                raise ConfigError(f"[detectors] thresholds.{name} must be a number, got {thr!r}")
+
+
+@dataclass
+class PoolConfig:
+    name: str = field(metadata={"help": "dataset name in the catalog (lowercase, dashes)"})
+    source: str = field(metadata={"help": "file, folder, glob or hub id to ingest"})
+    map: str | dict[str, str] = field(
+        default="auto", metadata={"help": "field map: a built-in map name, 'auto', or a dict"}
+    )
+    text_fields: list[str] = field(
+        default_factory=lambda: ["problem"],
+        metadata={"help": "fields scanned for contamination"},
+    )
+    id_field: str | None = field(default="uid", metadata={"help": "row id field"})
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _POOL_NAME.match(self.name):
+            raise ConfigError(
+                f"pool name {self.name!r} is not a valid dataset name",
+                hint="use lowercase letters, digits, '.', '_' and '-'",
+            )
+        if not self.text_fields:
+            raise ConfigError(f"pool {self.name!r}: text_fields must name at least one field")
+
+
+@dataclass
+class OutputsConfig:
+    publish_as: str = field(
+        default="{pool}",
+        metadata={
+            "help": "base name of the published outputs: <name>.decontaminated, <name>.excluded"
+        },
+    )
+    report_dir: str = field(
+        default="reports", metadata={"help": "folder for reports (relative: to the data root)"}
+    )
+
+    def __post_init__(self) -> None:
+        if "{pool}" not in self.publish_as:
+            raise ConfigError(
+                f"[outputs] publish_as {self.publish_as!r} must contain '{{pool}}'",
+                hint='e.g. "{pool}" or "curated-{pool}"',
+            )
+
+
+@dataclass
+class ScaleConfig:
+    shards: int = field(default=1, metadata={"help": "scan shards (1: one process)"})
+    ray_address: str | None = field(
+        default=None, metadata={"help": "Ray cluster address; set: shards run on Ray"}
+    )
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.shards, int) or self.shards < 1:
+            raise ConfigError(f"[scale] shards must be an integer >= 1, got {self.shards!r}")
+
+
+@dataclass
+class PipelineConfig:
+    pools: list[PoolConfig]
+    data_root: str | None = field(default=None, metadata={"help": "catalog + state folder"})
+    benchmarks: BenchmarksConfig = field(default_factory=BenchmarksConfig)
+    detectors: DetectorsConfig = field(default_factory=DetectorsConfig)
+    outputs: OutputsConfig = field(default_factory=OutputsConfig)
+    scale: ScaleConfig = field(default_factory=ScaleConfig)
+
+    def __post_init__(self) -> None:
+        if not self.pools:
+            raise ConfigError("the config declares no pools", hint="add a [[pools]] table")
+        names = [p.name for p in self.pools]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ConfigError(f"pool names must be unique; repeated: {', '.join(dupes)}")
+
+    # -- derived -----------------------------------------------------------------------
+    def resolved_data_root(self) -> str:
+        from curation.settings import data_root
+
+        return data_root(self.data_root)
+
+    def report_root(self) -> Path:
+        p = Path(self.outputs.report_dir)
+        return p if p.is_absolute() else Path(self.resolved_data_root()) / p
+
+    def publish_name(self, pool: str) -> str:
+        return self.outputs.publish_as.format(pool=pool)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def decontam_config(self) -> Any:
+        """The :class:`decontam.run.DecontamConfig` this file defines (validated)."""
+        from decontam.policy import PolicyConfig
+        from decontam.registry import DEFAULT_DETECTORS
+        from decontam.run import ALL_BENCHMARKS, DecontamConfig
+
+        b, d = self.benchmarks, self.detectors
+        return DecontamConfig(
+            benchmarks=list(b.names or ALL_BENCHMARKS),
+            detectors=list(d.names or DEFAULT_DETECTORS),
+            detector_configs={k: dict(v) for k, v in d.options.items()},
+            policy=PolicyConfig(
+                thresholds={k: float(v) for k, v in d.thresholds.items()},
+                evidence_only=list(d.evidence_only),
+            ),
+            window=b.window,
+            include_variants=b.include_variants,
+        )
+
+    def hash(self) -> str:
+        blob = json.dumps(self.to_dict(), sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    # -- construction ------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], *, base_dir: Path | None = None) -> PipelineConfig:
+        if not isinstance(raw, dict):
+            raise ConfigError("a pipeline config must be a table/mapping at the top level")
+        _check_keys("top level", raw, cls)
+        base = base_dir or Path.cwd()
+
+        def section(name: str, sub: type) -> Any:
+            val = raw.get(name) or {}
+            if not isinstance(val, dict):
+                raise ConfigError(f"[{name}] must be a table/mapping")
+            _check_keys(name, val, sub)
+            return sub(**val)
+
+        pools_raw = raw.get("pools") or []
+        if not isinstance(pools_raw, list):
+            raise ConfigError("pools must be a list of tables ([[pools]] in TOML)")
+        pools = []
+        for i, p in enumerate(pools_raw):
+            if not isinstance(p, dict):
+                raise ConfigError(f"pools[{i}] must be a table/mapping")
+            _check_keys(f"pools[{i}]", p, PoolConfig)
+            for req in ("name", "source"):
+                if req not in p:
+                    raise ConfigError(f"pools[{i}] is missing {req!r}")
+            p = dict(p)
+            p["source"] = _resolve_path(p["source"], base)
+            pools.append(PoolConfig(**p))
+
+        bench = section("benchmarks", BenchmarksConfig)
+        if bench.dir:
+            bench.dir = _resolve_path(bench.dir, base)
+        outputs = section("outputs", OutputsConfig)
+        data_root = raw.get("data_root")
+        if data_root:
+            data_root = _resolve_path(str(data_root), base)
+        outputs.report_dir = os.path.expanduser(os.path.expandvars(outputs.report_dir))
+        return cls(
+            pools=pools,
+            data_root=data_root,
+            benchmarks=bench,
+            detectors=section("detectors", DetectorsConfig),
+            outputs=outputs,
+            scale=section("scale", ScaleConfig),
+        )
+
+
+def _resolve_path(value: str, base: Path) -> str:
+    """Expand ``${VAR}``/``~`` and make a relative local path absolute against ``base``.
+    URLs (``hf://``, ``s3://``...) and hub ids (``org/name`` that do not exist locally) pass."""
+    v = os.path.expanduser(os.path.expandvars(str(value)))
+    if "://" in v or os.path.isabs(v):
+        return v
+    cand = base / v
+    if not cand.exists() and _HUB_ID.fullmatch(v) and not Path(v).suffix:
+        return v  # a hub dataset id such as "org/name"
+    return str(cand.resolve())
+
+
+_HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
+
+
+def load_config(path: str | os.PathLike) -> PipelineConfig:
+    """Read a pipeline config from a ``.toml``, ``.yaml`` or ``.yml`` file."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise NotFoundError(
+            f"config file {str(p)!r} not found", hint="run `sluice demo` for a sample"
+        )
+    text = p.read_text(encoding="utf-8")
+    suffix = p.suffix.lower()
+    try:
+        if suffix == ".toml":
+            import tomllib
+
+            raw = tomllib.loads(text)
+        elif suffix in (".yaml", ".yml"):
+            import yaml
+
+            raw = yaml.safe_load(text)
+        else:
+            raise ConfigError(
+                f"config file {str(p)!r}: unknown format {suffix!r}", hint="use .toml or .yaml"
+            )
+    except ConfigError:
+        raise
+    except Exception as exc:  # tomllib.TOMLDecodeError / yaml.YAMLError carry line numbers
+        raise ConfigError(f"config file {str(p)!r} is not valid {suffix[1:]}: {exc}") from exc
+    try:
+        return PipelineConfig.from_dict(raw or {}, base_dir=p.resolve().parent)
+    except ConfigError as exc:
+        raise ConfigError(f"config file {str(p)!r}: {exc.message}", hint=exc.hint) from exc
+    except TypeError as exc:  # wrong value types for a dataclass
+        raise ConfigError(f"config file {str(p)!r}: {exc}") from exc

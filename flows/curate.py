@@ -1,0 +1,95 @@
+"""`curate_flow`: every pool of a pipeline config through ingest -> decontaminate -> report.
+
+Each stage is a subflow with cached tasks (see :mod:`flows.tasks`), so rerunning the config on
+unchanged pools does no heavy work and publishes no new versions, and a pool with a few new rows
+re-scans only those rows (the decontamination scan cache is keyed per text).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+
+from flows.decontaminate import decontaminate_flow, publish_contamination_artifact
+from flows.ingest import ingest_counts, ingest_flow
+from flows.report import report_flow
+
+
+@flow(name="sluice-curate", log_prints=True)
+def curate_flow(
+    config_path: str, data_root: str | None = None, ray_address: str | None = None
+) -> dict[str, Any]:
+    """Curate every pool declared in the TOML/YAML config at ``config_path``. ``data_root``
+    and ``ray_address`` override the file. Returns, per pool, the published refs, the counts
+    and the report paths."""
+    from flows.config import load_config
+
+    cfg = load_config(config_path)
+    if data_root:
+        cfg.data_root = data_root
+    root = cfg.resolved_data_root()
+    decontam = cfg.decontam_config().to_dict()
+    results: dict[str, Any] = {}
+    for pool in cfg.pools:
+        ing = ingest_flow(source=pool.source, name=pool.name, field_map=pool.map, data_root=root)
+        dec = decontaminate_flow(
+            input_ref=ing["ref"],
+            text_fields=pool.text_fields,
+            id_field=pool.id_field,
+            decontam=decontam,
+            data_root=root,
+            benchmarks_dir=cfg.benchmarks.dir,
+            publish_as=cfg.publish_name(pool.name),
+            shards=cfg.scale.shards,
+            ray_address=ray_address or cfg.scale.ray_address,
+        )
+        rep = report_flow(
+            run_dir=dec["run_dir"], out_dir=str(cfg.report_root() / pool.name), data_root=root
+        )
+        # again, now with the report link (the artifact key keeps its history)
+        publish_contamination_artifact(dec, report_html=rep["html"])
+        results[pool.name] = {"ingest": ing, "decontaminate": dec, "report": rep}
+    publish_summary_artifact(results)
+    return results
+
+
+def summary_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per pool: rows in / kept / rejected / contaminated, flags per benchmark,
+    the published versions and the report path."""
+    benches = sorted(
+        {
+            b
+            for r in results.values()
+            for b in (r["decontaminate"]["counts"].get("flagged_by_benchmark") or {})
+        }
+    )
+    rows = []
+    for pool, r in results.items():
+        ic = ingest_counts(r["ingest"])
+        dc = r["decontaminate"]["counts"]
+        row = {
+            "pool": pool,
+            "ingested": r["ingest"].get("ref"),
+            **{f"ingest_{k}": v for k, v in ic.items() if not isinstance(v, dict | list)},
+            "rows_decontaminated": dc.get("rows"),
+            "contaminated": dc.get("contaminated"),
+            "clean": dc.get("clean"),
+            **{f"flagged_{b}": (dc.get("flagged_by_benchmark") or {}).get(b, 0) for b in benches},
+            "clean_ref": r["decontaminate"].get("clean_ref"),
+            "report": Path(r["report"]["html"]).resolve().as_uri(),
+        }
+        rows.append(row)
+    return rows
+
+
+def publish_summary_artifact(results: dict[str, Any]) -> None:
+    """Table artifact ``sluice-curate-summary`` (one row per pool)."""
+    from prefect.artifacts import create_table_artifact
+
+    create_table_artifact(
+        summary_rows(results),
+        key="sluice-curate-summary",
+        description="Sluice curate run: one row per pool",
+    )

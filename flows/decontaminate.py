@@ -1,0 +1,193 @@
+"""`decontaminate_flow`: a dataset version -> run dir (evidence + decisions) + clean and
+excluded versions in the catalog (+ a contamination artifact).
+
+One process by default (one task: :func:`flows.tasks.decontaminate_pool`). With ``shards > 1``
+the text table is split into shards, each scanned by its own cached task (a crashed run resumes
+at the first unscanned shard); with ``ray_address`` the shards are scanned on Ray. All three
+paths write the same run dir and publish the same versions.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+
+from flows.tasks import (
+    artifact_key,
+    cached_or_rerun,
+    catalog_has,
+    decontaminate_pool,
+    finalize_shards,
+    prepare_shards,
+    ray_scan_shards,
+    scan_shard,
+    with_storage,
+)
+
+
+@flow(name="sluice-decontaminate", log_prints=True)
+def decontaminate_flow(
+    input_ref: str,
+    text_fields: list[str],
+    id_field: str | None = None,
+    decontam: dict[str, Any] | None = None,
+    out_dir: str | None = None,
+    data_root: str | None = None,
+    benchmarks_dir: str | None = None,
+    publish_as: str | None = None,
+    shards: int = 1,
+    ray_address: str | None = None,
+    report_html: str | None = None,
+) -> dict[str, Any]:
+    """Decontaminate ``input_ref`` (a catalog ref; ``name`` / ``name@latest`` are pinned to a
+    version first, so the run and its cache key name exact content). ``decontam`` is a
+    ``DecontamConfig`` as a dict (default: the library defaults). Returns refs, paths, counts."""
+    from curation.settings import data_root as resolve_root
+    from decontam.run import DecontamConfig
+
+    root = resolve_root(data_root)
+    ref = pin_ref(root, input_ref)
+    cfg = DecontamConfig(**(decontam or {})).to_dict()
+    out = out_dir or str(default_run_dir(root, ref))
+    common = dict(text_fields=list(text_fields), id_field=id_field, decontam=cfg, data_root=root)
+    if shards <= 1 and not ray_address:
+        summary = cached_or_rerun(
+            decontaminate_pool,
+            root,
+            _run_outputs_exist,
+            input_ref=ref,
+            out_dir=out,
+            benchmarks_dir=benchmarks_dir,
+            publish_as=publish_as,
+            **common,
+        )
+    else:
+        summary = _sharded(ref, out, root, benchmarks_dir, publish_as, shards, ray_address, common)
+    publish_contamination_artifact(summary, report_html=report_html)
+    return summary
+
+
+def _sharded(ref, out, root, benchmarks_dir, publish_as, shards, ray_address, common) -> dict:
+    work = Path(root) / "work" / _slug(ref) / f"shards-{max(shards, 1)}"
+    paths = cached_or_rerun(
+        prepare_shards,
+        root,
+        lambda ps, _r: all(os.path.isfile(p) for p in ps),
+        input_ref=ref,
+        text_fields=common["text_fields"],
+        id_field=common["id_field"],
+        shards=max(shards, 1),
+        work_dir=str(work),
+        data_root=root,
+    )
+    stats = {"texts": 0, "texts_scanned": 0, "texts_cached": 0}
+    if ray_address:
+        res = cached_or_rerun(
+            ray_scan_shards,
+            root,
+            lambda r, _r: all(os.path.isfile(p) for p in r["matches_paths"]),
+            shard_paths=paths,
+            decontam=common["decontam"],
+            benchmarks_dir=benchmarks_dir,
+            address=ray_address,
+            num_workers=max(2, min(shards, os.cpu_count() or 2)),
+        )
+        matches_paths = res["matches_paths"]
+        stats = {k: res[k] for k in stats}
+    else:
+        matches_paths = []
+        scan = with_storage(scan_shard, root)
+        for p in paths:  # sequential: each shard is its own cached, retryable unit
+            res = cached_or_rerun(
+                scan,
+                root,
+                lambda r, _r: os.path.isfile(r["matches_path"]),
+                shard_path=p,
+                decontam=common["decontam"],
+                data_root=root,
+                benchmarks_dir=benchmarks_dir,
+            )
+            matches_paths.append(res["matches_path"])
+            for k in stats:
+                stats[k] += res[k]
+    return cached_or_rerun(
+        finalize_shards,
+        root,
+        _run_outputs_exist,
+        input_ref=ref,
+        matches_paths=matches_paths,
+        out_dir=out,
+        benchmarks_dir=benchmarks_dir,
+        publish_as=publish_as,
+        scan_stats=stats,
+        **common,
+    )
+
+
+def pin_ref(data_root: str, ref: str) -> str:
+    """``name`` / ``name@latest`` -> ``name@<version>`` (files pass through unchanged)."""
+    if os.path.isfile(ref):
+        return ref
+    from curation.catalog import Catalog
+
+    v = Catalog(data_root).resolve(ref)
+    return f"{v.name}@{v.version}"
+
+
+def default_run_dir(data_root: str, ref: str) -> Path:
+    """``<data root>/runs/<name>/<version>``: one run dir per input version, so a rerun on
+    the same input rewrites the same folder instead of piling up copies."""
+    name, _, version = ref.partition("@")
+    return Path(data_root) / "runs" / _slug(Path(name).name) / (version or "file")
+
+
+def _slug(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", s)
+
+
+def _run_outputs_exist(summary: dict[str, Any], root: str) -> bool:
+    return (Path(summary["run_dir"]) / "run.json").is_file() and catalog_has(
+        root, summary.get("clean_ref"), summary.get("excluded_ref")
+    )
+
+
+def publish_contamination_artifact(summary: dict[str, Any], *, report_html: str | None) -> None:
+    """Markdown artifact ``sluice-<pool>-contamination``: rows in/clean/removed, flags per
+    benchmark and per detector, the published versions and the report link."""
+    from prefect.artifacts import create_markdown_artifact
+
+    c = summary.get("counts") or {}
+    pool = (summary.get("clean_ref") or summary["run_dir"]).split("@")[0]
+    pool = pool.removesuffix(".decontaminated")
+    lines = [
+        f"# Contamination: `{pool}`",
+        "",
+        "| rows in | clean | contaminated | texts | scanned | from cache |",
+        "|---|---|---|---|---|---|",
+        f"| {c.get('rows')} | {c.get('clean')} | {c.get('contaminated')} | {c.get('texts')}"
+        f" | {c.get('texts_scanned')} | {c.get('texts_cached')} |",
+        "",
+        "| benchmark | samples flagged |",
+        "|---|---|",
+    ]
+    by_bench = c.get("flagged_by_benchmark") or {}
+    lines += [f"| {b} | {n} |" for b, n in sorted(by_bench.items())] or ["| (none) | 0 |"]
+    lines += ["", "| detector | samples flagged |", "|---|---|"]
+    lines += [f"| {d} | {n} |" for d, n in sorted((c.get("flagged_by_detector") or {}).items())]
+    lines += [
+        "",
+        f"clean: `{summary.get('clean_ref')}`  ",
+        f"excluded: `{summary.get('excluded_ref')}`  ",
+        f"run dir: `{summary['run_dir']}`",
+    ]
+    if report_html:
+        lines.append(f"\n[HTML report]({Path(report_html).resolve().as_uri()})")
+    create_markdown_artifact(
+        "\n".join(lines),
+        key=artifact_key(pool, "contamination"),
+        description=f"decontamination of {pool}",
+    )

@@ -1,0 +1,60 @@
+"""`ingest_flow`: one pool file/folder/hub id -> a catalog dataset version (+ artifact)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow
+
+from flows.tasks import artifact_key, cached_or_rerun, ingest_pool
+
+
+@flow(name="sluice-ingest", log_prints=True)
+def ingest_flow(
+    source: str,
+    name: str,
+    field_map: str | dict[str, str] = "auto",
+    data_root: str | None = None,
+) -> dict[str, Any]:
+    """Ingest ``source`` as dataset ``name`` with ``field_map``. Returns the ingest summary
+    (``ref`` = ``name@version``, counts, rejects)."""
+    from curation.settings import data_root as resolve_root
+
+    root = resolve_root(data_root)
+    pool = {"name": name, "source": source, "map": field_map}
+    summary = cached_or_rerun(ingest_pool, root, _ingest_outputs_exist, pool=pool, data_root=root)
+    publish_ingest_artifact(summary)
+    return summary
+
+
+def _ingest_outputs_exist(summary: dict[str, Any], root: str) -> bool:
+    from flows.tasks import catalog_has
+
+    return catalog_has(root, summary.get("ref"))
+
+
+def ingest_counts(summary: dict[str, Any]) -> dict[str, Any]:
+    """rows in / out / rejected / duplicates, whatever names the ingest result uses."""
+    counts = dict(summary.get("counts") or {})
+    for k in ("rows_in", "rows_out", "rejected", "duplicates", "num_rows"):
+        if k in summary and k not in counts:
+            counts[k] = summary[k]
+    return counts
+
+
+def publish_ingest_artifact(summary: dict[str, Any]) -> None:
+    """Markdown artifact ``sluice-<pool>-ingest``: the version published and the row counts."""
+    from prefect.artifacts import create_markdown_artifact
+
+    pool = summary.get("pool") or str(summary.get("ref", "pool")).split("@")[0]
+    counts = ingest_counts(summary)
+    lines = [f"# Ingest: `{pool}`", "", f"Published **`{summary.get('ref')}`**", ""]
+    if counts:
+        lines += ["| count | value |", "|---|---|"]
+        lines += [f"| {k} | {v} |" for k, v in counts.items() if not isinstance(v, dict | list)]
+    for k in ("rejects_ref", "duplicates_ref", "rejects", "duplicates"):
+        if isinstance(summary.get(k), str):
+            lines.append(f"\n{k}: `{summary[k]}`")
+    create_markdown_artifact(
+        "\n".join(lines), key=artifact_key(pool, "ingest"), description=f"ingest of {pool}"
+    )

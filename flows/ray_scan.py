@@ -1,0 +1,88 @@
+"""Scale-out of the decontamination scan on Ray.
+
+The text table (one row per sample text) is split into blocks by Ray Data; a pool of actors,
+each holding the *fitted* detectors (fit once in the actor's ``__init__``, from the benchmark
+set the driver loaded and shipped once), scores the blocks; the driver gathers the match
+records and sorts them exactly as :func:`decontam.run.scan` does, so a Ray run and a
+single-process run produce the same records. The policy (decisions) then runs once, on the
+driver, over all matches: it is cheap and needs every match of a sample together.
+
+Locally: ``ray.init(num_cpus=N)`` (started on demand). On a cluster: pass its address
+(``--ray-address ray://head:10001`` or ``auto``); the workers need ``sluice-data`` installed
+and the benchmarks are shipped from the driver, so only the driver reads them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+
+class _ScanActor:
+    """Holds fitted detectors; scores one pyarrow batch of the text table per call."""
+
+    def __init__(self, decontam: dict[str, Any], benchmarks: Any) -> None:
+        from decontam.run import DecontamConfig, build_detectors
+
+        self.config = DecontamConfig(**decontam)
+        self.detectors = build_detectors(self.config.detectors, self.config, benchmarks)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        from decontam.run import scan
+
+        texts = batch.select(["sample_uid", "field", "text"])
+        return scan(texts, self.detectors, batch_size=self.config.batch_size)
+
+
+def ensure_ray(address: str | None = None, *, num_cpus: int | None = None) -> Any:
+    """Connect to ``address`` (a cluster), or start a local Ray with ``num_cpus`` CPUs; reuse
+    a session that is already up. Returns the ``ray`` module."""
+    from curation.errors import require
+
+    ray = require("ray", extra="scale")
+    if not ray.is_initialized():
+        if address and address != "local":
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    return ray
+
+
+def ray_scan(
+    texts: pa.Table,
+    decontam: dict[str, Any],
+    *,
+    benchmarks: Any = None,
+    benchmarks_dir: str | None = None,
+    address: str | None = None,
+    num_workers: int = 2,
+    block_rows: int = 2000,
+) -> pa.Table:
+    """Score ``texts`` (:data:`~decontam.base.TEXT_TABLE_SCHEMA`) on Ray with ``num_workers``
+    detector actors. Returns the match table sorted like :func:`decontam.run.scan`."""
+    from decontam.base import MATCH_SCHEMA, empty_matches
+    from decontam.run import _MATCH_SORT, DecontamConfig, load_benchmark_set
+
+    cfg = DecontamConfig(**decontam)
+    if texts.num_rows == 0:
+        return empty_matches()
+    if benchmarks is None:
+        benchmarks = load_benchmark_set(cfg, benchmarks_dir=benchmarks_dir)
+    ray = ensure_ray(address, num_cpus=num_workers)
+    ds = ray.data.from_arrow(texts)
+    n_blocks = max(num_workers, -(-texts.num_rows // block_rows))
+    ds = ds.repartition(n_blocks)
+    out = ds.map_batches(
+        _ScanActor,
+        fn_constructor_kwargs={"decontam": cfg.to_dict(), "benchmarks": benchmarks},
+        batch_format="pyarrow",
+        batch_size=block_rows,
+        concurrency=num_workers,
+        num_cpus=1,
+    )
+    parts = [t for t in ray.get(out.to_arrow_refs()) if t.num_rows]
+    if not parts:
+        return empty_matches()
+    table = pa.concat_tables([t.select(MATCH_SCHEMA.names).cast(MATCH_SCHEMA) for t in parts])
+    return table.sort_by(_MATCH_SORT)

@@ -1,0 +1,506 @@
+"""Prefect tasks: one per pipeline stage or scan shard, each a thin call into the library.
+
+Tasks pass dataset references (``name@version``) and paths, never tables (Prefect would
+serialize them into its result store). Every task is safe to retry and is cached on what
+defines its result:
+
+* the *content* of its inputs (the source file bytes for ingest; the content-addressed dataset
+  version for decontamination; the run directory's files for reports),
+* the stage's config (pool map, detectors, thresholds, benchmarks),
+* the code: the task's own source (Prefect's ``TASK_SOURCE``) plus a fingerprint of the library
+  packages it calls and the installed sluice version,
+
+never the flow-run id. Results (small JSON summaries) are persisted under the data root, so a
+rerun in a fresh process finds them and skips the work.
+
+Each task's function can be called without Prefect as ``task.fn(...)``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import TASK_SOURCE, CacheKeyFnPolicy
+from prefect.tasks import exponential_backoff
+
+from curation.errors import SluiceError
+
+_PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# Packages whose code defines a stage's result (flows itself is covered by TASK_SOURCE).
+_LIBRARY_PACKAGES = ("curation", "decontam", "reports")
+
+
+# -- fingerprints --------------------------------------------------------------------------
+def sluice_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sluice-data")
+    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "0+unknown"
+
+
+@functools.lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """Hash of the library source the stages run (so an edited detector invalidates caches
+    even when the package version is unchanged) plus the installed version."""
+    h = hashlib.sha256(sluice_version().encode())
+    for pkg in _LIBRARY_PACKAGES:
+        for f in sorted((_PROJECT_ROOT / pkg).rglob("*")):
+            if f.is_file() and f.suffix in (".py", ".json", ".toml", ".yaml", ".j2", ".html"):
+                h.update(str(f.relative_to(_PROJECT_ROOT)).encode())
+                h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def content_fingerprint(path: str | os.PathLike) -> str:
+    """xxh3-128 of a file's bytes, or of every file under a folder / matching a glob (names
+    included). Anything that is not a local path (a hub id, a URL) is fingerprinted by name:
+    those sources are pinned by their own revision, not by us."""
+    import glob
+
+    import xxhash
+
+    p = str(path)
+    if "://" in p:
+        return "name:" + p
+    files: list[Path]
+    if os.path.isfile(p):
+        files = [Path(p)]
+    elif os.path.isdir(p):
+        files = sorted(f for f in Path(p).rglob("*") if f.is_file())
+    elif any(c in p for c in "*?["):
+        files = sorted(Path(f) for f in glob.glob(p, recursive=True) if os.path.isfile(f))
+    else:
+        return "name:" + p
+    h = xxhash.xxh3_128()
+    for f in files:
+        h.update(str(f).encode() + b"\0")
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def _hash(*parts: Any) -> str:
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def _ingest_key(ctx: Any, params: dict[str, Any]) -> str:
+    pool = params["pool"]
+    return _hash(
+        "ingest", pool, params["data_root"], content_fingerprint(pool["source"]), code_fingerprint()
+    )
+
+
+def _benchmarks_fingerprint(benchmarks_dir: str | None) -> str:
+    from curation.settings import benchmarks_dir as resolve
+
+    d = resolve(benchmarks_dir)
+    return content_fingerprint(d) if d else "hub"
+
+
+def _decontaminate_key(ctx: Any, params: dict[str, Any]) -> str:
+    # input_ref is content-addressed (name@version), so it stands for the input's bytes.
+    p = dict(params)
+    ref = params.get("input_ref")
+    if ref and os.path.isfile(ref):  # a file input: key on its bytes, not its name
+        p["input_content"] = content_fingerprint(ref)
+    return _hash(
+        "decontaminate",
+        p,
+        _benchmarks_fingerprint(params.get("benchmarks_dir")),
+        code_fingerprint(),
+    )
+
+
+def _run_dir_fingerprint(run_dir: str) -> str:
+    return content_fingerprint(run_dir) if os.path.isdir(run_dir) else "missing:" + run_dir
+
+
+def _report_key(ctx: Any, params: dict[str, Any]) -> str:
+    return _hash("report", params, _run_dir_fingerprint(params["run_dir"]), code_fingerprint())
+
+
+def _scan_key(ctx: Any, params: dict[str, Any]) -> str:
+    p = dict(params)
+    p["shard_path"] = content_fingerprint(params["shard_path"])
+    return _hash(
+        "scan", p, _benchmarks_fingerprint(params.get("benchmarks_dir")), code_fingerprint()
+    )
+
+
+def _policy(key_fn) -> Any:
+    return TASK_SOURCE + CacheKeyFnPolicy(cache_key_fn=key_fn)
+
+
+def _retry_unless_user_error(task: Any, task_run: Any, state: Any) -> bool:
+    """Retry transient failures (network, hub, judge endpoint), never a SluiceError: bad
+    input or config fails the same way every time, and the user needs the message now."""
+    try:
+        state.result()
+    except SluiceError:
+        return False
+    except Exception:
+        return True
+    return False
+
+
+_COMMON: dict[str, Any] = dict(persist_result=True, result_serializer="json")
+_NETWORK_RETRIES: dict[str, Any] = dict(
+    retries=3,
+    retry_delay_seconds=exponential_backoff(backoff_factor=2),
+    retry_jitter_factor=0.5,
+    retry_condition_fn=_retry_unless_user_error,
+)
+
+
+# -- JSON summaries -------------------------------------------------------------------------
+def jsonable(obj: Any) -> Any:
+    """Turn a library result (dataclass, DatasetVersion, Path...) into JSON-safe data."""
+    if obj is None or isinstance(obj, str | int | float | bool):
+        return obj
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set):
+        return [jsonable(v) for v in obj]
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return {k: jsonable(v) for k, v in asdict(obj).items() if not _is_table(v)}
+    if hasattr(obj, "__dict__"):
+        return {
+            k: jsonable(v)
+            for k, v in vars(obj).items()
+            if not k.startswith("_") and not _is_table(v)
+        }
+    return str(obj)
+
+
+def _is_table(v: Any) -> bool:
+    return type(v).__name__ in ("Table", "DataFrame", "RecordBatch", "LazyFrame")
+
+
+def version_ref(v: Any) -> str | None:
+    """``name@version`` from a DatasetVersion, a ref string or None."""
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return v
+    name, ver = getattr(v, "name", None), getattr(v, "version", None)
+    return f"{name}@{ver}" if name and ver else str(v)
+
+
+# -- stage tasks ----------------------------------------------------------------------------
+@task(name="ingest", cache_policy=_policy(_ingest_key), **_COMMON, **_NETWORK_RETRIES)
+def ingest_pool(pool: dict[str, Any], data_root: str) -> dict[str, Any]:
+    """Ingest one pool into the catalog. Returns ``{"ref": "name@version", "counts": ...}``."""
+    from curation.ingest import ingest
+
+    from curation.catalog import Catalog
+
+    res = ingest(
+        pool["source"],
+        field_map=pool.get("map", "auto"),
+        name=pool["name"],
+        catalog=Catalog(data_root),
+    )
+    out = jsonable(res)
+    if not isinstance(out, dict):
+        out = {"result": out}
+    ref = version_ref(getattr(res, "ref", None) or getattr(res, "version", None))
+    out["ref"] = ref
+    out["pool"] = pool["name"]
+    return out
+
+
+@task(name="decontaminate", cache_policy=_policy(_decontaminate_key), **_COMMON)
+def decontaminate_pool(
+    input_ref: str,
+    text_fields: list[str],
+    id_field: str | None,
+    decontam: dict[str, Any],
+    out_dir: str,
+    data_root: str,
+    benchmarks_dir: str | None = None,
+    publish_as: str | None = None,
+) -> dict[str, Any]:
+    """Scan one dataset version against the benchmarks (through the per-text scan cache),
+    write the run dir, publish ``<name>.decontaminated`` / ``<name>.excluded``.
+    ``decontam`` is ``DecontamConfig.to_dict()``. Returns refs, paths and counts."""
+    from curation.catalog import Catalog
+    from decontam.run import DecontamConfig, run_decontamination
+
+    res = run_decontamination(
+        input_ref,
+        text_fields=text_fields,
+        id_field=id_field,
+        out_dir=out_dir,
+        config=DecontamConfig(**decontam),
+        catalog=Catalog(data_root),
+        benchmarks_dir=benchmarks_dir,
+        publish=True,
+        publish_as=publish_as,
+        data_root=data_root,
+    )
+    return run_summary(res)
+
+
+def run_summary(res: Any) -> dict[str, Any]:
+    """JSON summary of a decontamination RunResult."""
+    return {
+        "run_dir": os.fspath(res.out_dir),
+        "matches_path": os.fspath(res.matches_path),
+        "decisions_path": os.fspath(res.decisions_path),
+        "clean_ref": version_ref(res.clean_ref),
+        "excluded_ref": version_ref(res.excluded_ref),
+        "counts": jsonable(res.counts),
+    }
+
+
+@task(name="report", cache_policy=_policy(_report_key), **_COMMON)
+def render_pool_report(run_dir: str, out_dir: str) -> dict[str, str]:
+    """Render the contamination report (HTML, Markdown, JSON) for one run dir."""
+    from reports.contamination import render_report
+
+    paths = render_report(run_dir, out_dir)
+    if isinstance(paths, dict):
+        return {k: os.fspath(v) for k, v in paths.items()}
+    html, md, js = (os.fspath(p) for p in paths)
+    return {"html": html, "markdown": md, "json": js}
+
+
+# -- sharded scan (scale-out) ----------------------------------------------------------------
+@task(name="prepare-shards", cache_policy=_policy(_decontaminate_key), **_COMMON)
+def prepare_shards(
+    input_ref: str,
+    text_fields: list[str],
+    id_field: str | None,
+    shards: int,
+    work_dir: str,
+    data_root: str,
+) -> list[str]:
+    """Melt the dataset's text fields into a text table and write it as ``shards`` Parquet
+    files (contiguous slices of the table in input order, so shards are deterministic)."""
+
+    from curation.catalog import Catalog
+    from decontam.run import prepare_text_table, read_input
+
+    inp = read_input(input_ref, catalog=Catalog(data_root))
+    texts = prepare_text_table(inp.table, text_fields, id_field, source=input_ref)
+    os.makedirs(work_dir, exist_ok=True)
+    per = max(1, -(-texts.num_rows // shards))
+    paths = []
+    for i in range(max(1, -(-texts.num_rows // per))):
+        path = os.path.join(work_dir, f"texts-{i:05d}-of-{shards:05d}.parquet")
+        _atomic_parquet(texts.slice(i * per, per), path)
+        paths.append(path)
+    return paths
+
+
+def _atomic_parquet(table: Any, path: str) -> None:
+    """Write then rename, so a killed run never leaves a half-written file under ``path``."""
+    import pyarrow.parquet as pq
+
+    tmp = f"{path}.{os.getpid()}.tmp"
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+
+
+@task(name="scan-shard", cache_policy=_policy(_scan_key), **_COMMON)
+def scan_shard(
+    shard_path: str,
+    decontam: dict[str, Any],
+    data_root: str,
+    benchmarks_dir: str | None = None,
+) -> dict[str, Any]:
+    """Score one text-table shard through the per-text scan cache; writes
+    ``<shard>.matches.parquet``. Returns its path and the scan counts."""
+    import pyarrow.parquet as pq
+
+    from decontam.run import cached_scan
+
+    cfg, bset, dets = fitted_detectors(decontam, benchmarks_dir)
+    matches, stats = cached_scan(
+        pq.read_table(shard_path),
+        dets,
+        bset,
+        data_root=data_root,
+        batch_size=cfg.batch_size,
+        use_cache=cfg.use_cache,
+    )
+    out = shard_path.removesuffix(".parquet") + ".matches.parquet"
+    _atomic_parquet(matches, out)
+    return {"matches_path": out, **stats}
+
+
+@task(name="finalize", cache_policy=_policy(_decontaminate_key), **_COMMON)
+def finalize_shards(
+    input_ref: str,
+    matches_paths: list[str],
+    text_fields: list[str],
+    id_field: str | None,
+    decontam: dict[str, Any],
+    out_dir: str,
+    data_root: str,
+    benchmarks_dir: str | None = None,
+    publish_as: str | None = None,
+    scan_stats: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """Merge shard matches (plus metadata matches), apply the policy, write the run dir and
+    publish: the same outputs :func:`decontaminate_pool` writes for the unsharded input."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from curation.catalog import Catalog
+    from decontam.base import empty_matches
+    from decontam.run import (
+        _MATCH_SORT,
+        finalize,
+        prepare_text_table,
+        read_input,
+        sample_uids,
+        scan_metadata,
+    )
+
+    catalog = Catalog(data_root)
+    cfg, bset, dets = fitted_detectors(decontam, benchmarks_dir)
+    inp = read_input(input_ref, catalog=catalog)
+    texts = prepare_text_table(inp.table, text_fields, id_field, source=input_ref)
+    uids = sample_uids(inp.table, id_field, source=input_ref)
+    parts = [pq.read_table(p) for p in matches_paths]
+    parts.append(scan_metadata(inp.table, uids, dets))
+    parts = [t for t in parts if t.num_rows]
+    matches = pa.concat_tables(parts).sort_by(_MATCH_SORT) if parts else empty_matches()
+    res = finalize(
+        inp=inp,
+        texts=texts,
+        matches=matches,
+        uids=uids,
+        detectors=dets,
+        benchmarks=bset,
+        config=cfg,
+        out_dir=out_dir,
+        text_fields=text_fields,
+        id_field=id_field,
+        command=None,
+        catalog=catalog,
+        publish=True,
+        publish_as=publish_as,
+        scan_stats=scan_stats,
+    )
+    return run_summary(res)
+
+
+def fitted_detectors(decontam: dict[str, Any], benchmarks_dir: str | None) -> tuple[Any, Any, list]:
+    """(DecontamConfig, BenchmarkSet, fitted detectors), cached per process: fitting is the
+    costly part and every shard of a run shares it."""
+    key = json.dumps([decontam, benchmarks_dir], sort_keys=True, default=str)
+    if key not in _FITTED:
+        from decontam.run import DecontamConfig, build_detectors, load_benchmark_set
+
+        cfg = DecontamConfig(**decontam)
+        bset = load_benchmark_set(cfg, benchmarks_dir=benchmarks_dir)
+        _FITTED.clear()
+        _FITTED[key] = (cfg, bset, build_detectors(cfg.detectors, cfg, bset))
+    return _FITTED[key]
+
+
+_FITTED: dict[str, tuple[Any, Any, list]] = {}
+
+
+# -- helpers the flows share ------------------------------------------------------------------
+def results_dir(data_root: str) -> Path | None:
+    """Where task results (and their cache records) persist: ``<data root>/prefect-results``
+    for a local data root; Prefect's default store for a remote (fsspec URL) one."""
+    if "://" in data_root:
+        return None
+    return Path(data_root).expanduser().resolve() / "prefect-results"
+
+
+def with_storage(t: Any, data_root: str) -> Any:
+    store = results_dir(data_root)
+    return t.with_options(result_storage=store) if store is not None else t
+
+
+def cached_or_rerun(t: Any, data_root: str, outputs_exist: Any, **params: Any) -> Any:
+    """Run task ``t`` (a cache hit returns the stored summary without doing the work); if the
+    summary points at outputs that are gone (a deleted run dir, a fresh catalog), run it again
+    with ``refresh_cache`` so the cache can never hand back something that does not exist."""
+    t = with_storage(t, data_root)
+    out = t(**params)
+    if not outputs_exist(out, data_root):
+        out = t.with_options(refresh_cache=True)(**params)
+    return out
+
+
+def catalog_has(data_root: str, *refs: str | None) -> bool:
+    """True when every ref resolves in the catalog at ``data_root``."""
+    from curation.catalog import Catalog
+    from curation.errors import NotFoundError
+
+    cat = Catalog(data_root)
+    for ref in refs:
+        if not ref:
+            continue
+        try:
+            cat.resolve(ref)
+        except (NotFoundError, KeyError, FileNotFoundError):
+            return False
+    return True
+
+
+def artifact_key(pool: str, what: str) -> str:
+    """A stable artifact key: ``sluice-<pool>-<what>``, lowercase letters, digits, dashes."""
+    import re
+
+    slug = re.sub(r"[^a-z0-9]+", "-", f"sluice-{pool}-{what}".lower()).strip("-")
+    return slug
+
+
+def _ray_key(ctx: Any, params: dict[str, Any]) -> str:
+    p = {k: v for k, v in params.items() if k not in ("address", "num_workers")}
+    p["shard_paths"] = [content_fingerprint(s) for s in params["shard_paths"]]
+    return _hash(
+        "ray-scan", p, _benchmarks_fingerprint(params.get("benchmarks_dir")), code_fingerprint()
+    )
+
+
+@task(name="ray-scan", cache_policy=_policy(_ray_key), **_COMMON)
+def ray_scan_shards(
+    shard_paths: list[str],
+    decontam: dict[str, Any],
+    benchmarks_dir: str | None = None,
+    address: str | None = None,
+    num_workers: int = 2,
+) -> dict[str, Any]:
+    """Score every shard on Ray (see :mod:`flows.ray_scan`); one ``.matches.parquet`` per
+    shard. The result does not depend on the address or the worker count, so neither is part
+    of the cache key."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from flows.ray_scan import ray_scan
+
+    tables = [pq.read_table(p) for p in shard_paths]
+    texts = pa.concat_tables(tables) if tables else None
+    matches = ray_scan(
+        texts, decontam, benchmarks_dir=benchmarks_dir, address=address, num_workers=num_workers
+    )
+    outs = []
+    for p, t in zip(shard_paths, tables, strict=True):
+        mask = pc.is_in(matches["sample_uid"], value_set=pc.unique(t["sample_uid"]))
+        out = p.removesuffix(".parquet") + ".matches.parquet"
+        _atomic_parquet(matches.filter(mask), out)
+        outs.append(out)
+    n = texts.num_rows if texts is not None else 0
+    return {"matches_paths": outs, "texts": n, "texts_scanned": n, "texts_cached": 0}
