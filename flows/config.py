@@ -15,7 +15,7 @@ thresholds = { ngram = 0.5 }
 [[pools]]
 name = "ttrl-aime24"
 source = "${SLUICE_SHARED_DIR}/pools/math_ttrl_aime24_as_train.jsonl"
-map = "auto"
+map = "ttrl"                          # a built-in field map name, or a map file
 text_fields = ["problem"]
 
 [outputs]
@@ -126,8 +126,8 @@ class DetectorsConfig:
 class PoolConfig:
     name: str = field(metadata={"help": "dataset name in the catalog (lowercase, dashes)"})
     source: str = field(metadata={"help": "file, folder, glob or hub id to ingest"})
-    map: str | dict[str, str] = field(
-        default="auto", metadata={"help": "field map: a built-in map name, 'auto', or a dict"}
+    map: str = field(
+        metadata={"help": "field map: a built-in map name (`sluice maps`) or a map file path"}
     )
     text_fields: list[str] = field(
         default_factory=lambda: ["problem"],
@@ -256,11 +256,13 @@ class PipelineConfig:
             if not isinstance(p, dict):
                 raise ConfigError(f"pools[{i}] must be a table/mapping")
             _check_keys(f"pools[{i}]", p, PoolConfig)
-            for req in ("name", "source"):
+            for req in ("name", "source", "map"):
                 if req not in p:
                     raise ConfigError(f"pools[{i}] is missing {req!r}")
             p = dict(p)
             p["source"] = _resolve_path(p["source"], base)
+            if isinstance(p["map"], str) and p["map"].endswith((".toml", ".yaml", ".yml")):
+                p["map"] = _resolve_path(p["map"], base)  # a map file beside the config
             pools.append(PoolConfig(**p))
 
         bench = section("benchmarks", BenchmarksConfig)
@@ -328,3 +330,14 @@ def load_config(path: str | os.PathLike) -> PipelineConfig:
         raise ConfigError(f"config file {str(p)!r}: {exc.message}", hint=exc.hint) from exc
     except TypeError as exc:  # wrong value types for a dataclass
         raise ConfigError(f"config file {str(p)!r}: {exc}") from exc
+
+
+def prefect_env_defaults(data_root: str) -> None:
+    """Embedded defaults, set before Prefect is imported: Prefect's home (its SQLite database
+    for the temporary local server, its logs) under the data root, analytics off. Variables
+    the user set win; with ``PREFECT_API_URL`` set, flows report to that server instead."""
+    if "://" not in data_root:
+        home = Path(data_root).expanduser().resolve() / "prefect"
+        os.environ.setdefault("PREFECT_HOME", str(home))
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("DO_NOT_TRACK", "1")

@@ -13,10 +13,10 @@ from flows.tasks import artifact_key, cached_or_rerun, ingest_pool
 def ingest_flow(
     source: str,
     name: str,
-    field_map: str | dict[str, str] = "auto",
+    field_map: str,
     data_root: str | None = None,
 ) -> dict[str, Any]:
-    """Ingest ``source`` as dataset ``name`` with ``field_map``. Returns the ingest summary
+    """Ingest ``source`` as dataset ``name`` with ``field_map`` (a map name or file). Returns the ingest summary
     (``ref`` = ``name@version``, counts, rejects)."""
     from curation.settings import data_root as resolve_root
 

@@ -96,8 +96,14 @@ def _hash(*parts: Any) -> str:
 
 def _ingest_key(ctx: Any, params: dict[str, Any]) -> str:
     pool = params["pool"]
+    map_file = pool["map"] if os.path.isfile(str(pool["map"])) else None
     return _hash(
-        "ingest", pool, params["data_root"], content_fingerprint(pool["source"]), code_fingerprint()
+        "ingest",
+        pool,
+        params["data_root"],
+        content_fingerprint(pool["source"]),
+        content_fingerprint(map_file) if map_file else None,
+        code_fingerprint(),
     )
 
 
@@ -209,7 +215,7 @@ def ingest_pool(pool: dict[str, Any], data_root: str) -> dict[str, Any]:
 
     res = ingest(
         pool["source"],
-        field_map=pool.get("map", "auto"),
+        field_map=pool["map"],
         name=pool["name"],
         catalog=Catalog(data_root),
     )

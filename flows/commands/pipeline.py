@@ -1,0 +1,112 @@
+"""`sluice run`, `sluice serve` and `sluice demo`: the curate flow from the command line.
+
+Prefect is imported only inside the commands, after the embedded defaults are set (Prefect's
+home under the data root, analytics off), so `sluice --help` stays fast and a first run needs
+no setup: without ``PREFECT_API_URL`` Prefect starts a temporary local server for the run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def _console():
+    from rich.console import Console
+
+    return Console()
+
+
+def _print_results(results: dict) -> None:
+    from rich.table import Table
+
+    from flows.curate import summary_rows
+
+    rows = summary_rows(results)
+    cols = ("pool", "rows_decontaminated", "contaminated", "clean", "clean_ref", "report")
+    table = Table(title="sluice: curated pools")
+    for col in cols:
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(*(str(r.get(c)) for c in cols))
+    _console().print(table)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("run")
+    def run_cmd(
+        config: Path = typer.Argument(..., help="pipeline config (.toml or .yaml)"),
+        data_root: str | None = typer.Option(
+            None, "--data-root", help="override the config's data root"
+        ),
+        ray_address: str | None = typer.Option(
+            None, "--ray-address", help="scan shards on this Ray cluster ('local': start one)"
+        ),
+    ) -> None:
+        """Run the curate flow (ingest -> decontaminate -> report) for every pool in CONFIG."""
+        results = run_pipeline(config, data_root=data_root, ray_address=ray_address)
+        _print_results(results)
+
+    @app.command("serve")
+    def serve_cmd(
+        config: Path = typer.Argument(..., help="pipeline config (.toml or .yaml)"),
+        cron: str | None = typer.Option(None, "--cron", help='schedule, e.g. "0 3 * * *"'),
+        interval: float | None = typer.Option(None, "--interval", help="schedule: every N s"),
+        name: str = typer.Option("sluice-curate", "--name", help="deployment name"),
+        data_root: str | None = typer.Option(None, "--data-root"),
+        ray_address: str | None = typer.Option(None, "--ray-address"),
+    ) -> None:
+        """Serve the curate flow for CONFIG as a deployment on a schedule (blocks; Ctrl-C stops).
+        Point PREFECT_API_URL at a server (`prefect server start`) to see and trigger runs."""
+        import os
+
+        from flows.config import load_config, prefect_env_defaults
+
+        cfg = load_config(config)
+        prefect_env_defaults(data_root or cfg.resolved_data_root())
+        if not os.environ.get("PREFECT_API_URL"):
+            _console().print(
+                "[yellow]PREFECT_API_URL is not set: serving against a temporary local server "
+                "that stops with this process. Run `prefect server start` and set "
+                "PREFECT_API_URL=http://127.0.0.1:4200/api to keep the schedule and the UI.[/]"
+            )
+        from flows.deployments import serve_curate
+
+        serve_curate(
+            config,
+            name=name,
+            cron=cron,
+            interval=interval,
+            data_root=data_root,
+            ray_address=ray_address,
+        )
+
+    @app.command("demo")
+    def demo_cmd(
+        out: Path | None = typer.Option(
+            None, "--out", help="folder for the sample pool, config, data root and report"
+        ),
+    ) -> None:
+        """Write the project's own sample pool + config and run the whole pipeline on it."""
+        from flows.demo import run_demo
+
+        report = run_demo(out)
+        _console().print(f"report: [bold]{report}[/]", soft_wrap=True, highlight=False)
+
+
+def run_pipeline(
+    config: str | Path, *, data_root: str | None = None, ray_address: str | None = None
+) -> dict:
+    """Run :func:`flows.curate.curate_flow` on CONFIG with embedded defaults."""
+    from flows.config import load_config, prefect_env_defaults
+
+    cfg = load_config(config)
+    prefect_env_defaults(data_root or cfg.resolved_data_root())
+    from flows.curate import curate_flow
+
+    return curate_flow(
+        config_path=str(Path(config).expanduser().resolve()),
+        data_root=data_root,
+        ray_address=ray_address,
+    )

@@ -1,0 +1,94 @@
+"""Deployments of the curate flow: served from this process (`sluice serve`) or declared for
+``prefect deploy`` with work pools (see ``docs/flows.md`` for a ``prefect.yaml``).
+
+The deployment's only parameter that matters is the config file path; everything else lives in
+that file, so the schedule and the CLI run exactly the same pipeline.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from curation.errors import ConfigError
+
+ENTRYPOINT = "flows/curate.py:curate_flow"
+DEFAULT_DEPLOYMENT = "sluice-curate"
+
+
+def deployment_parameters(
+    config_path: str | os.PathLike, data_root: str | None = None, ray_address: str | None = None
+) -> dict[str, Any]:
+    """The curate flow's parameters for a deployment (absolute config path: a served or
+    worker-run flow does not start in the caller's folder)."""
+    from flows.config import load_config
+
+    p = Path(config_path).expanduser().resolve()
+    load_config(p)  # fail now, not at 3 a.m.
+    params: dict[str, Any] = {"config_path": str(p)}
+    if data_root:
+        params["data_root"] = str(Path(data_root).expanduser().resolve())
+    if ray_address:
+        params["ray_address"] = ray_address
+    return params
+
+
+def _check_schedule(cron: str | None, interval: float | None) -> None:
+    if cron and interval:
+        raise ConfigError("give --cron or --interval, not both")
+    if cron:
+        from prefect.client.schemas.schedules import CronSchedule
+
+        try:
+            CronSchedule(cron=cron)  # Prefect's own validation of the schedule it will run
+        except ValueError as exc:
+            raise ConfigError(
+                f"invalid cron expression {cron!r}", hint='five fields, e.g. "0 3 * * *"'
+            ) from exc
+
+
+def curate_deployment(
+    config_path: str | os.PathLike,
+    *,
+    name: str = DEFAULT_DEPLOYMENT,
+    cron: str | None = None,
+    interval: float | None = None,
+    data_root: str | None = None,
+    ray_address: str | None = None,
+) -> Any:
+    """A ``RunnerDeployment`` of :func:`flows.curate.curate_flow` for ``config_path``."""
+    from flows.curate import curate_flow
+
+    _check_schedule(cron, interval)
+    return curate_flow.to_deployment(
+        name=name,
+        cron=cron,
+        interval=interval,
+        parameters=deployment_parameters(config_path, data_root, ray_address),
+        description=f"Sluice curate: {Path(config_path).name}",
+        tags=["sluice"],
+    )
+
+
+def serve_curate(
+    config_path: str | os.PathLike,
+    *,
+    name: str = DEFAULT_DEPLOYMENT,
+    cron: str | None = None,
+    interval: float | None = None,
+    data_root: str | None = None,
+    ray_address: str | None = None,
+) -> None:
+    """Create the deployment and run a runner that executes its scheduled runs (blocks)."""
+    from flows.curate import curate_flow
+
+    _check_schedule(cron, interval)
+    curate_flow.serve(
+        name=name,
+        cron=cron,
+        interval=interval,
+        parameters=deployment_parameters(config_path, data_root, ray_address),
+        description=f"Sluice curate: {Path(config_path).name}",
+        tags=["sluice"],
+    )
