@@ -1,0 +1,638 @@
+"""Word n-gram overlap detector (AceReason-style 9-grams), weighted by rarity, with spans.
+
+How it scores (see ``docs/detectors.md``):
+
+* **Index** (``fit``): every benchmark text (all variant wordings) is normalized with its
+  domain's normalizer (math -> ``latex``, code -> ``code``, else ``text``) and cut into word
+  n-grams. Each distinct n-gram is stored once as a 64-bit hash in a sorted numpy array, with its
+  token ids (to verify every hash hit exactly), a posting list (which item variants contain it,
+  at which token) and a **rarity weight**: ``1 / df`` where ``df`` is the number of distinct
+  benchmark items containing it, 0 when ``df >= common_item_df`` (boilerplate such as "the first
+  line contains a single integer t"), and 0 when it occurs in ``>= background_min_docs``
+  documents of the optional background corpus (clean pools: template phrases).
+* **Scan** (``score``): texts are normalized and tokenized, tokens mapped to ids (a token the
+  benchmarks never use gets id 0, and no n-gram containing it can match), and the n-gram hashes
+  of the whole batch are computed at once with a polynomial over uint64 in numpy; membership is
+  one ``np.searchsorted`` against the index; every hit is verified against the stored token ids.
+  Only rows with hits go on to Python, for evidence.
+* **Score** of a (text, item) pair = weighted coverage: the summed weights of the item's n-grams
+  found in the text over the summed weights of all the item's n-grams. The plain coverage and
+  the shared count are in ``details``. Among an item's variant wordings the best-scoring one is
+  reported (``benchmark_variant``).
+* **Fallback** for items that n-grams cannot see (fewer than ``n`` tokens, or every n-gram
+  common): containment of the item's whole normalized token sequence in the text (score 1.0).
+
+Why hand-written: no library scans token-id n-grams of a batch against a weighted index with
+exact verification and span evidence; datatrove's n-gram decontaminator is a per-document set
+lookup without spans or rarity, which is what this replaces.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from curation.errors import ConfigError, InputError, NotFoundError
+from decontam.base import Detector, DetectorConfig, matches_from_rows
+
+if TYPE_CHECKING:  # pragma: no cover
+    from decontam.benchmarks import BenchmarkSet
+
+_POLY = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit multiplier of the rolling hash
+_BACKGROUND_FIELDS = ("text", "problem", "prompt", "question", "query", "content", "statement")
+
+
+@dataclass
+class NGramConfig(DetectorConfig):
+    """Config of the word n-gram detector (name ``ngram``)."""
+
+    threshold: float = field(
+        default=0.3,
+        metadata={
+            "help": "weighted coverage of a benchmark item's n-grams at or above which a match flags"
+        },
+    )
+    n: int = field(default=9, metadata={"help": "n-gram length in words (AceReason uses 9)"})
+    normalizers: dict[str, str] = field(
+        default_factory=lambda: {"math": "latex", "code": "code"},
+        metadata={"help": "normalizer per benchmark domain (text for any other domain)"},
+    )
+    default_normalizer: str = field(
+        default="text", metadata={"help": "normalizer for domains not in `normalizers`"}
+    )
+    common_item_df: int = field(
+        default=3,
+        metadata={
+            "help": "an n-gram found in at least this many distinct benchmark items is boilerplate (weight 0)"
+        },
+    )
+    background: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "clean corpora (JSONL/Parquet paths or catalog refs) whose n-grams are down-weighted"
+        },
+    )
+    background_field: str | None = field(
+        default=None,
+        metadata={
+            "help": "text column of the background files (default: first of text/problem/prompt/question/query)"
+        },
+    )
+    background_min_docs: int = field(
+        default=2,
+        metadata={"help": "an n-gram in at least this many background documents gets weight 0"},
+    )
+    fallback_min_tokens: int = field(
+        default=4,
+        metadata={
+            "help": "short items (< n tokens) with at least this many tokens are matched by containment"
+        },
+    )
+    record_min_score: float = field(
+        default=0.05,
+        metadata={"help": "pairs scoring below this are not recorded as evidence at all"},
+    )
+    max_overlap_chars: int = field(
+        default=2000, metadata={"help": "overlap_text is cut to this many characters"}
+    )
+
+    def __post_init__(self) -> None:
+        from decontam.normalize import get_normalizer
+
+        if self.n < 2:
+            raise ConfigError(f"ngram: n must be >= 2, got {self.n}")
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ConfigError(f"ngram: threshold must be in [0, 1], got {self.threshold}")
+        if self.common_item_df < 2:
+            raise ConfigError(f"ngram: common_item_df must be >= 2, got {self.common_item_df}")
+        if self.background_min_docs < 1:
+            raise ConfigError(
+                f"ngram: background_min_docs must be >= 1, got {self.background_min_docs}"
+            )
+        if not 1 <= self.fallback_min_tokens:
+            raise ConfigError(
+                f"ngram: fallback_min_tokens must be >= 1, got {self.fallback_min_tokens}"
+            )
+        if not 0.0 <= self.record_min_score <= 1.0:
+            raise ConfigError(
+                f"ngram: record_min_score must be in [0, 1], got {self.record_min_score}"
+            )
+        if isinstance(self.background, str):
+            self.background = [self.background]
+        for name in [*self.normalizers.values(), self.default_normalizer]:
+            get_normalizer(name)  # raises ConfigError with did-you-mean
+
+
+# ---------------------------------------------------------------------------------------------
+# Vectorised n-gram hashing over token ids
+# ---------------------------------------------------------------------------------------------
+
+
+class _Vocab:
+    """Token string -> id (1..), and a random 64-bit code per id for hashing. Id 0 = unknown."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+
+    def add(self, tokens: list[str]) -> np.ndarray:
+        ids = self.ids
+        return np.fromiter((ids.setdefault(t, len(ids) + 1) for t in tokens), np.int64, len(tokens))
+
+    def freeze(self) -> None:
+        rng = np.random.default_rng(0x51C3)
+        self.codes = rng.integers(1, np.iinfo(np.uint64).max, len(self.ids) + 1, dtype=np.uint64)
+        self.codes[0] = 0
+
+    def lookup_many(self, rows: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
+        """Concatenated ids of all rows with a 0 after each row; and row start offsets."""
+        get = self.ids.get
+        total = sum(len(r) for r in rows) + len(rows)
+        flat = np.fromiter(
+            (i for r in rows for i in (*map(get, r, [0] * len(r)), 0)), np.int64, total
+        )
+        lens = np.fromiter((len(r) + 1 for r in rows), np.int64, len(rows))
+        starts = np.cumsum(lens) - lens
+        return flat, starts
+
+
+def _window_hashes(codes: np.ndarray, k: int) -> np.ndarray:
+    """Hash of every k-token window of ``codes`` (uint64), length len(codes) - k + 1."""
+    m = len(codes) - k + 1
+    if m <= 0:
+        return np.empty(0, np.uint64)
+    h = codes[:m].copy()
+    for j in range(1, k):
+        h *= _POLY
+        h += codes[j : j + m]
+    return h
+
+
+def _clean_windows(ids: np.ndarray, k: int) -> np.ndarray:
+    """Start positions of k-windows holding no id 0 (unknown token or row separator)."""
+    m = len(ids) - k + 1
+    if m <= 0:
+        return np.empty(0, np.int64)
+    cz = np.concatenate(([0], np.cumsum(ids == 0)))
+    return np.nonzero(cz[k : k + m] == cz[:m])[0]
+
+
+@dataclass
+class _Hits:
+    pos: np.ndarray  # position in the flat id array
+    gram: np.ndarray  # index into the index's n-gram table
+
+
+def _lookup(
+    ids: np.ndarray, codes: np.ndarray, keys: np.ndarray, key_ids: np.ndarray, k: int
+) -> _Hits:
+    """Exact k-gram membership: hash every clean window, search the sorted keys, verify ids."""
+    pos = _clean_windows(ids, k)
+    if len(pos) == 0 or len(keys) == 0:
+        return _Hits(np.empty(0, np.int64), np.empty(0, np.int64))
+    h = _window_hashes(codes, k)[pos]
+    idx = np.searchsorted(keys, h)
+    idx[idx == len(keys)] = 0
+    hit = keys[idx] == h
+    pos, idx = pos[hit], idx[hit]
+    if len(pos):
+        windows = ids[pos[:, None] + np.arange(k)]
+        ok = (windows == key_ids[idx]).all(axis=1)
+        pos, idx = pos[ok], idx[ok]
+    return _Hits(pos, idx)
+
+
+# ---------------------------------------------------------------------------------------------
+# The index of one normalizer's benchmark items
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Variant:
+    benchmark: str
+    benchmark_version: str
+    item_id: str
+    variant: str
+    text: str
+    n_grams: int  # distinct n-grams
+    weight: float  # summed weights of its distinct n-grams
+    token_ids: np.ndarray
+    fallback: bool = False
+
+
+class _Index:
+    """n-gram index over the benchmark items that share one normalizer."""
+
+    def __init__(self, normalizer, n: int) -> None:
+        self.normalizer = normalizer
+        self.n = n
+        self.vocab = _Vocab()
+        self.variants: list[_Variant] = []
+        self._bench_offsets: dict[int, tuple[np.ndarray, list[tuple[int, int]]]] = {}
+
+    def build(self, rows: list[dict[str, Any]], cfg: NGramConfig) -> None:
+        n = self.n
+        per_variant_ids = [self.vocab.add(self.normalizer.tokens(r["text"])) for r in rows]
+        self.vocab.freeze()
+        codes = self.vocab.codes
+        # distinct n-grams of every variant (hash -> first position), gathered as flat arrays
+        all_h, all_v, all_p, all_ids = [], [], [], []
+        for v, ids in enumerate(per_variant_ids):
+            if len(ids) < n:
+                continue
+            h = _window_hashes(codes[ids], n)
+            _, first = np.unique(h, return_index=True)
+            all_h.append(h[first])
+            all_v.append(np.full(len(first), v, np.int64))
+            all_p.append(first.astype(np.int64))
+            all_ids.append(ids[first[:, None] + np.arange(n)])
+        if all_h:
+            H = np.concatenate(all_h)
+            V = np.concatenate(all_v)
+            P = np.concatenate(all_p)
+            IDS = np.concatenate(all_ids)
+        else:
+            H = np.empty(0, np.uint64)
+            V = P = np.empty(0, np.int64)
+            IDS = np.empty((0, n), np.int64)
+        order = np.lexsort((V, H))
+        H, V, P, IDS = H[order], V[order], P[order], IDS[order]
+        keys, first, counts = np.unique(H, return_index=True, return_counts=True)
+        key_ids = IDS[first]
+        # 64-bit collisions between different n-grams would merge two keys: refuse loudly
+        # (astronomically unlikely; verification of scan hits relies on one id tuple per key).
+        if len(H) and not (IDS == np.repeat(key_ids, counts, axis=0)).all():
+            raise ConfigError("ngram: 64-bit hash collision inside the benchmark index; change n")
+        gram_of = np.repeat(np.arange(len(keys)), counts)
+        # document frequency over distinct items (variants and benchmark copies count once)
+        item_key = {}
+        item_of_variant = np.array(
+            [item_key.setdefault(r["item_id"], len(item_key)) for r in rows] or [0], np.int64
+        )
+        pair = np.unique(gram_of * (len(item_key) + 1) + item_of_variant[V]) if len(V) else V
+        df = np.bincount(pair // (len(item_key) + 1), minlength=len(keys))
+        w = np.where(df >= cfg.common_item_df, 0.0, 1.0 / np.maximum(df, 1))
+        self.keys, self.key_ids, self.df, self.weights = keys, key_ids, df, w
+        self.bg_df = np.zeros(len(keys), np.int64)
+        self.post_ptr = np.concatenate(([0], np.cumsum(counts)))
+        self.post_variant, self.post_pos = V, P
+        self._rows = rows
+        self._per_variant_ids = per_variant_ids
+
+    def finish(self, cfg: NGramConfig) -> None:
+        """Apply background counts to the weights and compute per-variant totals."""
+        if self.bg_df.any():
+            self.weights = np.where(self.bg_df >= cfg.background_min_docs, 0.0, self.weights)
+        nv = len(self._rows)
+        v_grams = np.bincount(self.post_variant, minlength=nv)
+        gram_of = np.repeat(np.arange(len(self.keys)), np.diff(self.post_ptr))
+        v_weight = np.bincount(self.post_variant, weights=self.weights[gram_of], minlength=nv)
+        self.variants = []
+        fb_keys: dict[int, list[tuple[int, np.ndarray]]] = defaultdict(list)
+        for v, r in enumerate(self._rows):
+            ids = self._per_variant_ids[v]
+            is_fb = (len(ids) < self.n and len(ids) >= cfg.fallback_min_tokens) or (
+                len(ids) >= self.n and v_weight[v] == 0
+            )
+            self.variants.append(
+                _Variant(
+                    r["benchmark"],
+                    r["benchmark_version"],
+                    r["item_id"],
+                    r["variant"],
+                    r["text"],
+                    int(v_grams[v]),
+                    float(v_weight[v]),
+                    ids,
+                    is_fb,
+                )
+            )
+            if is_fb:
+                k = min(len(ids), self.n)
+                fb_keys[k].append((v, ids))
+        # fallback keys: hash of the first k tokens (k = min(len, n)); hits verified in full
+        self.fallback: dict[int, tuple[np.ndarray, np.ndarray, list[list[int]]]] = {}
+        codes = self.vocab.codes
+        for k, lst in fb_keys.items():
+            heads = np.array([ids[:k] for _, ids in lst], np.int64)
+            h = np.array([_window_hashes(codes[x], k)[0] for x in heads], np.uint64)
+            order = np.argsort(h, kind="stable")
+            uh, first = np.unique(h[order], return_index=True)
+            groups = np.split(order, first[1:])
+            self.fallback[k] = (uh, heads[order][first], [[lst[i][0] for i in g] for g in groups])
+        del self._rows
+
+    def add_background(self, texts: list[str]) -> None:
+        ids, starts = self.vocab.lookup_many([self.normalizer.tokens(t) for t in texts])
+        hits = _lookup(ids, self.vocab.codes[ids], self.keys, self.key_ids, self.n)
+        if len(hits.pos) == 0:
+            return
+        row = np.searchsorted(starts, hits.pos, side="right") - 1
+        uniq = np.unique(row * len(self.keys) + hits.gram)
+        self.bg_df += np.bincount(uniq % len(self.keys), minlength=len(self.keys))
+
+    def bench_tokens(self, v: int) -> tuple[np.ndarray, list[tuple[int, int]]]:
+        """Offsets map and token spans of a benchmark variant's normalized text (cached)."""
+        if v not in self._bench_offsets:
+            from decontam.normalize import tokenize
+
+            norm, offs = self.normalizer.with_offsets(self.variants[v].text)
+            self._bench_offsets[v] = (offs, tokenize(norm))
+        return self._bench_offsets[v]
+
+
+# ---------------------------------------------------------------------------------------------
+# The detector
+# ---------------------------------------------------------------------------------------------
+
+
+class NGramDetector(Detector):
+    """Word n-gram overlap (default 9-grams) with rarity weights, exact matching and spans."""
+
+    name = "ngram"
+    version = "ngram/1"
+    config_cls = NGramConfig
+
+    def __init__(self, config: NGramConfig | None = None) -> None:
+        super().__init__(config)
+        self.config: NGramConfig
+        self._indexes: dict[str, _Index] = {}
+
+    # -- fit -------------------------------------------------------------------------------
+    def _normalizer_name(self, domain: str) -> str:
+        return self.config.normalizers.get(domain, self.config.default_normalizer)
+
+    def fit(self, benchmarks: BenchmarkSet) -> None:
+        from decontam.normalize import get_normalizer
+
+        cfg = self.config
+        rows = benchmarks.items.to_pylist()
+        groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for r in rows:
+            groups[self._normalizer_name(r["domain"])].append(r)
+        self._indexes = {}
+        for name, grp in sorted(groups.items()):
+            idx = _Index(get_normalizer(name), cfg.n)
+            idx.build(grp, cfg)
+            self._indexes[name] = idx
+        if cfg.background:
+            for texts in _background_batches(cfg):
+                for idx in self._indexes.values():
+                    idx.add_background(texts)
+        for idx in self._indexes.values():
+            idx.finish(cfg)
+
+    def describe(self) -> dict[str, Any]:
+        d = super().describe()
+        d["normalizers"] = {name: idx.normalizer.version for name, idx in self._indexes.items()}
+        d["index"] = {
+            name: {
+                "variants": len(idx.variants),
+                "ngrams": int(len(idx.keys)),
+                "zero_weight_ngrams": int((idx.weights == 0).sum()),
+                "fallback_variants": int(sum(v.fallback for v in idx.variants)),
+            }
+            for name, idx in self._indexes.items()
+        }
+        return d
+
+    # -- score -----------------------------------------------------------------------------
+    def score(self, texts: pa.Table) -> pa.Table:
+        if not self._indexes:
+            raise ConfigError(
+                "ngram: score() called before fit(); fit the detector on a BenchmarkSet first"
+            )
+        for col in ("sample_uid", "field", "text"):
+            if col not in texts.column_names:
+                raise InputError(
+                    f"text table has no column {col!r}",
+                    field=col,
+                    hint="columns: sample_uid, field, text",
+                )
+        uids = texts.column("sample_uid").to_pylist()
+        fields = texts.column("field").to_pylist()
+        raw = [t or "" for t in texts.column("text").to_pylist()]
+        out: list[dict[str, Any]] = []
+        for name in sorted(self._indexes):
+            out.extend(self._score_index(self._indexes[name], uids, fields, raw))
+        out.sort(key=lambda r: (r["sample_uid"], r["field"], r["benchmark"], r["benchmark_item"]))
+        return matches_from_rows(out)
+
+    def _score_index(self, idx: _Index, uids, fields, raw) -> list[dict[str, Any]]:
+        cfg = self.config
+        n = idx.n
+        toks = [idx.normalizer.tokens(t) for t in raw]
+        ids, starts = idx.vocab.lookup_many(toks)
+        codes = idx.vocab.codes[ids]
+        hits = _lookup(ids, codes, idx.keys, idx.key_ids, n)
+        # (row, variant) -> score pieces, all vectorised
+        pairs: dict[tuple[int, int], dict[str, Any]] = {}
+        hit_rows = np.searchsorted(starts, hits.pos, side="right") - 1
+        if len(hits.pos):
+            ng = len(idx.keys)
+            rg = np.unique(hit_rows * ng + hits.gram)
+            r_u, g_u = rg // ng, rg % ng
+            cnt = idx.post_ptr[g_u + 1] - idx.post_ptr[g_u]
+            rep_r = np.repeat(r_u, cnt)
+            rep_g = np.repeat(g_u, cnt)
+            post = np.repeat(idx.post_ptr[g_u] - np.cumsum(cnt) + cnt, cnt) + np.arange(cnt.sum())
+            rep_v = idx.post_variant[post]
+            nv = len(idx.variants)
+            key = rep_r * nv + rep_v
+            ukey, inv = np.unique(key, return_inverse=True)
+            shared = np.bincount(inv)
+            wsum = np.bincount(inv, weights=idx.weights[rep_g])
+            v_of = ukey % nv
+            vw = np.array([idx.variants[v].weight for v in v_of])
+            vg = np.array([idx.variants[v].n_grams for v in v_of])
+            wcov = np.divide(wsum, vw, out=np.zeros(len(wsum)), where=vw > 0)
+            keep = wcov >= cfg.record_min_score
+            for k_, s_, ws_, wc_, g_ in zip(
+                ukey[keep], shared[keep], wsum[keep], wcov[keep], vg[keep], strict=True
+            ):
+                pairs[(int(k_ // nv), int(k_ % nv))] = {
+                    "shared_ngrams": int(s_),
+                    "item_ngrams": int(g_),
+                    "coverage": float(s_ / g_) if g_ else 0.0,
+                    "weighted_shared": float(ws_),
+                    "weighted_coverage": float(min(1.0, wc_)),
+                    "fallback": None,
+                }
+        # short / all-common items: containment of the whole item
+        fb_hits: dict[tuple[int, int], int] = {}
+        for k, (fkeys, fids, fvars) in idx.fallback.items():
+            h = _lookup(ids, codes, fkeys, fids, k)
+            rows_k = np.searchsorted(starts, h.pos, side="right") - 1
+            for p, g, r in zip(h.pos.tolist(), h.gram.tolist(), rows_k.tolist(), strict=True):
+                for v in fvars[g]:
+                    seq = idx.variants[v].token_ids
+                    if (r, v) in fb_hits:
+                        continue
+                    if p + len(seq) <= len(ids) and np.array_equal(ids[p : p + len(seq)], seq):
+                        fb_hits[(r, v)] = p - int(starts[r])
+        for (r, v), tpos in fb_hits.items():
+            var = idx.variants[v]
+            pairs[(r, v)] = {
+                "shared_ngrams": pairs.get((r, v), {}).get("shared_ngrams", 0),
+                "item_ngrams": var.n_grams,
+                "coverage": 1.0,
+                "weighted_shared": 0.0,
+                "weighted_coverage": 1.0,
+                "fallback": "containment",
+                "fallback_token": tpos,
+                "item_tokens": len(var.token_ids),
+            }
+        if not pairs:
+            return []
+        # best variant per (row, item, benchmark)
+        best: dict[tuple[int, str, str], tuple[int, dict[str, Any]]] = {}
+        for (r, v), d in pairs.items():
+            var = idx.variants[v]
+            key = (r, var.benchmark, var.item_id)
+            if key not in best or d["weighted_coverage"] > best[key][1]["weighted_coverage"]:
+                best[key] = (v, d)
+        # evidence, only for rows that matched
+        hits_by_row: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        if len(hits.pos):
+            order = np.argsort(hit_rows, kind="stable")
+            hr, hp, hg = hit_rows[order], hits.pos[order], hits.gram[order]
+            bounds = np.searchsorted(hr, np.unique(hr))
+            for b, e in zip(bounds, [*bounds[1:], len(hr)], strict=True):
+                r = int(hr[b])
+                hits_by_row[r] = (hp[b:e] - starts[r], hg[b:e])
+        norm_cache: dict[int, tuple[np.ndarray, list[tuple[int, int]]]] = {}
+        out = []
+        for (r, _b, _i), (v, d) in sorted(best.items()):
+            var = idx.variants[v]
+            if r not in norm_cache:
+                from decontam.normalize import tokenize
+
+                norm, offs = idx.normalizer.with_offsets(raw[r])
+                norm_cache[r] = (offs, tokenize(norm))
+            offs, tspans = norm_cache[r]
+            if d["fallback"]:
+                L = d["item_tokens"]
+                tok_runs = [(d["fallback_token"], d["fallback_token"] + L, 0, L)]
+            else:
+                tok_runs = self._runs(idx, v, *hits_by_row.get(r, (np.empty(0), np.empty(0))))
+            spans, pieces = [], []
+            b_offs, b_spans = idx.bench_tokens(v)
+            for ts, te, bs, be in tok_runs:
+                s0, e0 = _orig_span(offs, tspans, ts, te)
+                s1, e1 = _orig_span(b_offs, b_spans, bs, be)
+                spans.append(
+                    {"sample_start": s0, "sample_end": e0, "bench_start": s1, "bench_end": e1}
+                )
+                pieces.append(raw[r][s0:e0])
+            overlap = " … ".join(pieces)[: cfg.max_overlap_chars]
+            details = {k: d[k] for k in ("shared_ngrams", "item_ngrams", "coverage",
+                                          "weighted_shared", "weighted_coverage", "fallback")}  # fmt: skip
+            details.update({"n": n, "normalizer": idx.normalizer.version, "spans": len(spans)})
+            out.append(
+                {
+                    "sample_uid": uids[r],
+                    "field": fields[r],
+                    "benchmark": var.benchmark,
+                    "benchmark_version": var.benchmark_version,
+                    "benchmark_item": var.item_id,
+                    "benchmark_variant": var.variant,
+                    "detector": self.name,
+                    "detector_version": self.version,
+                    "score": float(d["weighted_coverage"]),
+                    "threshold": float(cfg.threshold),
+                    "spans": spans,
+                    "overlap_text": overlap,
+                    "details": details,
+                }
+            )
+        return out
+
+    @staticmethod
+    def _runs(
+        idx: _Index, v: int, tpos: np.ndarray, grams: np.ndarray
+    ) -> list[tuple[int, int, int, int]]:
+        """Maximal token runs of the row covered by n-grams of variant ``v``:
+        (sample_tok_start, sample_tok_end, bench_tok_start, bench_tok_end)."""
+        n = idx.n
+        res = []
+        cur = None
+        for p, g in sorted(zip(tpos.tolist(), grams.tolist(), strict=True)):
+            lo, hi = idx.post_ptr[g], idx.post_ptr[g + 1]
+            vs = idx.post_variant[lo:hi]
+            j = np.searchsorted(vs, v)
+            if j >= len(vs) or vs[j] != v:
+                continue
+            bp = int(idx.post_pos[lo + j])
+            if cur is not None and p <= cur[1]:
+                cur = [cur[0], max(cur[1], p + n), min(cur[2], bp), max(cur[3], bp + n)]
+            else:
+                if cur is not None:
+                    res.append(tuple(cur))
+                cur = [p, p + n, bp, bp + n]
+        if cur is not None:
+            res.append(tuple(cur))
+        return res
+
+
+def _orig_span(
+    offs: np.ndarray, tspans: list[tuple[int, int]], ts: int, te: int
+) -> tuple[int, int]:
+    """Original-text span of tokens [ts, te) of a normalized text."""
+    from decontam.normalize import original_span
+
+    s = tspans[ts][0]
+    e = tspans[te - 1][1]
+    return original_span(offs, s, e)
+
+
+def _background_batches(cfg: NGramConfig, batch: int = 5000):
+    """Yield lists of texts from the configured background corpora."""
+    for ref in cfg.background:
+        table = _read_background(ref)
+        col = cfg.background_field
+        if col is None:
+            col = next((c for c in _BACKGROUND_FIELDS if c in table.column_names), None)
+        if col is None or col not in table.column_names:
+            raise ConfigError(
+                f"ngram: background {ref!r} has no text column {col or ''!r}".replace(" ''", ""),
+                hint=f"set background_field; columns: {', '.join(table.column_names)}",
+            )
+        values = table.column(col).to_pylist()
+        for i in range(0, len(values), batch):
+            yield [
+                v if isinstance(v, str) else json.dumps(v) if v is not None else ""
+                for v in values[i : i + batch]
+            ]
+
+
+def _read_background(ref: str) -> pa.Table:
+    p = Path(ref)
+    if p.suffix in (".jsonl", ".json", ".parquet") or p.exists():
+        if not p.exists():
+            raise NotFoundError(
+                f"ngram: background file {ref} not found",
+                hint="give an existing JSONL/Parquet file or a catalog ref",
+            )
+        if p.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return pq.read_table(p)
+        rows = []
+        with p.open(encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if line.strip():
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError as exc:
+                        raise InputError(
+                            f"invalid JSON: {exc.msg}", file=str(p), row=lineno
+                        ) from None
+        return pa.Table.from_pylist(rows)
+    from curation.catalog import Catalog
+
+    return Catalog().load(ref)
