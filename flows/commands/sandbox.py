@@ -1,0 +1,35 @@
+"""`sluice sandbox ...`: run untrusted programs in the bubblewrap sandbox."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, help="Run untrusted Python programs in a sandbox.")
+
+
+@app.command("run")
+def run(
+    program: Path = typer.Argument(..., help="Python program to run", exists=False),
+    stdin: Path | None = typer.Option(None, "--stdin", help="file fed to the program's stdin"),
+    time_limit: float = typer.Option(5.0, "--time-limit", help="wall-clock limit, seconds"),
+    memory_mb: int = typer.Option(512, "--memory-mb", help="memory (address space) limit, MiB"),
+) -> None:
+    """Run PROGRAM once in the sandbox and print one JSON result object.
+
+    Exit code 0 whenever the sandbox worked, whatever the program did; read `status`.
+    """
+    from curation.errors import NotFoundError
+    from rl_pools.sandbox import SandboxConfig, execute
+
+    if not program.is_file():
+        raise NotFoundError(f"program {program} not found", hint="pass the path of a .py file")
+    data = b""
+    if stdin is not None:
+        if not stdin.is_file():
+            raise NotFoundError(f"stdin file {stdin} not found", hint="check --stdin")
+        data = stdin.read_bytes()
+    cfg = SandboxConfig(time_limit_s=time_limit, memory_mb=memory_mb)
+    res = execute(program.read_text(encoding="utf-8", errors="replace"), data, cfg)
+    typer.echo(res.to_json())
