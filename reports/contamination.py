@@ -1,0 +1,734 @@
+"""The contamination report of one decontamination run: HTML for people, Markdown for PRs and
+Prefect artifacts, JSON for machines, and the full evidence list as Parquet.
+
+Everything is computed once into a plain dict (:func:`build_report`), which is the JSON report;
+the HTML and Markdown templates only present it. All texts are untrusted: the HTML template
+autoescapes and highlighted texts are built from escaped pieces (:func:`highlight`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from markupsafe import Markup, escape
+
+from curation.errors import ConfigError, InputError, NotFoundError
+from reports import plots
+from reports.run_data import Pair, RunData, load_run
+
+REPORT_SCHEMA_VERSION = "contamination_report/1"
+TEMPLATES = Path(__file__).parent / "templates"
+MAX_TEXT_CHARS = 12_000  # longer texts are shown as an excerpt around the overlapping spans
+SENSITIVITY_POINTS = 41
+
+EVIDENCE_SCHEMA = pa.schema(
+    [
+        pa.field("sample_uid", pa.string()),
+        pa.field("source", pa.string()),
+        pa.field("benchmark", pa.string()),
+        pa.field("benchmark_item", pa.string()),
+        pa.field("benchmark_variant", pa.string()),
+        pa.field("field", pa.string()),
+        pa.field("contaminated", pa.bool_()),
+        pa.field("detectors_over", pa.list_(pa.string())),
+        pa.field("decided_by", pa.list_(pa.string())),
+        pa.field("max_score", pa.float64()),
+        pa.field(
+            "scores",
+            pa.list_(
+                pa.struct(
+                    [
+                        ("detector", pa.string()),
+                        ("version", pa.string()),
+                        ("score", pa.float64()),
+                        ("threshold", pa.float64()),
+                    ]
+                )
+            ),
+        ),
+        pa.field(
+            "spans",
+            pa.list_(
+                pa.struct(
+                    [
+                        ("sample_start", pa.int64()),
+                        ("sample_end", pa.int64()),
+                        ("bench_start", pa.int64()),
+                        ("bench_end", pa.int64()),
+                    ]
+                )
+            ),
+        ),
+    ],
+    metadata={b"sluice.schema": b"evidence/1"},
+)
+
+
+@dataclass(frozen=True)
+class ReportPaths:
+    html: Path
+    markdown: Path
+    json: Path
+    evidence: Path
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _r(x: float | None, nd: int = 4) -> float | None:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return None
+    return round(float(x), nd)
+
+
+def _share(n: int, total: int) -> float | None:
+    return _r(n / total, 4) if total else None
+
+
+def merge_intervals(spans: list[tuple[int, int]], length: int) -> list[tuple[int, int]]:
+    """Clamp to ``[0, length]``, drop empty intervals, merge overlapping/adjacent ones."""
+    clean = sorted(
+        (max(0, int(a)), min(length, int(b))) for a, b in spans if a is not None and b is not None
+    )
+    out: list[tuple[int, int]] = []
+    for a, b in clean:
+        if b <= a:
+            continue
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def highlight(text: str, spans: list[tuple[int, int]], max_chars: int = MAX_TEXT_CHARS) -> Markup:
+    """HTML for ``text`` with ``spans`` wrapped in ``<mark>``; every piece of text is escaped.
+    Texts longer than ``max_chars`` are cut to a window around the spans, with the cut marked."""
+    text = text or ""
+    ivs = merge_intervals(spans, len(text))
+    lo, hi = 0, len(text)
+    if len(text) > max_chars:
+        start = max(0, (ivs[0][0] if ivs else 0) - 500)
+        lo, hi = start, min(len(text), start + max_chars)
+    parts: list[str] = []
+    if lo > 0:
+        parts.append(f'<span class="cut">[… {lo} characters before …]</span>')
+    pos = lo
+    for a, b in ivs:
+        a, b = max(a, lo), min(b, hi)
+        if b <= a:
+            continue
+        parts.append(str(escape(text[pos:a])))
+        parts.append(f"<mark>{escape(text[a:b])}</mark>")
+        pos = b
+    parts.append(str(escape(text[pos:hi])))
+    if hi < len(text):
+        parts.append(f'<span class="cut">[… {len(text) - hi} characters after …]</span>')
+    return Markup("".join(parts))
+
+
+def _sluice_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sluice-data")
+    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "unknown"
+
+
+# ----------------------------------------------------------------------------- sections
+
+
+def _provenance(run: RunData) -> dict[str, Any]:
+    m = run.manifest
+    dets = []
+    for d in m.get("detectors") or []:
+        cfg = dict(d.get("config") or {})
+        dets.append(
+            {
+                "name": d.get("name"),
+                "version": d.get("version"),
+                "threshold": cfg.get("threshold"),
+                "policy_threshold": run.detector_thresholds().get(d.get("name")),
+                "evidence_only": d.get("name") in run.evidence_only(),
+                "normalizer": cfg.get("normalizer")
+                or cfg.get("normalizers")
+                or cfg.get("normalize"),
+                "config": cfg,
+            }
+        )
+    return {
+        "run_dir": str(run.run_dir),
+        "run_schema_version": m.get("schema_version"),
+        "created_at": m.get("created_at"),
+        "sluice_version": m.get("sluice_version"),
+        "command": m.get("command"),
+        "input": m.get("input") or {},
+        "text_fields": m.get("text_fields") or [],
+        "id_field": m.get("id_field"),
+        "benchmarks": m.get("benchmarks") or [],
+        "detectors": dets,
+        "policy": m.get("policy") or {},
+        "counts": m.get("counts") or {},
+        "outputs": m.get("outputs") or {},
+    }
+
+
+def _total_rows(run: RunData) -> int:
+    m = run.manifest
+    for v in ((m.get("input") or {}).get("rows"), (m.get("counts") or {}).get("rows")):
+        if isinstance(v, int):
+            return v
+    return run.decisions.num_rows
+
+
+def _summary(run: RunData, pairs: dict[tuple[str, str, str], Pair]) -> dict[str, Any]:
+    total = _total_rows(run)
+    dec = run.decisions.to_pylist()
+    flagged = {r["sample_uid"] for r in dec if r["contaminated"]}
+    default_source = (run.manifest.get("input") or {}).get("name") or "input"
+
+    by_source_rows: Counter[str] = Counter()
+    by_source_flag: Counter[str] = Counter()
+    by_bench: Counter[str] = Counter()
+    by_field: Counter[str] = Counter()
+    reason_samples: Counter[str] = Counter()
+    reason_count: Counter[str] = Counter()
+    flagged_pairs = [p for p in pairs.values() if p.flagged]
+    pair_bench: dict[str, set[str]] = defaultdict(set)
+    for p in flagged_pairs:
+        pair_bench[p.sample_uid].add(p.benchmark)
+    match_fields: dict[str, set[str]] = defaultdict(set)
+    mc = run.matches.select(["sample_uid", "field", "detector", "score", "threshold"]).to_pydict()
+    thr_over = run.detector_thresholds()
+    for u, f, d, s, t in zip(*mc.values(), strict=True):
+        if s >= thr_over.get(d, t):
+            match_fields[u].add(f)
+    for r in dec:
+        src = r.get("source") or default_source
+        by_source_rows[src] += 1
+        if not r["contaminated"]:
+            continue
+        by_source_flag[src] += 1
+        for b in r.get("benchmarks") or sorted(pair_bench.get(r["sample_uid"], ())):
+            by_bench[b] += 1
+        for f in r.get("flagged_fields") or sorted(match_fields.get(r["sample_uid"], ())):
+            by_field[f] += 1
+        kinds = Counter(((r2.split(":", 1)[0]) if ":" in r2 else r2) for r2 in r["reasons"] or ())
+        for k, c in kinds.items():
+            reason_samples[k] += 1
+            reason_count[k] += c
+
+    det_samples: dict[str, set[str]] = defaultdict(set)
+    sample_dets: dict[str, set[str]] = defaultdict(set)
+    for p in flagged_pairs:
+        for d in p.detectors_over:
+            det_samples[d].add(p.sample_uid)
+            sample_dets[p.sample_uid].add(d)
+    detectors = sorted(
+        {d.get("name") for d in run.manifest.get("detectors") or []} | set(det_samples)
+    )
+    by_detector = []
+    for d in detectors:
+        s = det_samples.get(d, set())
+        by_detector.append(
+            {
+                "detector": d,
+                "samples_over_threshold": len(s),
+                "of_which_removed": len(s & flagged),
+                "only_this_detector": sum(1 for u in s if sample_dets[u] == {d}),
+                "share_of_pool": _share(len(s), total),
+            }
+        )
+    if (run.manifest.get("input") or {}).get("rows") not in (None, run.decisions.num_rows):
+        note = (
+            f"run.json says the input had {run.manifest['input']['rows']} rows but "
+            f"decisions.parquet has {run.decisions.num_rows}"
+        )
+    else:
+        note = None
+    return {
+        "rows": total,
+        "decided_rows": run.decisions.num_rows,
+        "samples_with_matches": len({p.sample_uid for p in pairs.values()}),
+        "flagged": len(flagged),
+        "flagged_share": _share(len(flagged), total),
+        "removed": len(flagged),
+        "kept": run.decisions.num_rows - len(flagged),
+        "flagged_pairs": len(flagged_pairs),
+        "consistency_note": note,
+        "by_benchmark": [
+            {"benchmark": b, "flagged": n, "share_of_pool": _share(n, total)}
+            for b, n in sorted(by_bench.items())
+        ],
+        "by_detector": by_detector,
+        "by_source": [
+            {
+                "source": s,
+                "rows": by_source_rows[s],
+                "flagged": by_source_flag[s],
+                "share_of_source": _share(by_source_flag[s], by_source_rows[s]),
+            }
+            for s in sorted(by_source_rows)
+        ],
+        "by_field": [
+            {"field": f, "flagged": n, "share_of_pool": _share(n, total)}
+            for f, n in sorted(by_field.items())
+        ],
+        "reasons": [
+            {"reason": k, "samples": reason_samples[k], "reasons": reason_count[k]}
+            for k in sorted(reason_samples)
+        ],
+    }
+
+
+def _best_rows(run: RunData) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """For each pair: field, variant and merged spans of its best match (preferring a match
+    that has spans, so the evidence can be highlighted)."""
+    cols = run.matches.select(
+        [
+            "sample_uid",
+            "field",
+            "benchmark",
+            "benchmark_item",
+            "benchmark_variant",
+            "score",
+            "spans",
+        ]
+    ).to_pylist()
+    best: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for r in cols:
+        key = (r["sample_uid"], r["benchmark"], r["benchmark_item"])
+        rank = (bool(r["spans"]), r["score"])
+        cur = best.get(key)
+        if cur is None or rank > cur["rank"]:
+            best[key] = {
+                "rank": rank,
+                "field": r["field"],
+                "variant": r["benchmark_variant"],
+                "spans": [],
+            }
+    for r in cols:
+        key = (r["sample_uid"], r["benchmark"], r["benchmark_item"])
+        b = best[key]
+        if r["spans"] and r["field"] == b["field"] and r["benchmark_variant"] == b["variant"]:
+            b["spans"].extend(r["spans"])
+    return best
+
+
+def _evidence(
+    run: RunData, pairs: dict[tuple[str, str, str], Pair]
+) -> tuple[list[dict[str, Any]], pa.Table]:
+    dec = run.decision_map()
+    default_source = (run.manifest.get("input") or {}).get("name") or "input"
+    best = _best_rows(run)
+    rows = []
+    for key, p in pairs.items():
+        if not p.flagged:
+            continue
+        d = dec.get(p.sample_uid, {})
+        b = best.get(key, {"field": None, "variant": None, "spans": []})
+        spans = sorted(
+            {
+                (s["sample_start"], s["sample_end"], s["bench_start"], s["bench_end"])
+                for s in b["spans"]
+            }
+        )
+        rows.append(
+            {
+                "sample_uid": p.sample_uid,
+                "source": d.get("source") or default_source,
+                "benchmark": p.benchmark,
+                "benchmark_item": p.benchmark_item,
+                "benchmark_variant": b["variant"],
+                "field": b["field"],
+                "contaminated": bool(d.get("contaminated")),
+                "detectors_over": p.detectors_over,
+                "decided_by": sorted(p.decided_by),
+                "max_score": _r(p.max_score, 6),
+                "scores": [
+                    {
+                        "detector": s.detector,
+                        "version": s.version,
+                        "score": _r(s.score, 6),
+                        "threshold": _r(s.threshold, 6),
+                    }
+                    for _, s in sorted(p.scores.items())
+                ],
+                "spans": [
+                    {"sample_start": a, "sample_end": bb, "bench_start": c, "bench_end": e}
+                    for a, bb, c, e in spans
+                ],
+            }
+        )
+    # removed first, then most detectors agreeing, then highest score; ties by id (stable output)
+    rows.sort(
+        key=lambda r: (
+            not r["contaminated"],
+            -len(r["detectors_over"]),
+            -(r["max_score"] or 0.0),
+            r["sample_uid"],
+            r["benchmark"],
+            r["benchmark_item"],
+        )
+    )
+    table = pa.Table.from_pylist(rows, schema=EVIDENCE_SCHEMA)
+    return rows, table
+
+
+def _agreement(evidence: list[dict[str, Any]], detectors: list[str], cap: int) -> dict[str, Any]:
+    combos: Counter[tuple[str, ...]] = Counter(tuple(r["detectors_over"]) for r in evidence)
+    ordered = sorted(combos.items(), key=lambda kv: (-kv[1], -len(kv[0]), kv[0]))
+    singles = [r for r in evidence if len(r["detectors_over"]) == 1]
+    return {
+        "detectors": detectors,
+        "combinations": [
+            {
+                "detectors": list(c),
+                "label": " + ".join(c) if c else "(policy rule only)",
+                "pairs": n,
+            }
+            for c, n in ordered
+        ],
+        "single_detector": {
+            d: sum(1 for r in singles if r["detectors_over"] == [d]) for d in detectors
+        },
+        "single_detector_pairs": [
+            {
+                "detector": r["detectors_over"][0],
+                "sample_uid": r["sample_uid"],
+                "benchmark": r["benchmark"],
+                "benchmark_item": r["benchmark_item"],
+                "score": next(
+                    s["score"] for s in r["scores"] if s["detector"] == r["detectors_over"][0]
+                ),
+                "contaminated": r["contaminated"],
+            }
+            for r in singles[:cap]
+        ],
+        "single_detector_total": len(singles),
+    }
+
+
+def _sensitivity(
+    pairs: dict[tuple[str, str, str], Pair], thresholds: dict[str, float]
+) -> tuple[dict[str, list[list[float]]], dict[str, list[float]]]:
+    """Samples flagged vs threshold per detector, from the recorded matches (a sample counts at
+    threshold t when its best score over all items is >= t). Also the per-pair best scores."""
+    per_sample: dict[str, dict[str, float]] = defaultdict(dict)
+    pair_scores: dict[str, list[float]] = defaultdict(list)
+    for p in pairs.values():
+        for d, s in p.scores.items():
+            pair_scores[d].append(s.score)
+            cur = per_sample[d].get(p.sample_uid)
+            if cur is None or s.score > cur:
+                per_sample[d][p.sample_uid] = s.score
+    curves: dict[str, list[list[float]]] = {}
+    for d, by_uid in sorted(per_sample.items()):
+        vals = sorted(by_uid.values())
+        lo = min(0.0, vals[0])
+        hi = max(vals[-1], thresholds.get(d, vals[-1]), 1.0 if vals[-1] <= 1.0 else vals[-1])
+        grid = sorted(
+            {
+                _r(lo + (hi - lo) * i / (SENSITIVITY_POINTS - 1), 4)
+                for i in range(SENSITIVITY_POINTS)
+            }
+        )
+        if d in thresholds:
+            grid = sorted(set(grid) | {_r(thresholds[d], 4)})
+        curves[d] = [[t, sum(1 for v in vals if v >= t)] for t in grid]
+    return curves, {d: sorted(v) for d, v in pair_scores.items()}
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+def _eval_detectors(ev: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    raw = ev.get("detectors") or {}
+    out: dict[str, dict[str, Any]] = {}
+    items = (
+        raw.items()
+        if isinstance(raw, dict)
+        else ((d.get("name"), d) for d in raw if isinstance(d, dict))
+    )
+    for name, d in items:
+        if not isinstance(d, dict):
+            d = {"version": d}
+        thr = d.get("threshold")
+        if thr is None:
+            thr = (d.get("config") or {}).get("threshold")
+        out[str(name)] = {"version": d.get("version"), "threshold": thr}
+    return out
+
+
+def _metric_rows(metrics: Any, scope: str = "") -> list[dict[str, Any]]:
+    """Flatten an evaluation's nested metrics into rows: a dict whose values are all numbers
+    (or null) is one row, named by the path of keys that led to it."""
+    rows: list[dict[str, Any]] = []
+    if not isinstance(metrics, dict):
+        return rows
+    vals = list(metrics.values())
+    if vals and all(v is None or isinstance(v, int | float) for v in vals):
+        return [
+            {
+                "scope": scope or "overall",
+                "metrics": {k: _r(v) if isinstance(v, float) else v for k, v in metrics.items()},
+            }
+        ]
+    for k, v in metrics.items():
+        rows.extend(_metric_rows(v, f"{scope} / {k}" if scope else str(k)))
+    return rows
+
+
+def _measured_quality(run: RunData, evaluation_dir: str | Path | None) -> dict[str, Any]:
+    if evaluation_dir is None:
+        return {"status": "absent", "message": "no evaluation given (use --evaluation EVAL_DIR)"}
+    path = Path(evaluation_dir)
+    path = path / "evaluation.json" if path.is_dir() else path
+    if not path.is_file():
+        raise NotFoundError(
+            f"{path} not found", hint="give the --out folder of `sluice decontam evaluate`"
+        )
+    try:
+        ev = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"malformed JSON: {exc.msg}", file=str(path), row=exc.lineno) from None
+    run_dets = {
+        d["name"]: {
+            "version": d["version"],
+            "threshold": d["threshold"] if d["policy_threshold"] is None else d["policy_threshold"],
+        }
+        for d in _provenance(run)["detectors"]
+    }
+    ev_dets = _eval_detectors(ev)
+    differences: list[str] = []
+    run_hash = run.manifest.get("config_hash")
+    ev_hash = ev.get("config_hash")
+    if run_hash and ev_hash and run_hash == ev_hash:
+        status = "same_configuration"
+    else:
+        for name in sorted(set(run_dets) | set(ev_dets)):
+            a, b = run_dets.get(name), ev_dets.get(name)
+            if a is None:
+                differences.append(f"detector {name} was evaluated but is not in this run")
+            elif b is None:
+                differences.append(f"detector {name} is in this run but was not evaluated")
+            else:
+                if a["version"] != b["version"]:
+                    differences.append(
+                        f"{name} version: run {a['version']}, evaluated {b['version']}"
+                    )
+                if (
+                    b["threshold"] is not None
+                    and a["threshold"] is not None
+                    and abs(float(a["threshold"]) - float(b["threshold"])) > 1e-9
+                ):
+                    differences.append(
+                        f"{name} threshold: run {a['threshold']}, evaluated {b['threshold']}"
+                    )
+        if run_hash and ev_hash and run_hash != ev_hash:
+            differences.append(f"config hash: run {run_hash}, evaluated {ev_hash}")
+        status = "different_configuration" if differences else "same_configuration"
+    rows = _metric_rows(ev.get("metrics") or {})
+    return {
+        "status": status,
+        "evaluation": str(path),
+        "evaluation_schema_version": ev.get("schema_version"),
+        "config_hash": ev_hash,
+        "differences": differences,
+        "message": (
+            "the evaluation measured the same detectors, versions and thresholds as this run"
+            if status == "same_configuration"
+            else "the evaluation measured a DIFFERENT configuration; its numbers do not describe this run"
+        ),
+        "metrics": rows,
+        "columns": list(dict.fromkeys(k for row in rows for k in row["metrics"])),
+    }
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def build_report(
+    run: RunData | str | Path,
+    *,
+    evaluation_dir: str | Path | None = None,
+    max_evidence: int = 200,
+) -> tuple[dict[str, Any], pa.Table, dict[str, Any]]:
+    """Compute the report. Returns (report dict = the JSON report, full evidence table,
+    plot data: per-pair scores and thresholds, used to draw the figures)."""
+    if max_evidence < 0:
+        raise ConfigError(f"max_evidence must be >= 0, got {max_evidence}")
+    run = run if isinstance(run, RunData) else load_run(run)
+    pairs = run.pairs()
+    prov = _provenance(run)
+    thresholds: dict[str, float] = {}
+    for d in prov["detectors"]:
+        t = d["policy_threshold"] if d["policy_threshold"] is not None else d["threshold"]
+        if isinstance(t, int | float):
+            thresholds[d["name"]] = float(t)
+    for p in pairs.values():  # detectors missing from run.json: use the match rows' threshold
+        for det, s in p.scores.items():
+            thresholds.setdefault(det, s.threshold)
+    evidence, ev_table = _evidence(run, pairs)
+    detectors = sorted(thresholds)
+    curves, pair_scores = _sensitivity(pairs, thresholds)
+    report = {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "report_sluice_version": _sluice_version(),
+        "provenance": prov,
+        "summary": _summary(run, pairs),
+        "evidence": {
+            "total": len(evidence),
+            "shown": min(len(evidence), max_evidence),
+            "max_evidence": max_evidence,
+            "file": "evidence.parquet",
+            "rows": evidence[:max_evidence],
+        },
+        "agreement": _agreement(evidence, detectors, max_evidence),
+        "thresholds": thresholds,
+        "sensitivity": curves,
+        "measured_quality": _measured_quality(run, evaluation_dir),
+    }
+    return report, ev_table, {"pair_scores": pair_scores, "thresholds": thresholds}
+
+
+def _texts_lookup(
+    run: RunData,
+) -> tuple[dict[tuple[str, str], str], dict[tuple[str, str, str], dict]]:
+    texts: dict[tuple[str, str], str] = {}
+    if run.texts is not None:
+        for u, f, t in zip(
+            *run.texts.select(["sample_uid", "field", "text"]).to_pydict().values(), strict=True
+        ):
+            texts[(u, f)] = t or ""
+    items: dict[tuple[str, str, str], dict] = {}
+    if run.bench_items is not None:
+        for r in run.bench_items.to_pylist():
+            items[(r["benchmark"], r["item_id"], r["variant"])] = r
+            items.setdefault((r["benchmark"], r["item_id"], "*"), r)
+    return texts, items
+
+
+def _html_evidence(run: RunData, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Evidence rows with highlighted (escaped) texts for the HTML template."""
+    texts, items = _texts_lookup(run)
+    out = []
+    for r in rows:
+        sample_text = texts.get((r["sample_uid"], r["field"]))
+        item = items.get(
+            (r["benchmark"], r["benchmark_item"], r["benchmark_variant"])
+        ) or items.get((r["benchmark"], r["benchmark_item"], "*"))
+        s_spans = [(s["sample_start"], s["sample_end"]) for s in r["spans"]]
+        b_spans = [(s["bench_start"], s["bench_end"]) for s in r["spans"]]
+        out.append(
+            r
+            | {
+                "sample_html": highlight(sample_text, s_spans) if sample_text is not None else None,
+                "bench_html": highlight(item["text"], b_spans) if item else None,
+                "bench_answer": item.get("answer") if item else None,
+            }
+        )
+    return out
+
+
+def _env():
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+
+    env = Environment(
+        loader=FileSystemLoader(str(TEMPLATES)),
+        autoescape=select_autoescape(["html.j2", "html"], default_for_string=False),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["md"] = md_cell
+    env.filters["pct"] = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"
+    env.filters["num"] = lambda x: (
+        "n/a" if x is None else (f"{x:.3f}" if isinstance(x, float) else str(x))
+    )
+    env.filters["tojson_pretty"] = lambda x: json.dumps(x, indent=2, sort_keys=True, default=str)
+    return env
+
+
+def md_cell(value: Any) -> str:
+    """Make untrusted text safe inside a Markdown table cell: no HTML, no pipes, one line."""
+    s = "" if value is None else str(value)
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    s = s.replace("|", "\\|").replace("`", "\\`").replace("\r", " ").replace("\n", " ")
+    return s
+
+
+def render_markdown_summary(
+    run_dir: str | Path, html_link: str | None = None, *, top: int = 10
+) -> str:
+    """A short Markdown summary of a run (counts, per-benchmark/detector tables, top evidence),
+    for Prefect artifacts and PR comments. ``html_link`` adds a link to the full HTML report."""
+    report, _, _ = build_report(run_dir, max_evidence=top)
+    return _env().get_template("summary.md.j2").render(r=report, html_link=html_link, top=top)
+
+
+def render_report(
+    run_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    evaluation_dir: str | Path | None = None,
+    max_evidence: int = 200,
+) -> ReportPaths:
+    """Write ``report.html`` (self-contained), ``report.md``, ``report.json``,
+    ``evidence.parquet`` (every flagged pair) and ``plots/*.png`` into ``out_dir``."""
+    run = load_run(run_dir)
+    report, ev_table, plot_data = build_report(
+        run, evaluation_dir=evaluation_dir, max_evidence=max_evidence
+    )
+    out = Path(out_dir)
+    (out / "plots").mkdir(parents=True, exist_ok=True)
+
+    images = {
+        "scores": plots.score_histograms(plot_data["pair_scores"], plot_data["thresholds"]),
+        "sensitivity": plots.sensitivity_curves(
+            {d: [tuple(p) for p in c] for d, c in report["sensitivity"].items()},
+            plot_data["thresholds"],
+        ),
+        "agreement": plots.upset(
+            [(c["detectors"], c["pairs"]) for c in report["agreement"]["combinations"]],
+            report["agreement"]["detectors"],
+        ),
+    }
+    for name, png in images.items():
+        (out / "plots" / f"{name}.png").write_bytes(png)
+    data_uris = {
+        k: "data:image/png;base64," + base64.b64encode(v).decode() for k, v in images.items()
+    }
+
+    pq.write_table(ev_table, out / "evidence.parquet")
+    paths = ReportPaths(
+        out / "report.html", out / "report.md", out / "report.json", out / "evidence.parquet"
+    )
+    paths.json.write_text(
+        json.dumps(report, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8"
+    )
+    env = _env()
+    paths.markdown.write_text(env.get_template("report.md.j2").render(r=report), encoding="utf-8")
+    paths.html.write_text(
+        env.get_template("report.html.j2").render(
+            r=report,
+            evidence=_html_evidence(run, report["evidence"]["rows"]),
+            img=data_uris,
+            css=(TEMPLATES / "report.css").read_text(encoding="utf-8"),
+            js=(TEMPLATES / "report.js").read_text(encoding="utf-8"),
+        ),
+        encoding="utf-8",
+    )
+    return paths

@@ -1,0 +1,178 @@
+"""Reading a decontamination run directory, and the per-(sample, benchmark item) view of it.
+
+A run directory (written by :mod:`decontam.run`) holds ``run.json``, ``matches.parquet``,
+``decisions.parquet``, ``texts.parquet`` and ``benchmark_items.parquet``. Reports and run diffs
+both need the same derived view: for each (sample, benchmark, item) pair, the best score of each
+detector and whether it reached the threshold that decided the run. That view lives here, once.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from curation.errors import InputError, NotFoundError
+
+RUN_FILES = ("run.json", "matches.parquet", "decisions.parquet")
+OPTIONAL_FILES = ("texts.parquet", "benchmark_items.parquet")
+_MATCH_COLUMNS = (
+    "sample_uid",
+    "field",
+    "benchmark",
+    "benchmark_item",
+    "detector",
+    "score",
+    "threshold",
+)
+# "<detector or rule>:<benchmark>/<item> ..." as written by decontam.policy.decide
+_REASON = re.compile(r"^(?P<kind>[^:\s]+):(?P<bench>[^/\s]+)/(?P<item>\S+)")
+
+
+@dataclass
+class DetectorScore:
+    detector: str
+    version: str
+    score: float
+    threshold: float  # the threshold the run's policy applied
+
+    @property
+    def over(self) -> bool:
+        return self.score >= self.threshold
+
+
+@dataclass
+class Pair:
+    """Everything the run says about one (training sample, benchmark item) pair."""
+
+    sample_uid: str
+    benchmark: str
+    benchmark_item: str
+    scores: dict[str, DetectorScore] = field(default_factory=dict)
+    decided_by: list[str] = field(default_factory=list)  # reason kinds naming this pair
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.sample_uid, self.benchmark, self.benchmark_item)
+
+    @property
+    def detectors_over(self) -> list[str]:
+        return sorted(d for d, s in self.scores.items() if s.over)
+
+    @property
+    def flagged(self) -> bool:
+        """At least one detector reached its threshold, or a policy reason names this pair."""
+        return bool(self.detectors_over or self.decided_by)
+
+    @property
+    def max_score(self) -> float:
+        return max((s.score for s in self.scores.values()), default=0.0)
+
+
+@dataclass
+class RunData:
+    run_dir: Path
+    manifest: dict[str, Any]
+    matches: pa.Table
+    decisions: pa.Table
+    texts: pa.Table | None
+    bench_items: pa.Table | None
+
+    # ------------------------------------------------------------------ derived
+    def detector_thresholds(self) -> dict[str, float]:
+        """Policy thresholds (``policy.thresholds``); detectors not listed use their match rows'."""
+        pol = self.manifest.get("policy") or {}
+        return {k: float(v) for k, v in (pol.get("thresholds") or {}).items()}
+
+    def evidence_only(self) -> list[str]:
+        return list((self.manifest.get("policy") or {}).get("evidence_only") or [])
+
+    def decision_map(self) -> dict[str, dict[str, Any]]:
+        return {r["sample_uid"]: r for r in self.decisions.to_pylist()}
+
+    def pairs(self) -> dict[tuple[str, str, str], Pair]:
+        """Best score per detector for every (sample, benchmark, item) the run recorded."""
+        thr_override = self.detector_thresholds()
+        cols = self.matches.select([*_MATCH_COLUMNS, "detector_version"]).to_pydict()
+        out: dict[tuple[str, str, str], Pair] = {}
+        for i in range(len(cols["sample_uid"])):
+            key = (cols["sample_uid"][i], cols["benchmark"][i], cols["benchmark_item"][i])
+            pair = out.get(key)
+            if pair is None:
+                pair = out[key] = Pair(*key)
+            det = cols["detector"][i]
+            s = float(cols["score"][i])
+            cur = pair.scores.get(det)
+            if cur is None or s > cur.score:
+                thr = thr_override.get(det, float(cols["threshold"][i]))
+                pair.scores[det] = DetectorScore(det, cols["detector_version"][i], s, thr)
+        for uid, reasons in zip(
+            self.decisions.column("sample_uid").to_pylist(),
+            self.decisions.column("reasons").to_pylist(),
+            strict=True,
+        ):
+            for r in reasons or ():
+                m = _REASON.match(r)
+                if not m:
+                    continue
+                key = (uid, m["bench"], m["item"])
+                pair = out.setdefault(key, Pair(*key))
+                if m["kind"] not in pair.decided_by:
+                    pair.decided_by.append(m["kind"])
+        return out
+
+
+def _read_parquet(path: Path, required: tuple[str, ...]) -> pa.Table:
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise InputError(f"cannot read Parquet: {exc}", file=str(path)) from None
+    missing = [c for c in required if c not in table.column_names]
+    if missing:
+        raise InputError(
+            f"column {missing[0]!r} is missing (has: {', '.join(table.column_names)})",
+            file=str(path),
+            field=missing[0],
+            hint="is this a run directory written by `sluice decontam run`?",
+        )
+    return table
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """Read a run directory; a missing or malformed file is named in the error."""
+    d = Path(run_dir)
+    if not d.is_dir():
+        raise NotFoundError(
+            f"run directory {d} not found", hint="give the --out folder of `sluice decontam run`"
+        )
+    for f in RUN_FILES:
+        if not (d / f).is_file():
+            raise NotFoundError(
+                f"{d / f} not found", hint="a run directory needs " + ", ".join(RUN_FILES)
+            )
+    try:
+        manifest = json.loads((d / "run.json").read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"malformed JSON: {exc.msg}", file=str(d / "run.json"), row=exc.lineno
+        ) from None
+    if not isinstance(manifest, dict):
+        raise InputError("run.json must hold a JSON object", file=str(d / "run.json"))
+    matches = _read_parquet(d / "matches.parquet", (*_MATCH_COLUMNS, "detector_version"))
+    decisions = _read_parquet(d / "decisions.parquet", ("sample_uid", "contaminated", "reasons"))
+    texts = (
+        _read_parquet(d / "texts.parquet", ("sample_uid", "field", "text"))
+        if (d / "texts.parquet").is_file()
+        else None
+    )
+    items = (
+        _read_parquet(d / "benchmark_items.parquet", ("benchmark", "item_id", "variant", "text"))
+        if (d / "benchmark_items.parquet").is_file()
+        else None
+    )
+    return RunData(d, manifest, matches, decisions, texts, items)
