@@ -1,0 +1,466 @@
+"""Ingest one pool: read -> map -> normalize/uid -> reject -> exact dedup -> publish.
+
+Three datasets are published for every ingest of ``name``:
+
+* ``name``: accepted, unique rows (:data:`curation.records.PROBLEM_SCHEMA`, or
+  :data:`~curation.records.SFT_SAMPLE_SCHEMA` for SFT maps);
+* ``name.rejects``: every row that could not be used, with file, row, field, reason and a raw
+  excerpt (:data:`REJECTS_SCHEMA`);
+* ``name.duplicates``: every exact duplicate with the location of the row that was kept
+  (:data:`curation.dedup.DUPLICATES_SCHEMA`).
+
+Accounting identity, checked before anything is published and recorded in the version metadata:
+``read = accepted + duplicates + rejected``. Memory stays flat: rows are streamed in chunks,
+accepted rows go to a Parquet writer incrementally, dedup keeps one dict entry per unique uid.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from curation.dedup import DUPLICATES_SCHEMA, ExactDeduper, Location, duplicate_row
+from curation.errors import ConfigError, IntegrityError
+from curation.fieldmaps import FieldError, FieldMap, available_maps, load_map
+from curation.normalize import NORMALIZER_VERSION
+from curation.readers import (
+    DEFAULT_BATCH_SIZE,
+    SourceSpec,
+    excerpt,
+    parse_source,
+    read_batches,
+)
+from curation.records import PROBLEM_SCHEMA, SFT_SAMPLE_SCHEMA, dumps_metadata, schema_version
+
+INGEST_VERSION = "ingest/1"
+DEFAULT_MAX_ROW_BYTES = 1_000_000  # of problem (or prompt+response) text, UTF-8
+
+REJECTS_SCHEMA = pa.schema(
+    [
+        pa.field("file", pa.string()),
+        pa.field("row", pa.int64()),
+        pa.field("field", pa.string()),
+        pa.field("reason", pa.string()),
+        pa.field("excerpt", pa.string()),
+    ],
+    metadata={b"sluice.schema": b"rejects/1"},
+)
+
+
+@dataclass
+class IngestCounts:
+    """Row accounting of one ingest: ``read = accepted + duplicates + rejected``."""
+
+    read: int = 0
+    accepted: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    reject_reasons: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def balanced(self) -> bool:
+        return self.read == self.accepted + self.duplicates + self.rejected
+
+    def identity(self) -> str:
+        return (
+            f"read {self.read} = accepted {self.accepted} + duplicates {self.duplicates}"
+            f" + rejected {self.rejected}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["identity"] = self.identity()
+        return d
+
+
+@dataclass
+class IngestFiles:
+    """The three Parquet files written by :func:`ingest_to_files`, and the counts."""
+
+    accepted: Path
+    rejects: Path
+    duplicates: Path
+    counts: IngestCounts
+    schema: pa.Schema
+    field_map: FieldMap
+    source: SourceSpec
+    files: list[str]
+
+
+@dataclass
+class IngestResult:
+    """What :func:`ingest` published."""
+
+    ref: str  # name@version of the accepted rows
+    rejects_ref: str
+    duplicates_ref: str
+    counts: dict[str, Any]
+    field_map: str
+    source: str
+    seconds: float
+
+    @property
+    def version(self) -> str:
+        return self.ref.split("@", 1)[1]
+
+
+# ----------------------------------------------------------------------------- map selection
+def select_map(field_map: str, source: str | SourceSpec) -> FieldMap:
+    """Load ``field_map``; ``"auto"`` picks a shipped map by file name, then by columns."""
+    if field_map != "auto":
+        return load_map(field_map)
+    spec = parse_source(source) if isinstance(source, str) else source
+    maps = [load_map(n) for n in available_maps()]
+    loc = spec.location.replace("\\", "/")
+    by_name = [m for m in maps if any(loc.endswith(t) for t in m.tested_on)]
+    if len(by_name) == 1:
+        return by_name[0]
+    columns: set[str] = set()
+    for batch in read_batches(spec, batch_size=100):
+        for r in batch.rows:
+            columns.update(r)
+        if columns:
+            break
+    scored = []
+    for m in maps:
+        try:
+            m.check_columns(columns, spec.location)
+        except ConfigError:
+            continue
+        scored.append((len(m.used_columns() & columns), m))
+    if scored:
+        best = max(s for s, _ in scored)
+        top = [m for s, m in scored if s == best]
+        if len(top) == 1:
+            return top[0]
+        names = ", ".join(sorted(m.name for m in top))
+    else:
+        names = "(none)"
+    raise ConfigError(
+        f"cannot choose a field map for {spec.location} automatically (candidates: {names})",
+        hint=f"pass --map NAME; columns in the source: {', '.join(sorted(columns)) or '(none)'}; "
+        "see sluice ingest --list-maps",
+    )
+
+
+# ----------------------------------------------------------------------------- the streaming part
+class _Sink:
+    """A Parquet writer fed in batches; writes an empty file with the schema if never fed."""
+
+    def __init__(self, path: Path, schema: pa.Schema) -> None:
+        self.path, self.schema = path, schema
+        self.writer = pq.ParquetWriter(path, schema, compression="zstd")
+
+    def write(self, rows: list[dict]) -> None:
+        if rows:
+            self.writer.write_table(pa.Table.from_pylist(rows, schema=self.schema))
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def _label(file: str, spec: SourceSpec) -> str:
+    """A location label that does not depend on where the pool sits on disk."""
+    if spec.kind == "hf_hub":
+        return file
+    if "#" in file and not Path(file).exists():
+        path, split = file.rsplit("#", 1)
+        return f"{Path(path).name}#{split}"
+    return Path(file).name
+
+
+def _text_bytes(rec: dict[str, Any], fmap: FieldMap) -> int:
+    if fmap.schema == "problem":
+        return len(rec["problem"].encode("utf-8"))
+    return len(rec["prompt"].encode("utf-8")) + len(rec["response"].encode("utf-8"))
+
+
+def ingest_to_files(
+    source: str | SourceSpec,
+    fmap: FieldMap,
+    out_dir: str | Path,
+    *,
+    max_row_bytes: int = DEFAULT_MAX_ROW_BYTES,
+    limit: int | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    on_rows: Callable[[int], None] | None = None,
+) -> IngestFiles:
+    """Stream ``source`` through ``fmap`` into accepted/rejects/duplicates Parquet files."""
+    if max_row_bytes <= 0:
+        raise ConfigError(f"max_row_bytes must be positive, got {max_row_bytes}")
+    if limit is not None and limit < 0:
+        raise ConfigError(f"limit must be >= 0, got {limit}")
+    spec = parse_source(source) if isinstance(source, str) else source
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    schema = PROBLEM_SCHEMA if fmap.schema == "problem" else SFT_SAMPLE_SCHEMA
+    columns = schema.names
+    acc = _Sink(out / "accepted.parquet", schema)
+    rej = _Sink(out / "rejects.parquet", REJECTS_SCHEMA)
+    dup = _Sink(out / "duplicates.parquet", DUPLICATES_SCHEMA)
+    counts = IngestCounts()
+    reasons: Counter[str] = Counter()
+    dedup = ExactDeduper()
+    seen_ids: dict[str, str] = {}
+    checked: set[str] = set()
+    files: list[str] = []
+    try:
+        for batch in read_batches(spec, batch_size=batch_size):
+            label = _label(batch.file, spec)
+            if batch.file not in checked and batch.rows:
+                available = set().union(*(r.keys() for r in batch.rows))
+                fmap.check_columns(available, batch.file)
+                checked.add(batch.file)
+            if not files or files[-1] != label:
+                files.append(label)
+            rejects: list[dict] = []
+            dups: list[dict] = []
+            accepted: list[dict] = []
+            # Read-level rejects and rows, merged back into file order.
+            items: list[tuple[int, Any]] = [(e.row, e) for e in batch.errors]
+            items += list(zip(batch.row_numbers, batch.rows, strict=True))
+            if batch.errors:
+                items.sort(key=lambda t: t[0])
+            for rowno, item in items:
+                if limit is not None and counts.read >= limit:
+                    break
+                counts.read += 1
+                if not isinstance(item, dict):  # a ReadError
+                    rejects.append(
+                        {
+                            "file": label,
+                            "row": rowno,
+                            "field": item.field,
+                            "reason": item.reason,
+                            "excerpt": item.excerpt,
+                        }
+                    )
+                    continue
+                try:
+                    rec = fmap.apply(item)
+                    size = _text_bytes(rec, fmap)
+                    if size > max_row_bytes:
+                        raise FieldError(
+                            fmap.text_field,
+                            f"too large: {size} bytes > max_row_bytes {max_row_bytes}",
+                        )
+                except FieldError as exc:
+                    rejects.append(
+                        {
+                            "file": label,
+                            "row": rowno,
+                            "field": exc.field,
+                            "reason": exc.reason,
+                            "excerpt": excerpt(item),
+                        }
+                    )
+                    continue
+                uid = fmap.uid(rec)
+                sid = rec.get("source_id")
+                kept = dedup.add(uid, Location(label, rowno, sid))
+                if kept is not None:
+                    dups.append(duplicate_row(uid, kept, Location(label, rowno, sid)))
+                    continue
+                if sid is not None:
+                    first = seen_ids.get(sid)
+                    if first is not None:
+                        dedup.discard(uid)
+                        rejects.append(
+                            {
+                                "file": label,
+                                "row": rowno,
+                                "field": "source_id",
+                                "reason": f"duplicate source_id {sid!r} with different content (first at {first})",
+                                "excerpt": excerpt(item),
+                            }
+                        )
+                        continue
+                    seen_ids[sid] = f"{label}:{rowno}"
+                rec["uid"] = uid
+                if fmap.schema == "problem":
+                    rec["source"] = fmap.source
+                    meta = dict(rec["metadata"])
+                else:
+                    meta = {"source": fmap.source, **rec["metadata"]}
+                meta["source_file"], meta["source_row"] = label, rowno
+                rec["metadata"] = dumps_metadata(meta)
+                accepted.append({c: rec.get(c) for c in columns})
+            acc.write(_convertible(accepted, schema, label, rejects, dedup))
+            counts.accepted += len(accepted)
+            counts.duplicates += len(dups)
+            counts.rejected += len(rejects)
+            reasons.update(
+                f"{r['field']}: {r['reason'].split(':')[0].split(' (')[0]}" for r in rejects
+            )
+            rej.write(rejects)
+            dup.write(dups)
+            if on_rows:
+                on_rows(counts.read)
+            if limit is not None and counts.read >= limit:
+                break
+    finally:
+        acc.close()
+        rej.close()
+        dup.close()
+    counts.reject_reasons = dict(reasons.most_common())
+    if not counts.balanced:  # pragma: no cover - a bug guard, never expected
+        raise IntegrityError(f"ingest accounting does not add up: {counts.identity()}")
+    return IngestFiles(acc.path, rej.path, dup.path, counts, schema, fmap, spec, files)
+
+
+def _convertible(
+    rows: list[dict], schema: pa.Schema, label: str, rejects: list[dict], dedup: ExactDeduper
+) -> list[dict]:
+    """Rows that Arrow accepts; a row it refuses becomes a reject (never a traceback).
+
+    The common case converts the whole chunk once; only a failing chunk is retried row by row.
+    """
+    try:
+        pa.Table.from_pylist(rows, schema=schema)
+        return rows
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        pass
+    good = []
+    for r in list(rows):
+        try:
+            pa.Table.from_pylist([r], schema=schema)
+            good.append(r)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
+            rows.remove(r)
+            dedup.discard(r["uid"])
+            meta = r.get("metadata") or "{}"
+            rejects.append(
+                {
+                    "file": label,
+                    "row": _row_of(meta),
+                    "field": "<record>",
+                    "reason": f"wrong type: {exc}",
+                    "excerpt": excerpt(r),
+                }
+            )
+    return good
+
+
+def _row_of(meta: str) -> int | None:
+    import json
+
+    try:
+        return json.loads(meta).get("source_row")
+    except (ValueError, AttributeError):
+        return None
+
+
+# ----------------------------------------------------------------------------- publish
+def ingest(
+    source: str,
+    *,
+    field_map: str,
+    name: str,
+    catalog: Any = None,
+    progress: bool = False,
+    max_row_bytes: int = DEFAULT_MAX_ROW_BYTES,
+    limit: int | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> IngestResult:
+    """Ingest ``source`` with ``field_map`` (a shipped map name, a .toml path, or ``"auto"``)
+    and publish ``name``, ``name.rejects`` and ``name.duplicates`` to ``catalog``."""
+    from curation.catalog import Catalog
+
+    t0 = time.perf_counter()
+    spec = parse_source(source)
+    fmap = select_map(field_map, spec)
+    cat = catalog if catalog is not None else Catalog()
+    staging = Path(tempfile.mkdtemp(prefix="sluice-ingest-"))
+    try:
+        if progress:
+            files = _with_progress(spec, fmap, staging, max_row_bytes, limit, batch_size)
+        else:
+            files = ingest_to_files(
+                spec, fmap, staging, max_row_bytes=max_row_bytes, limit=limit, batch_size=batch_size
+            )
+        config = {
+            "source": source,
+            "field_map": fmap.name,
+            "max_row_bytes": max_row_bytes,
+            "limit": limit,
+        }
+        base_md = {
+            "ingest_version": INGEST_VERSION,
+            "normalizer": NORMALIZER_VERSION,
+            "field_map": fmap.describe(),
+            "source": spec.describe(),
+            "source_files": files.files,
+            "counts": files.counts.to_dict(),
+        }
+        rejects_v = cat.publish(
+            f"{name}.rejects",
+            str(files.rejects),
+            step="ingest.rejects",
+            config=config,
+            metadata={**base_md, "schema": "rejects/1"},
+            schema=REJECTS_SCHEMA,
+        )
+        dups_v = cat.publish(
+            f"{name}.duplicates",
+            str(files.duplicates),
+            step="ingest.duplicates",
+            config=config,
+            metadata={**base_md, "schema": "duplicates/1"},
+            schema=DUPLICATES_SCHEMA,
+        )
+        main_v = cat.publish(
+            name,
+            str(files.accepted),
+            step="ingest",
+            config=config,
+            metadata={
+                **base_md,
+                "schema": schema_version(files.schema),
+                "rejects": rejects_v.ref,
+                "duplicates": dups_v.ref,
+            },
+            schema=files.schema,
+        )
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return IngestResult(
+        ref=main_v.ref,
+        rejects_ref=rejects_v.ref,
+        duplicates_ref=dups_v.ref,
+        counts=files.counts.to_dict(),
+        field_map=fmap.name,
+        source=source,
+        seconds=round(time.perf_counter() - t0, 3),
+    )
+
+
+def _with_progress(spec, fmap, staging, max_row_bytes, limit, batch_size) -> IngestFiles:
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("[bold]ingest[/] {task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:,} rows"),
+        TimeElapsedColumn(),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(Path(spec.location).name, total=limit)
+        return ingest_to_files(
+            spec,
+            fmap,
+            staging,
+            max_row_bytes=max_row_bytes,
+            limit=limit,
+            batch_size=batch_size,
+            on_rows=lambda n: bar.update(task, completed=n),
+        )

@@ -1,0 +1,311 @@
+"""Streaming readers: turn a source spec into bounded chunks of rows with their provenance.
+
+Source specs (see docs/ingest.md):
+
+* ``path/to/pool.jsonl`` or ``pool.jsonl.gz``: JSON Lines, one object per line.
+* ``path/to/pool.json``: a JSON array of objects (loaded whole: a JSON array cannot be streamed
+  without an extra parser), or JSON Lines saved under a ``.json`` name (detected from the first
+  byte).
+* ``path/to/pool.parquet``: read with ``ParquetFile.iter_batches``.
+* ``path/to/folder``: a Hugging Face ``save_to_disk`` folder (append ``#split`` for a
+  ``DatasetDict``), or else every ``*.jsonl``/``*.jsonl.gz``/``*.json``/``*.parquet`` file in it,
+  in name order.
+* ``hf://<repo>[:<config>][@<revision>]#<split>``: a Hub dataset, streamed with
+  ``datasets.load_dataset(..., streaming=True)``.
+
+Every row keeps its source file and 1-based row number (for JSON Lines: the line number, so a
+reject points at the line to open in an editor; blank lines are not rows). Memory stays bounded:
+at most ``batch_size`` rows are Python objects at any time. Parquet and Hub/disk datasets are read
+as Arrow batches; JSON Lines are parsed line by line on purpose -- ``pyarrow.json`` fails a whole
+block on one bad line, while Sluice must turn that line into a reject with its file and line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from curation.errors import ConfigError, NotFoundError
+
+try:  # orjson is ~3x faster than json for this loop; json is the fallback.
+    import orjson
+
+    _loads = orjson.loads
+    _JSONError: tuple[type[Exception], ...] = (orjson.JSONDecodeError, ValueError)
+except ImportError:  # pragma: no cover - orjson ships with prefect
+    _loads = json.loads
+    _JSONError = (ValueError,)
+
+DEFAULT_BATCH_SIZE = 10_000
+EXCERPT_CHARS = 200
+FILE_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
+_HF_RE = re.compile(
+    r"^hf://(?P<repo>[^:@#]+)(?::(?P<config>[^@#]+))?(?:@(?P<revision>[^#]+))?(?:#(?P<split>.+))?$"
+)
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """A parsed source spec."""
+
+    kind: str  # "jsonl" | "json" | "parquet" | "hf_disk" | "hf_hub" | "dir"
+    location: str  # path, or the Hub repo id
+    config: str | None = None
+    revision: str | None = None
+    split: str | None = None
+
+    def describe(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass
+class ReadError:
+    """A row that could not be read (becomes a reject)."""
+
+    file: str
+    row: int
+    field: str
+    reason: str
+    excerpt: str
+
+
+@dataclass
+class RowBatch:
+    """Up to ``batch_size`` rows from one file, with their 1-based row numbers."""
+
+    file: str
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    row_numbers: list[int] = field(default_factory=list)
+    errors: list[ReadError] = field(default_factory=list)
+
+
+def excerpt(raw: bytes | str | Any, n: int = EXCERPT_CHARS) -> str:
+    """The first ``n`` characters of a raw value, for rejects."""
+    if isinstance(raw, bytes):
+        raw = raw[: n * 4].decode("utf-8", errors="replace")
+    elif not isinstance(raw, str):
+        try:
+            raw = json.dumps(raw, ensure_ascii=False, default=str)
+        except (TypeError, ValueError):
+            raw = repr(raw)
+    return raw[:n]
+
+
+def _suffix_kind(path: Path) -> str | None:
+    name = path.name.lower()
+    if name.endswith(".jsonl.gz") or name.endswith(".jsonl"):
+        return "jsonl"
+    if name.endswith(".json.gz") or name.endswith(".json"):
+        return "json"
+    if name.endswith(".parquet"):
+        return "parquet"
+    return None
+
+
+def _is_hf_disk(path: Path) -> bool:
+    return any(
+        (path / f).is_file() for f in ("dataset_info.json", "state.json", "dataset_dict.json")
+    )
+
+
+def parse_source(spec: str) -> SourceSpec:
+    """Parse a source spec string; a local path must exist."""
+    if spec.startswith("hf://"):
+        m = _HF_RE.match(spec)
+        if not m or not m.group("split"):
+            raise ConfigError(
+                f"cannot parse Hub source {spec!r}",
+                hint="use hf://<repo>[:<config>][@<revision>]#<split>, e.g. hf://openai/gsm8k:main#train",
+            )
+        return SourceSpec("hf_hub", m["repo"], m["config"], m["revision"], m["split"])
+    split = None
+    path_str = spec
+    if "#" in spec and not Path(spec).exists():
+        path_str, split = spec.rsplit("#", 1)
+    path = Path(path_str).expanduser()
+    if not path.exists():
+        raise NotFoundError(
+            f"source not found: {path_str}",
+            hint="pass an existing .jsonl/.jsonl.gz/.json/.parquet file, a folder, or hf://<repo>#<split>",
+        )
+    if path.is_dir():
+        if _is_hf_disk(path):
+            return SourceSpec("hf_disk", str(path), split=split)
+        return SourceSpec("dir", str(path))
+    kind = _suffix_kind(path)
+    if kind is None:
+        raise ConfigError(
+            f"unsupported source file type: {path.name}",
+            hint="supported: "
+            + ", ".join(FILE_SUFFIXES)
+            + ", a save_to_disk folder, hf://<repo>#<split>",
+        )
+    return SourceSpec(kind, str(path))
+
+
+def read_batches(
+    source: str | SourceSpec, *, batch_size: int = DEFAULT_BATCH_SIZE
+) -> Iterator[RowBatch]:
+    """Yield bounded :class:`RowBatch` chunks from a source spec."""
+    spec = parse_source(source) if isinstance(source, str) else source
+    if spec.kind == "jsonl":
+        yield from _read_jsonl(Path(spec.location), batch_size)
+    elif spec.kind == "json":
+        yield from _read_json(Path(spec.location), batch_size)
+    elif spec.kind == "parquet":
+        yield from _read_parquet(Path(spec.location), batch_size)
+    elif spec.kind == "hf_disk":
+        yield from _read_hf_disk(spec, batch_size)
+    elif spec.kind == "hf_hub":
+        yield from _read_hf_hub(spec, batch_size)
+    elif spec.kind == "dir":
+        files = sorted(p for p in Path(spec.location).iterdir() if p.is_file() and _suffix_kind(p))
+        if not files:
+            raise NotFoundError(
+                f"no data files in folder {spec.location}",
+                hint="the folder needs *.jsonl, *.jsonl.gz, *.json or *.parquet files, or a save_to_disk dataset",
+            )
+        for p in files:
+            yield from read_batches(
+                SourceSpec(_suffix_kind(p) or "", str(p)), batch_size=batch_size
+            )
+    else:  # pragma: no cover - parse_source only builds the kinds above
+        raise ConfigError(f"unknown source kind {spec.kind!r}")
+
+
+def _open_binary(path: Path):
+    return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
+
+
+def _parse_line(line: bytes) -> tuple[Any, str | None, str]:
+    """Parse one JSON line: (value, None, "") or (None, reason, field)."""
+    try:
+        return _loads(line), None, ""
+    except _JSONError as exc:
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError as uexc:
+            return None, f"invalid UTF-8 at byte {uexc.start}", "<line>"
+        return None, f"malformed JSON: {exc}", "<line>"
+
+
+def _read_jsonl(path: Path, batch_size: int) -> Iterator[RowBatch]:
+    label = str(path)
+    batch = RowBatch(label)
+    with _open_binary(path) as fh:
+        for lineno, line in enumerate(fh, start=1):
+            line = line.rstrip(b"\r\n")
+            if not line.strip():
+                continue  # blank lines carry no row
+            value, reason, fld = _parse_line(line)
+            if reason is None and not isinstance(value, dict):
+                reason, fld = f"expected a JSON object, got {type(value).__name__}", "<line>"
+            if reason is not None:
+                batch.errors.append(ReadError(label, lineno, fld, reason, excerpt(line)))
+            else:
+                batch.rows.append(value)
+                batch.row_numbers.append(lineno)
+            if len(batch.rows) + len(batch.errors) >= batch_size:
+                yield batch
+                batch = RowBatch(label)
+    if batch.rows or batch.errors:
+        yield batch
+
+
+def _read_json(path: Path, batch_size: int) -> Iterator[RowBatch]:
+    with _open_binary(path) as fh:
+        head = fh.read(4096).lstrip()
+    if not head.startswith(b"["):
+        yield from _read_jsonl(path, batch_size)  # JSON Lines under a .json name
+        return
+    label = str(path)
+    with _open_binary(path) as fh:
+        data = fh.read()
+    value, reason, fld = _parse_line(data)
+    if reason is not None:
+        yield RowBatch(label, errors=[ReadError(label, 1, fld, reason, excerpt(data))])
+        return
+    batch = RowBatch(label)
+    for i, item in enumerate(value, start=1):
+        if isinstance(item, dict):
+            batch.rows.append(item)
+            batch.row_numbers.append(i)
+        else:
+            batch.errors.append(
+                ReadError(
+                    label,
+                    i,
+                    "<row>",
+                    f"expected a JSON object, got {type(item).__name__}",
+                    excerpt(item),
+                )
+            )
+        if len(batch.rows) + len(batch.errors) >= batch_size:
+            yield batch
+            batch = RowBatch(label)
+    if batch.rows or batch.errors:
+        yield batch
+
+
+def _read_parquet(path: Path, batch_size: int) -> Iterator[RowBatch]:
+    import pyarrow.parquet as pq
+
+    label = str(path)
+    row = 0
+    for rb in pq.ParquetFile(path).iter_batches(batch_size=batch_size):
+        rows = rb.to_pylist()
+        yield RowBatch(label, rows, list(range(row + 1, row + len(rows) + 1)))
+        row += len(rows)
+
+
+def _arrow_iter(ds: Any, label: str, batch_size: int) -> Iterator[RowBatch]:
+    row = 0
+    for tbl in ds.with_format("arrow").iter(batch_size=batch_size):
+        rows = tbl.to_pylist()
+        yield RowBatch(label, rows, list(range(row + 1, row + len(rows) + 1)))
+        row += len(rows)
+
+
+def _read_hf_disk(spec: SourceSpec, batch_size: int) -> Iterator[RowBatch]:
+    import datasets
+
+    ds = datasets.load_from_disk(spec.location)
+    label = spec.location
+    if isinstance(ds, datasets.DatasetDict):
+        splits = list(ds.keys())
+        split = spec.split or (splits[0] if len(splits) == 1 else None)
+        if split not in ds:
+            raise ConfigError(
+                f"{spec.location} is a DatasetDict; choose a split",
+                hint=f"append #<split> to the source; available splits: {', '.join(splits)}",
+            )
+        ds = ds[split]
+        label = f"{spec.location}#{split}"
+    yield from _arrow_iter(ds, label, batch_size)
+
+
+def _read_hf_hub(spec: SourceSpec, batch_size: int) -> Iterator[RowBatch]:
+    import datasets
+
+    label = f"hf://{spec.location}" + (f":{spec.config}" if spec.config else "") + f"#{spec.split}"
+    try:
+        ds = datasets.load_dataset(
+            spec.location, spec.config, split=spec.split, revision=spec.revision, streaming=True
+        )
+    except Exception as exc:  # network, auth, unknown repo/config/split: one clear line
+        raise NotFoundError(
+            f"cannot open Hub dataset {label}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+            hint="check the repo, config and split names and your network/HF_HUB_OFFLINE setting, "
+            "or save the dataset with save_to_disk and ingest the folder",
+        ) from exc
+    row = 0
+    for cols in ds.iter(batch_size=batch_size):
+        keys = list(cols)
+        rows = [dict(zip(keys, vals, strict=True)) for vals in zip(*cols.values(), strict=True)]
+        yield RowBatch(label, rows, list(range(row + 1, row + len(rows) + 1)))
+        row += len(rows)
