@@ -1,0 +1,95 @@
+"""`sluice ingest`: one pool (file, folder or Hub dataset) -> a versioned catalog dataset."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add the top-level ``ingest`` command to ``app``."""
+    app.command("ingest")(ingest_command)
+
+
+def ingest_command(
+    source: str = typer.Argument(
+        None,
+        help="A .jsonl/.jsonl.gz/.json/.parquet file, a folder (save_to_disk or data files), "
+        "or hf://<repo>[:<config>][@<revision>]#<split>.",
+        show_default=False,
+    ),
+    field_map: str = typer.Option(
+        "auto",
+        "--map",
+        "-m",
+        help="Field map: a shipped name (see --list-maps), a .toml path, or auto.",
+    ),
+    name: str = typer.Option(None, "--name", "-n", help="Dataset name to publish (required)."),
+    limit: int = typer.Option(None, "--limit", help="Read at most N rows (rejects included)."),
+    max_row_bytes: int = typer.Option(
+        1_000_000, "--max-row-bytes", help="Reject rows whose problem text is larger (UTF-8 bytes)."
+    ),
+    root: str = typer.Option(
+        None,
+        "--root",
+        envvar="SLUICE_DATA_ROOT",
+        help="Data root. Default: $SLUICE_DATA_ROOT or ./.sluice",
+    ),
+    list_maps: bool = typer.Option(
+        False, "--list-maps", help="List the shipped field maps and exit."
+    ),
+) -> None:
+    """Ingest SOURCE with a field map: publish NAME, NAME.rejects and NAME.duplicates."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from curation.errors import ConfigError
+
+    console = Console()
+    if list_maps:
+        from curation.fieldmaps import list_maps as all_maps
+
+        t = Table(title="field maps (sluice ingest --map NAME)")
+        for col in ("name", "schema", "domain", "tested on", "description"):
+            t.add_column(col, overflow="fold")
+        for m in all_maps():
+            tested = (
+                ", ".join(m.tested_on) if m.tested_on else ("Hub only: " + m.hub if m.hub else "-")
+            )
+            t.add_row(m.name, m.schema, m.domain or "-", tested, m.description)
+        console.print(t)
+        return
+    if source is None:
+        raise ConfigError(
+            "SOURCE is missing", hint="sluice ingest SOURCE --map NAME --name DATASET"
+        )
+    if not name:
+        raise ConfigError(
+            "--name is missing", hint="sluice ingest SOURCE --map NAME --name DATASET"
+        )
+
+    from curation.catalog import Catalog
+    from curation.ingest import ingest
+
+    res = ingest(
+        source,
+        field_map=field_map,
+        name=name,
+        catalog=Catalog(root),
+        progress=True,
+        max_row_bytes=max_row_bytes,
+        limit=limit,
+    )
+    c = res.counts
+    t = Table(title=f"ingest {source} (map {res.field_map})")
+    t.add_column("rows", no_wrap=True)
+    t.add_column("count", justify="right")
+    t.add_column("published as", overflow="fold")
+    t.add_row("read", f"{c['read']:,}", "")
+    t.add_row("accepted", f"{c['accepted']:,}", res.ref)
+    t.add_row("duplicates", f"{c['duplicates']:,}", res.duplicates_ref)
+    t.add_row("rejected", f"{c['rejected']:,}", res.rejects_ref)
+    console.print(t)
+    for reason, n in list(c["reject_reasons"].items())[:10]:
+        console.print(f"  rejected {n:,} x {reason}", highlight=False)
+    console.print(f"{c['identity']}  ({res.seconds:.1f} s)", highlight=False)
+    typer.echo(res.ref)
