@@ -135,7 +135,7 @@ def _last_box(text: str) -> str | None:
 
 
 def _clean(ans: str) -> str:
-    ans = ans.strip()
+    ans = ans.strip().rstrip(".").strip()
     ans = re.sub(r"^\$+|\$+$", "", ans).strip()
     ans = re.sub(r"^\\\(|\\\)$|^\\\[|\\\]$", "", ans).strip()
     return ans.rstrip(".").strip()
