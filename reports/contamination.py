@@ -12,10 +12,9 @@ import base64
 import json
 import math
 from collections import Counter, defaultdict
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -73,12 +72,21 @@ EVIDENCE_SCHEMA = pa.schema(
 )
 
 
-@dataclass(frozen=True)
-class ReportPaths:
+class ReportPaths(NamedTuple):
+    """Where :func:`render_report` wrote the report (a tuple: ``html, md, js = paths``)."""
+
     html: Path
     markdown: Path
     json: Path
-    evidence: Path
+
+    @property
+    def evidence(self) -> Path:
+        """The full evidence list (every flagged pair), beside the report."""
+        return self.html.parent / "evidence.parquet"
+
+    @property
+    def plots(self) -> Path:
+        return self.html.parent / "plots"
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -713,9 +721,7 @@ def render_report(
     }
 
     pq.write_table(ev_table, out / "evidence.parquet")
-    paths = ReportPaths(
-        out / "report.html", out / "report.md", out / "report.json", out / "evidence.parquet"
-    )
+    paths = ReportPaths(out / "report.html", out / "report.md", out / "report.json")
     paths.json.write_text(
         json.dumps(report, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8"
     )

@@ -112,7 +112,6 @@ def build_fixture_run(
                     "answer": str(r["answer"]),
                 }
             )
-    items_table = pa.Table.from_pylist(items, schema=BENCHMARK_ITEM_SCHEMA)
     bench_hash = _sha((benchmarks_dir / "aime24.jsonl").read_bytes())[:16]
     info = BenchmarkInfo(
         name="aime24",

@@ -1,0 +1,55 @@
+"""`sluice report ...`: contamination reports of a run and diffs between runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, help="Contamination reports and run diffs.")
+
+
+@app.command("contamination")
+def contamination(
+    run_dir: Path = typer.Argument(..., help="run directory written by `sluice decontam run`"),
+    out: Path = typer.Option(..., "--out", help="folder for report.html, report.md, report.json"),
+    evaluation: Path | None = typer.Option(
+        None, "--evaluation", help="folder written by `sluice decontam evaluate` (measured quality)"
+    ),
+    max_evidence: int = typer.Option(
+        200, "--max-evidence", help="evidence rows shown in the report (all go to evidence.parquet)"
+    ),
+) -> None:
+    """Write the contamination report of one run (HTML, Markdown, JSON, evidence.parquet)."""
+    from rich.console import Console
+
+    from reports.contamination import render_report
+
+    paths = render_report(run_dir, out, evaluation_dir=evaluation, max_evidence=max_evidence)
+    c = Console()
+    c.print(f"[bold]report:[/] {paths.html}", highlight=False)
+    c.print(
+        f"markdown: {paths.markdown}\njson: {paths.json}\nevidence: {paths.evidence}",
+        highlight=False,
+    )
+
+
+@app.command("diff")
+def diff(
+    run_a: Path = typer.Argument(..., help="the earlier run directory"),
+    run_b: Path = typer.Argument(..., help="the later run directory"),
+    out: Path | None = typer.Option(None, "--out", help="also write diff.md and diff.json here"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
+) -> None:
+    """Show new, resolved and changed flags and configuration differences between two runs."""
+    from reports.diff import diff_runs, print_diff, write_diff
+
+    d = diff_runs(run_a, run_b)
+    if out is not None:
+        write_diff(d, out)
+    if as_json:
+        typer.echo(d.to_json(), nl=False)
+    else:
+        print_diff(d)
+        if out is not None:
+            typer.echo(f"written: {out / 'diff.md'}, {out / 'diff.json'}")
