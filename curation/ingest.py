@@ -298,9 +298,7 @@ def ingest_to_files(
             counts.accepted += len(accepted)
             counts.duplicates += len(dups)
             counts.rejected += len(rejects)
-            reasons.update(
-                f"{r['field']}: {r['reason'].split(':')[0].split(' (')[0]}" for r in rejects
-            )
+            reasons.update(f"{r['field']}: {_reason_kind(r['reason'])}" for r in rejects)
             rej.write(rejects)
             dup.write(dups)
             if on_rows:
@@ -315,6 +313,11 @@ def ingest_to_files(
     if not counts.balanced:  # pragma: no cover - a bug guard, never expected
         raise IntegrityError(f"ingest accounting does not add up: {counts.identity()}")
     return IngestFiles(acc.path, rej.path, dup.path, counts, schema, fmap, spec, files)
+
+
+def _reason_kind(reason: str) -> str:
+    """The kind of a reject reason, without row-specific details (for the summary)."""
+    return reason.split(":")[0].split(" (")[0].split(" at byte")[0].split(" with different")[0]
 
 
 def _convertible(
