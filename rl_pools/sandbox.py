@@ -448,7 +448,7 @@ def _classify(
         res.status, res.reason = "timeout", f"CPU-time limit {cfg.effective_cpu_s}s exceeded"
     elif "MemoryError" in tail or "Cannot allocate memory" in tail or "bad_alloc" in tail:
         res.status, res.reason = "memory", f"memory limit {cfg.memory_mb} MiB exceeded"
-    elif sig == signal.SIGXFSZ:
+    elif sig == signal.SIGXFSZ or "File too large" in tail:  # Python ignores SIGXFSZ
         res.status, res.reason = "output_limit", f"file size limit {cfg.max_file_mb} MiB exceeded"
     elif rc == 1 and tail.startswith("bwrap:"):
         res.status, res.reason = "sandbox_error", tail.strip()[:500]
