@@ -1,0 +1,261 @@
+"""The 9-gram detector against a naive Python n-gram-set oracle and on real data."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import defaultdict
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from benchsets import load_set, text_table
+
+from curation.errors import ConfigError
+from decontam.base import MATCH_SCHEMA
+from decontam.benchmarks import BENCHMARK_ITEM_SCHEMA, BenchmarkSet
+from decontam.ngram import NGramConfig, NGramDetector
+from decontam.normalize import get_normalizer
+
+
+def _jsonl(path: Path, limit: int | None = None) -> list[dict]:
+    rows = []
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            rows.append(json.loads(line))
+            if limit and len(rows) >= limit:
+                break
+    return rows
+
+
+@pytest.fixture(scope="module")
+def aime(benchmarks_dir) -> BenchmarkSet:
+    return load_set(benchmarks_dir, ["aime24", "aime25"])
+
+
+@pytest.fixture(scope="module")
+def aime_det(aime) -> NGramDetector:
+    det = NGramDetector()
+    det.fit(aime)
+    return det
+
+
+def _details(m: pa.Table) -> list[dict]:
+    return [json.loads(d) for d in m.column("details").to_pylist()]
+
+
+def _oracle_shared(
+    items: list[dict], texts: list[str], n: int
+) -> dict[tuple[int, str, str, str], int]:
+    """Naive oracle: per text a Python set of token n-gram tuples, intersected with each item's."""
+    norm = get_normalizer("latex")
+
+    def grams(t: str) -> set[tuple[str, ...]]:
+        toks = norm.tokens(t)
+        return {tuple(toks[i : i + n]) for i in range(len(toks) - n + 1)}
+
+    item_grams = [(it, grams(it["text"])) for it in items]
+    out = {}
+    for r, t in enumerate(texts):
+        g = grams(t)
+        for it, ig in item_grams:
+            shared = len(g & ig)
+            if shared:
+                out[(r, it["benchmark"], it["item_id"], it["variant"])] = shared
+    return out
+
+
+def test_matches_naive_set_oracle_on_real_pools(aime, pools_dir):
+    ttrl = [r["prompt"] for r in _jsonl(pools_dir / "math_ttrl_aime24_as_train.jsonl")]
+    older = [r["problem"] for r in _jsonl(pools_dir / "math_deepscaler_aime_1983_2023.jsonl", 300)]
+    texts = ttrl + older
+    det = NGramDetector(NGramConfig(record_min_score=0.0))
+    det.fit(aime)
+    m = det.score(text_table([str(i) for i in range(len(texts))], texts))
+    oracle = _oracle_shared(aime.items.to_pylist(), texts, 9)
+    # which (text, item) pairs share >= 1 n-gram: exactly the same
+    oracle_pairs = {(r, b, i) for (r, b, i, _v) in oracle}
+    got = {
+        (int(u), b, i): (v, d["shared_ngrams"])
+        for u, b, i, v, d in zip(
+            m.column("sample_uid").to_pylist(),
+            m.column("benchmark").to_pylist(),
+            m.column("benchmark_item").to_pylist(),
+            m.column("benchmark_variant").to_pylist(),
+            _details(m),
+            strict=True,
+        )
+    }
+    assert set(got) == oracle_pairs
+    assert any(
+        r >= len(ttrl) for r, _, _ in oracle_pairs
+    )  # the look-alike slice shares boilerplate
+    # shared counts of the reported variant agree exactly
+    for (r, b, i), (v, shared) in got.items():
+        assert shared == oracle[(r, b, i, v)], (r, b, i, v)
+
+
+def test_every_ttrl_aime24_row_is_flagged(aime_det, pools_dir):
+    rows = _jsonl(pools_dir / "math_ttrl_aime24_as_train.jsonl")
+    m = aime_det.score(text_table([r["id"] for r in rows], [r["prompt"] for r in rows]))
+    flagged = {
+        u
+        for u, s, t in zip(
+            *(m.column(c).to_pylist() for c in ("sample_uid", "score", "threshold")), strict=True
+        )
+        if s >= t
+    }
+    assert len(rows) == 30
+    assert flagged == {r["id"] for r in rows}
+    assert set(m.column("benchmark").to_pylist()) == {"aime24"}
+
+
+def test_older_aime_lookalikes_are_not_flagged(aime_det, pools_dir):
+    rows = _jsonl(pools_dir / "math_deepscaler_aime_1983_2023.jsonl")
+    m = aime_det.score(text_table([str(i) for i in range(len(rows))], [r["problem"] for r in rows]))
+    scores = m.column("score").to_pylist()
+    assert len(scores) > 0  # boilerplate overlaps are recorded as sub-threshold evidence
+    assert max(scores) < aime_det.config.threshold
+
+
+def test_background_corpus_down_weights_template_phrases(aime, pools_dir):
+    older = _jsonl(pools_dir / "math_deepscaler_aime_1983_2023.jsonl")
+    texts = [r["problem"] for r in older]
+    plain = NGramDetector()
+    plain.fit(aime)
+    bg = NGramDetector(
+        NGramConfig(background=[str(pools_dir / "math_deepscaler_math_train.jsonl")])
+    )
+    bg.fit(aime)
+    t = text_table([str(i) for i in range(len(texts))], texts)
+    before = max(plain.score(t).column("score").to_pylist())
+    after = max(bg.score(t).column("score").to_pylist() or [0.0])
+    assert after < before / 2
+    assert (
+        bg.describe()["index"]["latex"]["zero_weight_ngrams"]
+        > plain.describe()["index"]["latex"]["zero_weight_ngrams"]
+    )
+    # verbatim copies still score 1.0 with the background weights
+    items = aime.items.filter(pa.compute.equal(aime.items["variant"], "primary")).to_pylist()[:5]
+    m = bg.score(text_table([it["item_id"] for it in items], [it["text"] for it in items]))
+    best = defaultdict(float)
+    for u, s in zip(m.column("sample_uid").to_pylist(), m.column("score").to_pylist(), strict=True):
+        best[u] = max(best[u], s)
+    assert all(best[it["item_id"]] == 1.0 for it in items)
+
+
+def test_benchmark_boilerplate_alone_does_not_flag():
+    common = "Find the number of ordered pairs of positive integers such that the sum is even."
+    items = [
+        {"benchmark": "user", "benchmark_version": "1", "item_id": f"q{i}", "variant": "primary",
+         "domain": "math", "text": f"{common} Problem {i} asks about {w} apples and {w} pears in a basket today."}
+        for i, w in enumerate(["red", "green", "yellow", "blue"])
+    ]  # fmt: skip
+    bs = BenchmarkSet(pa.Table.from_pylist(items, schema=BENCHMARK_ITEM_SCHEMA), [])
+    det = NGramDetector()
+    det.fit(bs)
+    m = det.score(text_table(["a", "b"], [f"Training: {common} What else?", items[2]["text"]]))
+    by_uid = defaultdict(list)
+    for u, i, s in zip(
+        *(m.column(c).to_pylist() for c in ("sample_uid", "benchmark_item", "score")), strict=True
+    ):
+        by_uid[u].append((i, s))
+    assert "a" not in by_uid  # shares only boilerplate n-grams (in 4 items): weight 0, not recorded
+    assert ("q2", 1.0) in by_uid["b"]
+
+
+def test_short_item_fallback_containment():
+    items = [
+        {"benchmark": "user", "benchmark_version": "1", "item_id": "short", "variant": "primary",
+         "domain": "math", "text": "Compute $\\sqrt{41}$ times seventeen exactly."},
+    ]  # fmt: skip
+    bs = BenchmarkSet(pa.Table.from_pylist(items, schema=BENCHMARK_ITEM_SCHEMA), [])
+    det = NGramDetector()
+    det.fit(bs)
+    assert det.describe()["index"]["latex"]["fallback_variants"] == 1
+    text = "Warm-up first. Then: compute sqrt(41) times SEVENTEEN exactly! Done."
+    m = det.score(text_table(["hit", "miss"], [text, "compute sqrt(41) times sixteen exactly"]))
+    assert m.column("sample_uid").to_pylist() == ["hit"]
+    d = _details(m)[0]
+    assert d["fallback"] == "containment" and m.column("score")[0].as_py() == 1.0
+    span = m.column("spans")[0].as_py()[0]
+    assert (
+        text[span["sample_start"] : span["sample_end"]]
+        == "compute sqrt(41) times SEVENTEEN exactly"
+    )
+    assert (
+        items[0]["text"][span["bench_start"] : span["bench_end"]]
+        == "Compute $\\sqrt{41}$ times seventeen exactly"
+    )
+
+
+def test_long_response_quoting_a_benchmark_problem(aime, aime_det):
+    item = aime.items.to_pylist()[6]
+    rng = random.Random(7)
+    words = "we consider the case where each term is bounded so the sum telescopes and then we check parity".split()
+    filler = lambda k: " ".join(rng.choice(words) for _ in range(k))  # noqa: E731
+    text = f"Let me think.\n{filler(1500)}\nRecall the problem:\n> {item['text']}\n{filler(1500)}\nAnswer: 3"
+    m = aime_det.score(text_table(["long"], [text], field="response"))
+    rows = [r for r in m.to_pylist() if r["benchmark_item"] == item["item_id"]]
+    assert len(rows) == 1 and rows[0]["score"] == 1.0 and rows[0]["field"] == "response"
+    (span,) = rows[0]["spans"]
+    start = text.index(item["text"])
+    # the span is the quoted problem (the normalizer may drop a trailing full stop)
+    assert span["sample_start"] == start
+    assert item["text"].startswith(text[span["sample_start"] : span["sample_end"]])
+    assert span["sample_end"] - span["sample_start"] >= len(item["text"]) - 2
+    assert rows[0]["overlap_text"] == text[span["sample_start"] : span["sample_end"]]
+
+
+def test_contam_dev_recall_and_false_positives(benchmarks_dir, contam_dev_path):
+    bs = load_set(benchmarks_dir, ["aime24", "aime25", "lcb_v5", "lcb_v6"])
+    det = NGramDetector()
+    det.fit(bs)
+    dev = _jsonl(contam_dev_path)
+    m = det.score(
+        pa.Table.from_pylist(
+            [{"sample_uid": r["uid"], "field": r["field"], "text": r["text"]} for r in dev]
+        )
+    )
+    assert m.schema.equals(MATCH_SCHEMA, check_metadata=False)
+    flagged = defaultdict(set)
+    for u, i, s, t in zip(
+        *(m.column(c).to_pylist() for c in ("sample_uid", "benchmark_item", "score", "threshold")),
+        strict=True,
+    ):
+        if s >= t:
+            flagged[u].add(i)
+    per_kind = defaultdict(lambda: [0, 0])
+    for r in dev:
+        per_kind[(r["domain"], r["kind"])][0] += 1
+        per_kind[(r["domain"], r["kind"])][1] += bool(flagged.get(r["uid"]))
+    print("\nngram @ threshold", det.config.threshold)
+    for (dom, kind), (n, f) in sorted(per_kind.items()):
+        label = "FPR" if kind in ("lookalike", "pool", "near_miss") else "recall"
+        print(f"  {dom:5s} {kind:12s} {label:6s} {f}/{n} = {f / n:.2f}")
+    for r in dev:
+        if r["kind"] in ("verbatim", "embedded"):
+            assert r["benchmark_item"] in flagged.get(r["uid"], set()), r["uid"]
+        if r["kind"] in ("lookalike", "pool"):
+            assert not flagged.get(r["uid"]), r["uid"]
+
+
+def test_score_is_batch_size_independent(aime_det, contam_dev_path):
+    dev = [r for r in _jsonl(contam_dev_path) if r["domain"] == "math"][::5]
+    t = text_table([r["uid"] for r in dev], [r["text"] for r in dev])
+    whole = aime_det.score(t)
+    parts = pa.concat_tables([aime_det.score(t.slice(i, 7)) for i in range(0, len(t), 7)])
+    key = ["sample_uid", "field", "benchmark", "benchmark_item"]
+    assert whole.sort_by([(k, "ascending") for k in key]).equals(
+        parts.sort_by([(k, "ascending") for k in key])
+    )
+    assert len(whole) > 0
+
+
+def test_config_errors_name_the_fix():
+    with pytest.raises(ConfigError, match="did you mean 'latex'"):
+        NGramConfig(normalizers={"math": "latx"})
+    with pytest.raises(ConfigError, match="n must be"):
+        NGramConfig(n=1)
+    with pytest.raises(ConfigError, match="before fit"):
+        NGramDetector().score(text_table(["a"], ["x"]))
