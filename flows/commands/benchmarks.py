@@ -1,0 +1,165 @@
+"""`sluice benchmarks ...`: list and inspect the registered benchmark definitions."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    no_args_is_help=True, help="List and inspect benchmarks (definitions, hashes, items)."
+)
+
+_DIR_HELP = "local benchmark mirror (else $SLUICE_BENCHMARKS_DIR / the shared folder, else the Hub)"
+_DEF_HELP = "extra user benchmark definition TOML (repeatable)"
+
+
+def _load_kwargs(benchmarks_dir, benchmark_def, allow_mismatch, window, no_variants) -> dict:
+    return {
+        "benchmarks_dir": benchmarks_dir,
+        "allow_mismatch": allow_mismatch,
+        "window": window,
+        "include_variants": not no_variants,
+        "definition_files": list(benchmark_def or []),
+    }
+
+
+@app.command("list")
+def list_benchmarks(
+    benchmarks_dir: str | None = typer.Option(None, "--benchmarks-dir", help=_DIR_HELP),
+    benchmark_def: list[str] | None = typer.Option(None, "--benchmark-def", help=_DEF_HELP),
+    allow_mismatch: bool = typer.Option(
+        False, "--allow-benchmark-mismatch", help="load copies whose counts/hash differ"
+    ),
+    window: str | None = typer.Option(
+        None, "--window", help="'paper' (each benchmark's usual window) or START..END"
+    ),
+    no_variants: bool = typer.Option(False, "--no-variants", help="skip alternative wordings"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+) -> None:
+    """Every registered benchmark: version, domain, items, source, verified, window."""
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from curation.errors import SluiceError
+    from decontam.benchmarks import definitions, load_benchmark
+
+    kw = _load_kwargs(benchmarks_dir, benchmark_def, allow_mismatch, window, no_variants)
+    rows, failed = [], 0
+    for name, d in definitions(kw["definition_files"]).items():
+        row = {"name": name, "version": d.version, "domain": d.domain}
+        try:
+            _, info = load_benchmark(name, **kw)
+        except SluiceError as exc:
+            failed += 1
+            row.update(error=str(exc))
+        else:
+            row.update(
+                items=info.item_count,
+                texts=info.text_count,
+                source=info.source,
+                verified=info.verified,
+                window=list(info.window) if info.window else None,
+                variants=list(info.variants),
+            )
+        rows.append(row)
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+    else:
+        t = Table("name", "version", "domain", "items", "texts", "source", "verified", "window")
+        for r in rows:
+            if "error" in r:
+                t.add_row(
+                    r["name"],
+                    r["version"],
+                    r["domain"],
+                    "-",
+                    "-",
+                    f"[red]{r['error']}[/]",
+                    "-",
+                    "-",
+                )
+                continue
+            t.add_row(
+                r["name"],
+                r["version"],
+                r["domain"],
+                str(r["items"]),
+                str(r["texts"]),
+                r["source"],
+                "yes" if r["verified"] else "[red]NO[/]",
+                "..".join(r["window"]) if r["window"] else "all",
+            )
+        Console(width=200).print(t)
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command("show")
+def show_benchmark(
+    name: str = typer.Argument(..., help="benchmark name, e.g. lcb_v6"),
+    items: int = typer.Option(3, "--items", "-n", help="sample items to print"),
+    benchmarks_dir: str | None = typer.Option(None, "--benchmarks-dir", help=_DIR_HELP),
+    benchmark_def: list[str] | None = typer.Option(None, "--benchmark-def", help=_DEF_HELP),
+    allow_mismatch: bool = typer.Option(
+        False, "--allow-benchmark-mismatch", help="load a copy whose counts/hash differ"
+    ),
+    window: str | None = typer.Option(None, "--window", help="'paper' or START..END"),
+    no_variants: bool = typer.Option(False, "--no-variants", help="skip alternative wordings"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
+) -> None:
+    """One benchmark: its definition, hashes, counts by platform/difficulty/variant, samples."""
+    import json
+    from collections import Counter
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from decontam.benchmarks import get_definition, load_benchmark
+
+    kw = _load_kwargs(benchmarks_dir, benchmark_def, allow_mismatch, window, no_variants)
+    d = get_definition(name, kw["definition_files"])
+    table, info = load_benchmark(name, **kw)
+    rows = table.to_pylist()
+    counts = {
+        key: dict(sorted(Counter(r[key] for r in rows if r[key] is not None).items()))
+        for key in ("variant", "platform", "difficulty")
+    }
+    sample = [
+        {k: r[k] for k in ("item_id", "variant", "title", "contest_date", "answer", "text")}
+        for r in rows[: max(items, 0)]
+    ]
+    if as_json:
+        out = {"definition": d.to_dict(), "info": info.to_dict(), "counts": counts, "items": sample}
+        typer.echo(json.dumps(out, indent=2, default=str))
+        return
+    con = Console(width=200)
+    t = Table("field", "value", title=f"{name} ({d.version})", show_header=False)
+    t.add_row("description", d.description)
+    t.add_row("domain / normalizer", f"{d.domain} / {d.normalizer}")
+    t.add_row("definition", d.path)
+    t.add_row("source", info.source)
+    t.add_row("verified", "yes" if info.verified else "[red]NO[/]")
+    t.add_row("items / texts", f"{info.item_count} / {info.text_count}")
+    t.add_row("pinned count", str(d.item_count))
+    t.add_row("pinned content hash", str(d.content_hash))
+    t.add_row("content hash", info.content_hash)
+    if d.local is not None:
+        t.add_row("local file", f"{d.local.file} (sha256 {d.local.sha256})")
+    if d.hub is not None:
+        t.add_row("hub", f"{d.hub.repo}@{d.hub.revision} ({d.hub.variant} wording)")
+    for v in d.variants:
+        t.add_row(f"variant {v.variant}", f"{v.file} (content {v.content_hash})")
+    for wname, (s, e) in d.windows:
+        t.add_row(f"window {wname}", f"{s} .. {e} (end exclusive)")
+    t.add_row("window applied", "..".join(info.window) if info.window else "none (all items)")
+    con.print(t)
+    for key, c in counts.items():
+        if c:
+            con.print(f"[bold]by {key}:[/] " + ", ".join(f"{k} {v}" for k, v in c.items()))
+    for r in sample:
+        head = f"[bold]{r['item_id']}[/] ({r['variant']})"
+        if r["title"]:
+            head += f" {r['title']}"
+        text = r["text"].replace("\n", " ")
+        con.print(f"{head}: {text[:160]}{'...' if len(text) > 160 else ''}", highlight=False)
