@@ -1,0 +1,72 @@
+"""The external contract of `sluice sandbox run` and `sluice verify math`, via the real binary."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SLUICE = str(Path(sys.executable).parent / "sluice")
+needs_bwrap = pytest.mark.skipif(
+    not os.path.exists("/usr/bin/bwrap"), reason="bubblewrap missing: apt-get install bubblewrap"
+)
+
+
+def _sluice(*args: str, timeout: float = 120) -> tuple[int, dict | None, str]:
+    p = subprocess.run([SLUICE, *args], capture_output=True, text=True, timeout=timeout)
+    lines = [ln for ln in p.stdout.splitlines() if ln.strip()]
+    obj = json.loads(lines[0]) if len(lines) == 1 else None
+    return p.returncode, obj, p.stdout + p.stderr
+
+
+@needs_bwrap
+def test_sandbox_run_prints_one_json_object(tmp_path):
+    prog = tmp_path / "add.py"
+    prog.write_text("a, b = map(int, input().split())\nprint(a + b)\n")
+    inp = tmp_path / "in.txt"
+    inp.write_text("20 22\n")
+    rc, obj, raw = _sluice("sandbox", "run", str(prog), "--stdin", str(inp), "--time-limit", "3")
+    assert rc == 0 and obj is not None, raw
+    assert obj["status"] == "passed" and obj["exit_code"] == 0 and obj["stdout"] == "42\n"
+    assert isinstance(obj["wall_s"], float) and "stderr" in obj
+    assert obj["limits"]["time_limit_s"] == 3.0
+
+
+@needs_bwrap
+def test_sandbox_run_reports_program_failures_with_exit_code_zero(tmp_path):
+    loop = tmp_path / "loop.py"
+    loop.write_text("while True:\n    pass\n")
+    rc, obj, raw = _sluice("sandbox", "run", str(loop), "--time-limit", "1")
+    assert rc == 0 and obj["status"] == "timeout", raw
+    hog = tmp_path / "hog.py"
+    hog.write_text("x = bytearray(1024 * 1024 * 1024)\n")
+    rc, obj, raw = _sluice("sandbox", "run", str(hog), "--memory-mb", "128")
+    assert rc == 0 and obj["status"] == "memory" and obj["limits"]["memory_mb"] == 128, raw
+    crash = tmp_path / "crash.py"
+    crash.write_text("import sys\nprint('partial')\nsys.exit(3)\n")
+    rc, obj, raw = _sluice("sandbox", "run", str(crash))
+    assert rc == 0 and obj["status"] == "runtime_error" and obj["exit_code"] == 3, raw
+    assert obj["stdout"] == "partial\n"
+
+
+def test_sandbox_run_missing_program_is_a_tool_error(tmp_path):
+    rc, obj, raw = _sluice("sandbox", "run", str(tmp_path / "nope.py"))
+    assert rc != 0 and "not found" in raw
+
+
+def test_verify_math_prints_one_json_object():
+    rc, obj, raw = _sluice(
+        "verify", "math", "--answer", r"so \boxed{\frac{1}{2}}", "--reference", "0.5"
+    )
+    assert rc == 0 and obj is not None, raw
+    assert obj["status"] == "correct" and obj["extracted"] == r"\frac{1}{2}" and obj["reason"]
+    rc, obj, raw = _sluice("verify", "math", "--answer", "no idea", "--reference", "3")
+    assert rc == 0 and obj["status"] == "no_answer", raw
+    rc, obj, raw = _sluice(
+        "verify", "math", "--answer", r"\boxed{9^{9^{9^{9}}}}", "--reference", "1", "--timeout", "1"
+    )
+    assert rc == 0 and obj["status"] == "timeout", raw
