@@ -35,7 +35,6 @@ import json
 import re
 import tomllib
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -563,7 +562,9 @@ def _scalar_text(v: Any) -> Any:
 # ----------------------------------------------------------------------------- loading
 def maps_dir() -> Path:
     """The folder with the shipped field maps (package data)."""
-    return Path(str(resources.files("curation") / "maps"))
+    # Relative to this file, not importlib.resources: under pytest's rootdir sys.path insertion
+    # ``curation`` can resolve as a namespace package that also spans tests/curation.
+    return Path(__file__).resolve().parent / "maps"
 
 
 def available_maps() -> list[str]:

@@ -1,0 +1,165 @@
+"""Field maps: the format, paths, parsers, extractors, test-case conversion, and clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from curation.errors import ConfigError, NotFoundError
+from curation.fieldmaps import (
+    FieldError,
+    available_maps,
+    convert_tests,
+    extract_boxed,
+    load_map,
+    parse_path,
+    resolve,
+)
+
+# Pools in /work/shared/pools (see its PROVENANCE.md) must each have a map; PROVENANCE names.
+REQUIRED_MAPS = {
+    "deepscaler_aime",
+    "deepscaler_math",
+    "deepscaler_verl",
+    "oneshotrlvr_verl",
+    "simplerl_math8k",
+    "limr",
+    "gsm8k",
+    "ttrl",
+    "leetcodedataset",
+    "deepcoder_leetcode",
+    "deepcoder_codeforces",
+    "deepcoder_code_contests",
+    "math500",
+    "marco_o1_sft",
+    "hub_deepscaler_preview",
+    "hub_skywork_or1_math",
+    "hub_numinamath_cot",
+    "hub_openr1_math",
+    "hub_taco",
+    "hub_apps",
+    "hub_code_contests",
+}
+
+
+def test_every_required_map_ships_and_says_where_it_was_tested():
+    assert REQUIRED_MAPS <= set(available_maps())
+    for name in available_maps():
+        m = load_map(name)
+        assert m.tested_on or m.hub or name.startswith("generic_"), name
+        if name.startswith("hub_"):
+            assert not m.tested_on and m.hub.startswith("hf://"), name
+
+
+def test_paths_resolve_into_nested_and_stringified_values():
+    row = {
+        "prompt": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}],
+        "meta": "{'question_id': 7, 'difficulty': 'Hard'}",  # Python repr, as LeetCodeDataset ships it
+        "reward_model": {"ground_truth": "42"},
+    }
+    assert parse_path("prompt[-1].content") == ("prompt", -1, "content")
+    assert resolve(row, parse_path("prompt[0].content")) == "s"
+    assert resolve(row, parse_path("prompt[-1].content")) == "u"
+    assert resolve(row, parse_path("meta.difficulty")) == "Hard"
+    assert resolve(row, parse_path("reward_model.ground_truth")) == "42"
+    with pytest.raises(ConfigError, match="cannot parse field path"):
+        parse_path("[0].x")
+
+
+def test_extractors():
+    assert extract_boxed(r"so $\boxed{\frac{1}{2}}$ and finally \boxed{x^{2}+1}.") == "x^{2}+1"
+    assert extract_boxed("no box") is None
+    m = load_map("gsm8k")
+    row = {"question": "q?", "answer": "3 * 400 = <<3*400=1200>>1200\n#### 1,200"}
+    assert m.apply(row)["answer"] == "1200"
+    assert m.apply(row)["solutions"] == [row["answer"]]
+
+
+def test_convert_tests_shapes():
+    assert convert_tests({"inputs": ["1\n", "2\n"], "outputs": ["2\n", "4\n"]}) == [
+        {"kind": "stdin", "input": "1\n", "output": "2\n", "entry_point": None},
+        {"kind": "stdin", "input": "2\n", "output": "4\n", "entry_point": None},
+    ]
+    assert convert_tests('{"inputs": [[1, 2]], "outputs": [3], "fn_name": "add"}') == [
+        {"kind": "functional", "input": "[1, 2]", "output": "3", "entry_point": "add"}
+    ]
+    assert convert_tests({"input": ["a"], "output": ["b"]}, "stdin") == [
+        {"kind": "stdin", "input": "a", "output": "b", "entry_point": None}
+    ]
+    assert convert_tests("[{'input': 'x', 'output': 'y'}]") == [
+        {"kind": "stdin", "input": "x", "output": "y", "entry_point": None}
+    ]
+    code = "def check(candidate):\n    assert candidate(1) == 2\n\n\ncheck(Solution().inc)"
+    assert convert_tests({"functional": code}) == [
+        {"kind": "functional", "input": code, "output": None, "entry_point": "Solution().inc"}
+    ]
+    with pytest.raises(FieldError, match="differ in length"):
+        convert_tests({"inputs": ["1"], "outputs": []})
+    with pytest.raises(FieldError, match="unsupported test format"):
+        convert_tests({"cases": []})
+
+
+def _write_map(tmp_path, text):
+    p = tmp_path / "my.toml"
+    p.write_text(text, encoding="utf-8")
+    return str(p)
+
+
+def test_custom_map_from_a_path(tmp_path):
+    m = load_map(
+        _write_map(
+            tmp_path,
+            """
+[map]
+domain = "math"
+source = "mine"
+required = ["answer"]
+
+[fields]
+problem = { path = "q", strip_prefix = "Q:" }
+answer = { path = ["a", "sol"], extract = "boxed" }
+source_id = "n"
+
+[metadata]
+level = { path = "info", parse = "json" }
+""",
+        )
+    )
+    rec = m.apply({"q": "Q: What is 1+1?", "sol": r"\boxed{2}", "n": 9, "info": '{"lvl": 1}'})
+    assert rec["problem"] == "What is 1+1?"
+    assert rec["answer"] == "2" and rec["source_id"] == "9"
+    assert rec["metadata"] == {"level": {"lvl": 1}}
+    with pytest.raises(FieldError) as exc:
+        m.apply({"q": "What?", "a": "no box", "n": 1, "info": "{}"})
+    assert exc.value.field == "answer"
+    with pytest.raises(FieldError, match="not valid JSON") as exc:
+        m.apply({"q": "What?", "a": r"\boxed{1}", "n": 1, "info": "{oops"})
+    assert exc.value.field == "metadata.level"
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ('[map]\ndomain="math"\nsource="s"\n[fields]\nproblme="q"\n', "did you mean 'problem'"),
+        (
+            '[map]\ndomain="math"\nsource="s"\n[fields]\nproblem={path="q", strip="x"}\n',
+            "unknown key",
+        ),
+        ('[map]\ndomain="bio"\nsource="s"\n[fields]\nproblem="q"\n', "domain must be one of"),
+        ('[map]\ndomain="math"\nsource="s"\n[fields]\nanswer="a"\n', "must map 'problem'"),
+        (
+            '[map]\ndomain="math"\nsource="s"\n[fields]\nproblem={path="q", extract="magic"}\n',
+            "unknown extractor",
+        ),
+        ("[map\n", "not valid TOML"),
+    ],
+)
+def test_broken_maps_raise_config_errors_that_name_the_fix(tmp_path, body, message):
+    with pytest.raises(ConfigError, match=message):
+        load_map(_write_map(tmp_path, body))
+
+
+def test_unknown_map_and_unknown_columns_name_what_is_available():
+    with pytest.raises(NotFoundError, match="did you mean 'gsm8k'.*available: .*ttrl"):
+        load_map("gsm8kk")
+    with pytest.raises(ConfigError, match="columns in the file: answer, question"):
+        load_map("ttrl").check_columns({"question", "answer"}, "gsm8k.jsonl")

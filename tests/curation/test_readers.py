@@ -1,0 +1,125 @@
+"""Readers: bounded chunks, 1-based row numbers, read-level rejects, every source kind."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from curation.errors import ConfigError, NotFoundError
+from curation.readers import parse_source, read_batches
+
+ROWS = [{"problem": f"What is {i} + {i}?", "answer": str(2 * i), "id": i} for i in range(1, 8)]
+
+
+def _collect(source, batch_size=10_000):
+    rows, numbers, errors, sizes = [], [], [], []
+    for b in read_batches(source, batch_size=batch_size):
+        rows += b.rows
+        numbers += b.row_numbers
+        errors += b.errors
+        sizes.append(len(b.rows) + len(b.errors))
+    return rows, numbers, errors, sizes
+
+
+def _write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_jsonl_row_numbers_are_line_numbers_and_bad_lines_are_errors(tmp_path):
+    p = tmp_path / "pool.jsonl"
+    lines = [
+        json.dumps(ROWS[0]).encode(),
+        b"",  # blank: not a row
+        b'{"problem": "broken", ',  # malformed
+        json.dumps(ROWS[1]).encode(),
+        b'["a", "list"]',  # not an object
+        b'{"problem": "caf\xe9"}',  # invalid UTF-8
+        json.dumps(ROWS[2]).encode() + b"\r",  # CRLF line ending
+    ]
+    p.write_bytes(b"\n".join(lines) + b"\n")
+    rows, numbers, errors, _ = _collect(str(p))
+    assert rows == ROWS[:3]
+    assert numbers == [1, 4, 7]
+    assert [(e.row, e.field) for e in errors] == [(3, "<line>"), (5, "<line>"), (6, "<line>")]
+    assert errors[0].reason.startswith("malformed JSON")
+    assert errors[1].reason == "expected a JSON object, got list"
+    assert errors[2].reason == "invalid UTF-8 at byte 16"
+    assert errors[2].file == str(p) and "caf" in errors[2].excerpt
+
+
+def test_batches_are_bounded_and_numbering_continues(tmp_path):
+    p = _write_jsonl(tmp_path / "pool.jsonl", ROWS)
+    rows, numbers, _, sizes = _collect(str(p), batch_size=3)
+    assert sizes == [3, 3, 1]
+    assert numbers == list(range(1, 8)) and rows == ROWS
+
+
+def test_gzip_json_array_and_jsonl_named_json_read_the_same_rows(tmp_path):
+    plain = _write_jsonl(tmp_path / "a.jsonl", ROWS)
+    gz = tmp_path / "a.jsonl.gz"
+    gz.write_bytes(gzip.compress(plain.read_bytes()))
+    arr = tmp_path / "a.json"
+    arr.write_text(json.dumps(ROWS + [5]), encoding="utf-8")
+    lines_as_json = _write_jsonl(tmp_path / "b.json", ROWS)
+    assert _collect(str(gz))[0] == ROWS
+    rows, numbers, errors, _ = _collect(str(arr))
+    assert rows == ROWS and numbers == list(range(1, 8))
+    assert [(e.row, e.reason) for e in errors] == [(8, "expected a JSON object, got int")]
+    assert _collect(str(lines_as_json))[0] == ROWS
+
+
+def test_parquet_is_read_in_batches(tmp_path):
+    p = tmp_path / "pool.parquet"
+    pq.write_table(pa.Table.from_pylist(ROWS), p, row_group_size=2)
+    rows, numbers, _, sizes = _collect(str(p), batch_size=2)
+    assert rows == ROWS and numbers == list(range(1, 8))
+    assert max(sizes) <= 2
+
+
+def test_folder_of_files_is_read_in_name_order(tmp_path):
+    d = tmp_path / "pool"
+    d.mkdir()
+    _write_jsonl(d / "b.jsonl", ROWS[3:])
+    _write_jsonl(d / "a.jsonl", ROWS[:3])
+    (d / "notes.txt").write_text("ignored")
+    batches = list(read_batches(str(d)))
+    assert [b.file.rsplit("/", 1)[-1] for b in batches] == ["a.jsonl", "b.jsonl"]
+    assert [r for b in batches for r in b.rows] == ROWS
+
+
+def test_hf_save_to_disk_dataset_and_dataset_dict(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_list(ROWS)
+    ds.save_to_disk(str(tmp_path / "single"))
+    rows, numbers, _, _ = _collect(str(tmp_path / "single"), batch_size=3)
+    assert rows == ROWS and numbers == list(range(1, 8))
+
+    dd = datasets.DatasetDict({"train": ds, "test": datasets.Dataset.from_list(ROWS[:2])})
+    dd.save_to_disk(str(tmp_path / "dict"))
+    assert _collect(f"{tmp_path / 'dict'}#test")[0] == ROWS[:2]
+    with pytest.raises(ConfigError, match="available splits: train, test"):
+        list(read_batches(str(tmp_path / "dict")))
+
+
+def test_source_spec_parsing_and_errors(tmp_path):
+    s = parse_source("hf://Skywork/Skywork-OR1-RL-Data:default@v1.0#math")
+    assert (s.kind, s.location, s.config, s.revision, s.split) == (
+        "hf_hub",
+        "Skywork/Skywork-OR1-RL-Data",
+        "default",
+        "v1.0",
+        "math",
+    )
+    assert parse_source("hf://openai/gsm8k#train").config is None
+    with pytest.raises(ConfigError, match="#<split>"):
+        parse_source("hf://openai/gsm8k")
+    with pytest.raises(NotFoundError, match="source not found"):
+        parse_source(str(tmp_path / "missing.jsonl"))
+    (tmp_path / "pool.csv").write_text("a,b\n")
+    with pytest.raises(ConfigError, match="supported: .jsonl"):
+        parse_source(str(tmp_path / "pool.csv"))
