@@ -1,0 +1,198 @@
+"""`sluice datasets ...`: look at the versioned dataset catalog (list, show, diff, lineage, path)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, help="Browse the versioned dataset catalog.")
+
+_ROOT_HELP = "Data root (local folder or fsspec URL). Default: $SLUICE_DATA_ROOT or ./.sluice"
+
+
+def _root_option() -> Any:
+    return typer.Option(None, "--root", envvar="SLUICE_DATA_ROOT", help=_ROOT_HELP)
+
+
+def _json_option() -> Any:
+    return typer.Option(False, "--json", help="Print JSON instead of a table (for scripts).")
+
+
+def _catalog(root: str | None):
+    from curation.catalog import Catalog
+
+    return Catalog(root)
+
+
+def _echo_json(obj: Any) -> None:
+    typer.echo(json.dumps(obj, indent=2, ensure_ascii=False, default=str))
+
+
+def _short_time(iso: str) -> str:
+    return iso.replace("T", " ")[:19]
+
+
+@app.command("list")
+def list_(
+    name: str = typer.Argument(None, help="A dataset name: list its versions instead."),
+    root: str = _root_option(),
+    as_json: bool = _json_option(),
+) -> None:
+    """List datasets with their latest version, or all versions of NAME (newest first)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    cat = _catalog(root)
+    versions = cat.versions(name) if name else cat.list()
+    if as_json:
+        _echo_json([v.to_dict() for v in versions])
+        return
+    if not versions:
+        Console().print(f"no datasets in the catalog at {cat.root}")
+        return
+    title = f"versions of {name}" if name else f"datasets in {cat.root}"
+    t = Table(title=title)
+    t.add_column("name", overflow="fold")
+    t.add_column("version", no_wrap=True, min_width=16)
+    t.add_column("rows", justify="right", no_wrap=True)
+    t.add_column("step")
+    t.add_column("parents", overflow="fold")
+    t.add_column("published (UTC)")
+    for v in versions:
+        t.add_row(
+            v.name,
+            v.version,
+            f"{v.num_rows:,}",
+            v.step,
+            ", ".join(v.parents),
+            _short_time(v.published_at),
+        )
+    Console().print(t)
+
+
+@app.command("show")
+def show(
+    ref: str = typer.Argument(..., help="NAME, NAME@latest or NAME@VERSION (prefix allowed)."),
+    root: str = _root_option(),
+    as_json: bool = _json_option(),
+) -> None:
+    """Show everything recorded about a version: lineage, config, code version, schema."""
+    from rich.console import Console
+    from rich.table import Table
+
+    v = _catalog(root).resolve(ref)
+    if as_json:
+        _echo_json(v.to_dict())
+        return
+    con = Console()
+    t = Table(show_header=False, title=v.ref)
+    t.add_column("field", style="bold")
+    t.add_column("value", overflow="fold")
+    for key in ("name", "version", "content_hash", "hash_algo", "num_rows", "num_bytes", "step"):
+        t.add_row(key, str(getattr(v, key)))
+    t.add_row("parents", "\n".join(v.parents) or "-")
+    t.add_row("created_at", v.created_at)
+    t.add_row("published_at", v.published_at)
+    t.add_row("code_version", json.dumps(v.code_version, sort_keys=True))
+    t.add_row("config", json.dumps(v.config, indent=1, sort_keys=True, default=str))
+    t.add_row("metadata", json.dumps(v.metadata, indent=1, sort_keys=True, default=str))
+    t.add_row("path", v.path)
+    con.print(t)
+    s = Table("column", "type", "nullable", title="schema")
+    for c in v.schema:
+        s.add_row(c["name"], c["type"], "yes" if c["nullable"] else "no")
+    con.print(s)
+
+
+@app.command("diff")
+def diff(
+    ref_a: str = typer.Argument(..., help="The old version."),
+    ref_b: str = typer.Argument(..., help="The new version."),
+    key: str = typer.Option(None, "--key", help="Row key column (default: uid when present)."),
+    root: str = _root_option(),
+    as_json: bool = _json_option(),
+) -> None:
+    """Compare two versions: row counts, schema changes, rows added/removed/changed by key."""
+    from rich.console import Console
+    from rich.table import Table
+
+    d = _catalog(root).diff(ref_a, ref_b, key=key)
+    if as_json:
+        _echo_json(d.to_dict())
+        return
+    t = Table(
+        "", d.a, d.b, title="identical" if d.identical else f"diff (key: {d.key or 'whole rows'})"
+    )
+    t.add_row("rows", f"{d.rows_a:,}", f"{d.rows_b:,}")
+    t.add_row("rows removed / added", f"-{d.rows_removed:,}", f"+{d.rows_added:,}")
+    if d.rows_changed is not None:
+        t.add_row("rows changed (same key)", "", f"{d.rows_changed:,}")
+    t.add_row("columns removed / added", ", ".join(d.removed_columns), ", ".join(d.added_columns))
+    for col, (ta, tb) in d.changed_types.items():
+        t.add_row(f"type of {col}", ta, tb)
+    if d.sample_removed or d.sample_added:
+        t.add_row(
+            "sample keys",
+            "\n".join(map(str, d.sample_removed)),
+            "\n".join(map(str, d.sample_added)),
+        )
+    if d.sample_changed:
+        t.add_row("sample changed keys", "", "\n".join(map(str, d.sample_changed)))
+    Console().print(t)
+
+
+@app.command("lineage")
+def lineage(
+    ref: str = typer.Argument(..., help="NAME, NAME@latest or NAME@VERSION."),
+    root: str = _root_option(),
+    as_json: bool = _json_option(),
+) -> None:
+    """Show the ancestors of a version (the steps and versions it was built from)."""
+    from rich.console import Console
+    from rich.tree import Tree
+
+    nodes = _catalog(root).lineage(ref)
+    if as_json:
+        _echo_json([n.to_dict() for n in nodes])
+        return
+    by_ref = {n.ref: n for n in nodes}
+
+    def label(n) -> str:
+        if n.version is None:
+            return f"{n.ref} [red](not in catalog)[/]"
+        step = f" [dim]step={n.version.step}[/]" if n.version.step else ""
+        return f"[bold]{n.ref}[/] {n.version.num_rows:,} rows{step}"
+
+    root_node = nodes[0]
+    tree = Tree(label(root_node))
+
+    def add(branch: Tree, node, path: tuple[str, ...]) -> None:
+        for p in node.parents:
+            child = by_ref[p]
+            if p in path:  # defensive: lineage is a DAG, but never loop on a bad record
+                continue
+            add(branch.add(label(child)), child, (*path, p))
+
+    add(tree, root_node, (root_node.ref,))
+    Console().print(tree)
+
+
+@app.command("path")
+def path(
+    ref: str = typer.Argument(..., help="NAME, NAME@latest or NAME@VERSION."),
+    root: str = _root_option(),
+) -> None:
+    """Print the Parquet file of a version (for polars / duckdb queries)."""
+    typer.echo(_catalog(root).path(ref))
+
+
+@app.command("verify")
+def verify(
+    ref: str = typer.Argument(..., help="NAME, NAME@latest or NAME@VERSION."),
+    root: str = _root_option(),
+) -> None:
+    """Re-hash a version's file and check it against the recorded row count and hash."""
+    v = _catalog(root).verify(ref)
+    typer.echo(f"ok: {v.ref} ({v.num_rows:,} rows, sha256 {v.content_hash})")

@@ -1,0 +1,576 @@
+"""The dataset catalog: content-addressed versions, lineage, diff, crash safety, concurrency.
+
+Everything runs against a real catalog on disk (DuckDB + Parquet); the crash tests SIGKILL real
+publishing processes at the points where a partial write could leak into the catalog.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+import pytest
+
+from curation.catalog import (
+    CHUNK_ROWS,
+    Catalog,
+    DatasetVersion,
+    content_hash,
+)
+from curation.errors import ConfigError, IntegrityError, NotFoundError
+from curation.records import PROBLEM_SCHEMA
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Deterministic problem tables; the same code runs in the subprocesses of the crash tests so
+# that the test can compute the version id an uninterrupted publish yields.
+GEN_CODE = r"""
+import functools
+
+import pyarrow as pa
+from curation.records import PROBLEM_SCHEMA
+
+
+@functools.cache
+def make_problems(n, start=0, tag="t"):
+    idx = range(start, start + n)
+    test = {"kind": "stdin", "input": "1", "output": None, "entry_point": None}
+    cols = {
+        "uid": [f"p_{tag}_{i:07d}" for i in idx],
+        "source": [tag] * n,
+        "source_id": [str(i) for i in idx],
+        "domain": ["math" if i % 2 else "code" for i in idx],
+        "problem": [f"[{tag}] Sum of the first {i} odd numbers. " + "x" * (i % 17) for i in idx],
+        "answer": [None if i % 7 == 0 else str(i * i) for i in idx],
+        "solutions": [None if i % 3 == 0 else [f"sol {i}", "second"] for i in idx],
+        "tests": [[test] if i % 5 == 0 else [] for i in idx],
+        "starter_code": [None] * n,
+        "platform": ["lc" if i % 2 == 0 else None for i in idx],
+        "contest_id": [None] * n,
+        "problem_id": [None] * n,
+        "contest_date": [None] * n,
+        "metadata": ['{"i": %d}' % i for i in idx],
+    }
+    arrays = [pa.array(cols[f.name], f.type) for f in PROBLEM_SCHEMA]
+    return pa.Table.from_arrays(arrays, schema=PROBLEM_SCHEMA)
+"""
+_ns: dict = {}
+exec(GEN_CODE, _ns)
+make_problems = _ns["make_problems"]
+
+
+def _db_count(cat: Catalog, sql: str, params=()) -> int:
+    con = duckdb.connect(str(cat.db_path), read_only=True)
+    try:
+        return con.execute(sql, list(params)).fetchone()[0]
+    finally:
+        con.close()
+
+
+def _objects(root: Path) -> list[Path]:
+    objects = root / "objects"
+    return sorted(p for p in objects.rglob("*.parquet") if p.relative_to(objects).parts[0] != "tmp")
+
+
+# ---------------------------------------------------------------------------------------------
+# content hash
+# ---------------------------------------------------------------------------------------------
+
+
+def test_content_hash_is_independent_of_chunking_and_parquet_roundtrip(tmp_path):
+    t = make_problems(CHUNK_ROWS + 1234)  # crosses a canonical chunk boundary
+    h = content_hash(t)
+    rechunked = pa.concat_tables([t.slice(0, 7), t.slice(7, 30_000), t.slice(30_007)])
+    assert rechunked.column(0).num_chunks == 3
+    assert content_hash(rechunked) == h
+    assert content_hash(t.to_batches(max_chunksize=999), t.schema) == h
+    # A Parquet round trip through a plain writer (compliant nested names: list<element>).
+    pq.write_table(t, tmp_path / "x.parquet")
+    back = pq.read_table(tmp_path / "x.parquet")
+    assert back.schema.field("solutions").type.value_field.name == "element"
+    assert content_hash(back) == h
+    # Tool metadata (pandas) is ignored; Sluice's schema version is content.
+    noisy = t.replace_schema_metadata({**t.schema.metadata, b"pandas": b'{"v": "9.9"}'})
+    assert content_hash(noisy) == h
+    assert content_hash(t.replace_schema_metadata(None)) != h
+    # One changed value, one changed row order, one dropped row: all different.
+    vals = t.column("answer").to_pylist()
+    vals[12345] = "different"
+    changed = t.set_column(5, PROBLEM_SCHEMA.field("answer"), pa.array(vals, pa.string()))
+    assert content_hash(changed) != h
+    assert content_hash(pa.concat_tables([t.slice(1), t.slice(0, 1)])) != h
+    assert content_hash(t.slice(1)) != h
+
+
+def test_content_hash_is_pinned():
+    """Golden value: the version id of given content must never change between releases."""
+    t = pa.table({"uid": ["a", "b", None], "n": pa.array([1, None, 3], pa.int64())})
+    assert content_hash(t) == GOLDEN_TINY_HASH
+    # Oracle: for a table below one chunk, it is the SHA-256 of its plain Arrow IPC stream.
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, t.schema) as w:
+        w.write_table(t)
+    assert hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest() == GOLDEN_TINY_HASH
+
+
+GOLDEN_TINY_HASH = "a246a373cb38398b07bf94dca57eefa6caeebf5142658c52ae9d0d69f93a3189"
+
+
+# ---------------------------------------------------------------------------------------------
+# publish / load / resolve
+# ---------------------------------------------------------------------------------------------
+
+
+def test_publish_load_roundtrip_records_lineage_fields(data_root):
+    cat = Catalog()  # root from SLUICE_DATA_ROOT (the data_root fixture)
+    assert cat.root == str(data_root)
+    t = make_problems(500)
+    v = cat.publish(
+        "pool/math",
+        t,
+        step="ingest",
+        config={"map": "deepscaler", "limit": 500},
+        metadata={"rows_read": 510, "rows_accepted": 500, "rows_rejected": 10},
+    )
+    assert isinstance(v, DatasetVersion)
+    assert re.fullmatch(r"[0-9a-f]{16}", v.version) and v.content_hash.startswith(v.version)
+    assert v.content_hash == content_hash(t)
+    assert v.num_rows == 500 and v.ref == f"pool/math@{v.version}"
+    assert v.step == "ingest" and v.config == {"map": "deepscaler", "limit": 500}
+    assert v.metadata["rows_rejected"] == 10
+    assert v.code_version["sluice"]
+    assert v.created_at.endswith("+00:00")
+    assert [c["name"] for c in v.schema] == PROBLEM_SCHEMA.names
+    assert v.path == str(data_root / "objects" / v.content_hash[:2] / f"{v.content_hash}.parquet")
+    assert Path(v.path).is_file() and v.num_bytes == Path(v.path).stat().st_size
+
+    back = cat.load("pool/math")
+    assert back.equals(t)
+    assert back.schema.equals(PROBLEM_SCHEMA, check_metadata=True)
+    assert cat.load(f"pool/math@{v.version}").equals(t)
+    assert cat.load("pool/math@latest").equals(t)
+    assert cat.load(f"pool/math@{v.version[:6]}").equals(t)
+    assert cat.load(f"pool/math@{v.content_hash}").equals(t)
+    assert cat.load("pool/math", columns=["uid", "answer"]).column_names == ["uid", "answer"]
+    assert cat.resolve("pool/math") == v
+    assert cat.show("pool/math")["metadata"]["rows_read"] == 510
+    assert cat.path("pool/math") == v.path
+    assert cat.verify("pool/math") == v
+    # The module-level helpers use the same default catalog.
+    from curation import catalog as catalog_mod
+
+    assert catalog_mod.load("pool/math").equals(t)
+    assert catalog_mod.resolve("pool/math") == v
+
+
+def test_publish_same_content_twice_is_idempotent(data_root):
+    cat = Catalog(data_root)
+    t = make_problems(300)
+    v1 = cat.publish("pool", t, step="ingest")
+    # Same rows, different chunking and different step: content decides the version.
+    v2 = cat.publish("pool", t.to_batches(max_chunksize=50), step="other", schema=t.schema)
+    assert v2 == v1
+    assert _db_count(cat, "SELECT count(*) FROM versions") == 1
+    assert _db_count(cat, "SELECT count(*) FROM publications") == 1
+    assert len(_objects(data_root)) == 1
+    assert cat.garbage() == []
+
+
+def test_objects_are_shared_between_names_with_the_same_content(data_root):
+    cat = Catalog(data_root)
+    t = make_problems(200)
+    a = cat.publish("a", t)
+    b = cat.publish("b", t)
+    assert a.version == b.version and a.path == b.path
+    assert len(_objects(data_root)) == 1
+    assert cat.datasets() == ["a", "b"]
+    assert _db_count(cat, "SELECT count(*) FROM versions") == 2
+
+
+def test_latest_is_the_most_recent_publication(data_root):
+    cat = Catalog(data_root)
+    a = cat.publish("pool", make_problems(10))
+    b = cat.publish("pool", make_problems(20))
+    assert cat.resolve("pool").version == b.version
+    assert [v.version for v in cat.versions("pool")] == [b.version, a.version]
+    # Republishing the latest content changes nothing.
+    cat.publish("pool", make_problems(20))
+    assert _db_count(cat, "SELECT count(*) FROM publications") == 2
+    # Republishing an older version's content makes it latest again (a new publication event).
+    again = cat.publish("pool", make_problems(10))
+    assert again.version == a.version and again.created_at == a.created_at
+    assert cat.resolve("pool@latest").version == a.version
+    assert [v.version for v in cat.versions("pool")] == [a.version, b.version]
+    assert _db_count(cat, "SELECT count(*) FROM publications") == 3
+    assert _db_count(cat, "SELECT count(*) FROM versions") == 2
+    assert [v.ref for v in cat.list()] == [f"pool@{a.version}"]
+
+
+def test_empty_tables_are_versions_with_zero_rows(data_root):
+    cat = Catalog(data_root)
+    empty = PROBLEM_SCHEMA.empty_table()
+    v = cat.publish("empty", empty)
+    assert v.num_rows == 0
+    back = cat.load("empty")
+    assert back.num_rows == 0 and back.schema.equals(PROBLEM_SCHEMA, check_metadata=True)
+    assert cat.publish("empty", iter([]), schema=PROBLEM_SCHEMA).version == v.version
+    with pytest.raises(ConfigError, match="schema"):
+        cat.publish("empty", iter([]))
+
+
+def test_streamed_inputs_give_the_same_version_as_a_table(data_root, tmp_path):
+    cat = Catalog(data_root)
+    t = make_problems(CHUNK_ROWS + 10)
+    v = cat.publish("big", t)
+    # From a generator of batches, a RecordBatchReader, and a Parquet file on disk.
+    gen = (b for b in t.to_batches(max_chunksize=4096))
+    assert cat.publish("big_gen", gen).version == v.version
+    reader = pa.RecordBatchReader.from_batches(t.schema, t.to_batches(max_chunksize=1000))
+    assert cat.publish("big_reader", reader).version == v.version
+    with pq.ParquetWriter(tmp_path / "stream.parquet", t.schema) as w:
+        for b in t.to_batches(max_chunksize=7000):
+            w.write_batch(b)
+    assert cat.publish("big_file", tmp_path / "stream.parquet").version == v.version
+    assert len(_objects(data_root)) == 1
+    # The stored file has canonical row groups, whatever the input chunking was.
+    md = pq.ParquetFile(v.path).metadata
+    assert [md.row_group(i).num_rows for i in range(md.num_row_groups)] == [CHUNK_ROWS, 10]
+
+
+def test_batches_with_other_columns_are_refused(data_root):
+    cat = Catalog(data_root)
+    t = make_problems(10)
+    bad = [t.to_batches()[0], t.drop_columns(["answer"]).to_batches()[0]]
+    with pytest.raises(ConfigError, match="same columns"):
+        cat.publish("bad", bad)
+    assert cat.datasets() == []
+
+
+def test_real_pool_slice_roundtrips(pools_dir, data_root):
+    src = pools_dir / "code_deepcoder_test_leetcode.jsonl"
+    if not src.is_file():
+        pytest.skip(f"{src} not found")
+    t = pajson.read_json(src).slice(0, 200)
+    cat = Catalog(data_root)
+    v = cat.publish("leetcode_raw", t, step="ingest", config={"file": src.name})
+    assert cat.load(v.ref).equals(t)
+    assert cat.verify(v.ref).num_rows == 200
+
+
+# ---------------------------------------------------------------------------------------------
+# errors
+# ---------------------------------------------------------------------------------------------
+
+
+def test_unknown_names_and_versions_name_the_alternatives(data_root):
+    cat = Catalog(data_root)
+    with pytest.raises(NotFoundError, match=r"available: \(none\)"):
+        cat.load("anything")
+    v = cat.publish("math_pool", make_problems(5))
+    w = cat.publish("code_pool", make_problems(6))
+    with pytest.raises(NotFoundError) as exc:
+        cat.load("math_pol")
+    msg = str(exc.value)
+    assert "did you mean 'math_pool'" in msg and "code_pool" in msg
+    with pytest.raises(NotFoundError) as exc:
+        cat.load("math_pool@0000000000000000")
+    assert v.version in str(exc.value) and w.version not in str(exc.value)
+    with pytest.raises(NotFoundError):
+        cat.load(f"math_pool@{v.version[:3]}")  # prefixes shorter than 4 are not guessed
+    with pytest.raises(ConfigError, match="invalid dataset name"):
+        cat.publish("../escape", make_problems(1))
+    with pytest.raises(ConfigError, match="no column"):
+        cat.load("math_pool", columns=["uuid"])
+    with pytest.raises(NotFoundError, match="math_pool"):
+        cat.publish("child", make_problems(1), parents=["math_pol@latest"])
+    assert cat.datasets() == ["code_pool", "math_pool"]
+
+
+def test_ambiguous_version_prefix_is_refused(data_root):
+    # Find two contents whose hashes share their first 4 hex characters (birthday search).
+    seen: dict[str, int] = {}
+    pair = None
+    for i in range(5000):
+        h = content_hash(pa.table({"i": [i]}))[:4]
+        if h in seen:
+            pair = (seen[h], i)
+            break
+        seen[h] = i
+    assert pair is not None
+    cat = Catalog(data_root)
+    a = cat.publish("ints", pa.table({"i": [pair[0]]}))
+    b = cat.publish("ints", pa.table({"i": [pair[1]]}))
+    with pytest.raises(ConfigError, match="ambiguous") as exc:
+        cat.resolve(f"ints@{a.version[:4]}")
+    assert a.version in str(exc.value) and b.version in str(exc.value)
+    assert cat.resolve(f"ints@{a.version[:12]}").version == a.version
+
+
+def test_tampered_or_missing_files_are_integrity_errors(data_root):
+    cat = Catalog(data_root)
+    v = cat.publish("pool", make_problems(50))
+    os.chmod(v.path, 0o644)
+    pq.write_table(make_problems(50, start=1), v.path)
+    with pytest.raises(IntegrityError, match="does not match"):
+        cat.verify("pool")
+    os.remove(v.path)
+    with pytest.raises(IntegrityError, match="missing"):
+        cat.load("pool")
+    # Republishing the content repairs the store.
+    cat.publish("pool", make_problems(50))
+    assert cat.verify("pool").version == v.version
+
+
+# ---------------------------------------------------------------------------------------------
+# lineage and diff
+# ---------------------------------------------------------------------------------------------
+
+
+def test_lineage_walks_the_ancestor_dag_once_per_node(data_root):
+    cat = Catalog(data_root)
+    raw_math = cat.publish("raw_math", make_problems(30, tag="m"), step="ingest")
+    raw_code = cat.publish("raw_code", make_problems(30, tag="c"), step="ingest")
+    merged = cat.publish(
+        "merged",
+        pa.concat_tables([cat.load("raw_math"), cat.load("raw_code")]),
+        parents=["raw_math", "raw_code@latest"],
+        step="merge",
+    )
+    assert merged.parents == (raw_math.ref, raw_code.ref)  # resolved to exact versions
+    clean = cat.publish(
+        "clean", cat.load("merged").slice(0, 40), parents=["merged", "raw_math"], step="decontam"
+    )
+    # Later versions of a parent name do not change recorded lineage.
+    cat.publish("raw_math", make_problems(31, tag="m"), step="ingest")
+    nodes = cat.lineage("clean")
+    refs = [n.ref for n in nodes]
+    assert refs == [clean.ref, merged.ref, raw_math.ref, raw_code.ref]
+    assert [n.depth for n in nodes] == [0, 1, 1, 2]
+    assert nodes[1].version.step == "merge" and nodes[1].parents == (raw_math.ref, raw_code.ref)
+    assert cat.lineage("raw_code")[0].parents == ()
+
+
+def test_diff_by_key_matches_a_python_oracle(data_root):
+    cat = Catalog(data_root)
+    a = make_problems(100)
+    # b: rows 0-9 removed, 100-114 added, 5 answers changed, one extra column.
+    b = pa.concat_tables([a.slice(10), make_problems(15, start=100)])
+    answers = b.column("answer").to_pylist()
+    for i in (0, 1, 2, 3, 4):
+        answers[i] = "changed"
+    b = b.set_column(5, PROBLEM_SCHEMA.field("answer"), pa.array(answers, pa.string()))
+    b = b.append_column("difficulty", pa.array(["easy"] * b.num_rows))
+    va, vb = cat.publish("p", a), cat.publish("p", b)
+
+    d = cat.diff(va.ref, vb.ref)
+    ua, ub = set(a.column("uid").to_pylist()), set(b.column("uid").to_pylist())
+    old = dict(zip(a.column("uid").to_pylist(), a.to_pylist(), strict=True))
+    changed = [
+        r["uid"]
+        for r in b.drop_columns(["difficulty"]).to_pylist()
+        if r["uid"] in old and old[r["uid"]] != r
+    ]
+    assert d.key == "uid"
+    assert (d.rows_a, d.rows_b) == (100, 105)
+    assert d.rows_added == len(ub - ua) == 15
+    assert d.rows_removed == len(ua - ub) == 10
+    assert d.rows_changed == len(changed) == 5
+    assert d.sample_removed == sorted(ua - ub)[:5]
+    assert d.sample_changed == sorted(changed)[:5]
+    assert d.added_columns == ["difficulty"] and d.removed_columns == [] and not d.identical
+    assert cat.diff(va.ref, va.ref).identical
+    json.dumps(d.to_dict())
+
+
+def test_diff_without_key_counts_whole_rows_as_multisets(data_root):
+    cat = Catalog(data_root)
+    a = pa.table({"x": [1, 1, 2, 3], "y": ["a", "a", "b", "c"]})
+    b = pa.table({"x": [1, 2, 2, 4], "y": ["a", "b", "b", "d"], "z": pa.array([1.0] * 4)})
+    d = cat.diff(cat.publish("a", a).ref, cat.publish("b", b).ref)
+    ca = collections.Counter(zip(*a.to_pydict().values(), strict=True))
+    cb = collections.Counter(zip(b["x"].to_pylist(), b["y"].to_pylist(), strict=True))
+    assert d.key is None and d.rows_changed is None
+    assert d.rows_added == sum((cb - ca).values()) == 2
+    assert d.rows_removed == sum((ca - cb).values()) == 2
+    assert d.added_columns == ["z"]
+    with pytest.raises(ConfigError, match="key column"):
+        cat.diff("a", "b", key="uid")
+    c = pa.table({"x": pa.array([1, 2], pa.int32()), "y": ["a", "b"]})
+    assert cat.diff("a", cat.publish("c", c).ref).changed_types == {"x": ("int64", "int32")}
+
+
+# ---------------------------------------------------------------------------------------------
+# non-local roots
+# ---------------------------------------------------------------------------------------------
+
+
+def test_fsspec_url_root_keeps_metadata_in_a_local_cache(tmp_path):
+    import fsspec
+
+    url = f"memory://sluice-catalog-test-{os.getpid()}-{tmp_path.name}"
+    cat = Catalog(url, cache_dir=str(tmp_path / "cache"))
+    t = make_problems(120)
+    v = cat.publish("remote", t, step="ingest")
+    assert v.path.startswith("memory://") and v.path.endswith(f"{v.content_hash}.parquet")
+    assert fsspec.filesystem("memory").exists(v.path)
+    assert cat.db_path.is_file() and str(cat.db_path).startswith(str(tmp_path / "cache"))
+    assert cat.load("remote").equals(t)
+    assert cat.verify("remote").num_rows == 120
+    w = cat.publish("remote", t.slice(20))
+    assert cat.diff(v.ref, w.ref).rows_removed == 20
+    assert cat.garbage() == []
+    assert sum(b.num_rows for b in cat.scan("remote")) == 100
+
+
+# ---------------------------------------------------------------------------------------------
+# crash safety: SIGKILL real publishing processes
+# ---------------------------------------------------------------------------------------------
+
+CRASH_ROWS = CHUNK_ROWS + 123  # two chunks: the 'writing' kill leaves a partial file
+
+PUBLISH_SCRIPT = (
+    GEN_CODE
+    + r"""
+import sys
+from curation.catalog import Catalog
+root, name, n, start, tag = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+Catalog(root).publish(name, make_problems(n, start=start, tag=tag), step="crash-test")
+"""
+)
+
+
+def _spawn_publisher(root: Path, name: str, n: int, start: int = 0, tag: str = "t", env=None):
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.Popen(
+        [sys.executable, "-c", PUBLISH_SCRIPT, str(root), name, str(n), str(start), tag],
+        env=full_env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, limit_s: float = 120.0) -> None:
+    deadline = time.monotonic() + limit_s  # a guard against hanging, not a timed assertion
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"publisher exited early: {proc.stderr.read().decode()[-2000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"publisher never reached {path.name}")
+        time.sleep(0.05)
+
+
+def _assert_catalog_consistent(cat: Catalog) -> None:
+    for v in cat.list():
+        for old in cat.versions(v.name):
+            assert Path(old.path).is_file()
+            assert cat.load(old.ref).num_rows == old.num_rows
+            cat.verify(old.ref)  # re-hashes the file against the recorded hash
+
+
+@pytest.mark.parametrize("stage", ["writing", "object-written", "object-placed", "in-transaction"])
+def test_sigkill_during_publish_leaves_only_complete_versions(tmp_path, stage):
+    root = tmp_path / "root"
+    cat = Catalog(root)
+    base = cat.publish("base", make_problems(100, tag="base"))
+    expected = content_hash(make_problems(CRASH_ROWS, tag="big"))
+
+    marker = tmp_path / "reached"
+    proc = _spawn_publisher(
+        root,
+        "big",
+        CRASH_ROWS,
+        tag="big",
+        env={"SLUICE_CATALOG_TEST_HOOK": stage, "SLUICE_CATALOG_TEST_HOOK_MARKER": str(marker)},
+    )
+    _wait_for(marker, proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL
+
+    # Read first (read-only, whatever the killed writer left behind), then check every version.
+    assert cat.datasets() == ["base"]
+    assert [v.ref for v in cat.list()] == [base.ref]
+    with pytest.raises(NotFoundError):
+        cat.resolve("big")
+    _assert_catalog_consistent(cat)
+    placed = root / "objects" / expected[:2] / f"{expected}.parquet"
+    assert placed.exists() == (stage in ("object-placed", "in-transaction"))
+    if stage == "writing":
+        assert list((root / "objects" / "tmp").glob("*.partial"))  # the partial file is garbage
+
+    # Publishing the same content again succeeds with the uninterrupted version id.
+    again = cat.publish("big", make_problems(CRASH_ROWS, tag="big"))
+    assert again.content_hash == expected and again.version == expected[:16]
+    assert again.num_rows == CRASH_ROWS
+    _assert_catalog_consistent(cat)
+    assert cat.datasets() == ["base", "big"]
+
+
+def test_concurrent_publishers_do_not_corrupt_the_catalog(tmp_path):
+    root = tmp_path / "root"
+    n = 4
+    script = (
+        GEN_CODE
+        + r"""
+import sys
+from curation.catalog import Catalog
+root, who = sys.argv[1], sys.argv[2]
+cat = Catalog(root)
+for k in range(N_VERSIONS):
+    cat.publish(f"own_{who}", make_problems(500 + k, tag=who))
+    cat.publish("shared", make_problems(300 + k, tag=who))
+    cat.publish("same", make_problems(700, tag="same"))
+    cat.list()
+""".replace("N_VERSIONS", str(n))
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(root), who],
+            env=env,
+            cwd=REPO,
+            stderr=subprocess.PIPE,
+        )
+        for who in ("a", "b")
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err.decode()[-3000:]
+    cat = Catalog(root)
+    assert cat.datasets() == ["own_a", "own_b", "same", "shared"]
+    assert len(cat.versions("own_a")) == n and len(cat.versions("own_b")) == n
+    assert len(cat.versions("shared")) == 2 * n
+    assert len(cat.versions("same")) == 1
+    assert cat.resolve("same").version == content_hash(make_problems(700, tag="same"))[:16]
+    assert _db_count(cat, "SELECT count(DISTINCT seq) FROM publications") == _db_count(
+        cat, "SELECT count(*) FROM publications"
+    )
+    _assert_catalog_consistent(cat)
+
+
+# ---------------------------------------------------------------------------------------------
+# docs/catalog.md stays runnable
+# ---------------------------------------------------------------------------------------------
+
+
+def test_docs_snippets_run(data_root, monkeypatch, tmp_path):
+    text = (REPO / "docs" / "catalog.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert len(blocks) >= 3
+    monkeypatch.chdir(tmp_path)
+    ns: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/catalog.md", "exec"), ns)
