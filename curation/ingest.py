@@ -122,6 +122,10 @@ def select_map(field_map: str, source: str | SourceSpec) -> FieldMap:
     maps = [load_map(n) for n in available_maps()]
     loc = spec.location.replace("\\", "/")
     by_name = [m for m in maps if any(loc.endswith(t) for t in m.tested_on)]
+    if spec.kind == "hf_hub":
+        hubs = [(m, parse_source(m.hub)) for m in maps if m.hub]
+        by_name = [m for m, h in hubs if h.location == loc and h.split == spec.split]
+        by_name = by_name or [m for m, h in hubs if h.location == loc]
     if len(by_name) == 1:
         return by_name[0]
     columns: set[str] = set()
@@ -136,7 +140,7 @@ def select_map(field_map: str, source: str | SourceSpec) -> FieldMap:
             m.check_columns(columns, spec.location)
         except ConfigError:
             continue
-        scored.append((len(m.used_columns() & columns), m))
+        scored.append(((_tier(m, spec), len(m.used_columns() & columns)), m))
     if scored:
         best = max(s for s, _ in scored)
         top = [m for s, m in scored if s == best]
@@ -150,6 +154,16 @@ def select_map(field_map: str, source: str | SourceSpec) -> FieldMap:
         hint=f"pass --map NAME; columns in the source: {', '.join(sorted(columns)) or '(none)'}; "
         "see sluice ingest --list-maps",
     )
+
+
+def _tier(m: FieldMap, spec: SourceSpec) -> int:
+    """Preference among maps whose columns fit: pool-tested maps, then generic_*, then Hub-only
+    maps (first for a Hub source)."""
+    if m.name.startswith("generic_"):
+        return 1
+    if not m.tested_on:
+        return 3 if spec.kind == "hf_hub" else 0
+    return 2
 
 
 # ----------------------------------------------------------------------------- the streaming part

@@ -1,0 +1,89 @@
+"""Exact dedup: first occurrence kept, every later one recorded with both locations."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from curation.dedup import ExactDeduper, Location, cross_duplicates
+from curation.fieldmaps import load_map
+from curation.ingest import ingest_to_files
+from curation.normalize import problem_uid
+
+
+def test_deduper_keeps_the_first_location():
+    d = ExactDeduper()
+    assert d.add("p_a", Location("f.jsonl", 1, "x")) is None
+    assert d.add("p_b", Location("g.jsonl", 2, None)) is None
+    assert d.add("p_a", Location("g.jsonl", 9, "y")) == Location("f.jsonl", 1, "x")
+    assert d.add("p_a", Location("g.jsonl", 10, "z")) == Location("f.jsonl", 1, "x")
+    assert len(d) == 2
+    d.discard("p_b")
+    assert "p_b" not in d and d.add("p_b", Location("h", 3, None)) is None
+
+
+def test_ingest_writes_duplicate_evidence_and_uids_do_not_depend_on_order(tmp_path):
+    rows = [
+        {"id": "a", "problem": "What is 2 + 2?", "answer": "4"},
+        {"id": "b", "problem": "What is 3 + 3?", "answer": "6"},
+        {"id": "c", "problem": "What  is 2 + 2?\n", "answer": "4"},  # dup of a after normalization
+        {"id": "d", "problem": "What is ２ + ２?", "answer": "4"},  # dup of a (NFKC)
+    ]
+    fwd = tmp_path / "fwd.jsonl"
+    rev = tmp_path / "rev.jsonl"
+    fwd.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    rev.write_text("".join(json.dumps(r) + "\n" for r in reversed(rows)), encoding="utf-8")
+    m = load_map("generic_math")
+    a = ingest_to_files(str(fwd), m, tmp_path / "a")
+    b = ingest_to_files(str(rev), m, tmp_path / "b")
+    assert (a.counts.accepted, a.counts.duplicates) == (2, 2)
+    dups = pq.read_table(a.duplicates).to_pylist()
+    uid = problem_uid("math", "What is 2 + 2?")
+    assert dups == [
+        {
+            "uid": uid,
+            "kept_source_id": "a",
+            "kept_file": "fwd.jsonl",
+            "kept_row": 1,
+            "duplicate_source_id": "c",
+            "duplicate_file": "fwd.jsonl",
+            "duplicate_row": 3,
+        },
+        {
+            "uid": uid,
+            "kept_source_id": "a",
+            "kept_file": "fwd.jsonl",
+            "kept_row": 1,
+            "duplicate_source_id": "d",
+            "duplicate_file": "fwd.jsonl",
+            "duplicate_row": 4,
+        },
+    ]
+    uids_a = set(pq.read_table(a.accepted).column("uid").to_pylist())
+    uids_b = set(pq.read_table(b.accepted).column("uid").to_pylist())
+    assert uids_a == uids_b  # order and source file do not change uids
+    kept_b = pq.read_table(b.accepted).to_pylist()
+    assert {r["source_id"] for r in kept_b} == {"d", "b"}  # reversed order keeps the other first
+
+
+def test_cross_duplicates_pairs_rows_by_uid():
+    def table(source, items):
+        return pa.table(
+            {
+                "uid": [problem_uid("math", t) for _, t in items],
+                "source": [source] * len(items),
+                "source_id": [i for i, _ in items],
+            }
+        )
+
+    left = table("L", [("1", "x + 1 = 2"), ("2", "y = 3"), ("3", "z = 4")])
+    right = table("R", [("9", "y  =  3"), ("8", "q = 1"), ("7", "x + 1 = 2")])
+    got = cross_duplicates(left, right).to_pylist()
+    assert sorted((r["left_source_id"], r["right_source_id"]) for r in got) == [
+        ("1", "7"),
+        ("2", "9"),
+    ]
+    assert {r["left_source"] for r in got} == {"L"} and {r["right_source"] for r in got} == {"R"}
+    assert cross_duplicates(left, right.slice(1, 1)).num_rows == 0

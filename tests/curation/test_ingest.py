@@ -1,0 +1,137 @@
+"""Ingest end to end into a real catalog: bad input, accounting, publishing, idempotence."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from curation.catalog import Catalog
+from curation.errors import ConfigError, NotFoundError
+from curation.fieldmaps import load_map
+from curation.ingest import ingest, ingest_to_files, select_map
+from curation.sample_pool import write_sample_pool
+
+
+def _broken_pool(tmp_path):
+    """One row of every bad kind, each at a known line, plus good rows and a duplicate."""
+    lines = [
+        json.dumps({"id": "ok-1", "problem": "What is 1 + 2?", "answer": "3"}).encode(),  # 1
+        b'{"id": "bad-json", "problem": "What is',  # 2 malformed
+        json.dumps({"id": "bad-type", "problem": {"text": "x"}, "answer": "1"}).encode(),  # 3
+        json.dumps({"id": "bad-missing", "answer": "1"}).encode(),  # 4 no problem
+        b'{"id": "bad-utf8", "problem": "\xff\xfe", "answer": "1"}',  # 5
+        json.dumps({"id": "bad-empty", "problem": " \n\t", "answer": "1"}).encode(),  # 6
+        json.dumps({"id": "bad-big", "problem": "x" * 5000, "answer": "1"}).encode(),  # 7
+        json.dumps(
+            {"id": "ok-1", "problem": "What is 5 + 5?", "answer": "10"}
+        ).encode(),  # 8 dup id
+        json.dumps(
+            {"id": "bad-answer", "problem": "What is 9 + 9?", "answer": {"v": 18}}
+        ).encode(),  # 9
+        json.dumps({"id": "ok-2", "problem": "What  is 1 + 2?", "answer": "3"}).encode(),  # 10 dup
+        json.dumps({"id": "ok-3", "problem": "What is 4 + 4?", "answer": "8"}).encode(),  # 11
+        b"7",  # 12 not an object
+    ]
+    p = tmp_path / "broken.jsonl"
+    p.write_bytes(b"\n".join(lines) + b"\n")
+    return p
+
+
+def test_every_bad_kind_becomes_a_reject_with_file_row_and_field(tmp_path, data_root):
+    src = _broken_pool(tmp_path)
+    res = ingest(str(src), field_map="generic_math", name="broken", max_row_bytes=1000)
+    c = res.counts
+    assert (c["read"], c["accepted"], c["duplicates"], c["rejected"]) == (12, 2, 1, 9)
+    assert c["identity"] == "read 12 = accepted 2 + duplicates 1 + rejected 9"
+    cat = Catalog()
+    rejects = {r["row"]: r for r in cat.load(res.rejects_ref).to_pylist()}
+    assert {r["file"] for r in rejects.values()} == {"broken.jsonl"}
+    expected = {
+        2: ("<line>", "malformed JSON"),
+        3: ("problem", "wrong type: expected text, got dict"),
+        4: ("problem", "missing"),
+        5: ("<line>", "invalid UTF-8"),
+        6: ("problem", "empty text"),
+        7: ("problem", "too large: 5000 bytes > max_row_bytes 1000"),
+        8: (
+            "source_id",
+            "duplicate source_id 'ok-1' with different content (first at broken.jsonl:1)",
+        ),
+        9: ("answer", "wrong type: expected a scalar, got dict"),
+        12: ("<line>", "expected a JSON object, got int"),
+    }
+    assert set(rejects) == set(expected)
+    for row, (field, reason) in expected.items():
+        assert rejects[row]["field"] == field, row
+        assert rejects[row]["reason"].startswith(reason), (row, rejects[row]["reason"])
+    assert '"bad-utf8"' in rejects[5]["excerpt"]
+    (dup,) = cat.load(res.duplicates_ref).to_pylist()
+    assert (dup["kept_row"], dup["duplicate_row"], dup["duplicate_source_id"]) == (1, 10, "ok-2")
+    kept = cat.load(res.ref).to_pylist()
+    assert [r["source_id"] for r in kept] == ["ok-1", "ok-3"]
+    assert kept[0]["problem"] == "What is 1 + 2?"  # the original text is stored, not normalized
+
+
+def test_publish_records_accounting_and_is_idempotent(tmp_path, data_root):
+    pool = write_sample_pool(tmp_path / "pool")
+    r1 = ingest(str(pool.math), field_map=pool.math_map, name="sample")
+    r2 = ingest(str(pool.math), field_map=pool.math_map, name="sample")
+    assert r1.ref == r2.ref and r1.rejects_ref == r2.rejects_ref
+    exp = pool.expected["math"]
+    assert {k: r1.counts[k] for k in exp} == exp
+    v = Catalog().resolve(r1.ref)
+    assert v.num_rows == exp["accepted"] and v.step == "ingest"
+    md = v.metadata
+    assert md["counts"]["identity"] == r1.counts["identity"]
+    assert md["normalizer"] == "ingest-norm/1" and md["field_map"]["name"] == "generic_math"
+    assert md["rejects"] == r1.rejects_ref and md["duplicates"] == r1.duplicates_ref
+    assert Catalog().resolve(r1.rejects_ref).num_rows == exp["rejected"]
+    assert Catalog().resolve(r1.duplicates_ref).num_rows == exp["duplicates"]
+
+
+def test_sample_code_pool_and_extra_rows(tmp_path, data_root):
+    pool = write_sample_pool(
+        tmp_path / "pool",
+        bad_rows=False,
+        extra_math=[{"problem": "Injected problem?", "answer": 1}],
+    )
+    res = ingest(str(pool.code), field_map=pool.code_map, name="code")
+    assert res.counts["accepted"] == pool.expected["code"]["accepted"]
+    rec = Catalog().load(res.ref).slice(0, 1).to_pylist()[0]
+    assert rec["domain"] == "code" and rec["tests"][0]["kind"] == "stdin"
+    math = ingest(str(pool.math), field_map="generic_math", name="math")
+    assert math.counts["rejected"] == 0
+    assert "Injected problem?" in Catalog().load(math.ref).column("problem").to_pylist()
+
+
+def test_limit_counts_rejects_too(tmp_path):
+    src = _broken_pool(tmp_path)
+    res = ingest_to_files(str(src), load_map("generic_math"), tmp_path / "out", limit=4)
+    assert (res.counts.read, res.counts.accepted, res.counts.rejected) == (4, 1, 3)
+
+
+def test_map_errors_are_one_clear_line(tmp_path, data_root):
+    src = _broken_pool(tmp_path)
+    with pytest.raises(ConfigError, match=r"columns in the file: answer, id, problem"):
+        ingest(str(src), field_map="gsm8k", name="x")
+    with pytest.raises(NotFoundError, match="unknown field map"):
+        ingest(str(src), field_map="nope", name="x")
+    with pytest.raises(NotFoundError, match="source not found"):
+        ingest(str(tmp_path / "absent.jsonl"), field_map="gsm8k", name="x")
+
+
+def test_auto_map_by_file_name_then_by_columns(tmp_path, pools_dir):
+    assert select_map("auto", str(pools_dir / "math_gsm8k_train.jsonl")).name == "gsm8k"
+    renamed = tmp_path / "my_pool.jsonl"
+    renamed.write_text(json.dumps({"question": "q", "answer": "#### 1"}) + "\n")
+    assert select_map("auto", str(renamed)).name == "gsm8k"  # only gsm8k reads question+answer
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text(json.dumps({"problem": "p", "answer": "1", "id": "7"}) + "\n")
+    assert select_map("auto", str(plain)).name == "generic_math"  # not a Hub-only map
+    ambiguous = tmp_path / "prompts.jsonl"
+    ambiguous.write_text(
+        json.dumps({"prompt": "p", "answer": "1", "source": "s", "id": "1"}) + "\n"
+    )
+    with pytest.raises(ConfigError, match="candidates: .*simplerl_math8k.*ttrl"):
+        select_map("auto", str(ambiguous))

@@ -1,0 +1,77 @@
+"""`sluice ingest` through the real CLI (typer app in-process; the error path via the binary)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from curation.catalog import Catalog
+from curation.fieldmaps import available_maps
+from curation.sample_pool import write_sample_pool
+from flows.cli import app
+
+SLUICE = Path(sys.executable).with_name("sluice")
+
+
+def test_ingest_prints_the_accounting_and_publishes(tmp_path, data_root):
+    pool = write_sample_pool(tmp_path / "pool")
+    res = CliRunner().invoke(
+        app,
+        [
+            "ingest",
+            str(pool.math),
+            "--map",
+            pool.math_map,
+            "--name",
+            "demo-math",
+            "--root",
+            str(data_root),
+        ],
+        env={"COLUMNS": "200"},
+    )
+    assert res.exit_code == 0, res.output
+    exp = pool.expected["math"]
+    identity = (
+        f"read {exp['read']} = accepted {exp['accepted']} + duplicates {exp['duplicates']}"
+        f" + rejected {exp['rejected']}"
+    )
+    assert identity in res.output
+    ref = res.output.strip().splitlines()[-1]
+    assert ref.startswith("demo-math@")
+    assert Catalog(str(data_root)).resolve(ref).num_rows == exp["accepted"]
+    assert "demo-math.rejects@" in res.output and "demo-math.duplicates@" in res.output
+
+
+def test_list_maps_names_every_shipped_map():
+    res = CliRunner().invoke(app, ["ingest", "--list-maps"], env={"COLUMNS": "250"})
+    assert res.exit_code == 0
+    for name in available_maps():
+        assert name in res.output
+    assert "Hub only: hf://Skywork/Skywork-OR1-RL-Data#math" in res.output
+
+
+def test_errors_are_one_line_that_names_the_fix(tmp_path):
+    src = tmp_path / "pool.jsonl"
+    src.write_text('{"question": "q", "answer": "#### 1"}\n')
+    cases = [
+        (["ingest", str(tmp_path / "missing.jsonl"), "--name", "x"], "source not found"),
+        (["ingest", str(src), "--map", "gsm8kk", "--name", "x"], "did you mean 'gsm8k'?"),
+        (
+            ["ingest", str(src), "--map", "ttrl", "--name", "x"],
+            "columns in the file: answer, question",
+        ),
+    ]
+    for args, needle in cases:
+        p = subprocess.run(
+            [str(SLUICE), *args, "--root", str(tmp_path / "root")],
+            capture_output=True,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", "COLUMNS": "400"},
+        )
+        assert p.returncode == 2, (args, p.stderr)
+        err = p.stderr.strip()
+        assert needle in err and "Traceback" not in err, err
+        assert err.startswith("error:") and len(err.splitlines()) == 1, err
