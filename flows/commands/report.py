@@ -21,17 +21,12 @@ def contamination(
     ),
 ) -> None:
     """Write the contamination report of one run (HTML, Markdown, JSON, evidence.parquet)."""
-    from rich.console import Console
-
     from reports.contamination import render_report
 
     paths = render_report(run_dir, out, evaluation_dir=evaluation, max_evidence=max_evidence)
-    c = Console()
-    c.print(f"[bold]report:[/] {paths.html}", highlight=False)
-    c.print(
-        f"markdown: {paths.markdown}\njson: {paths.json}\nevidence: {paths.evidence}",
-        highlight=False,
-    )
+    # plain echo: paths stay on one line (rich would wrap them), so they can be copied
+    typer.echo(f"report: {paths.html}")
+    typer.echo(f"markdown: {paths.markdown}\njson: {paths.json}\nevidence: {paths.evidence}")
 
 
 @app.command("diff")

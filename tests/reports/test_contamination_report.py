@@ -1,0 +1,327 @@
+"""The contamination report on a small fixed run built from real AIME 2024 data.
+
+Golden files: ``tests/reports/golden/report.json`` and ``report.md`` (volatile fields normalised).
+Regenerate with ``SLUICE_UPDATE_GOLDEN=1 pytest tests/reports``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from fixture_run import build_fixture_run
+
+from curation.errors import InputError, NotFoundError
+from reports.contamination import (
+    REPORT_SCHEMA_VERSION,
+    build_report,
+    highlight,
+    merge_intervals,
+    render_markdown_summary,
+    render_report,
+)
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("SLUICE_UPDATE_GOLDEN") == "1"
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, benchmarks_dir, pools_dir) -> Path:
+    return build_fixture_run(tmp_path_factory.mktemp("run") / "run-a", benchmarks_dir, pools_dir)
+
+
+@pytest.fixture(scope="module")
+def report_dir(run_dir, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report")
+    render_report(run_dir, out)
+    return out
+
+
+def normalize_json(report: dict, run_dir: Path) -> dict:
+    r = json.loads(json.dumps(report))
+    r["generated_at"] = "<generated_at>"
+    r["report_sluice_version"] = "<version>"
+    p = r["provenance"]
+    p["run_dir"] = "<run_dir>"
+    p["created_at"] = "<created_at>"
+    p["sluice_version"] = "<version>"
+    return r
+
+
+def normalize_text(text: str, run_dir: Path) -> str:
+    text = text.replace(str(run_dir), "<run_dir>")
+    text = re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(\+00:00|Z)?", "<time>", text)
+    return re.sub(r"Sluice \d+\.\d+\.\d+\S*", "Sluice <version>", text)
+
+
+def check_golden(name: str, actual: str) -> None:
+    path = GOLDEN / name
+    if UPDATE:
+        GOLDEN.mkdir(parents=True, exist_ok=True)
+        path.write_text(actual, encoding="utf-8")
+    assert path.is_file(), f"{path} missing: run with SLUICE_UPDATE_GOLDEN=1 to create it"
+    expected = path.read_text(encoding="utf-8")
+    assert actual == expected, (
+        f"{name} differs from the golden file (SLUICE_UPDATE_GOLDEN=1 to accept)"
+    )
+
+
+# ----------------------------------------------------------------------------- golden files
+
+
+def test_json_matches_golden(report_dir, run_dir):
+    report = json.loads((report_dir / "report.json").read_text())
+    assert report["schema_version"] == REPORT_SCHEMA_VERSION
+    norm = normalize_json(report, run_dir)
+    check_golden("report.json", json.dumps(norm, indent=2, sort_keys=True) + "\n")
+
+
+def test_markdown_matches_golden(report_dir, run_dir):
+    md = (report_dir / "report.md").read_text()
+    check_golden("report.md", normalize_text(md, run_dir))
+
+
+# ----------------------------------------------------------------------------- oracles
+
+
+def test_summary_counts_agree_with_an_independent_count(report_dir, run_dir):
+    """Recount flagged rows per detector/source straight from the Parquet files."""
+    report = json.loads((report_dir / "report.json").read_text())
+    s = report["summary"]
+    dec = pq.read_table(run_dir / "decisions.parquet").to_pylist()
+    m = pq.read_table(run_dir / "matches.parquet").to_pylist()
+
+    assert s["rows"] == len(dec) == 9
+    assert s["flagged"] == sum(r["contaminated"] for r in dec)
+    assert s["kept"] == len(dec) - s["flagged"]
+    over = defaultdict(set)
+    for r in m:
+        if r["score"] >= r["threshold"]:
+            over[r["detector"]].add(r["sample_uid"])
+    assert {d["detector"]: d["samples_over_threshold"] for d in s["by_detector"]} == {
+        d: len(u) for d, u in over.items()
+    }
+    per_source = defaultdict(lambda: [0, 0])
+    for r in dec:
+        per_source[r["source"]][0] += 1
+        per_source[r["source"]][1] += r["contaminated"]
+    assert {x["source"]: [x["rows"], x["flagged"]] for x in s["by_source"]} == per_source
+    # the fixture's five verbatim AIME 2024 copies are all removed; the older AIME rows are kept
+    removed = {r["sample_uid"] for r in dec if r["contaminated"]}
+    assert removed == {f"ttrl-{i}" for i in range(5)}
+
+
+def test_evidence_spans_point_at_the_same_text_on_both_sides(report_dir, run_dir):
+    texts = {
+        (r["sample_uid"], r["field"]): r["text"]
+        for r in pq.read_table(run_dir / "texts.parquet").to_pylist()
+    }
+    items = {
+        (r["item_id"], r["variant"]): r["text"]
+        for r in pq.read_table(run_dir / "benchmark_items.parquet").to_pylist()
+    }
+    ev = pq.read_table(report_dir / "evidence.parquet").to_pylist()
+    assert len(ev) == 5
+    checked = 0
+    for r in ev:
+        st, bt = (
+            texts[(r["sample_uid"], r["field"])],
+            items[(r["benchmark_item"], r["benchmark_variant"])],
+        )
+        for sp in r["spans"]:
+            a = re.findall(r"\w+", st[sp["sample_start"] : sp["sample_end"]].lower())
+            b = re.findall(r"\w+", bt[sp["bench_start"] : sp["bench_end"]].lower())
+            assert a == b
+            checked += 1
+    assert checked >= 5
+
+
+def test_agreement_and_single_detector_items(report_dir):
+    report = json.loads((report_dir / "report.json").read_text())
+    ag = report["agreement"]
+    combos = {c["label"]: c["pairs"] for c in ag["combinations"]}
+    assert combos == {"jaccard + ngram": 4, "ngram": 1}
+    assert ag["single_detector_total"] == 1
+    assert ag["single_detector_pairs"][0]["sample_uid"] == "ttrl-4"  # HF wording of 2024-I-5
+    assert ag["single_detector_pairs"][0]["benchmark_item"] == "2024-I-5"
+
+
+def test_sensitivity_curve_at_threshold_matches_flag_count(report_dir):
+    report = json.loads((report_dir / "report.json").read_text())
+    by_det = {d["detector"]: d["samples_over_threshold"] for d in report["summary"]["by_detector"]}
+    for det, curve in report["sensitivity"].items():
+        thr = report["thresholds"][det]
+        at = [n for t, n in curve if abs(t - thr) < 1e-9]
+        assert at == [by_det[det]]
+        counts = [n for _, n in curve]
+        assert counts == sorted(counts, reverse=True)  # monotone: higher threshold, fewer rows
+
+
+def test_max_evidence_caps_the_report_but_not_the_parquet(run_dir, tmp_path):
+    paths = render_report(run_dir, tmp_path, max_evidence=2)
+    report = json.loads(paths.json.read_text())
+    assert report["evidence"]["total"] == 5 and report["evidence"]["shown"] == 2
+    assert len(report["evidence"]["rows"]) == 2
+    assert pq.read_table(paths.evidence).num_rows == 5
+    assert "Showing 2 of 5 flagged pairs" in paths.html.read_text()
+    assert "Showing 2 of 5 flagged pairs" in paths.markdown.read_text()
+    html, md, js = paths  # the tuple form flows.tasks relies on
+    assert html.name == "report.html" and md.name == "report.md" and js.name == "report.json"
+
+
+# ----------------------------------------------------------------------------- untrusted text
+
+
+def test_highlight_escapes_text_and_merges_spans():
+    text = "a<b>&c <script>x</script> tail"
+    out = str(highlight(text, [(0, 3), (2, 6), (8, 16), (100, 200)]))
+    assert "<script>" not in out and "<b>" not in out
+    assert out.startswith("<mark>a&lt;b&gt;&amp;c</mark> &lt;<mark>")
+    assert "<mark>script&gt;x</mark>" in out
+    assert merge_intervals([(5, 9), (0, 2), (1, 3), (9, 9), (8, 50)], 20) == [(0, 3), (5, 20)]
+
+
+def test_hostile_texts_are_escaped_in_html_and_markdown(run_dir, tmp_path):
+    hostile = tmp_path / "hostile-run"
+    hostile.mkdir()
+    for f in run_dir.iterdir():
+        (hostile / f.name).write_bytes(f.read_bytes())
+    payload = "<script>window.__pwned=1</script><img src=x onerror=alert(1)>"
+    t = pq.read_table(hostile / "texts.parquet").to_pylist()
+    for r in t:
+        r["text"] = r["text"] + payload  # appended: the spans still point at the right text
+    pq.write_table(
+        pa.Table.from_pylist(t, schema=pq.read_schema(hostile / "texts.parquet")),
+        hostile / "texts.parquet",
+    )
+    dec = pq.read_table(hostile / "decisions.parquet")
+    src = [s + "|<b>x</b>" for s in dec.column("source").to_pylist()]
+    dec = dec.set_column(dec.schema.get_field_index("source"), "source", pa.array(src, pa.string()))
+    pq.write_table(dec, hostile / "decisions.parquet")
+
+    paths = render_report(hostile, tmp_path / "out")
+    html = paths.html.read_text()
+    assert "window.__pwned" in html  # the text is shown ...
+    assert "<script>window.__pwned" not in html and "<img src=x" not in html  # ... never run
+    assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in html
+    assert "<b>x</b>" not in html
+    md = paths.markdown.read_text()
+    assert "<b>x</b>" not in md and "&lt;b&gt;x&lt;/b&gt;" in md
+    assert "ttrl_aime24\\|" in md  # a pipe in a cell cannot break the table
+
+
+# ----------------------------------------------------------------------------- measured quality
+
+
+def _write_eval(d: Path, thresholds: dict[str, float], versions: dict[str, str]) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    ev = {
+        "schema_version": "decontam_eval/1",
+        "config_hash": "abc123",
+        "detectors": [
+            {"name": n, "version": versions[n], "config": {"threshold": t}}
+            for n, t in thresholds.items()
+        ],
+        "metrics": {
+            "overall": {"precision": 0.9, "recall": 0.75, "f1": 0.818},
+            "per_detector": {"ngram": {"precision": 1.0, "recall": 0.6, "f1": 0.75}},
+            "fpr_per_negative_kind": {"lookalike": {"fpr": 0.1}},
+        },
+    }
+    (d / "evaluation.json").write_text(json.dumps(ev))
+    return d
+
+
+VERSIONS = {"ngram": "fixture-ngram/1", "jaccard": "fixture-jaccard/1"}
+
+
+def test_evaluation_of_the_same_configuration_is_shown(run_dir, tmp_path):
+    ev = _write_eval(tmp_path / "eval", {"ngram": 0.5, "jaccard": 0.5}, VERSIONS)
+    report, _, _ = build_report(run_dir, evaluation_dir=ev)
+    q = report["measured_quality"]
+    assert q["status"] == "same_configuration" and q["differences"] == []
+    scopes = {row["scope"]: row["metrics"] for row in q["metrics"]}
+    assert scopes["overall"]["recall"] == 0.75
+    assert scopes["per_detector / ngram"]["precision"] == 1.0
+    assert scopes["fpr_per_negative_kind / lookalike"]["fpr"] == 0.1
+
+
+def test_evaluation_of_another_configuration_is_called_out(run_dir, tmp_path):
+    ev = _write_eval(
+        tmp_path / "eval",
+        {"ngram": 0.7, "jaccard": 0.5},
+        VERSIONS | {"jaccard": "fixture-jaccard/0"},
+    )
+    paths = render_report(run_dir, tmp_path / "out", evaluation_dir=ev)
+    q = json.loads(paths.json.read_text())["measured_quality"]
+    assert q["status"] == "different_configuration"
+    assert "ngram threshold: run 0.5, evaluated 0.7" in q["differences"]
+    assert "jaccard version: run fixture-jaccard/1, evaluated fixture-jaccard/0" in q["differences"]
+    for text in (paths.html.read_text(), paths.markdown.read_text()):
+        assert "DIFFERENT configuration" in text
+
+
+def test_missing_evaluation_is_a_clear_error(run_dir, tmp_path):
+    with pytest.raises(NotFoundError, match="evaluation.json"):
+        build_report(run_dir, evaluation_dir=tmp_path)
+
+
+# ----------------------------------------------------------------------------- inputs and API
+
+
+def test_markdown_summary_for_artifacts(run_dir):
+    md = render_markdown_summary(run_dir, html_link="file:///reports/report.html")
+    assert "**5 of 9 rows flagged and removed (55.6%)**" in md
+    assert "[Full report](file:///reports/report.html)" in md
+    assert "| ttrl-4 | aime24/2024-I-5 | removed | ngram |" in md
+    assert "Full report" not in render_markdown_summary(run_dir)
+
+
+def test_bad_run_directories_name_the_problem(run_dir, tmp_path):
+    with pytest.raises(NotFoundError, match="not found"):
+        render_report(tmp_path / "nope", tmp_path / "out")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "run.json").write_text("{}")
+    with pytest.raises(NotFoundError, match="matches.parquet"):
+        render_report(broken, tmp_path / "out")
+    pq.write_table(pa.table({"sample_uid": ["x"]}), broken / "matches.parquet")
+    pq.write_table(pq.read_table(run_dir / "decisions.parquet"), broken / "decisions.parquet")
+    with pytest.raises(InputError, match="'field'") as exc:
+        render_report(broken, tmp_path / "out")
+    assert exc.value.file.endswith("matches.parquet") and exc.value.field == "field"
+
+
+def test_cli_writes_the_report(run_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    out = tmp_path / "cli-report"
+    res = CliRunner().invoke(
+        app, ["report", "contamination", str(run_dir), "--out", str(out), "--max-evidence", "3"]
+    )
+    assert res.exit_code == 0, res.output
+    assert "report.html" in res.output
+    assert json.loads((out / "report.json").read_text())["evidence"]["shown"] == 3
+    assert {p.name for p in (out / "plots").iterdir()} == {
+        "agreement.png",
+        "scores.png",
+        "sensitivity.png",
+    }
+
+
+def test_cli_error_is_one_line_exit_2(tmp_path, capsys):
+    from flows.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["report", "contamination", str(tmp_path / "missing"), "--out", str(tmp_path / "o")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "not found" in err and "Traceback" not in err
