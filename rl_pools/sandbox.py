@@ -402,9 +402,12 @@ def _run_bwrap(
                     kill()
                     deadline = time.monotonic() + 5.0
     sel.close()
+    # Pipes closed. A program may have closed stdout/stderr and kept running: the wall clock
+    # still applies to it.
     try:
-        rc = proc.wait(timeout=5)
+        rc = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
+        killed_for = killed_for or "timeout"
         kill()
         rc = proc.wait()
     proc.stdout.close()

@@ -69,6 +69,13 @@ def test_infinite_loops_cpu_and_sleeping():
     assert r.status == "timeout" and "wall-clock" in r.reason and r.wall_s < 30
 
 
+def test_closing_stdout_and_spinning_still_times_out():
+    r = execute("import os\nos.close(1)\nos.close(2)\nwhile True:\n    pass", config=FAST)
+    assert r.status == "timeout", r
+    r2 = execute("import os, time\nos.close(1)\nos.close(2)\ntime.sleep(60)", config=FAST)
+    assert r2.status == "timeout" and r2.wall_s < 30, r2
+
+
 def test_background_children_are_gone_after_the_run():
     marker = f"orphan-{secrets.token_hex(4)}"
     prog = f"""
@@ -120,7 +127,14 @@ def test_no_network_not_even_host_loopback(host_server):
     port, hits = host_server
     # the host server is reachable from the host...
     socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    import time
+
+    for _ in range(100):  # let the server thread count the host's own connection
+        if hits:
+            break
+        time.sleep(0.05)
     n_before = len(hits)
+    assert n_before == 1
     prog = f"""
 import json, socket
 out = {{"ifaces": [n for _, n in socket.if_nameindex()]}}
@@ -136,8 +150,6 @@ print(json.dumps(out))
     out = json.loads(r.stdout)
     assert out["ifaces"] == ["lo"]  # own namespace: only its own (down) loopback
     assert out["loopback"] != "connected"
-    import time
-
     time.sleep(0.5)
     assert len(hits) == n_before  # nothing reached the host server
 
