@@ -1,0 +1,153 @@
+"""The HTML report opened in real headless Chromium: it renders, its scripts run without console
+errors, the plots load, sorting and filtering work, and a screenshot is a real picture.
+
+``SLUICE_UPDATE_GOLDEN=1`` also refreshes the screenshot in ``docs/img/report.png``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from fixture_run import build_fixture_run
+
+from reports.contamination import render_report
+
+CHROMIUM = os.environ.get("SLUICE_CHROMIUM", "/usr/bin/chromium")
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+DOC_SHOT = Path(__file__).resolve().parents[2] / "docs" / "img" / "report.png"
+
+pytestmark = pytest.mark.skipif(
+    not (Path(CHROMIUM).is_file() or shutil.which(CHROMIUM)),
+    reason=f"chromium not found at {CHROMIUM} (install it with scripts/setup.sh or set SLUICE_CHROMIUM)",
+)
+
+
+@pytest.fixture(scope="module")
+def report_html(tmp_path_factory, benchmarks_dir, pools_dir) -> Path:
+    base = tmp_path_factory.mktemp("chromium")
+    run = build_fixture_run(base / "run", benchmarks_dir, pools_dir)
+    return render_report(run, base / "report").html
+
+
+def test_report_is_self_contained(report_html):
+    html = report_html.read_text()
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html), (
+        "the report must not load anything"
+    )
+    assert "<style>" in html and "<script>" in html
+    assert html.count('src="data:image/png;base64,') == 3
+
+
+def test_screenshot_is_a_real_picture(report_html, tmp_path):
+    from PIL import Image
+
+    png = tmp_path / "report.png"
+    proc = subprocess.run(
+        [
+            CHROMIUM,
+            *FLAGS,
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--screenshot={png}",
+            "--window-size=1400,2000",
+            "--hide-scrollbars",
+            report_html.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert png.is_file(), (
+        f"chromium wrote no screenshot (rc={proc.returncode}): {proc.stderr[-2000:]}"
+    )
+    with Image.open(png) as im:
+        assert im.size == (1400, 2000)
+        colors = im.convert("RGB").getcolors(maxcolors=1 << 20)
+    assert colors is not None and len(colors) > 200, "the screenshot is (nearly) blank"
+    if os.environ.get("SLUICE_UPDATE_GOLDEN") == "1":
+        DOC_SHOT.parent.mkdir(parents=True, exist_ok=True)
+        with Image.open(png) as im:  # keep the committed file small: top of the page, 8-bit palette
+            im.convert("RGB").crop((0, 0, 1400, 1500)).quantize(colors=128).save(
+                DOC_SHOT, optimize=True
+            )
+
+
+def test_page_renders_and_scripts_work(report_html, tmp_path):
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="python package playwright not installed"
+    )
+    problems: list[str] = []
+    with sync_api.sync_playwright() as p:
+        # playwright gives the browser its own temporary profile (--user-data-dir is not allowed here)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 2000})
+            page.on(
+                "console",
+                lambda m: (
+                    problems.append(f"console {m.type}: {m.text}")
+                    if m.type in ("error", "warning")
+                    else None
+                ),
+            )
+            page.on("pageerror", lambda e: problems.append(f"uncaught: {e}"))
+            page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url}"))
+            page.goto(report_html.as_uri())
+            page.wait_for_load_state("load")
+
+            assert page.title() == "Contamination report: fixture_pool@v1"
+            for tid in (
+                "by-benchmark",
+                "by-detector",
+                "by-source",
+                "benchmarks",
+                "detectors",
+                "evidence-table",
+                "agreement-table",
+            ):
+                assert page.locator(f"table#{tid}").count() == 1, tid
+            plots = page.eval_on_selector_all(
+                "img.plot", "els => els.map(e => [e.id, e.complete && e.naturalWidth])"
+            )
+            assert len(plots) == 3 and all(w and w > 100 for _, w in plots), plots
+            assert page.locator("#evidence-table mark").count() >= 5  # highlighted overlaps
+
+            rows = page.locator("#evidence-table tbody tr")
+            assert rows.count() == 5
+            assert page.inner_text("#ev-count") == "5 of 5 shown"
+
+            def first_uid() -> str:
+                return page.inner_text("#evidence-table tbody tr:first-child .uid")
+
+            page.click("#evidence-table th:nth-child(2)")  # training row, ascending
+            assert first_uid() == "ttrl-0"
+            page.click("#evidence-table th:nth-child(2)")  # descending
+            assert first_uid() == "ttrl-4"
+
+            page.fill("#ev-filter", "2024-I-5")
+            assert page.inner_text("#ev-count") == "1 of 5 shown"
+            page.fill("#ev-filter", "")
+            page.select_option("#ev-detector", "jaccard")
+            assert page.inner_text("#ev-count") == "4 of 5 shown"
+            assert not page.locator(
+                "#evidence-table tbody tr:visible .uid", has_text="ttrl-4"
+            ).count()
+            page.select_option("#ev-detector", "")
+            page.select_option("#ev-benchmark", "aime24")
+            assert page.inner_text("#ev-count") == "5 of 5 shown"
+        finally:
+            browser.close()
+    assert not problems, problems
