@@ -20,6 +20,7 @@ bench:
 	$(BIN)/python tests/benchmarks/bench_ingest.py
 	$(BIN)/python tests/benchmarks/bench_ngram.py
 	$(BIN)/python tests/benchmarks/bench_minhash.py
+	$(BIN)/python tests/benchmarks/bench_catalog.py
 	$(BIN)/python tests/benchmarks/bench_verify_sandbox.py
 
 demo:

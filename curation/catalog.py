@@ -546,27 +546,30 @@ class Catalog:
         if not write and not self.db_path.exists():
             yield None
             return
-        self._meta_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.lock_path, "a+b") as lock:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX if write else fcntl.LOCK_SH)
+        with contextlib.ExitStack() as stack:
             try:
-                if not write and not self.db_path.exists():
-                    yield None
-                    return
-                con = duckdb.connect(str(self.db_path), read_only=not write)
-                try:
-                    if write:
-                        for stmt in _DDL:
-                            con.execute(stmt)
-                        con.execute(
-                            "INSERT OR IGNORE INTO catalog_info VALUES ('schema_version', ?)",
-                            [str(CATALOG_SCHEMA_VERSION)],
-                        )
-                    yield con
-                finally:
-                    con.close()
-            finally:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+                self._meta_dir.mkdir(parents=True, exist_ok=True)
+                lock = stack.enter_context(open(self.lock_path, "a+b"))
+            except OSError:
+                if write:
+                    raise
+                lock = None  # a read-only data root: nobody can be writing to it
+            if lock is not None:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX if write else fcntl.LOCK_SH)
+                stack.callback(fcntl.flock, lock.fileno(), fcntl.LOCK_UN)
+            if not write and not self.db_path.exists():
+                yield None
+                return
+            con = duckdb.connect(str(self.db_path), read_only=not write)
+            stack.callback(con.close)
+            if write:
+                for stmt in _DDL:
+                    con.execute(stmt)
+                con.execute(
+                    "INSERT OR IGNORE INTO catalog_info VALUES ('schema_version', ?)",
+                    [str(CATALOG_SCHEMA_VERSION)],
+                )
+            yield con
 
     def _row_to_version(self, row: tuple) -> DatasetVersion:
         (name, version, digest, algo, nrows, nbytes, schema_j, parents_j, step, config_j,
@@ -986,7 +989,7 @@ class Catalog:
                     os.replace(tmp, final)
                     _fsync_dir(Path(final).parent)
             elif not self._object_ok(final, nrows):
-                self.fs.makedirs(self.fs._parent(final), exist_ok=True)
+                self.fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
                 self.fs.put_file(str(tmp), final)
             _test_hook("object-placed")
             return digest, nrows, nbytes
