@@ -290,10 +290,16 @@ def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
             f"a batch has columns {batch.schema.names}, expected {schema.names}",
             hint="every batch of a published dataset must have the same columns",
         )
-    cols = [
-        c if c.type == f.type else c.cast(f.type)
-        for c, f in zip(batch.columns, schema, strict=True)
-    ]
+    try:
+        cols = [
+            c if c.type == f.type else c.cast(f.type)
+            for c, f in zip(batch.columns, schema, strict=True)
+        ]
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise ConfigError(
+            f"a batch does not fit the dataset schema: {exc}",
+            hint="cast the data to the schema before publishing",
+        ) from exc
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
@@ -351,7 +357,12 @@ def content_hash(data: pa.Table | Iterable[pa.RecordBatch], schema: pa.Schema | 
 def _as_batches(
     data: Any, schema: pa.Schema | None = None
 ) -> tuple[pa.Schema, Iterable[pa.RecordBatch]]:
-    """Turn a table / reader / batch iterable / Parquet path into (canonical schema, batches)."""
+    """Turn a table / reader / batch iterable / Parquet path into (canonical schema, batches).
+
+    An explicit ``schema`` wins over the data's own (same column names; types are cast and
+    schema metadata such as ``sluice.schema`` applied to every batch).
+    """
+    explicit = schema
     if isinstance(data, str | os.PathLike):
         p = str(data)
         try:
@@ -386,7 +397,12 @@ def _as_batches(
             f"cannot publish an object of type {type(data).__name__}",
             hint="pass a pyarrow Table, RecordBatchReader, iterable of RecordBatches or a Parquet path",
         )
-    return canonical_schema(schema), batches
+    if explicit is not None and explicit.names != schema.names:
+        raise ConfigError(
+            f"the data has columns {schema.names}, the schema given has {explicit.names}",
+            hint="pass a schema with the same columns in the same order",
+        )
+    return canonical_schema(explicit if explicit is not None else schema), batches
 
 
 def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -249,6 +249,24 @@ def test_streamed_inputs_give_the_same_version_as_a_table(data_root, tmp_path):
     assert [md.row_group(i).num_rows for i in range(md.num_row_groups)] == [CHUNK_ROWS, 10]
 
 
+def test_explicit_schema_applies_to_a_parquet_file(data_root, tmp_path):
+    # What ingest does: a streamed file without Sluice's schema metadata + the record schema.
+    t = make_problems(50)
+    pq.write_table(t.replace_schema_metadata(None), tmp_path / "plain.parquet")
+    cat = Catalog(data_root)
+    v = cat.publish("typed", tmp_path / "plain.parquet", schema=PROBLEM_SCHEMA)
+    assert v.version == cat.publish("direct", t).version
+    assert cat.load("typed").schema.equals(PROBLEM_SCHEMA, check_metadata=True)
+    wide = pa.table({"uid": ["a"], "n": pa.array([1], pa.int32())})
+    narrow = pa.schema([("uid", pa.string()), ("n", pa.int64())])
+    assert cat.publish("cast", wide, schema=narrow).schema[1]["type"] == "int64"
+    with pytest.raises(ConfigError, match="columns"):
+        cat.publish("typed", tmp_path / "plain.parquet", schema=narrow)
+    bad = pa.schema([("uid", pa.string()), ("n", pa.timestamp("s"))])
+    with pytest.raises(ConfigError, match="does not fit"):
+        cat.publish("cast", pa.table({"uid": ["a"], "n": ["not a time"]}), schema=bad)
+
+
 def test_batches_with_other_columns_are_refused(data_root):
     cat = Catalog(data_root)
     t = make_problems(10)
