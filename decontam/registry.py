@@ -10,6 +10,7 @@ DETECTORS: dict[str, str] = {
     "ngram": "decontam.ngram:NGramDetector",
     "minhash": "decontam.minhash:MinHashDetector",
     "problem_id": "decontam.problem_id:ProblemIdDetector",
+    "problem_date": "decontam.problem_id:ProblemDateDetector",
     "embedding": "decontam.embedding:EmbeddingDetector",
     "fuzzy": "decontam.fuzzy:FuzzyDetector",
     "fingerprint": "decontam.fingerprint:FingerprintDetector",
