@@ -1,0 +1,193 @@
+"""End-to-end decontamination runs on real data, through the stable CLI contract."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from decontam.base import MATCH_SCHEMA
+from decontam.run import DecontamConfig, run_decontamination
+
+SLUICE = str(Path(sys.executable).with_name("sluice"))
+
+
+def _sluice(*args, env_root):
+    import os
+
+    env = dict(os.environ, SLUICE_DATA_ROOT=str(env_root))
+    return subprocess.run([SLUICE, *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+def _head(src: Path, dst: Path, n: int) -> Path:
+    with open(src) as fh, open(dst, "w") as out:
+        for i, line in enumerate(fh):
+            if i >= n:
+                break
+            out.write(line)
+    return dst
+
+
+def test_cli_contract_flags_every_ttrl_aime24_row(pools_dir, tmp_path):
+    out = tmp_path / "run"
+    r = _sluice(
+        "decontam",
+        "run",
+        str(pools_dir / "math_ttrl_aime24_as_train.jsonl"),
+        "--text-field",
+        "prompt",
+        "--id-field",
+        "id",
+        "--benchmarks",
+        "aime24,aime25",
+        "--detectors",
+        "ngram",
+        "--out",
+        str(out),
+        env_root=tmp_path / "root",
+    )
+    assert r.returncode == 0, r.stderr
+    m = pq.read_table(out / "matches.parquet")
+    assert set(MATCH_SCHEMA.names) <= set(m.column_names)
+    d = pq.read_table(out / "decisions.parquet")
+    assert set(d["sample_uid"].to_pylist()) == {str(i) for i in range(30)}
+    assert all(d["contaminated"].to_pylist()), "TTRL's AIME24 file is AIME 2024 verbatim"
+    # every flagged row names the benchmark item it copies, and the evidence is in matches
+    assert all(any("aime24/2024-" in r for r in rs) for rs in d["reasons"].to_pylist())
+    assert set(m["benchmark"].to_pylist()) >= {"aime24"}
+    manifest = json.loads((out / "run.json").read_text())
+    assert manifest["counts"]["contaminated"] == 30
+    assert {b["name"] for b in manifest["benchmarks"]} == {"aime24", "aime25"}
+    assert manifest["command"].startswith("sluice decontam run")
+    # the excluded rows keep their data and reasons
+    ex = pq.read_table(out / "excluded.parquet")
+    assert ex.num_rows == 30 and "sluice_reasons" in ex.column_names
+
+
+def test_clean_pool_exits_zero_and_flags_nothing(pools_dir, tmp_path):
+    src = _head(pools_dir / "math_gsm8k_train.jsonl", tmp_path / "gsm8k_head.jsonl", 200)
+    out = tmp_path / "run"
+    r = _sluice(
+        "decontam",
+        "run",
+        str(src),
+        "--text-field",
+        "question",
+        "--benchmarks",
+        "aime24,aime25",
+        "--detectors",
+        "ngram",
+        "--out",
+        str(out),
+        env_root=tmp_path / "root",
+    )
+    assert r.returncode == 0, r.stderr
+    d = pq.read_table(out / "decisions.parquet")
+    assert d.num_rows == 200 and not any(d["contaminated"].to_pylist())
+
+
+def test_bad_text_field_is_one_clear_line(pools_dir, tmp_path):
+    r = _sluice(
+        "decontam",
+        "run",
+        str(pools_dir / "math_ttrl_aime24_as_train.jsonl"),
+        "--text-field",
+        "problem",
+        "--benchmarks",
+        "aime24",
+        "--detectors",
+        "ngram",
+        "--out",
+        str(tmp_path / "o"),
+        env_root=tmp_path,
+    )
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert "'problem' is not a column" in r.stderr and "prompt" in r.stderr
+
+
+def test_rerun_scans_only_new_texts_and_gives_identical_evidence(pools_dir, tmp_path, monkeypatch):
+    root = tmp_path / "root"
+    src = pools_dir / "math_ttrl_aime24_as_train.jsonl"
+    cfg = DecontamConfig(benchmarks=["aime24"], detectors=["ngram"])
+    kw = dict(text_fields=["prompt"], id_field="id", config=cfg, data_root=str(root), publish=False)
+    first = run_decontamination(str(src), out_dir=tmp_path / "a", **kw)
+    assert first.counts["texts_scanned"] == 30
+    second = run_decontamination(str(src), out_dir=tmp_path / "b", **kw)
+    assert second.counts["texts_scanned"] == 0 and second.counts["texts_cached"] == 30
+    assert pq.read_table(tmp_path / "a" / "matches.parquet").equals(
+        pq.read_table(tmp_path / "b" / "matches.parquet")
+    )
+    # a pool with 2 new rows: only those are scanned
+    grown = tmp_path / "grown.jsonl"
+    lines = src.read_text().splitlines()
+    extra = [
+        json.dumps({"prompt": "What is 17 + 25? Give the integer.", "answer": "42", "id": "new-1"}),
+        json.dumps({"prompt": "Compute 3 * 14.", "answer": "42", "id": "new-2"}),
+    ]
+    grown.write_text("\n".join(lines + extra) + "\n")
+    third = run_decontamination(str(grown), out_dir=tmp_path / "c", **kw)
+    assert third.counts["texts_scanned"] == 2
+    assert third.counts["contaminated"] == 30
+
+
+def test_catalog_input_publishes_clean_and_excluded_with_lineage(pools_dir, tmp_path):
+    from curation.catalog import Catalog
+
+    cat = Catalog(str(tmp_path / "root"))
+    rows = [
+        json.loads(x)
+        for x in (pools_dir / "math_ttrl_aime24_as_train.jsonl").read_text().splitlines()[:5]
+    ]
+    rows += [
+        json.loads(x) for x in (pools_dir / "math_gsm8k_train.jsonl").read_text().splitlines()[:5]
+    ]
+    table = pa.table(
+        {
+            "uid": [f"s{i}" for i in range(10)],
+            "problem": [r.get("prompt") or r.get("question") for r in rows],
+        }
+    )
+    v = cat.publish("mixed", table, step="test")
+    res = run_decontamination(
+        f"mixed@{v.version}",
+        text_fields=["problem"],
+        out_dir=tmp_path / "run",
+        catalog=cat,
+        config=DecontamConfig(benchmarks=["aime24"], detectors=["ngram"]),
+        data_root=str(tmp_path / "root"),
+    )
+    assert res.counts["contaminated"] == 5
+    clean = cat.load(res.clean_ref)
+    excl = cat.load(res.excluded_ref)
+    assert clean.num_rows == 5 and excl.num_rows == 5
+    assert sorted(excl["uid"].to_pylist()) == ["s0", "s1", "s2", "s3", "s4"]
+    assert list(cat.resolve(res.clean_ref).parents) == [f"mixed@{v.version}"]
+
+
+@pytest.mark.parametrize("field", ["response"])
+def test_long_response_quoting_a_benchmark_is_caught(benchmarks_dir, tmp_path, field):
+    aime = [json.loads(x) for x in (benchmarks_dir / "aime24.jsonl").read_text().splitlines()]
+    filler = " ".join(
+        f"step {i}: we simplify the expression and check the case carefully." for i in range(300)
+    )
+    text = filler + "\n> " + aime[6]["problem"] + "\n" + filler
+    src = tmp_path / "sft.jsonl"
+    src.write_text(json.dumps({"id": "x", "prompt": "Solve it.", "response": text}) + "\n")
+    res = run_decontamination(
+        str(src),
+        text_fields=["prompt", field],
+        id_field="id",
+        out_dir=tmp_path / "run",
+        publish=False,
+        config=DecontamConfig(benchmarks=["aime24"], detectors=["ngram"]),
+        data_root=str(tmp_path / "root"),
+    )
+    d = pq.read_table(res.decisions_path).to_pylist()[0]
+    assert d["contaminated"] and d["flagged_fields"] == [field]
+    assert any(aime[6]["id"] in r for r in d["reasons"])
