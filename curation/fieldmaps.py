@@ -35,6 +35,7 @@ import json
 import re
 import tomllib
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,12 @@ _MAP_KEYS = {
     "keep_rest",
 }
 _MISSING = object()
+# Tuples, not PEP 604 unions: ``isinstance(v, a | b)`` builds a union object on every call, and
+# these checks run several times per row.
+_SEQ = (list, tuple)
+_CONTAINERS = (list, dict)
+_STR_LIST = (str, list)
+_STR_CONTAINERS = (str, list, dict)
 _TOKEN = re.compile(r"\[(-?\d+)\]|\.?([^.\[\]]+)")
 _ENTRY_RE = re.compile(r"check\((?P<ep>[^()]*(?:\(\))?[^()]*)\)\s*$")
 
@@ -148,7 +155,7 @@ def resolve(row: Any, path: tuple[str | int, ...]) -> Any:
         if isinstance(cur, str) and cur[:1] in "[{":
             cur = parse_value(cur, "auto", "")
         if isinstance(tok, int):
-            if not isinstance(cur, list | tuple) or not -len(cur) <= tok < len(cur):
+            if not isinstance(cur, _SEQ) or not -len(cur) <= tok < len(cur):
                 return _MISSING
             cur = cur[tok]
         else:
@@ -423,8 +430,13 @@ class FieldMap:
             out.append(("tests", self.tests))
         return out
 
+    @cached_property
+    def _used(self) -> frozenset[str]:
+        return frozenset(p[0] for _, s in self._specs() for p in s.paths if isinstance(p[0], str))
+
     def used_columns(self) -> set[str]:
-        return {p[0] for _, s in self._specs() for p in s.paths if isinstance(p[0], str)}
+        """Top-level source columns the map reads."""
+        return set(self._used)
 
     def check_columns(self, available: set[str], file: str) -> None:
         """Raise one clear ConfigError when the map reads a column the source does not have."""
@@ -454,7 +466,7 @@ class FieldMap:
         for name in self.required:
             v = rec.get(name)
             if v is None or (
-                isinstance(v, str | list) and not (v.strip() if isinstance(v, str) else v)
+                isinstance(v, _STR_LIST) and not (v.strip() if isinstance(v, str) else v)
             ):
                 raise FieldError(name, "missing or empty (required by the field map)")
         meta: dict[str, Any] = {}
@@ -463,7 +475,7 @@ class FieldMap:
             if v is not None:
                 meta[key] = v
         if self.keep_rest:
-            used = self.used_columns()
+            used = self._used
             for k, v in row.items():
                 if k not in used and k not in meta:
                     meta[k] = v
@@ -497,9 +509,9 @@ class FieldMap:
             raise FieldError("domain", f"must be one of {DOMAINS}, got {rec.get('domain')!r}")
         for name in ("answer", "source_id", "problem_id", "contest_id"):
             v = rec.get(name)
-            if isinstance(v, list) and len(v) == 1 and not isinstance(v[0], list | dict):
+            if isinstance(v, list) and len(v) == 1 and not isinstance(v[0], _CONTAINERS):
                 v = v[0]  # e.g. ground_truth stored as a one-element list
-            if isinstance(v, dict | list):
+            if isinstance(v, _CONTAINERS):
                 raise FieldError(name, f"wrong type: expected a scalar, got {type(v).__name__}")
             rec[name] = _scalar_text(v)
         for name in ("starter_code", "platform", "contest_date"):
@@ -552,7 +564,7 @@ class FieldMap:
 
 
 def _scalar_text(v: Any) -> Any:
-    if v is None or isinstance(v, str | list | dict):
+    if v is None or isinstance(v, _STR_CONTAINERS):
         return v
     if isinstance(v, bool):
         return "true" if v else "false"

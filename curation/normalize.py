@@ -18,7 +18,6 @@ tests, starter code) is stored untouched and never hashed through this function.
 
 from __future__ import annotations
 
-import re
 import unicodedata
 
 from curation.records import content_uid
@@ -26,13 +25,14 @@ from curation.records import content_uid
 NORMALIZER_VERSION = "ingest-norm/1"
 
 _ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff"))
-_WS = re.compile(r"\s+")
 
 
 def normalize_text(text: str) -> str:
     """Normalize ``text`` for hashing (see the module docstring for the rules)."""
     text = unicodedata.normalize("NFKC", text).translate(_ZERO_WIDTH)
-    return _WS.sub(" ", text).strip()
+    # str.split() splits on exactly the characters str.isspace() accepts (the same set as the
+    # regex \s for str patterns) and drops empty ends; several times faster than re.sub.
+    return " ".join(text.split())
 
 
 def problem_uid(domain: str, problem: str) -> str:
