@@ -25,9 +25,10 @@ Two detectors share one index over the code benchmark items (:class:`LcbIndex`):
   assigned roughly in time order; the estimate uses the nearest known ids below and above).
 
 Both detectors also accept structured metadata through ``score_metadata(table)``: a table with
-``sample_uid`` and any of ``question_id``, ``task_id``, ``problem_id``, ``contest_id``,
-``platform``, ``contest_date`` and ``metadata`` (a JSON or Python-repr dict whose keys are read
-the same way).
+``sample_uid`` (or ``uid``) and any of ``question_id``, ``task_id``, ``problem_id``,
+``source_id``, ``contest_id``, ``platform``, ``contest_date`` and ``metadata``/``meta`` (a JSON
+or Python-repr dict whose keys are read the same way). A numeric ``source_id`` is never read as a
+LeetCode id (pools number their rows).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ METADATA_FIELDS: tuple[str, ...] = (
     "question_id",
     "task_id",
     "problem_id",
+    "source_id",
     "contest_id",
     "platform",
     "contest_date",
@@ -498,12 +500,17 @@ def _parse_metadata(value: Any, row: int) -> dict[str, Any]:
 def metadata_rows(table: pa.Table) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(sample_uid, {field: value})`` for each row; nested ``metadata``/``meta`` dicts are
     merged under the top-level columns (top-level wins)."""
-    if "sample_uid" not in table.column_names:
-        raise InputError("metadata table needs a sample_uid column", field="sample_uid")
-    cols = [
-        c for c in table.column_names if c in (*METADATA_FIELDS, "metadata", "meta", "sample_uid")
-    ]
+    uid_col = next((c for c in ("sample_uid", "uid") if c in table.column_names), None)
+    if uid_col is None:
+        raise InputError(
+            "metadata table needs a sample_uid (or uid) column",
+            field="sample_uid",
+            hint=f"columns: {', '.join(table.column_names)}",
+        )
+    wanted = (*METADATA_FIELDS, "metadata", "meta", uid_col)
+    cols = [c for c in table.column_names if c in wanted]
     for i, r in enumerate(table.select(cols).to_pylist()):
+        r["sample_uid"] = r.pop(uid_col)
         merged: dict[str, Any] = {}
         for nested in ("metadata", "meta"):
             if nested in r:
@@ -516,14 +523,14 @@ def metadata_ids(meta: dict[str, Any]) -> list[tuple[str, tuple[str, str], str, 
     """``(field, key, value_text, strength)`` for each id a metadata dict names."""
     platform = str(meta.get("platform") or "").lower()
     out: list[tuple[str, tuple[str, str], str, float]] = []
-    for f in ("question_id", "task_id", "problem_id"):
+    for f in ("question_id", "task_id", "problem_id", "source_id"):
         v = meta.get(f)
         if v is None or v == "":
             continue
         s = str(v).strip()
         if re.fullmatch(r"\d+", s):
-            if f == "problem_id" and meta.get("contest_id"):
-                continue  # a numeric index inside a contest, not a LeetCode id
+            if f == "source_id" or (f == "problem_id" and meta.get("contest_id")):
+                continue  # a row number / an index inside a contest, not a LeetCode id
             if platform in ("leetcode", ""):
                 strength = STRONG if platform == "leetcode" or f == "question_id" else WEAK
                 out.append((f, ("leetcode", str(int(s))), s, strength))

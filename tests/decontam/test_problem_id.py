@@ -348,3 +348,22 @@ def test_no_false_positives_on_clean_dev_rows(lcb, contam_dev_path):
             assert len(flagged) == 20
             for r in m.to_pylist():  # the matched item is the labelled one
                 assert r["benchmark_item"] == label[r["sample_uid"]]["benchmark_item"]
+
+
+def test_metadata_of_ingested_problem_records(tiny_id):
+    """PROBLEM_SCHEMA rows (uid, source_id slug, problem_id, platform) match as they are; a
+    numeric source_id (a pool's row number) is never taken for a LeetCode id."""
+    records = pa.table(
+        {
+            "uid": ["u1", "u2", "u3"],
+            "source_id": ["find-the-distinct-difference-array", "3000", "two-sum"],
+            "problem_id": ["2777", None, "1"],
+            "platform": ["leetcode", None, "leetcode"],
+            "metadata": [json.dumps({"difficulty": "Easy"}), None, "{}"],
+        }
+    )
+    rows = tiny_id.score_metadata(records).to_pylist()
+    assert {(r["sample_uid"], r["field"], r["benchmark_item"]) for r in rows} == {
+        ("u1", "metadata.source_id", "2777"),
+        ("u1", "metadata.problem_id", "2777"),
+    }
