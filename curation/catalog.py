@@ -210,7 +210,10 @@ def _clean_metadata(md: dict[bytes, bytes] | None) -> dict[bytes, bytes] | None:
 
 
 def _canonical_type(t: pa.DataType) -> pa.DataType:
-    """Name list items ``item`` (Parquet readers say ``element``), recursively."""
+    """Name list items ``item`` (Parquet readers say ``element``) and decode dictionaries
+    (the same values can have many dictionary encodings), recursively."""
+    if pa.types.is_dictionary(t):
+        return _canonical_type(t.value_type)
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         vf = t.value_field
         item = pa.field("item", _canonical_type(vf.type), vf.nullable, vf.metadata)

@@ -262,6 +262,17 @@ def test_explicit_schema_applies_to_a_parquet_file(data_root, tmp_path):
     assert cat.publish("cast", wide, schema=narrow).schema[1]["type"] == "int64"
     with pytest.raises(ConfigError, match="columns"):
         cat.publish("typed", tmp_path / "plain.parquet", schema=narrow)
+    # Dictionary encoding is not content: decoded before hashing and storing.
+    plain = pa.table({"d": ["x", "y", "x", "z"]})
+    enc = pa.Table.from_batches(
+        [
+            pa.record_batch([pa.array(["x", "y"]).dictionary_encode()], names=["d"]),
+            pa.record_batch([pa.array(["x", "z"]).dictionary_encode()], names=["d"]),
+        ]
+    )
+    assert content_hash(enc) == content_hash(plain)
+    assert cat.load(cat.publish("dict", enc).ref).equals(plain)
+
     bad = pa.schema([("uid", pa.string()), ("n", pa.timestamp("s"))])
     with pytest.raises(ConfigError, match="does not fit"):
         cat.publish("cast", pa.table({"uid": ["a"], "n": ["not a time"]}), schema=bad)
