@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import chain, repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -152,11 +153,12 @@ class _Vocab:
     def lookup_many(self, rows: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
         """Concatenated ids of all rows with a 0 after each row; and row start offsets."""
         get = self.ids.get
-        total = sum(len(r) for r in rows) + len(rows)
-        flat = np.fromiter(
-            (i for r in rows for i in (*map(get, r, [0] * len(r)), 0)), np.int64, total
-        )
         lens = np.fromiter((len(r) + 1 for r in rows), np.int64, len(rows))
+        # one flat token list with a separator after each row; "\x00" is never a token
+        flat_tokens = list(chain.from_iterable(r + ["\x00"] for r in rows))
+        flat = np.fromiter(
+            map(get, flat_tokens, repeat(0, len(flat_tokens))), np.int64, len(flat_tokens)
+        )
         starts = np.cumsum(lens) - lens
         return flat, starts
 
@@ -423,10 +425,16 @@ class NGramDetector(Detector):
         out.sort(key=lambda r: (r["sample_uid"], r["field"], r["benchmark"], r["benchmark_item"]))
         return matches_from_rows(out)
 
-    def _score_index(self, idx: _Index, uids, fields, raw) -> list[dict[str, Any]]:
+    def _score_index(
+        self, idx: _Index, uids, fields, raw, toks=None, evidence: bool = True
+    ) -> list[dict[str, Any]]:
+        """Match rows of one normalizer's index. ``toks`` (the normalized tokens of ``raw``)
+        may be passed in when already computed, and ``evidence=False`` stops after scoring (the
+        benchmark script times the stages)."""
         cfg = self.config
         n = idx.n
-        toks = [idx.normalizer.tokens(t) for t in raw]
+        if toks is None:
+            toks = [idx.normalizer.tokens(t) for t in raw]
         ids, starts = idx.vocab.lookup_many(toks)
         codes = idx.vocab.codes[ids]
         hits = _lookup(ids, codes, idx.keys, idx.key_ids, n)
@@ -496,6 +504,8 @@ class NGramDetector(Detector):
             key = (r, var.benchmark, var.item_id)
             if key not in best or d["weighted_coverage"] > best[key][1]["weighted_coverage"]:
                 best[key] = (v, d)
+        if not evidence:
+            return [{"row": r, "variant": v, **d} for (r, _b, _i), (v, d) in best.items()]
         # evidence, only for rows that matched
         hits_by_row: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         if len(hits.pos):
@@ -506,6 +516,7 @@ class NGramDetector(Detector):
                 r = int(hr[b])
                 hits_by_row[r] = (hp[b:e] - starts[r], hg[b:e])
         norm_cache: dict[int, tuple[np.ndarray, list[tuple[int, int]]]] = {}
+        post_cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         out = []
         for (r, _b, _i), (v, d) in sorted(best.items()):
             var = idx.variants[v]
@@ -519,7 +530,9 @@ class NGramDetector(Detector):
                 L = d["item_tokens"]
                 tok_runs = [(d["fallback_token"], d["fallback_token"] + L, 0, L)]
             else:
-                tok_runs = self._runs(idx, v, *hits_by_row.get(r, (np.empty(0), np.empty(0))))
+                if r not in post_cache:
+                    post_cache[r] = _row_postings(idx, *hits_by_row[r])
+                tok_runs = _runs(idx.n, v, *post_cache[r])
             spans, pieces = [], []
             b_offs, b_spans = idx.bench_tokens(v)
             for ts, te, bs, be in tok_runs:
@@ -552,31 +565,33 @@ class NGramDetector(Detector):
             )
         return out
 
-    @staticmethod
-    def _runs(
-        idx: _Index, v: int, tpos: np.ndarray, grams: np.ndarray
-    ) -> list[tuple[int, int, int, int]]:
-        """Maximal token runs of the row covered by n-grams of variant ``v``:
-        (sample_tok_start, sample_tok_end, bench_tok_start, bench_tok_end)."""
-        n = idx.n
-        res = []
-        cur = None
-        for p, g in sorted(zip(tpos.tolist(), grams.tolist(), strict=True)):
-            lo, hi = idx.post_ptr[g], idx.post_ptr[g + 1]
-            vs = idx.post_variant[lo:hi]
-            j = np.searchsorted(vs, v)
-            if j >= len(vs) or vs[j] != v:
-                continue
-            bp = int(idx.post_pos[lo + j])
-            if cur is not None and p <= cur[1]:
-                cur = [cur[0], max(cur[1], p + n), min(cur[2], bp), max(cur[3], bp + n)]
-            else:
-                if cur is not None:
-                    res.append(tuple(cur))
-                cur = [p, p + n, bp, bp + n]
-        if cur is not None:
-            res.append(tuple(cur))
-        return res
+
+def _row_postings(idx: _Index, tpos: np.ndarray, grams: np.ndarray):
+    """Every (token position, variant, bench position) of a row's verified hits, by position."""
+    lo, hi = idx.post_ptr[grams], idx.post_ptr[grams + 1]
+    cnt = hi - lo
+    post = np.repeat(lo - np.cumsum(cnt) + cnt, cnt) + np.arange(cnt.sum())
+    tp = np.repeat(tpos, cnt)
+    order = np.argsort(tp, kind="stable")
+    return tp[order], idx.post_variant[post][order], idx.post_pos[post][order]
+
+
+def _runs(n: int, v: int, tp: np.ndarray, pv: np.ndarray, pp: np.ndarray):
+    """Maximal token runs of the row covered by n-grams of variant ``v``:
+    (sample_tok_start, sample_tok_end, bench_tok_start, bench_tok_end)."""
+    sel = pv == v
+    res = []
+    cur = None
+    for p, bp in zip(tp[sel].tolist(), pp[sel].tolist(), strict=True):
+        if cur is not None and p <= cur[1]:
+            cur = [cur[0], max(cur[1], p + n), min(cur[2], bp), max(cur[3], bp + n)]
+        else:
+            if cur is not None:
+                res.append(tuple(cur))
+            cur = [p, p + n, bp, bp + n]
+    if cur is not None:
+        res.append(tuple(cur))
+    return res
 
 
 def _orig_span(
