@@ -34,7 +34,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from curation.errors import ConfigError, InputError
+from curation.errors import ConfigError, InputError, SluiceError
 
 STATUSES = ("correct", "incorrect", "no_answer", "timeout", "error")
 
@@ -48,6 +48,10 @@ VERIFY_RESULT_SCHEMA = pa.schema(
     ],
     metadata={b"sluice.schema": b"verify_result/1"},
 )
+
+
+class VerifierUnavailable(SluiceError):
+    """The verification worker processes cannot start."""
 
 
 @dataclass
@@ -207,8 +211,12 @@ def _worker_main(conn: Connection, memory_mb: int, float_rounding: int) -> None:
     except (ValueError, OSError):
         pass
     logging.getLogger("math_verify").setLevel(logging.ERROR)
-    import math_verify  # noqa: F401  (import before saying ready: startup is not task time)
-
+    # Warm up before saying ready (imports, the LaTeX grammar, sympy caches): startup is not
+    # task time, and a cold first comparison could otherwise eat a short timeout.
+    try:
+        _compare(r"\frac{1}{2}", "0.5", float_rounding)
+    except Exception:  # noqa: BLE001 - a broken install shows up as status=error per item
+        pass
     conn.send(("ready",))
     while True:
         try:
@@ -385,8 +393,11 @@ class MathVerifier:
                         )
                         busy -= 1
                     elif not w.ready:
-                        raise RuntimeError(
-                            f"math verification worker failed to start (exit code {w.proc.exitcode})"
+                        raise VerifierUnavailable(
+                            f"math verification worker failed to start (exit code {w.proc.exitcode})",
+                            hint="check that math-verify is installed (pip install math-verify); "
+                            "a script that calls verify_batch at import time needs "
+                            "`if __name__ == '__main__':` (the workers re-import __main__)",
                         )
                     replace(w)
             now = time.monotonic()
@@ -455,6 +466,7 @@ __all__ = [
     "MathVerifier",
     "VerifyConfig",
     "VerifyResult",
+    "VerifierUnavailable",
     "extract_answer",
     "verify_batch",
     "verify_one",

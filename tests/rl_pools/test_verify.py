@@ -72,7 +72,7 @@ def test_real_answers_and_every_status():
 def test_pathological_input_times_out_and_is_not_incorrect():
     # sympy tries to evaluate the power tower and never returns (verified by hand: > 20 s).
     t0 = time.monotonic()
-    t = verify_batch([r"\boxed{9^{9^{9^{9}}}}", r"\boxed{3}"], ["1", "3"], timeout_s=1.5)
+    t = verify_batch([r"\boxed{9^{9^{9^{9}}}}", r"\boxed{3}"], ["1", "3"], timeout_s=3)
     took = time.monotonic() - t0
     rows = t.to_pylist()
     assert rows[0]["status"] == "timeout", rows[0]
