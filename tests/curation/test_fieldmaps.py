@@ -163,3 +163,11 @@ def test_unknown_map_and_unknown_columns_name_what_is_available():
         load_map("gsm8kk")
     with pytest.raises(ConfigError, match="columns in the file: answer, question"):
         load_map("ttrl").check_columns({"question", "answer"}, "gsm8k.jsonl")
+
+
+def test_every_shipped_map_is_documented():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "ingest.md").read_text(encoding="utf-8")
+    missing = [n for n in available_maps() if f"| `{n}` |" not in doc]
+    assert not missing, f"maps missing from docs/ingest.md: {missing}"
