@@ -317,3 +317,16 @@ def test_user_benchmark_errors(tmp_path):
     toml = _user_bench(tmp_path, [ROWS[0], {"pid": "p3", "ans": 2}])
     with pytest.raises(InputError, match=r"olymp.jsonl, row 2, field 'statement'"):
         load_benchmark("olymp", definition_files=[toml])
+
+
+def test_docs_user_benchmark_example_loads(tmp_path):
+    """The TOML example in docs/benchmarks.md is a working definition (docs kept honest)."""
+    import re
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md").read_text()
+    (block,) = re.findall(r"```toml\n(.*?)```", doc, re.S)
+    (tmp_path / "olymp.toml").write_text(block)
+    (tmp_path / "olymp.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    bs = load_benchmarks(["olymp"], definition_files=[tmp_path / "olymp.toml"])
+    assert bs.info("olymp").item_count == 2 and bs.info("olymp").verified
+    assert get_definition("olymp", [tmp_path / "olymp.toml"]).normalizer == "latex"
