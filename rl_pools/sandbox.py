@@ -412,8 +412,9 @@ def _run_bwrap(
         rc = proc.wait()
     proc.stdout.close()
     proc.stderr.close()
-    # bwrap is gone; make sure nothing of its process group lingers (belt and braces).
-    kill()
+    # No kill after the reap: bwrap's pid (= the group id) may already belong to someone else.
+    # Nothing can linger: bwrap's pid-1 child dies with bwrap (--die-with-parent), and the
+    # kernel then kills every process of the sandbox's pid namespace.
     wall = time.monotonic() - t0
     res = ExecutionResult(
         status="passed",
