@@ -87,3 +87,27 @@ def test_cross_duplicates_pairs_rows_by_uid():
     ]
     assert {r["left_source"] for r in got} == {"L"} and {r["right_source"] for r in got} == {"R"}
     assert cross_duplicates(left, right.slice(1, 1)).num_rows == 0
+
+
+def test_cross_duplicates_between_published_refs(tmp_path, data_root):
+    from curation.catalog import Catalog
+    from curation.ingest import ingest
+    from curation.sample_pool import write_sample_pool
+
+    pool = write_sample_pool(tmp_path / "pool", bad_rows=False)
+    first = [json.loads(ln) for ln in pool.math.read_text(encoding="utf-8").splitlines()[:2]]
+    other = tmp_path / "other.jsonl"
+    rows = [
+        {**first[0], "id": "o1"},
+        {**first[1], "id": "o2"},
+        {"id": "o3", "problem": "New?", "answer": "1"},
+    ]
+    other.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    a = ingest(str(pool.math), field_map="generic_math", name="a")
+    b = ingest(str(other), field_map="generic_math", name="b")
+    got = cross_duplicates(a.ref, "b@latest", catalog=Catalog()).to_pylist()
+    assert sorted((r["left_source_id"], r["right_source_id"]) for r in got) == [
+        (first[0]["id"], "o1"),
+        (first[1]["id"], "o2"),
+    ]
+    assert b.counts["accepted"] == 3
