@@ -142,3 +142,29 @@ def test_gsm8k_rows_verify_against_their_own_answers(pools_dir):
     # shift references by one: mostly incorrect now
     wrong = verify_batch(answers, refs[1:] + refs[:1])
     assert wrong.column("status").to_pylist().count("incorrect") >= 6
+
+
+def test_pool_agrees_with_in_process_math_verify_on_real_answers(pools_dir):
+    # Oracle: math-verify called directly (main thread, its own timeouts off). The pool must give
+    # the same verdicts on real reference answers (LaTeX fractions, radicals, intervals, text).
+    import json
+
+    from math_verify import parse, verify
+
+    refs = []
+    with open(pools_dir / "math_deepscaler_math_train.jsonl", encoding="utf-8") as f:
+        for line in f:
+            refs.append(json.loads(line)["answer"])
+            if len(refs) == 40:
+                break
+    answers = [f"... thus \\boxed{{{refs[(i + i % 2) % 40]}}}." for i in range(40)]  # half shifted
+    got = verify_batch(answers, refs, timeout_s=20).to_pylist()
+    for a, r, row in zip(answers, refs, got, strict=True):
+        ext, _ = extract_answer(a)
+        oracle = verify(
+            parse(f"${r}$", parsing_timeout=None),
+            parse(f"\\boxed{{{ext}}}", parsing_timeout=None),
+            timeout_seconds=None,
+        )
+        assert row["status"] == ("correct" if oracle else "incorrect"), (a, r, row)
+    assert sum(row["status"] == "correct" for row in got) >= 20
