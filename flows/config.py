@@ -127,7 +127,8 @@ class PoolConfig:
     name: str = field(metadata={"help": "dataset name in the catalog (lowercase, dashes)"})
     source: str = field(metadata={"help": "file, folder, glob or hub id to ingest"})
     map: str = field(
-        metadata={"help": "field map: a built-in map name (`sluice maps`) or a map file path"}
+        default="auto",
+        metadata={"help": "field map: a shipped map name, a map file, or 'auto' (by file name)"},
     )
     text_fields: list[str] = field(
         default_factory=lambda: ["problem"],
@@ -256,12 +257,12 @@ class PipelineConfig:
             if not isinstance(p, dict):
                 raise ConfigError(f"pools[{i}] must be a table/mapping")
             _check_keys(f"pools[{i}]", p, PoolConfig)
-            for req in ("name", "source", "map"):
+            for req in ("name", "source"):
                 if req not in p:
                     raise ConfigError(f"pools[{i}] is missing {req!r}")
             p = dict(p)
             p["source"] = _resolve_path(p["source"], base)
-            if isinstance(p["map"], str) and p["map"].endswith((".toml", ".yaml", ".yml")):
+            if isinstance(p.get("map"), str) and p["map"].endswith((".toml", ".yaml", ".yml")):
                 p["map"] = _resolve_path(p["map"], base)  # a map file beside the config
             pools.append(PoolConfig(**p))
 
@@ -338,6 +339,11 @@ def prefect_env_defaults(data_root: str) -> None:
     the user set win; with ``PREFECT_API_URL`` set, flows report to that server instead."""
     if "://" not in data_root:
         home = Path(data_root).expanduser().resolve() / "prefect"
-        os.environ.setdefault("PREFECT_HOME", str(home))
+        if "PREFECT_HOME" not in os.environ:
+            home.mkdir(parents=True, exist_ok=True)  # Prefect creates only the last level
+            os.environ["PREFECT_HOME"] = str(home)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")
+    # The first start of the temporary server creates and migrates its database; on a small,
+    # busy machine that takes longer than Prefect's 20 s default.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")

@@ -13,7 +13,7 @@ from flows.tasks import artifact_key, cached_or_rerun, ingest_pool
 def ingest_flow(
     source: str,
     name: str,
-    field_map: str,
+    field_map: str = "auto",
     data_root: str | None = None,
 ) -> dict[str, Any]:
     """Ingest ``source`` as dataset ``name`` with ``field_map`` (a map name or file). Returns the ingest summary

@@ -96,7 +96,7 @@ def _hash(*parts: Any) -> str:
 
 def _ingest_key(ctx: Any, params: dict[str, Any]) -> str:
     pool = params["pool"]
-    map_file = pool["map"] if os.path.isfile(str(pool["map"])) else None
+    map_file = pool.get("map") if os.path.isfile(str(pool.get("map"))) else None
     return _hash(
         "ingest",
         pool,
@@ -178,6 +178,8 @@ def jsonable(obj: Any) -> Any:
         return os.fspath(obj)
     if isinstance(obj, dict):
         return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, tuple) and hasattr(obj, "_asdict"):  # NamedTuple
+        return {k: jsonable(v) for k, v in obj._asdict().items()}
     if isinstance(obj, list | tuple | set):
         return [jsonable(v) for v in obj]
     if is_dataclass(obj) and not isinstance(obj, type):
@@ -209,13 +211,12 @@ def version_ref(v: Any) -> str | None:
 @task(name="ingest", cache_policy=_policy(_ingest_key), **_COMMON, **_NETWORK_RETRIES)
 def ingest_pool(pool: dict[str, Any], data_root: str) -> dict[str, Any]:
     """Ingest one pool into the catalog. Returns ``{"ref": "name@version", "counts": ...}``."""
-    from curation.ingest import ingest
-
     from curation.catalog import Catalog
+    from curation.ingest import ingest
 
     res = ingest(
         pool["source"],
-        field_map=pool["map"],
+        field_map=pool.get("map", "auto"),
         name=pool["name"],
         catalog=Catalog(data_root),
     )
@@ -277,11 +278,8 @@ def render_pool_report(run_dir: str, out_dir: str) -> dict[str, str]:
     """Render the contamination report (HTML, Markdown, JSON) for one run dir."""
     from reports.contamination import render_report
 
-    paths = render_report(run_dir, out_dir)
-    if isinstance(paths, dict):
-        return {k: os.fspath(v) for k, v in paths.items()}
-    html, md, js = (os.fspath(p) for p in paths)
-    return {"html": html, "markdown": md, "json": js}
+    paths = jsonable(render_report(run_dir, out_dir))  # {"html": ..., "markdown": ..., ...}
+    return {k: str(v) for k, v in paths.items()}
 
 
 # -- sharded scan (scale-out) ----------------------------------------------------------------
@@ -437,7 +435,7 @@ def with_storage(t: Any, data_root: str) -> Any:
     return t.with_options(result_storage=store) if store is not None else t
 
 
-def cached_or_rerun(t: Any, data_root: str, outputs_exist: Any, **params: Any) -> Any:
+def cached_or_rerun(t: Any, data_root: str, outputs_exist: Any, /, **params: Any) -> Any:
     """Run task ``t`` (a cache hit returns the stored summary without doing the work); if the
     summary points at outputs that are gone (a deleted run dir, a fresh catalog), run it again
     with ``refresh_cache`` so the cache can never hand back something that does not exist."""

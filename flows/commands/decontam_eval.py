@@ -1,0 +1,60 @@
+"""`sluice decontam evaluate`: measure detectors on a labelled file and calibrate thresholds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(decontam_app: typer.Typer) -> None:
+    @decontam_app.command("evaluate")
+    def evaluate_cmd(
+        labels: Path = typer.Option(..., "--labels", help="labelled JSONL (contam_dev.jsonl format)"),
+        out: Path = typer.Option(..., "--out", help="folder for evaluation.json/.md, sweeps, scores"),
+        detectors: str = typer.Option(
+            "ngram,minhash,problem_id,embedding,fuzzy,fingerprint",
+            "--detectors",
+            help="comma-separated detectors (missing ones are skipped with a note)",
+        ),
+        benchmarks: str = typer.Option(
+            "aime24,aime25,lcb_v5,lcb_v6", "--benchmarks", help="comma-separated benchmarks"
+        ),
+        calibrate: bool = typer.Option(
+            False, "--calibrate", help="propose thresholds for --target-fpr"
+        ),
+        target_fpr: float = typer.Option(0.005, "--target-fpr", help="calibration target FPR"),
+        policy: Path | None = typer.Option(
+            None, "--policy", help="policy file (JSON/TOML) for the combined decision"
+        ),
+    ) -> None:
+        """Run detectors over labelled rows; report precision/recall per kind and FPRs."""
+        from rich.console import Console
+
+        from decontam.evaluate import EvalConfig, evaluate, write_outputs
+        from decontam.policy import PolicyConfig
+
+        console = Console(stderr=True)
+        cfg = EvalConfig(
+            detectors=[d.strip() for d in detectors.split(",") if d.strip()],
+            benchmarks=[b.strip() for b in benchmarks.split(",") if b.strip()],
+            target_fpr=target_fpr,
+        )
+        pol = PolicyConfig.from_file(policy) if policy else None
+        with console.status("evaluating") as status:
+            result = evaluate(
+                labels, cfg, policy=pol, calibrate_thresholds=calibrate,
+                progress=lambda msg: status.update(msg),
+            )
+        paths = write_outputs(result, out)
+        comb = result["combined"]
+        typer.echo(
+            f"combined: precision {comb['item']['precision']:.3f} recall {comb['item']['recall']:.3f} "
+            f"FPR(all clean) {comb['fpr_by_kind']['all_clean']['fpr']:.4f}"
+        )
+        for n in result["notes"]:
+            typer.echo(f"note: {n}")
+        if "calibration" in result:
+            typer.echo("calibrated thresholds: " + ", ".join(
+                f"{k}={v}" for k, v in result["calibration"]["thresholds"].items()))
+        typer.echo(f"wrote {', '.join(str(p) for p in paths.values())}")

@@ -1,0 +1,181 @@
+"""The flows' task functions called directly (``task.fn``), without Prefect, on small real
+pools; plus the pipeline config model and the cache-key fingerprints."""
+
+from __future__ import annotations
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from curation.errors import ConfigError, NotFoundError
+from flows.config import PipelineConfig, load_config
+from flows.tasks import (
+    artifact_key,
+    content_fingerprint,
+    decontaminate_pool,
+    finalize_shards,
+    ingest_pool,
+    prepare_shards,
+    render_pool_report,
+    scan_shard,
+)
+from tests.flows.conftest import write_config, write_slice
+
+TOML = """
+data_root = "root"
+[benchmarks]
+names = ["aime24"]
+window = ["2024-08-01", "2025-05-01"]
+[detectors]
+names = ["ngram", "minhash"]
+thresholds = { ngram = 0.4 }
+[[pools]]
+name = "p1"
+source = "pool.jsonl"
+map = "ttrl"
+[outputs]
+publish_as = "curated-{pool}"
+"""
+
+YAML = """
+data_root: root
+benchmarks: {names: [aime24], window: ["2024-08-01", "2025-05-01"]}
+detectors: {names: [ngram, minhash], thresholds: {ngram: 0.4}}
+pools:
+  - {name: p1, source: pool.jsonl, map: ttrl}
+outputs: {publish_as: "curated-{pool}"}
+"""
+
+
+def test_toml_and_yaml_configs_load_to_the_same_model(tmp_path):
+    (tmp_path / "pool.jsonl").write_text("{}\n")
+    (tmp_path / "a.toml").write_text(TOML)
+    (tmp_path / "a.yaml").write_text(YAML)
+    a, b = load_config(tmp_path / "a.toml"), load_config(tmp_path / "a.yaml")
+    assert a == b
+    assert a.data_root == str(tmp_path / "root")  # relative to the config file
+    assert a.pools[0].source == str(tmp_path / "pool.jsonl")
+    assert a.publish_name("p1") == "curated-p1"
+    dc = a.decontam_config()
+    assert dc.detectors == ["ngram", "minhash"] and dc.benchmarks == ["aime24"]
+    assert dc.window == "2024-08-01..2025-05-01"
+    assert dc.policy.thresholds == {"ngram": 0.4}
+    assert a.hash() == b.hash()
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("[[pools]]\nname='p'\nsource='x'\nmapp='ttrl'\n", "did you mean 'map'"),
+        ("[detectors]\nnames=['ngramm']\n[[pools]]\nname='p'\nsource='x'\n", "'ngram'"),
+        ("[[pools]]\nname='Bad Name'\nsource='x'\n", "valid dataset name"),
+        ("[[pools]]\nsource='x'\n", "missing 'name'"),
+        ("data_root='x'\n", "no pools"),
+        ("[outputs]\npublish_as='x'\n[[pools]]\nname='p'\nsource='x'\n", "{pool}"),
+        ("[[pools]]\nname='p'\nsource='x'\n[[pools]]\nname='p'\nsource='y'\n", "repeated: p"),
+        ("[[pools]\n", "not valid toml"),
+    ],
+)
+def test_bad_configs_name_the_problem(tmp_path, text, needle):
+    p = tmp_path / "c.toml"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        load_config(p)
+    assert needle in str(exc.value)
+    assert str(p) in str(exc.value)
+
+
+def test_missing_config_file_is_not_found(tmp_path):
+    with pytest.raises(NotFoundError):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_content_fingerprint_follows_bytes_not_names(tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text('{"x": 1}\n')
+    b.write_text('{"x": 1}\n')
+    fa = content_fingerprint(a)
+    assert fa == content_fingerprint(a)
+    a.write_text('{"x": 2}\n')
+    assert content_fingerprint(a) != fa
+    assert content_fingerprint("org/some-hub-dataset") == "name:org/some-hub-dataset"
+    assert content_fingerprint(tmp_path) != content_fingerprint(b)
+
+
+def test_artifact_keys_are_prefect_safe():
+    assert artifact_key("DeepScaler_AIME.v2", "ingest") == "sluice-deepscaler-aime-v2-ingest"
+
+
+def _decontam(detectors=("ngram",)) -> dict:
+    from decontam.run import DecontamConfig
+
+    return DecontamConfig(benchmarks=["aime24", "aime25"], detectors=list(detectors)).to_dict()
+
+
+def test_stage_tasks_chain_without_prefect(tmp_path, pools_dir, benchmarks_dir):
+    from curation.catalog import Catalog
+
+    root = str(tmp_path / "root")
+    src = write_slice(pools_dir / "math_ttrl_aime24_as_train.jsonl", tmp_path / "ttrl.jsonl")
+    ing = ingest_pool.fn({"name": "ttrl", "source": str(src), "map": "ttrl"}, root)
+    cat = Catalog(root)
+    assert cat.resolve(ing["ref"]).num_rows == 30 == ing["counts"]["accepted"]
+
+    dec = decontaminate_pool.fn(
+        ing["ref"], ["problem"], "uid", _decontam(), str(tmp_path / "run"), root,
+        benchmarks_dir=str(benchmarks_dir), publish_as="ttrl",
+    )
+    # every row of this pool *is* an AIME 2024 problem: the 9-gram detector flags most of them
+    assert dec["counts"]["rows"] == 30
+    assert dec["counts"]["contaminated"] >= 25
+    assert dec["counts"]["flagged_by_benchmark"]["aime24"] == dec["counts"]["contaminated"]
+    assert cat.resolve(dec["clean_ref"]).num_rows == dec["counts"]["clean"]
+    assert cat.resolve(dec["excluded_ref"]).num_rows == dec["counts"]["contaminated"]
+
+    rep = render_pool_report.fn(dec["run_dir"], str(tmp_path / "report"))
+    assert rep["html"].endswith("report.html")
+    assert "aime24" in open(rep["html"], encoding="utf-8").read()
+
+
+def test_sharded_scan_matches_the_single_process_run(tmp_path, pools_dir, benchmarks_dir):
+    """prepare -> scan each shard -> finalize writes the same evidence and decisions and
+    publishes the same versions as the one-task run."""
+    root = str(tmp_path / "root")
+    src = write_slice(pools_dir / "math_ttrl_aime24_as_train.jsonl", tmp_path / "ttrl.jsonl")
+    extra = write_slice(pools_dir / "math_deepscaler_aime_1983_2023.jsonl", tmp_path / "x.jsonl", 20)
+    src.write_text(src.read_text() + extra.read_text().replace('"problem"', '"prompt"'))
+    ing = ingest_pool.fn({"name": "mix", "source": str(src), "map": "ttrl"}, root)
+    cfg = _decontam(("ngram", "minhash"))
+    kw = dict(text_fields=["problem"], id_field="uid", decontam=cfg, data_root=root,
+              benchmarks_dir=str(benchmarks_dir), publish_as="mix")
+    single = decontaminate_pool.fn(ing["ref"], out_dir=str(tmp_path / "single"), **kw)
+
+    shards = prepare_shards.fn(ing["ref"], ["problem"], "uid", 3, str(tmp_path / "work"), root)
+    assert len(shards) == 3
+    scans = [
+        scan_shard.fn(p, cfg, str(tmp_path / "fresh-root"), str(benchmarks_dir)) for p in shards
+    ]
+    assert sum(s["texts_scanned"] for s in scans) == single["counts"]["texts"]
+    sharded = finalize_shards.fn(
+        ing["ref"], [s["matches_path"] for s in scans], out_dir=str(tmp_path / "sharded"), **kw
+    )
+    for name in ("matches.parquet", "decisions.parquet"):
+        a = pq.read_table(tmp_path / "single" / name)
+        b = pq.read_table(tmp_path / "sharded" / name)
+        assert a.num_rows > 0
+        assert a.equals(b), name
+    assert sharded["clean_ref"] == single["clean_ref"]
+    assert sharded["excluded_ref"] == single["excluded_ref"]
+    assert pc.sum(pq.read_table(tmp_path / "single" / "decisions.parquet")["contaminated"]).as_py() >= 25
+
+
+def test_config_file_round_trip_via_helper(tmp_path):
+    cfg = write_config(
+        tmp_path / "c.toml",
+        [{"name": "a", "source": str(tmp_path / "a.jsonl"), "map": "ttrl"}],
+        data_root=tmp_path / "root",
+        shards=2,
+    )
+    c = load_config(cfg)
+    assert isinstance(c, PipelineConfig) and c.scale.shards == 2
+    assert c.report_root() == tmp_path / "root" / "reports"

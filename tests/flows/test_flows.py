@@ -1,0 +1,157 @@
+"""The flows end to end on a temporary Prefect server (one harness per session), on slices of
+real pools: curate (ingest -> decontaminate -> report), artifacts, cached reruns, incremental
+rescans, deployments, and the `sluice run` / `sluice demo` commands."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.flows.conftest import write_config, write_slice
+
+pytestmark = [pytest.mark.xdist_group("prefect"), pytest.mark.usefixtures("prefect_harness")]
+
+
+def _versions(root: Path) -> list[str]:
+    from curation.catalog import Catalog
+
+    return sorted(v.ref for v in Catalog(str(root)).list())
+
+
+def _artifact(key: str):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        arts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key]))
+        )
+    return sorted(arts, key=lambda a: a.created)
+
+
+def test_curate_flow_end_to_end_then_cached_rerun(tmp_path, two_pools, benchmarks_dir):
+    from flows.curate import curate_flow
+
+    root = tmp_path / "root"
+    cfg = write_config(tmp_path / "pipeline.toml", two_pools, data_root=root)
+    first = curate_flow(config_path=str(cfg))
+
+    ttrl, old = first["ttrl-aime24"], first["deepscaler-aime"]
+    # ingest: every row accounted for
+    assert ttrl["ingest"]["counts"]["read"] == 30
+    assert old["ingest"]["counts"]["read"] == 50
+    # the AIME-2024-as-train pool is contaminated; AIME 1983-2023 is not (against AIME 24/25)
+    assert ttrl["decontaminate"]["counts"]["contaminated"] >= 25
+    assert old["decontaminate"]["counts"]["contaminated"] == 0
+    assert ttrl["decontaminate"]["clean_ref"].startswith("ttrl-aime24.decontaminated@")
+    html = Path(ttrl["report"]["html"])
+    assert html.is_file() and html.is_relative_to(root / "reports")
+
+    # artifacts with stable keys
+    ing_art = _artifact("sluice-ttrl-aime24-ingest")[-1]
+    assert ttrl["ingest"]["ref"] in ing_art.data
+    contam = _artifact("sluice-ttrl-aime24-contamination")[-1]
+    assert "aime24" in contam.data and html.resolve().as_uri() in contam.data
+    summary = _artifact("sluice-curate-summary")[-1]
+    rows = json.loads(summary.data) if isinstance(summary.data, str) else summary.data
+    assert {r["pool"] for r in rows} == {"ttrl-aime24", "deepscaler-aime"}
+
+    # rerun on unchanged pools: the same versions, nothing new published, no stage re-ran
+    versions = _versions(root)
+    run_json = Path(ttrl["decontaminate"]["run_dir"]) / "run.json"
+    stamp = run_json.stat().st_mtime_ns
+    second = curate_flow(config_path=str(cfg))
+    assert _versions(root) == versions
+    assert run_json.stat().st_mtime_ns == stamp  # the decontamination task did not run
+    for pool in first:
+        assert second[pool]["decontaminate"]["clean_ref"] == first[pool]["decontaminate"]["clean_ref"]
+
+    # a deleted run dir is not papered over by the cache: the stage runs again
+    shutil.rmtree(run_json.parent)
+    third = curate_flow(config_path=str(cfg))
+    assert run_json.is_file()
+    assert third["ttrl-aime24"]["decontaminate"]["clean_ref"] == ttrl["decontaminate"]["clean_ref"]
+
+
+def test_new_rows_are_the_only_texts_scanned(tmp_path, pools_dir, benchmarks_dir):
+    from flows.curate import curate_flow
+
+    src = pools_dir / "math_deepscaler_aime_1983_2023.jsonl"
+    pool = write_slice(src, tmp_path / "pool.jsonl", 40)
+    cfg = write_config(
+        tmp_path / "p.toml",
+        [{"name": "aime-old", "source": str(pool), "map": "deepscaler_aime"}],
+        data_root=tmp_path / "root",
+    )
+    first = curate_flow(config_path=str(cfg))["aime-old"]["decontaminate"]["counts"]
+    assert first["texts_scanned"] == first["texts"] == 40
+
+    more = write_slice(src, tmp_path / "more.jsonl", 3, skip=40)
+    pool.write_text(pool.read_text() + more.read_text())
+    second = curate_flow(config_path=str(cfg))["aime-old"]["decontaminate"]["counts"]
+    assert second["texts"] == 43
+    assert second["texts_scanned"] == 3
+    assert second["texts_cached"] == 40
+
+
+def test_sharded_decontaminate_flow_equals_single(tmp_path, pools_dir, benchmarks_dir):
+    import pyarrow.parquet as pq
+
+    from decontam.run import DecontamConfig
+    from flows.decontaminate import decontaminate_flow
+    from flows.ingest import ingest_flow
+
+    root = str(tmp_path / "root")
+    src = write_slice(pools_dir / "math_ttrl_aime24_as_train.jsonl", tmp_path / "t.jsonl")
+    ref = ingest_flow(source=str(src), name="ttrl", field_map="ttrl", data_root=root)["ref"]
+    cfg = DecontamConfig(benchmarks=["aime24", "aime25"], detectors=["ngram"]).to_dict()
+    kw = dict(input_ref=ref, text_fields=["problem"], id_field="uid", decontam=cfg,
+              data_root=root, benchmarks_dir=str(benchmarks_dir))
+    one = decontaminate_flow(out_dir=str(tmp_path / "one"), **kw)
+    three = decontaminate_flow(out_dir=str(tmp_path / "three"), shards=3, **kw)
+    assert three["clean_ref"] == one["clean_ref"]
+    for name in ("matches.parquet", "decisions.parquet"):
+        assert pq.read_table(tmp_path / "one" / name).equals(pq.read_table(tmp_path / "three" / name))
+
+
+def test_deployment_carries_the_schedule_and_config(tmp_path, two_pools):
+    from curation.errors import ConfigError
+    from flows.deployments import curate_deployment
+
+    cfg = write_config(tmp_path / "pipeline.toml", two_pools, data_root=tmp_path / "root")
+    dep = curate_deployment(cfg, cron="0 3 * * *")
+    assert dep.name == "sluice-curate"
+    assert dep.parameters["config_path"] == str(cfg.resolve())
+    assert dep.schedules[0].schedule.cron == "0 3 * * *"
+    with pytest.raises(ConfigError, match="cron"):
+        curate_deployment(cfg, cron="every night")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[pools]]\nname='x'\n")
+    with pytest.raises(ConfigError, match="missing 'source'"):
+        curate_deployment(bad, cron="0 3 * * *")
+
+
+def test_sluice_run_and_demo_commands(tmp_path, two_pools, benchmarks_dir):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    runner = CliRunner()
+    cfg = write_config(tmp_path / "pipeline.toml", two_pools[:1], data_root=tmp_path / "root")
+    res = runner.invoke(app, ["run", str(cfg)])
+    assert res.exit_code == 0, res.output
+    assert "ttrl-aime24.decontaminated@" in res.output
+
+    res = runner.invoke(app, ["run", str(tmp_path / "missing.toml")])
+    assert res.exit_code != 0
+
+    res = runner.invoke(app, ["demo", "--out", str(tmp_path / "demo")])
+    assert res.exit_code == 0, res.output
+    report = Path(res.output.split("report:")[-1].strip().replace("\n", ""))
+    assert report.name == "report.html" and report.is_file()
+    # the planted AIME rows are found
+    run = json.loads((tmp_path / "demo").joinpath(".sluice", "runs").rglob("run.json").__next__().read_text())
+    assert run["counts"]["contaminated"] >= 2
