@@ -131,8 +131,14 @@ def parse_path(path: str) -> tuple[str | int, ...]:
 
 
 def parse_value(value: Any, how: str, field_name: str) -> Any:
-    """Parse a stringified value (``json`` | ``python`` | ``auto``); non-strings pass through."""
+    """Parse a stringified value (``json`` | ``python`` | ``auto``); non-strings pass through.
+
+    ``auto`` parses only text that looks like a container or a quoted literal (starts with
+    ``[ { ( ' "``), so a bare ``"0.50"`` answer is never turned into the float ``0.5``.
+    """
     if not isinstance(value, str):
+        return value
+    if how == "auto" and value.lstrip()[:1] not in ("[", "{", "(", "'", '"'):
         return value
     if how in ("json", "auto"):
         try:

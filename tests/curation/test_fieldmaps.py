@@ -65,6 +65,18 @@ def test_paths_resolve_into_nested_and_stringified_values():
         parse_path("[0].x")
 
 
+def test_auto_parse_leaves_bare_scalars_as_text():
+    from curation.fieldmaps import parse_value
+
+    assert parse_value("0.50", "auto", "answer") == "0.50"
+    assert parse_value("'Easy'", "auto", "x") == "Easy"
+    assert parse_value('["5"]', "auto", "x") == ["5"]
+    assert parse_value("{'a': (1, 2)}", "auto", "x") == {"a": (1, 2)}
+    assert parse_value("[not, parseable", "auto", "x") == "[not, parseable"
+    with pytest.raises(FieldError, match="not a Python literal"):
+        parse_value("Easy", "python", "x")
+
+
 def test_extractors():
     assert extract_boxed(r"so $\boxed{\frac{1}{2}}$ and finally \boxed{x^{2}+1}.") == "x^{2}+1"
     assert extract_boxed("no box") is None
