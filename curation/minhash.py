@@ -26,6 +26,7 @@ import hashlib
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -161,7 +162,9 @@ class MinHasher:
     scheme: str = field(
         default="affine32", metadata={"help": "datasketch permutation scheme: affine32 | legacy"}
     )
-    chunk_elems: int = field(default=1 << 20, metadata={"help": "max shingles per numpy block"})
+    chunk_elems: int = field(
+        default=1 << 16, metadata={"help": "max shingles per numpy block (cache-sized)"}
+    )
 
     def __post_init__(self) -> None:
         if self.num_perm < 1:
@@ -265,7 +268,7 @@ class MinHasher:
         """Signatures of many shingle collections (each an iterable of bytes)."""
         lists = [s if isinstance(s, (list, tuple)) else list(s) for s in sets]
         lengths = np.fromiter((len(s) for s in lists), np.int64, len(lists))
-        flat = [x for s in lists for x in s]
+        flat = list(chain.from_iterable(lists))
         return self.signatures_from_hashes(self._hash_many(flat), lengths)
 
     def lean(self, signature: np.ndarray):
