@@ -24,6 +24,8 @@ from datasketch import MinHash  # noqa: E402
 from curation.minhash import MinHasher, hash_function, shingles  # noqa: E402
 from curation.settings import shared_dir  # noqa: E402
 
+REPEATS = 3
+
 
 def main() -> None:
     root = shared_dir()
@@ -35,14 +37,15 @@ def main() -> None:
     for hash_name in ("xxh32", "sha1"):
         for num_perm, seed in ((128, 1), (256, 7)):
             mh = MinHasher(num_perm=num_perm, seed=seed, hash=hash_name)
-            t = time.perf_counter()
-            ref = MinHash.bulk(
-                sets, num_perm=num_perm, seed=seed, hashfunc=hash_function(hash_name)
-            )
-            t_ref = time.perf_counter() - t
-            t = time.perf_counter()
-            sig = mh.signatures(sets)
-            t_ours = time.perf_counter() - t
+            t_ref = t_ours = float("inf")
+            kw = {"num_perm": num_perm, "seed": seed, "hashfunc": hash_function(hash_name)}
+            for _ in range(REPEATS):  # best of N: the machine may be shared
+                t = time.perf_counter()
+                ref = MinHash.bulk(sets, **kw)
+                t_ref = min(t_ref, time.perf_counter() - t)
+                t = time.perf_counter()
+                sig = mh.signatures(sets)
+                t_ours = min(t_ours, time.perf_counter() - t)
             assert all(np.array_equal(s, r.hashvalues) for s, r in zip(sig, ref, strict=True))
             print(
                 f"hash={hash_name:5s} num_perm={num_perm:3d} seed={seed}: MinHash.bulk {t_ref:6.2f} s, "
