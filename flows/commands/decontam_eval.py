@@ -10,8 +10,12 @@ import typer
 def register(decontam_app: typer.Typer) -> None:
     @decontam_app.command("evaluate")
     def evaluate_cmd(
-        labels: Path = typer.Option(..., "--labels", help="labelled JSONL (contam_dev.jsonl format)"),
-        out: Path = typer.Option(..., "--out", help="folder for evaluation.json/.md, sweeps, scores"),
+        labels: Path = typer.Option(
+            ..., "--labels", help="labelled JSONL (contam_dev.jsonl format)"
+        ),
+        out: Path = typer.Option(
+            ..., "--out", help="folder for evaluation.json/.md, sweeps, scores"
+        ),
         detectors: str = typer.Option(
             "ngram,minhash,problem_id,embedding,fuzzy,fingerprint",
             "--detectors",
@@ -43,7 +47,10 @@ def register(decontam_app: typer.Typer) -> None:
         pol = PolicyConfig.from_file(policy) if policy else None
         with console.status("evaluating") as status:
             result = evaluate(
-                labels, cfg, policy=pol, calibrate_thresholds=calibrate,
+                labels,
+                cfg,
+                policy=pol,
+                calibrate_thresholds=calibrate,
                 progress=lambda msg: status.update(msg),
             )
         paths = write_outputs(result, out)
@@ -55,6 +62,8 @@ def register(decontam_app: typer.Typer) -> None:
         for n in result["notes"]:
             typer.echo(f"note: {n}")
         if "calibration" in result:
-            typer.echo("calibrated thresholds: " + ", ".join(
-                f"{k}={v}" for k, v in result["calibration"]["thresholds"].items()))
+            typer.echo(
+                "calibrated thresholds: "
+                + ", ".join(f"{k}={v}" for k, v in result["calibration"]["thresholds"].items())
+            )
         typer.echo(f"wrote {', '.join(str(p) for p in paths.values())}")

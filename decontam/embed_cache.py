@@ -1,0 +1,151 @@
+"""A content-addressed cache of text embeddings, so reruns embed only what is new.
+
+Key: (model key = model id + revision, text-preparation version, sha256 of the text). Storage:
+``<data root>/cache/embeddings/<model key>/<prep version>/part-*.parquet``, each shard a table of
+``text_hash`` (hex sha256) and ``vector`` (fixed-size list of float32). New vectors go to a new
+shard (written to a temporary name, then renamed, so a crash never leaves half a shard);
+when there are many small shards they are merged into one.
+
+Written by hand because it is Sluice's own: the key must carry the model revision and the text
+preparation version, and Parquet keeps it readable without pickle.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from curation.settings import data_root
+
+CACHE_SCHEMA_VERSION = "embed-cache/1"
+_MAX_SHARDS = 32
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _slug(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", s).strip("_")[:120] or "model"
+
+
+class EmbeddingCache:
+    """Vectors of one model + text preparation, keyed by sha256(text)."""
+
+    def __init__(
+        self, model_key: str, prep_version: str, *, root: str | os.PathLike | None = None
+    ) -> None:
+        base = Path(data_root(root))
+        if "://" in str(base):  # pragma: no cover - remote roots are not supported for the cache
+            from curation.errors import ConfigError
+
+            raise ConfigError(
+                f"the embedding cache needs a local data root, got {base}",
+                hint="set SLUICE_DATA_ROOT to a local folder or pass cache=False",
+            )
+        self.dir = base / "cache" / "embeddings" / _slug(model_key) / _slug(prep_version)
+        self._index: dict[str, int] = {}
+        self._vectors: np.ndarray | None = None
+        self._load()
+
+    # -- storage -------------------------------------------------------------------------
+    def _shards(self) -> list[Path]:
+        return sorted(self.dir.glob("part-*.parquet")) if self.dir.is_dir() else []
+
+    def _load(self) -> None:
+        hashes: list[str] = []
+        mats: list[np.ndarray] = []
+        for shard in self._shards():
+            t = pq.read_table(shard)
+            if t.num_rows == 0:
+                continue
+            hashes.extend(t.column("text_hash").to_pylist())
+            vec = t.column("vector").combine_chunks()
+            dim = vec.type.list_size
+            mats.append(vec.values.to_numpy(zero_copy_only=False).reshape(-1, dim))
+        self._index = {}
+        for i, h in enumerate(hashes):
+            self._index.setdefault(h, i)
+        self._vectors = np.vstack(mats).astype(np.float32) if mats else None
+
+    def _write_shard(self, hashes: list[str], vectors: np.ndarray) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        dim = vectors.shape[1]
+        flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).ravel(), pa.float32())
+        table = pa.table(
+            {
+                "text_hash": pa.array(hashes, pa.string()),
+                "vector": pa.FixedSizeListArray.from_arrays(flat, dim),
+            }
+        ).replace_schema_metadata({b"sluice.schema": CACHE_SCHEMA_VERSION.encode()})
+        final = self.dir / f"part-{uuid.uuid4().hex}.parquet"
+        tmp = final.with_suffix(".tmp")
+        pq.write_table(table, tmp)
+        os.replace(tmp, final)
+
+    def _compact(self) -> None:
+        shards = self._shards()
+        if len(shards) <= _MAX_SHARDS or self._vectors is None:
+            return
+        hashes = list(self._index)
+        rows = np.fromiter(self._index.values(), dtype=np.int64, count=len(hashes))
+        self._write_shard(hashes, self._vectors[rows])
+        for s in shards:
+            s.unlink(missing_ok=True)
+        self._load()
+
+    # -- API -----------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __contains__(self, h: str) -> bool:
+        return h in self._index
+
+    def get_many(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        if self._vectors is None:
+            return {}
+        return {h: self._vectors[self._index[h]] for h in hashes if h in self._index}
+
+    def put_many(self, hashes: Sequence[str], vectors: np.ndarray) -> None:
+        new = [i for i, h in enumerate(hashes) if h not in self._index]
+        if not new:
+            return
+        hs = [hashes[i] for i in new]
+        vs = np.asarray(vectors, dtype=np.float32)[new]
+        self._write_shard(hs, vs)
+        start = 0 if self._vectors is None else self._vectors.shape[0]
+        self._vectors = vs if self._vectors is None else np.vstack([self._vectors, vs])
+        for j, h in enumerate(hs):
+            self._index[h] = start + j
+        self._compact()
+
+
+def encode_with_cache(
+    texts: Sequence[str],
+    encode: Callable[[list[str]], np.ndarray],
+    cache: EmbeddingCache | None,
+) -> np.ndarray:
+    """Vectors for ``texts`` (row-aligned): cached ones are read, only unseen distinct texts are
+    passed to ``encode`` (once each), and their vectors are stored."""
+    hashes = [text_hash(t) for t in texts]
+    known = cache.get_many(hashes) if cache is not None else {}
+    todo: dict[str, str] = {}
+    for h, t in zip(hashes, texts, strict=True):
+        if h not in known and h not in todo:
+            todo[h] = t
+    if todo:
+        new_vecs = np.asarray(encode(list(todo.values())), dtype=np.float32)
+        if cache is not None:
+            cache.put_many(list(todo), new_vecs)
+        known.update(zip(todo, new_vecs, strict=True))
+    if not hashes:
+        return np.zeros((0, 0), dtype=np.float32)
+    return np.vstack([known[h] for h in hashes]).astype(np.float32)

