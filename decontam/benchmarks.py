@@ -144,6 +144,16 @@ def file_sha256(path: str | os.PathLike) -> str:
 
 
 @dataclass(frozen=True)
+class DerivedField:
+    """An item field computed from a source column: ``template.format(*re.search(pattern).groups())``
+    (e.g. AIME ids from AoPS URLs)."""
+
+    field: str
+    pattern: str = "(.*)"
+    template: str = "{0}"
+
+
+@dataclass(frozen=True)
 class SourceSpec:
     """Where one wording of a benchmark comes from: a local file or a Hub dataset."""
 
@@ -157,9 +167,7 @@ class SourceSpec:
     config: str | None = None
     data_files: tuple[str, ...] = ()
     where: tuple[tuple[str, object], ...] = ()  # keep rows whose column equals the value
-    fields: tuple[
-        tuple[str, object], ...
-    ] = ()  # item field -> column (or {field,pattern,template})
+    fields: tuple[tuple[str, str | DerivedField], ...] = ()  # item field -> column
     item_count: int | None = None  # pinned; variants only (the primary's live on the def)
     content_hash: str | None = None
 
@@ -199,9 +207,13 @@ class BenchmarkDef:
             if s is None:
                 return None
             d = {k: v for k, v in s.__dict__.items() if v not in (None, (), "")}
-            for k in ("where", "fields"):
-                if k in d:
-                    d[k] = dict(d[k])  # type: ignore[arg-type]
+            if "where" in d:
+                d["where"] = dict(d["where"])  # type: ignore[arg-type]
+            if "fields" in d:
+                d["fields"] = {
+                    k: (v.__dict__ if isinstance(v, DerivedField) else v)
+                    for k, v in d["fields"]  # type: ignore[union-attr]
+                }
             return d
 
         return {
@@ -270,6 +282,30 @@ def _parse_source(d: object, kind: str, where: str, fields: dict) -> SourceSpec:
     for required in ("item_id", "text"):
         if required not in merged:
             raise ConfigError(f"{where}: fields.{required} is required (the source column name)")
+    mapped: dict[str, str | DerivedField] = {}
+    for target, src in merged.items():
+        if isinstance(src, str):
+            mapped[target] = src
+        elif (
+            isinstance(src, dict)
+            and "field" in src
+            and set(src) <= {"field", "pattern", "template"}
+        ):
+            try:
+                re.compile(src.get("pattern", "(.*)"))
+            except re.error as exc:
+                raise ConfigError(f"{where}: fields.{target}: bad pattern: {exc}") from None
+            mapped[target] = DerivedField(**{k: str(v) for k, v in src.items()})
+        else:
+            raise ConfigError(
+                f"{where}: fields.{target} must be a column name or "
+                "{ field = ..., pattern = ..., template = ... }, got " + repr(src)
+            )
+    filters = d.get("where") or {}
+    if not isinstance(filters, dict) or not all(
+        isinstance(v, (str, int, float, bool)) for v in filters.values()
+    ):
+        raise ConfigError(f"{where}: 'where' must map columns to single values")
     return SourceSpec(
         kind=kind,
         variant=str(d.get("variant", "primary")),
@@ -280,8 +316,8 @@ def _parse_source(d: object, kind: str, where: str, fields: dict) -> SourceSpec:
         split=str(d.get("split", "train")),
         config=d.get("config"),
         data_files=tuple(d.get("data_files", ())),
-        where=tuple(sorted((d.get("where") or {}).items())),
-        fields=tuple(sorted(merged.items(), key=lambda kv: kv[0])),
+        where=tuple(sorted(filters.items())),
+        fields=tuple(sorted(mapped.items(), key=lambda kv: kv[0])),
         item_count=d.get("item_count"),
         content_hash=d.get("content_hash"),
     )
@@ -467,16 +503,16 @@ def _map_rows(
             "domain": defn.domain,
         }
         for target, src in spec.fields:
-            if isinstance(src, dict):  # {field=, pattern=, template=}: derive from a column
-                col = src.get("field")
+            if isinstance(src, DerivedField):
+                col = src.field
                 raw = _as_str(row.get(col))
-                m = re.search(src.get("pattern", "(.*)"), raw or "")
+                m = re.search(src.pattern, raw or "")
                 if m is None:
                     raise InputError(
-                        f"value {raw!r} does not match pattern {src.get('pattern')!r}",
+                        f"value {raw!r} does not match pattern {src.pattern!r}",
                         file=where, row=i, field=col,
                     )  # fmt: skip
-                value: str | None = src.get("template", "{0}").format(*m.groups())
+                value: str | None = src.template.format(*m.groups())
             else:
                 if target in ("item_id", "text") and src not in row:
                     raise InputError(
@@ -586,12 +622,21 @@ def _wording(rows: list[dict], spec: SourceSpec, defn: BenchmarkDef, label: str)
     return checks
 
 
+def _stamp(defn: BenchmarkDef, base: Path | None) -> tuple:
+    """(path, mtime, size) of the local files a definition reads: part of the cache key, so a
+    replaced mirror file is read again."""
+    out = []
+    for spec in (defn.local, *defn.variants):
+        p = _local_path(spec, defn, base) if spec is not None else None
+        if p is not None and p.is_file():
+            st = p.stat()
+            out.append((str(p), st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
 @lru_cache(maxsize=64)
-def _read_copy(
-    def_path: str, def_mtime: float, name: str, bdir: str | None, include_variants: bool
-) -> _Copy:
-    """Read one benchmark (cached per definition file, mirror dir and variant choice)."""
-    defn = _DEF_CACHE[(def_path, def_mtime)]
+def _read_copy(defn: BenchmarkDef, bdir: str | None, include_variants: bool, stamp: tuple) -> _Copy:
+    """Read one benchmark (cached per definition, mirror dir, variant choice and file stamps)."""
     base = Path(bdir) if bdir else None
     checks: list[_Check] = []
     notes: list[str] = []
@@ -650,9 +695,6 @@ def _read_copy(
     return _Copy(table, source, tuple(loaded), primary_hash, tuple(checks), tuple(notes))
 
 
-_DEF_CACHE: dict[tuple[str, float], BenchmarkDef] = {}
-
-
 def _resolve_window(defn: BenchmarkDef, window: WindowArg) -> tuple[str, str] | None:
     if isinstance(window, Mapping):
         window = window.get(defn.name)  # type: ignore[assignment]
@@ -689,10 +731,8 @@ def load_benchmark(
     from curation.settings import benchmarks_dir as resolve_dir
 
     defn = get_definition(name, definition_files)
-    mtime = os.stat(defn.path).st_mtime
-    _DEF_CACHE[(defn.path, mtime)] = defn
     bdir = resolve_dir(benchmarks_dir)
-    copy = _read_copy(defn.path, mtime, defn.name, str(bdir) if bdir else None, include_variants)
+    copy = _read_copy(defn, str(bdir) if bdir else None, include_variants, _stamp(defn, bdir))
     bad = [c for c in copy.checks if not c.ok]
     if bad and not allow_mismatch:
         detail = "; ".join(f"{c.what}: expected {c.expected}, got {c.actual}" for c in bad)

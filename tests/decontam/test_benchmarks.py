@@ -330,3 +330,41 @@ def test_docs_user_benchmark_example_loads(tmp_path):
     bs = load_benchmarks(["olymp"], definition_files=[tmp_path / "olymp.toml"])
     assert bs.info("olymp").item_count == 2 and bs.info("olymp").verified
     assert get_definition("olymp", [tmp_path / "olymp.toml"]).normalizer == "latex"
+
+
+def test_derived_ids_and_where_filter(tmp_path):
+    """The mapping used for the AIME Hub copies (ids from the AoPS URL) and a `where` filter,
+    exercised through a local user definition."""
+    aime = get_definition("aime24").hub
+    url_map = dict(aime.fields)["item_id"]
+    rows = [
+        {"url": "https://artofproblemsolving.com/wiki/index.php/2024_AIME_I_Problems/Problem_1",
+         "problem": "one", "keep": True},
+        {"url": "https://artofproblemsolving.com/wiki/index.php/2024_AIME_II_Problems/Problem_15",
+         "problem": "two", "keep": True},
+        {"url": "https://example.org/x", "problem": "three", "keep": False},
+    ]  # fmt: skip
+    (tmp_path / "h.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    toml = tmp_path / "h.toml"
+    toml.write_text(
+        'name = "h"\nversion = "h@1"\ndomain = "math"\n'
+        f"[fields]\nitem_id = {{ field = \"{url_map.field}\", pattern = '{url_map.pattern}', "
+        f'template = "{url_map.template}" }}\ntext = "problem"\n'
+        '[local]\nfile = "h.jsonl"\nwhere = { keep = true }\n'
+    )
+    items, info = load_benchmark("h", definition_files=[toml])
+    assert items.column("item_id").to_pylist() == ["2024-I-1", "2024-II-15"]
+    assert json.loads(json.dumps(get_definition("h", [toml]).to_dict()))["local"]["where"] == {
+        "keep": True
+    }
+    # without the filter the third row's URL does not fit the pattern: a located input error
+    toml.write_text(toml.read_text().replace("where = { keep = true }\n", ""))
+    with pytest.raises(InputError, match=r"h.jsonl, row 3, field 'url'"):
+        load_benchmark("h", definition_files=[toml])
+
+
+def test_cache_rereads_a_replaced_file(tmp_path):
+    toml = _user_bench(tmp_path, ROWS)
+    assert load_benchmark("olymp", definition_files=[toml])[1].item_count == 2
+    _user_bench(tmp_path, ROWS[:1])
+    assert load_benchmark("olymp", definition_files=[toml])[1].item_count == 1
