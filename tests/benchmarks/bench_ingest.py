@@ -120,15 +120,16 @@ import curation.catalog, curation.ingest  # same imports, no work
 
 
 def _child_peak(code: str) -> tuple[int, str]:
-    """Run ``code`` in a fresh child; return (its peak RSS in bytes, stdout)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """Run ``code`` in a fresh child; return (the children's peak RSS in bytes, its stdout).
+
+    ``RUSAGE_CHILDREN.ru_maxrss`` (KiB on Linux) is the largest peak of all waited-for children;
+    the children here run smallest first (import-only baseline, then the ingest), so after each
+    run it is that child's peak.
+    """
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     if p.returncode != 0:
         raise SystemExit(f"child failed:\n{p.stderr[-3000:]}")
-    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    # ru_maxrss of children is the max over all waited-for children (KiB on Linux); children run
-    # in increasing-size order here, so the new max is this child's peak.
-    return max(after, before) * 1024 if after > before else after * 1024, p.stdout
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024, p.stdout
 
 
 def bench_memory(n: int) -> bool:

@@ -135,3 +135,28 @@ def test_auto_map_by_file_name_then_by_columns(tmp_path, pools_dir):
     )
     with pytest.raises(ConfigError, match="candidates: .*simplerl_math8k.*ttrl"):
         select_map("auto", str(ambiguous))
+
+
+def test_jsonl_parquet_and_save_to_disk_give_the_same_records(tmp_path, data_root):
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [
+        {"id": f"r{i}", "problem": f"What is {i} squared?", "answer": str(i * i)} for i in range(25)
+    ]
+    rows.append({"id": "r-dup", "problem": "What is 3  squared?", "answer": "9"})
+    jl = tmp_path / "pool.jsonl"
+    jl.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "pool.parquet")
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "pool_hf"))
+    cat = Catalog()
+    got = []
+    for src in (jl, tmp_path / "pool.parquet", tmp_path / "pool_hf"):
+        res = ingest(str(src), field_map="generic_math", name=f"p-{src.name}".replace(".", "-"))
+        assert (res.counts["accepted"], res.counts["duplicates"]) == (25, 1), src
+        t = cat.load(res.ref).select(["uid", "source_id", "problem", "answer"])
+        got.append(t.to_pylist())
+        (dup,) = cat.load(res.duplicates_ref).to_pylist()
+        assert (dup["kept_row"], dup["duplicate_row"]) == (4, 26)
+    assert got[0] == got[1] == got[2]
