@@ -37,6 +37,7 @@ EVIDENCE_SCHEMA = pa.schema(
         pa.field("benchmark_item", pa.string()),
         pa.field("benchmark_variant", pa.string()),
         pa.field("field", pa.string()),
+        pa.field("highlight_detector", pa.string()),  # whose spans are highlighted
         pa.field("contaminated", pa.bool_()),
         pa.field("detectors_over", pa.list_(pa.string())),
         pa.field("decided_by", pa.list_(pa.string())),
@@ -168,8 +169,10 @@ def _provenance(run: RunData) -> dict[str, Any]:
                 "threshold": cfg.get("threshold"),
                 "policy_threshold": run.detector_thresholds().get(d.get("name")),
                 "evidence_only": d.get("name") in run.evidence_only(),
-                "normalizer": cfg.get("normalizer")
+                # versioned normalizers (describe()["normalizers"]) when the detector reports them
+                "normalizer": d.get("normalizers")
                 or cfg.get("normalizers")
+                or cfg.get("normalizer")
                 or cfg.get("normalize"),
                 "config": cfg,
             }
@@ -300,8 +303,11 @@ def _summary(run: RunData, pairs: dict[tuple[str, str, str], Pair]) -> dict[str,
 
 
 def _best_rows(run: RunData) -> dict[tuple[str, str, str], dict[str, Any]]:
-    """For each pair: field, variant and merged spans of its best match (preferring a match
-    that has spans, so the evidence can be highlighted)."""
+    """For each pair, the match whose spans the evidence highlights: field, variant, detector
+    and that detector's spans. Preference: a match over its threshold, with spans, with the most
+    distinct spans (exact-overlap detectors report several tight spans; similarity detectors
+    one coarse window), then the highest score, then the detector name (stable output)."""
+    thr_over = run.detector_thresholds()
     cols = run.matches.select(
         [
             "sample_uid",
@@ -309,27 +315,26 @@ def _best_rows(run: RunData) -> dict[tuple[str, str, str], dict[str, Any]]:
             "benchmark",
             "benchmark_item",
             "benchmark_variant",
+            "detector",
             "score",
+            "threshold",
             "spans",
         ]
     ).to_pylist()
     best: dict[tuple[str, str, str], dict[str, Any]] = {}
     for r in cols:
         key = (r["sample_uid"], r["benchmark"], r["benchmark_item"])
-        rank = (bool(r["spans"]), r["score"])
+        over = r["score"] >= thr_over.get(r["detector"], r["threshold"])
+        rank = (over, bool(r["spans"]), len(r["spans"] or ()), r["score"], r["detector"])
         cur = best.get(key)
         if cur is None or rank > cur["rank"]:
             best[key] = {
                 "rank": rank,
                 "field": r["field"],
                 "variant": r["benchmark_variant"],
-                "spans": [],
+                "detector": r["detector"] if r["spans"] else None,
+                "spans": list(r["spans"] or ()),
             }
-    for r in cols:
-        key = (r["sample_uid"], r["benchmark"], r["benchmark_item"])
-        b = best[key]
-        if r["spans"] and r["field"] == b["field"] and r["benchmark_variant"] == b["variant"]:
-            b["spans"].extend(r["spans"])
     return best
 
 
@@ -344,7 +349,7 @@ def _evidence(
         if not p.flagged:
             continue
         d = dec.get(p.sample_uid, {})
-        b = best.get(key, {"field": None, "variant": None, "spans": []})
+        b = best.get(key, {"field": None, "variant": None, "detector": None, "spans": []})
         spans = sorted(
             {
                 (s["sample_start"], s["sample_end"], s["bench_start"], s["bench_end"])
@@ -359,6 +364,7 @@ def _evidence(
                 "benchmark_item": p.benchmark_item,
                 "benchmark_variant": b["variant"],
                 "field": b["field"],
+                "highlight_detector": b["detector"],
                 "contaminated": bool(d.get("contaminated")),
                 "detectors_over": p.detectors_over,
                 "decided_by": sorted(p.decided_by),
@@ -662,6 +668,11 @@ def _env():
         keep_trailing_newline=True,
     )
     env.filters["md"] = md_cell
+    env.filters["kv"] = lambda x: (
+        ", ".join(f"{k}: {v}" for k, v in sorted(x.items()))
+        if isinstance(x, dict)
+        else ("" if x is None else x)
+    )
     env.filters["pct"] = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"
     env.filters["num"] = lambda x: (
         "n/a" if x is None else (f"{x:.3f}" if isinstance(x, float) else str(x))

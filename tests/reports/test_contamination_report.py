@@ -43,20 +43,23 @@ def report_dir(run_dir, tmp_path_factory) -> Path:
     return out
 
 
-def normalize_json(report: dict, run_dir: Path) -> dict:
+def normalize_json(report: dict, run_dir: Path, benchmarks_dir: Path) -> str:
     r = json.loads(json.dumps(report))
     r["generated_at"] = "<generated_at>"
     r["report_sluice_version"] = "<version>"
     p = r["provenance"]
-    p["run_dir"] = "<run_dir>"
     p["created_at"] = "<created_at>"
     p["sluice_version"] = "<version>"
-    return r
+    text = json.dumps(r, indent=2, sort_keys=True) + "\n"
+    return normalize_text(text, run_dir, benchmarks_dir)
 
 
-def normalize_text(text: str, run_dir: Path) -> str:
-    text = text.replace(str(run_dir), "<run_dir>")
+def normalize_text(text: str, run_dir: Path, benchmarks_dir: Path) -> str:
+    """Replace what changes between machines and runs: temp paths, the data folder, times,
+    the Sluice version."""
+    text = text.replace(str(run_dir.parent), "<tmp>").replace(str(benchmarks_dir), "<benchmarks>")
     text = re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(\+00:00|Z)?", "<time>", text)
+    text = re.sub(r"(Sluice version \(run\) \| )[^|]+", r"\1<version> ", text)
     return re.sub(r"Sluice \d+\.\d+\.\d+\S*", "Sluice <version>", text)
 
 
@@ -75,16 +78,15 @@ def check_golden(name: str, actual: str) -> None:
 # ----------------------------------------------------------------------------- golden files
 
 
-def test_json_matches_golden(report_dir, run_dir):
+def test_json_matches_golden(report_dir, run_dir, benchmarks_dir):
     report = json.loads((report_dir / "report.json").read_text())
     assert report["schema_version"] == REPORT_SCHEMA_VERSION
-    norm = normalize_json(report, run_dir)
-    check_golden("report.json", json.dumps(norm, indent=2, sort_keys=True) + "\n")
+    check_golden("report.json", normalize_json(report, run_dir, benchmarks_dir))
 
 
-def test_markdown_matches_golden(report_dir, run_dir):
+def test_markdown_matches_golden(report_dir, run_dir, benchmarks_dir):
     md = (report_dir / "report.md").read_text()
-    check_golden("report.md", normalize_text(md, run_dir))
+    check_golden("report.md", normalize_text(md, run_dir, benchmarks_dir))
 
 
 # ----------------------------------------------------------------------------- oracles
@@ -112,9 +114,9 @@ def test_summary_counts_agree_with_an_independent_count(report_dir, run_dir):
         per_source[r["source"]][0] += 1
         per_source[r["source"]][1] += r["contaminated"]
     assert {x["source"]: [x["rows"], x["flagged"]] for x in s["by_source"]} == per_source
-    # the fixture's five verbatim AIME 2024 copies are all removed; the older AIME rows are kept
+    # the five AIME 2024 copies and the half copy are removed; the older AIME rows are kept
     removed = {r["sample_uid"] for r in dec if r["contaminated"]}
-    assert removed == {f"ttrl-{i}" for i in range(5)}
+    assert removed == {f"ttrl-{i}" for i in range(5)} | {"ttrl-8-half"}
 
 
 def test_evidence_spans_point_at_the_same_text_on_both_sides(report_dir, run_dir):
@@ -127,29 +129,28 @@ def test_evidence_spans_point_at_the_same_text_on_both_sides(report_dir, run_dir
         for r in pq.read_table(run_dir / "benchmark_items.parquet").to_pylist()
     }
     ev = pq.read_table(report_dir / "evidence.parquet").to_pylist()
-    assert len(ev) == 5
+    assert len(ev) == 6
     checked = 0
     for r in ev:
-        st, bt = (
-            texts[(r["sample_uid"], r["field"])],
-            items[(r["benchmark_item"], r["benchmark_variant"])],
-        )
+        assert r["highlight_detector"] == "ngram"  # exact-overlap spans are preferred
+        st = texts[(r["sample_uid"], r["field"])]
+        bt = items[(r["benchmark_item"], r["benchmark_variant"])]
         for sp in r["spans"]:
-            a = re.findall(r"\w+", st[sp["sample_start"] : sp["sample_end"]].lower())
-            b = re.findall(r"\w+", bt[sp["bench_start"] : sp["bench_end"]].lower())
-            assert a == b
+            a = set(re.findall(r"\w+", st[sp["sample_start"] : sp["sample_end"]].lower()))
+            b = set(re.findall(r"\w+", bt[sp["bench_start"] : sp["bench_end"]].lower()))
+            assert len(a & b) >= 0.8 * len(a | b), (r["sample_uid"], sp)
             checked += 1
-    assert checked >= 5
+    assert checked >= 6
 
 
 def test_agreement_and_single_detector_items(report_dir):
     report = json.loads((report_dir / "report.json").read_text())
     ag = report["agreement"]
     combos = {c["label"]: c["pairs"] for c in ag["combinations"]}
-    assert combos == {"jaccard + ngram": 4, "ngram": 1}
+    assert combos == {"minhash + ngram": 5, "ngram": 1}
     assert ag["single_detector_total"] == 1
-    assert ag["single_detector_pairs"][0]["sample_uid"] == "ttrl-4"  # HF wording of 2024-I-5
-    assert ag["single_detector_pairs"][0]["benchmark_item"] == "2024-I-5"
+    assert ag["single_detector_pairs"][0]["sample_uid"] == "ttrl-8-half"  # half of 2024-I-9
+    assert ag["single_detector_pairs"][0]["benchmark_item"] == "2024-I-9"
 
 
 def test_sensitivity_curve_at_threshold_matches_flag_count(report_dir):
@@ -166,11 +167,11 @@ def test_sensitivity_curve_at_threshold_matches_flag_count(report_dir):
 def test_max_evidence_caps_the_report_but_not_the_parquet(run_dir, tmp_path):
     paths = render_report(run_dir, tmp_path, max_evidence=2)
     report = json.loads(paths.json.read_text())
-    assert report["evidence"]["total"] == 5 and report["evidence"]["shown"] == 2
+    assert report["evidence"]["total"] == 6 and report["evidence"]["shown"] == 2
     assert len(report["evidence"]["rows"]) == 2
-    assert pq.read_table(paths.evidence).num_rows == 5
-    assert "Showing 2 of 5 flagged pairs" in paths.html.read_text()
-    assert "Showing 2 of 5 flagged pairs" in paths.markdown.read_text()
+    assert pq.read_table(paths.evidence).num_rows == 6
+    assert "Showing 2 of 6 flagged pairs" in paths.html.read_text()
+    assert "Showing 2 of 6 flagged pairs" in paths.markdown.read_text()
     html, md, js = paths  # the tuple form flows.tasks relies on
     assert html.name == "report.html" and md.name == "report.md" and js.name == "report.json"
 
@@ -238,11 +239,11 @@ def _write_eval(d: Path, thresholds: dict[str, float], versions: dict[str, str])
     return d
 
 
-VERSIONS = {"ngram": "fixture-ngram/1", "jaccard": "fixture-jaccard/1"}
+VERSIONS = {"ngram": "ngram/1", "minhash": "minhash/1"}
 
 
 def test_evaluation_of_the_same_configuration_is_shown(run_dir, tmp_path):
-    ev = _write_eval(tmp_path / "eval", {"ngram": 0.5, "jaccard": 0.5}, VERSIONS)
+    ev = _write_eval(tmp_path / "eval", {"ngram": 0.3, "minhash": 0.5}, VERSIONS)
     report, _, _ = build_report(run_dir, evaluation_dir=ev)
     q = report["measured_quality"]
     assert q["status"] == "same_configuration" and q["differences"] == []
@@ -255,14 +256,14 @@ def test_evaluation_of_the_same_configuration_is_shown(run_dir, tmp_path):
 def test_evaluation_of_another_configuration_is_called_out(run_dir, tmp_path):
     ev = _write_eval(
         tmp_path / "eval",
-        {"ngram": 0.7, "jaccard": 0.5},
-        VERSIONS | {"jaccard": "fixture-jaccard/0"},
+        {"ngram": 0.7, "minhash": 0.5},
+        VERSIONS | {"minhash": "minhash/0"},
     )
     paths = render_report(run_dir, tmp_path / "out", evaluation_dir=ev)
     q = json.loads(paths.json.read_text())["measured_quality"]
     assert q["status"] == "different_configuration"
-    assert "ngram threshold: run 0.5, evaluated 0.7" in q["differences"]
-    assert "jaccard version: run fixture-jaccard/1, evaluated fixture-jaccard/0" in q["differences"]
+    assert "ngram threshold: run 0.3, evaluated 0.7" in q["differences"]
+    assert "minhash version: run minhash/1, evaluated minhash/0" in q["differences"]
     for text in (paths.html.read_text(), paths.markdown.read_text()):
         assert "DIFFERENT configuration" in text
 
@@ -277,9 +278,9 @@ def test_missing_evaluation_is_a_clear_error(run_dir, tmp_path):
 
 def test_markdown_summary_for_artifacts(run_dir):
     md = render_markdown_summary(run_dir, html_link="file:///reports/report.html")
-    assert "**5 of 9 rows flagged and removed (55.6%)**" in md
+    assert "**6 of 9 rows flagged and removed (66.7%)**" in md
     assert "[Full report](file:///reports/report.html)" in md
-    assert "| ttrl-4 | aime24/2024-I-5 | removed | ngram |" in md
+    assert "| ttrl-8-half | aime24/2024-I-9 | removed | ngram |" in md
     assert "Full report" not in render_markdown_summary(run_dir)
 
 

@@ -1,8 +1,8 @@
 """Diffs between two fixed runs with known differences.
 
-Run B (see ``fixture_run.py``) drops one verbatim copy (ttrl-3), lowers both thresholds (the
-half copy of TTRL row 8 becomes a flag; 2024-I-5's HF wording is now also over the Jaccard
-threshold) and bumps the Jaccard detector's version.
+Run B (see ``fixture_run.py``) drops one copy (ttrl-3: resolved), adds another (ttrl-5: new) and
+lowers the policy's MinHash threshold to 0.45, so the half copy of 2024-I-9, flagged by n-grams
+alone in run A, is now flagged by MinHash too (changed).
 """
 
 from __future__ import annotations
@@ -26,34 +26,62 @@ def runs(tmp_path_factory, benchmarks_dir, pools_dir) -> tuple[Path, Path]:
 
 def test_known_flag_differences(runs):
     d = diff_runs(*runs)
-    assert [(c.sample_uid, c.benchmark_item) for c in d.new] == [("ttrl-8-half", "2024-I-9")]
+    assert [(c.sample_uid, c.benchmark_item) for c in d.new] == [("ttrl-5", "2024-I-6")]
     new = d.new[0]
-    assert new.detectors_a == [] and new.detectors_b == ["jaccard", "ngram"]
-    assert (new.removed_a, new.removed_b) == (False, True)
-    assert "decision kept → removed" in new.what
+    assert new.detectors_a == [] and new.detectors_b == ["minhash", "ngram"]
+    assert (new.removed_a, new.removed_b) == (None, True)  # the row is not in run A at all
+    assert "decision (absent) → removed" in new.what
 
     assert [(c.sample_uid, c.benchmark_item) for c in d.resolved] == [("ttrl-3", "2024-I-4")]
-    assert d.resolved[0].removed_b is None  # the row is not in run B at all
+    assert (d.resolved[0].removed_a, d.resolved[0].removed_b) == (True, None)
 
-    assert [(c.sample_uid, c.benchmark_item) for c in d.changed] == [("ttrl-4", "2024-I-5")]
+    assert [(c.sample_uid, c.benchmark_item) for c in d.changed] == [("ttrl-8-half", "2024-I-9")]
     ch = d.changed[0]
-    assert ch.detectors_a == ["ngram"] and ch.detectors_b == ["jaccard", "ngram"]
-    assert ch.what == ["now over threshold: jaccard"]
-    assert d.counts["a"] == {"rows": 9, "removed": 5, "flagged_pairs": 5}
-    assert d.counts["b"] == {"rows": 8, "removed": 5, "flagged_pairs": 5}
+    assert ch.detectors_a == ["ngram"] and ch.detectors_b == ["minhash", "ngram"]
+    assert ch.what == ["now over threshold: minhash"]  # same scores, lower threshold
+    assert ch.scores_a == ch.scores_b
+    assert d.counts["a"] == {"rows": 9, "removed": 6, "flagged_pairs": 6}
+    assert d.counts["b"] == {"rows": 9, "removed": 6, "flagged_pairs": 6}
 
 
-def test_config_and_version_differences(runs):
+def test_config_differences(runs):
     d = diff_runs(*runs)
-    det = {(c.key, c.a, c.b) for c in d.detector_changes}
-    assert det == {
-        ("jaccard.version", "fixture-jaccard/1", "fixture-jaccard/2"),
-        ("jaccard.config.threshold", 0.5, 0.45),
-        ("ngram.config.threshold", 0.5, 0.3),
-    }
-    assert d.benchmark_changes == []
-    keys = {(c.section, c.key) for c in d.config}
-    assert ("input", "rows") in keys and ("input", "content_hash") in keys
+    keys = {(c.section, c.key): (c.a, c.b) for c in d.config}
+    assert keys[("policy", "thresholds.minhash")] == (None, 0.45)
+    assert ("input", "content_hash") in keys and ("command", "command") in keys
+    assert d.benchmark_changes == [] and d.detector_changes == []  # same benchmarks and detectors
+
+
+def test_benchmark_and_detector_version_differences(runs, tmp_path):
+    """A copy of run A whose manifest says other versions: the diff names each one."""
+    a, _ = runs
+    c = _copy(a, tmp_path / "a2")
+    m = json.loads((c / "run.json").read_text())
+    m["benchmarks"][0]["version"] = "aime24@2"
+    m["benchmarks"][0]["content_hash"] = "0" * 64
+    m["detectors"][0]["version"] = m["detectors"][0]["version"] + "-next"
+    m["detectors"] = m["detectors"][:1] + [dict(m["detectors"][1], name="embedding")]
+    (c / "run.json").write_text(json.dumps(m))
+    d = diff_runs(a, c)
+    bench = {(x.key, x.b) for x in d.benchmark_changes}
+    assert bench == {("aime24.version", "aime24@2"), ("aime24.content_hash", "0" * 64)}
+    det = {(x.key, x.a, x.b) for x in d.detector_changes}
+    first = m["detectors"][0]["name"]
+    assert (
+        f"{first}.version",
+        m["detectors"][0]["version"][: -len("-next")],
+        m["detectors"][0]["version"],
+    ) in det
+    assert ("embedding", None, "present") in det
+    assert ("minhash", "present", None) in det
+    assert not d.new and not d.resolved and not d.changed
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    dst.mkdir(parents=True)
+    for f in src.iterdir():
+        (dst / f.name).write_bytes(f.read_bytes())
+    return dst
 
 
 def test_score_change_is_reported(runs, tmp_path):
@@ -63,13 +91,10 @@ def test_score_change_is_reported(runs, tmp_path):
     import pyarrow.parquet as pq
 
     a, _ = runs
-    c = tmp_path / "a2"
-    c.mkdir()
-    for f in a.iterdir():
-        (c / f.name).write_bytes(f.read_bytes())
+    c = _copy(a, tmp_path / "a2")
     m = pq.read_table(c / "matches.parquet")
     hit = pc.and_(
-        pc.and_(pc.equal(m["sample_uid"], "ttrl-1"), pc.equal(m["detector"], "jaccard")),
+        pc.and_(pc.equal(m["sample_uid"], "ttrl-1"), pc.equal(m["detector"], "minhash")),
         pc.equal(m["score"], 1.0),
     )
     scores = pc.if_else(hit, pa.scalar(0.9), m["score"])
@@ -79,7 +104,7 @@ def test_score_change_is_reported(runs, tmp_path):
     d = diff_runs(a, c)
     assert not d.new and not d.resolved and not d.config
     assert [(x.sample_uid, x.what) for x in d.changed] == [
-        ("ttrl-1", ["jaccard score 1.000 → 0.900"])
+        ("ttrl-1", ["minhash score 1.000 → 0.900"])
     ]
 
 
@@ -106,11 +131,11 @@ def test_cli_json_and_out(runs, tmp_path):
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert data["schema_version"] == "run_diff/1"
-    assert data["summary"] == {"new": 1, "resolved": 1, "changed": 1, "config_changes": 6}
+    assert data["summary"] == {"new": 1, "resolved": 1, "changed": 1, "config_changes": 4}
     assert json.loads((tmp_path / "d" / "diff.json").read_text()) == data
     md = (tmp_path / "d" / "diff.md").read_text()
-    assert "## New flags (1)" in md and "| ttrl-8-half | aime24/2024-I-9 |" in md
+    assert "## New flags (1)" in md and "| ttrl-5 | aime24/2024-I-6 |" in md
 
     res = CliRunner().invoke(app, ["report", "diff", str(a), str(b)], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
-    assert "new flags (1)" in res.output and "ttrl-8-half" in res.output
+    assert "new flags (1)" in res.output and "ttrl-5" in res.output

@@ -80,7 +80,7 @@ def test_screenshot_is_a_real_picture(report_html, tmp_path):
     if os.environ.get("SLUICE_UPDATE_GOLDEN") == "1":
         DOC_SHOT.parent.mkdir(parents=True, exist_ok=True)
         with Image.open(png) as im:  # keep the committed file small: top of the page, 8-bit palette
-            im.convert("RGB").crop((0, 0, 1400, 1500)).quantize(colors=128).save(
+            im.convert("RGB").crop((0, 0, 1400, 1500)).quantize(colors=256).save(
                 DOC_SHOT, optimize=True
             )
 
@@ -108,7 +108,7 @@ def test_page_renders_and_scripts_work(report_html, tmp_path):
             page.goto(report_html.as_uri())
             page.wait_for_load_state("load")
 
-            assert page.title() == "Contamination report: fixture_pool@v1"
+            assert page.title() == "Contamination report: fixture_pool"
             for tid in (
                 "by-benchmark",
                 "by-detector",
@@ -126,8 +126,8 @@ def test_page_renders_and_scripts_work(report_html, tmp_path):
             assert page.locator("#evidence-table mark").count() >= 5  # highlighted overlaps
 
             rows = page.locator("#evidence-table tbody tr")
-            assert rows.count() == 5
-            assert page.inner_text("#ev-count") == "5 of 5 shown"
+            assert rows.count() == 6
+            assert page.inner_text("#ev-count") == "6 of 6 shown"
 
             def first_uid() -> str:
                 return page.inner_text("#evidence-table tbody tr:first-child .uid")
@@ -135,19 +135,19 @@ def test_page_renders_and_scripts_work(report_html, tmp_path):
             page.click("#evidence-table th:nth-child(2)")  # training row, ascending
             assert first_uid() == "ttrl-0"
             page.click("#evidence-table th:nth-child(2)")  # descending
-            assert first_uid() == "ttrl-4"
+            assert first_uid() == "ttrl-8-half"
 
             page.fill("#ev-filter", "2024-I-5")
-            assert page.inner_text("#ev-count") == "1 of 5 shown"
+            assert page.inner_text("#ev-count") == "1 of 6 shown"
             page.fill("#ev-filter", "")
-            page.select_option("#ev-detector", "jaccard")
-            assert page.inner_text("#ev-count") == "4 of 5 shown"
+            page.select_option("#ev-detector", "minhash")
+            assert page.inner_text("#ev-count") == "5 of 6 shown"
             assert not page.locator(
-                "#evidence-table tbody tr:visible .uid", has_text="ttrl-4"
+                "#evidence-table tbody tr:visible .uid", has_text="ttrl-8-half"
             ).count()
             page.select_option("#ev-detector", "")
             page.select_option("#ev-benchmark", "aime24")
-            assert page.inner_text("#ev-count") == "5 of 5 shown"
+            assert page.inner_text("#ev-count") == "6 of 6 shown"
         finally:
             browser.close()
     assert not problems, problems
