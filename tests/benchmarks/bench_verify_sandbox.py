@@ -71,6 +71,11 @@ def bench_math(n_items: int) -> None:
     from math_verify import parse, verify
 
     logging.getLogger("math_verify").setLevel(logging.ERROR)
+    from math_verify import parser as mv_parser
+
+    # same cold caches as the pool's workers (math-verify memoizes parsed LaTeX per process)
+    for fn in ("parse_latex_cached", "parse_expr_cached"):
+        getattr(getattr(mv_parser, fn, None), "cache_clear", lambda: None)()
     t3 = time.perf_counter()
     base_ok = 0
     for a, r in zip(answers, refs, strict=True):
@@ -145,8 +150,12 @@ def main() -> None:
     ap.add_argument("--math-items", type=int, default=300)
     ap.add_argument("--execs", type=int, default=60)
     args = ap.parse_args()
+    print(f"cpus: {os.cpu_count()}  load average at start: {os.getloadavg()[0]:.1f}")
     bench_math(args.math_items)
     bench_sandbox(args.execs)
+    print(
+        f"load average at end: {os.getloadavg()[0]:.1f} (figures are unreliable when it exceeds the cpus)"
+    )
 
 
 if __name__ == "__main__":
