@@ -109,27 +109,27 @@ from curation.catalog import Catalog
 from curation.ingest import ingest
 t = time.perf_counter()
 res = ingest({src!r}, field_map="generic_math", name="big", catalog=Catalog({cat!r}))
-print(json.dumps({{"counts": res.counts, "seconds": time.perf_counter() - t, "publish": res.publish_seconds}}))
+import resource
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({{"counts": res.counts, "seconds": time.perf_counter() - t, "publish": res.publish_seconds, "peak": peak}}))
 """
 
 _CHILD_BASE = """
 import sys
 sys.path.insert(0, {root!r})
 import curation.catalog, curation.ingest  # same imports, no work
+import resource
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 """
 
 
-def _child_peak(code: str) -> tuple[int, str]:
-    """Run ``code`` in a fresh child; return (the children's peak RSS in bytes, its stdout).
-
-    ``RUSAGE_CHILDREN.ru_maxrss`` (KiB on Linux) is the largest peak of all waited-for children;
-    the children here run smallest first (import-only baseline, then the ingest), so after each
-    run it is that child's peak.
-    """
+def _run_child(code: str) -> str:
+    """Run ``code`` in a fresh interpreter; return its stdout. Each child prints its own peak RSS
+    (``RUSAGE_SELF.ru_maxrss``), and ``RUSAGE_CHILDREN`` (max over all children) cross-checks."""
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     if p.returncode != 0:
         raise SystemExit(f"child failed:\n{p.stderr[-3000:]}")
-    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024, p.stdout
+    return p.stdout
 
 
 def bench_memory(n: int) -> bool:
@@ -140,11 +140,12 @@ def bench_memory(n: int) -> bool:
         print(
             f"\ngenerated {n:,} rows ({src.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t:.1f} s"
         )
-        base_peak, _ = _child_peak(_CHILD_BASE.format(root=str(ROOT)))
-        peak, out = _child_peak(
-            _CHILD.format(root=str(ROOT), src=str(src), cat=str(Path(tmp) / "root"))
-        )
+        base_peak = int(_run_child(_CHILD_BASE.format(root=str(ROOT))).strip().splitlines()[-1])
+        out = _run_child(_CHILD.format(root=str(ROOT), src=str(src), cat=str(Path(tmp) / "root")))
     info = json.loads(out.strip().splitlines()[-1])
+    peak = info["peak"]
+    all_children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    assert all_children >= peak  # the kernel's view agrees with the child's own
     c = info["counts"]
     print(f"  {c['identity']}")
     print(
