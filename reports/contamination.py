@@ -467,7 +467,10 @@ def _sensitivity(
 
 
 def _eval_detectors(ev: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """name -> {version, threshold} the evaluation measured (its policy's threshold when it
+    overrides the detector's own, as in a run)."""
     raw = ev.get("detectors") or {}
+    pol = (ev.get("policy") or {}).get("thresholds") or {}
     out: dict[str, dict[str, Any]] = {}
     items = (
         raw.items()
@@ -480,13 +483,13 @@ def _eval_detectors(ev: dict[str, Any]) -> dict[str, dict[str, Any]]:
         thr = d.get("threshold")
         if thr is None:
             thr = (d.get("config") or {}).get("threshold")
-        out[str(name)] = {"version": d.get("version"), "threshold": thr}
+        out[str(name)] = {"version": d.get("version"), "threshold": pol.get(name, thr)}
     return out
 
 
 def _metric_rows(metrics: Any, scope: str = "") -> list[dict[str, Any]]:
-    """Flatten an evaluation's nested metrics into rows: a dict whose values are all numbers
-    (or null) is one row, named by the path of keys that led to it."""
+    """Flatten nested metrics into rows: a dict whose values are all numbers (or null) is one
+    row, named by the path of keys that led to it. (For evaluation files of unknown layout.)"""
     rows: list[dict[str, Any]] = []
     if not isinstance(metrics, dict):
         return rows
@@ -503,7 +506,52 @@ def _metric_rows(metrics: Any, scope: str = "") -> list[dict[str, Any]]:
     return rows
 
 
+def _eval1_rows(ev: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows of an ``evaluation/1`` file (``decontam.evaluate``): the combined policy and each
+    detector alone (item-level precision/recall/F1, row-level recall, false-positive rates),
+    then the combined recall per positive kind and FPR per clean kind."""
+
+    def main(m: dict[str, Any]) -> dict[str, Any]:
+        item, row, fk = m.get("item") or {}, m.get("row") or {}, m.get("fpr_by_kind") or {}
+        return {
+            "precision (item)": item.get("precision"),
+            "recall (item)": item.get("recall"),
+            "F1 (item)": item.get("f1"),
+            "recall (row)": row.get("recall"),
+            "FPR all clean": (fk.get("all_clean") or {}).get("fpr"),
+            "FPR lookalike+near_miss": (fk.get("lookalike+near_miss") or {}).get("fpr"),
+        }
+
+    rows = []
+    comb = ev.get("combined") or {}
+    if comb:
+        rows.append(
+            {"scope": "combined (evaluated policy)", "detector": None, "metrics": main(comb)}
+        )
+    for name, m in sorted((ev.get("per_detector") or {}).items()):
+        rows.append({"scope": f"{name} alone", "detector": name, "metrics": main(m)})
+    for kind, m in sorted((comb.get("recall_by_kind") or {}).items()):
+        rows.append(
+            {
+                "scope": f"combined: recall on kind {kind} (n={m.get('n')})",
+                "detector": None,
+                "metrics": {"recall (item)": m.get("item"), "recall (row)": m.get("row")},
+            }
+        )
+    for kind, m in sorted((comb.get("fpr_by_kind") or {}).items()):
+        rows.append(
+            {
+                "scope": f"combined: FPR on clean kind {kind} (n={m.get('n')})",
+                "detector": None,
+                "metrics": {"FPR": m.get("fpr")},
+            }
+        )
+    return rows
+
+
 def _measured_quality(run: RunData, evaluation_dir: str | Path | None) -> dict[str, Any]:
+    """The evaluation's metrics, and whether they describe this run: same detectors, versions
+    and thresholds, and the same benchmark versions. Rows that do not apply are marked."""
     if evaluation_dir is None:
         return {"status": "absent", "message": "no evaluation given (use --evaluation EVAL_DIR)"}
     path = Path(evaluation_dir)
@@ -516,6 +564,8 @@ def _measured_quality(run: RunData, evaluation_dir: str | Path | None) -> dict[s
         ev = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise InputError(f"malformed JSON: {exc.msg}", file=str(path), row=exc.lineno) from None
+    if not isinstance(ev, dict):
+        raise InputError("evaluation.json must hold a JSON object", file=str(path))
     run_dets = {
         d["name"]: {
             "version": d["version"],
@@ -525,44 +575,61 @@ def _measured_quality(run: RunData, evaluation_dir: str | Path | None) -> dict[s
     }
     ev_dets = _eval_detectors(ev)
     differences: list[str] = []
-    run_hash = run.manifest.get("config_hash")
-    ev_hash = ev.get("config_hash")
-    if run_hash and ev_hash and run_hash == ev_hash:
-        status = "same_configuration"
+    same_det: set[str] = set()
+    for name in sorted(set(run_dets) | set(ev_dets)):
+        a, b = run_dets.get(name), ev_dets.get(name)
+        if a is None:
+            differences.append(f"detector {name} was evaluated but is not in this run")
+            continue
+        if b is None:
+            differences.append(f"detector {name} is in this run but was not evaluated")
+            continue
+        ok = True
+        if a["version"] != b["version"]:
+            differences.append(f"{name} version: run {a['version']}, evaluated {b['version']}")
+            ok = False
+        if (
+            b["threshold"] is not None
+            and a["threshold"] is not None
+            and abs(float(a["threshold"]) - float(b["threshold"])) > 1e-9
+        ):
+            differences.append(
+                f"{name} threshold: run {a['threshold']}, evaluated {b['threshold']}"
+            )
+            ok = False
+        if ok:
+            same_det.add(name)
+    run_b = {b.get("name"): b.get("version") for b in run.manifest.get("benchmarks") or []}
+    for b in ev.get("benchmarks") or []:
+        name = b.get("name")
+        if name in run_b and b.get("version") != run_b[name]:
+            differences.append(
+                f"benchmark {name} version: run {run_b[name]}, evaluated {b.get('version')}"
+            )
+            same_det.clear()  # no detector's numbers carry over to other benchmark data
+    run_hash, ev_hash = run.manifest.get("config_hash"), ev.get("config_hash")
+    if run_hash and ev_hash and run_hash != ev_hash:
+        differences.append(f"config hash: run {run_hash}, evaluated {ev_hash}")
+    status = "different_configuration" if differences else "same_configuration"
+
+    if "metrics" in ev:
+        rows = [dict(r, detector=None) for r in _metric_rows(ev.get("metrics") or {})]
     else:
-        for name in sorted(set(run_dets) | set(ev_dets)):
-            a, b = run_dets.get(name), ev_dets.get(name)
-            if a is None:
-                differences.append(f"detector {name} was evaluated but is not in this run")
-            elif b is None:
-                differences.append(f"detector {name} is in this run but was not evaluated")
-            else:
-                if a["version"] != b["version"]:
-                    differences.append(
-                        f"{name} version: run {a['version']}, evaluated {b['version']}"
-                    )
-                if (
-                    b["threshold"] is not None
-                    and a["threshold"] is not None
-                    and abs(float(a["threshold"]) - float(b["threshold"])) > 1e-9
-                ):
-                    differences.append(
-                        f"{name} threshold: run {a['threshold']}, evaluated {b['threshold']}"
-                    )
-        if run_hash and ev_hash and run_hash != ev_hash:
-            differences.append(f"config hash: run {run_hash}, evaluated {ev_hash}")
-        status = "different_configuration" if differences else "same_configuration"
-    rows = _metric_rows(ev.get("metrics") or {})
+        rows = _eval1_rows(ev)
+    for r in rows:
+        r["applies"] = status == "same_configuration" or (r["detector"] in same_det)
     return {
         "status": status,
         "evaluation": str(path),
         "evaluation_schema_version": ev.get("schema_version"),
         "config_hash": ev_hash,
+        "labels": ev.get("labels"),
         "differences": differences,
         "message": (
             "the evaluation measured the same detectors, versions and thresholds as this run"
             if status == "same_configuration"
-            else "the evaluation measured a DIFFERENT configuration; its numbers do not describe this run"
+            else "the evaluation measured a DIFFERENT configuration; only rows marked as "
+            "applying describe this run"
         ),
         "metrics": rows,
         "columns": list(dict.fromkeys(k for row in rows for k in row["metrics"])),

@@ -268,6 +268,66 @@ def test_evaluation_of_another_configuration_is_called_out(run_dir, tmp_path):
         assert "DIFFERENT configuration" in text
 
 
+@pytest.fixture(scope="module")
+def real_evaluation(tmp_path_factory, contam_dev_path, benchmarks_dir) -> Path:
+    """A real ``decontam.evaluate`` run (ngram + minhash, AIME 2024) on the dev set's AIME 2024
+    rows plus its first 40 clean math rows."""
+    from decontam.benchmarks import load_benchmarks
+    from decontam.evaluate import EvalConfig, evaluate, write_outputs
+
+    base = tmp_path_factory.mktemp("eval")
+    rows = [json.loads(line) for line in contam_dev_path.read_text(encoding="utf-8").splitlines()]
+    pos = [r for r in rows if r["benchmark"] == "aime24"]
+    neg = [r for r in rows if r["label"] == "clean" and r["domain"] == "math"][:40]
+    labels = base / "labels.jsonl"
+    labels.write_text("".join(json.dumps(r) + "\n" for r in pos + neg))
+    cfg = EvalConfig(detectors=["ngram", "minhash"], benchmarks=["aime24"])
+    bench = load_benchmarks(["aime24"], benchmarks_dir=benchmarks_dir, include_variants=True)
+    write_outputs(evaluate(labels, cfg, benchmarks=bench), base / "out")
+    return base / "out"
+
+
+def test_real_evaluation_of_the_same_detectors_is_shown(run_dir, real_evaluation, tmp_path):
+    paths = render_report(run_dir, tmp_path / "out", evaluation_dir=real_evaluation)
+    q = json.loads(paths.json.read_text())["measured_quality"]
+    ev = json.loads((real_evaluation / "evaluation.json").read_text())
+    assert q["status"] == "same_configuration", q["differences"]
+    rows = {r["scope"]: r for r in q["metrics"]}
+    assert (
+        rows["combined (evaluated policy)"]["metrics"]["recall (item)"]
+        == ev["combined"]["item"]["recall"]
+    )
+    assert (
+        rows["ngram alone"]["metrics"]["precision (item)"]
+        == ev["per_detector"]["ngram"]["item"]["precision"]
+    )
+    assert all(r["applies"] for r in q["metrics"])
+    assert any(s.startswith("combined: recall on kind verbatim") for s in rows)
+    html = paths.html.read_text()
+    assert "same detectors, versions and thresholds" in html and 'id="quality-table"' in html
+
+
+def test_real_evaluation_with_another_threshold_is_called_out(run_dir, real_evaluation, tmp_path):
+    """The run's policy lowers the MinHash threshold: the evaluation no longer describes the
+    combined result nor MinHash, but still describes n-grams alone."""
+    c = tmp_path / "run-policy"
+    c.mkdir()
+    for f in run_dir.iterdir():
+        if f.is_file():
+            (c / f.name).write_bytes(f.read_bytes())
+    m = json.loads((c / "run.json").read_text())
+    m["policy"]["thresholds"] = {"minhash": 0.45}
+    (c / "run.json").write_text(json.dumps(m))
+    paths = render_report(c, tmp_path / "out", evaluation_dir=real_evaluation)
+    q = json.loads(paths.json.read_text())["measured_quality"]
+    assert q["status"] == "different_configuration"
+    assert q["differences"] == ["minhash threshold: run 0.45, evaluated 0.5"]
+    applies = {r["scope"]: r["applies"] for r in q["metrics"]}
+    assert applies["ngram alone"] is True
+    assert applies["minhash alone"] is False and applies["combined (evaluated policy)"] is False
+    assert "DIFFERENT configuration" in paths.markdown.read_text()
+
+
 def test_missing_evaluation_is_a_clear_error(run_dir, tmp_path):
     with pytest.raises(NotFoundError, match="evaluation.json"):
         build_report(run_dir, evaluation_dir=tmp_path)
