@@ -86,7 +86,7 @@ def sensitivity_curves(
             ax.legend(fontsize=8)
         ax.set_title(det, fontsize=10)
         ax.set_xlabel("threshold", fontsize=8)
-        ax.set_ylabel("samples flagged", fontsize=8)
+        ax.set_ylabel("rows flagged", fontsize=8)
         ax.set_ylim(bottom=0)
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.tick_params(labelsize=8)
