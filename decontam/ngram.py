@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
-from itertools import chain, repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -135,32 +134,50 @@ class NGramConfig(DetectorConfig):
 # ---------------------------------------------------------------------------------------------
 
 
-class _Vocab:
-    """Token string -> id (1..), and a random 64-bit code per id for hashing. Id 0 = unknown."""
+class _Tokens:
+    """The tokens of a batch of normalized texts, hashed without a Python loop per token.
 
-    def __init__(self) -> None:
-        self.ids: dict[str, int] = {}
+    Normalized text is words separated by single spaces (every normalizer ends with the
+    ``text`` rules), so the batch is joined with newlines, viewed as bytes, and each token's
+    64-bit hash is a sum over its bytes of a random table entry per (byte, position in token)
+    (``np.add.reduceat``). Hashes may collide; every hit is verified on the bytes.
+    """
 
-    def add(self, tokens: list[str]) -> np.ndarray:
-        ids = self.ids
-        return np.fromiter((ids.setdefault(t, len(ids) + 1) for t in tokens), np.int64, len(tokens))
+    __slots__ = ("buf", "starts", "ends", "hashes", "row_of", "row_first", "n_rows")
 
-    def freeze(self) -> None:
-        rng = np.random.default_rng(0x51C3)
-        self.codes = rng.integers(1, np.iinfo(np.uint64).max, len(self.ids) + 1, dtype=np.uint64)
-        self.codes[0] = 0
+    def __init__(self, norms: list[str]) -> None:
+        self.n_rows = len(norms)
+        self.buf = "\n".join(norms).encode("utf-8")
+        b = np.frombuffer(self.buf, np.uint8)
+        word = (b != 32) & (b != 10)
+        prev = np.empty_like(word)
+        if len(word):
+            prev[0] = False
+            prev[1:] = word[:-1]
+        is_start = word & ~prev
+        self.starts = np.flatnonzero(is_start)
+        wpos = np.flatnonzero(word)
+        tok_of = np.cumsum(is_start[wpos]) - 1
+        lengths = np.bincount(tok_of, minlength=len(self.starts)) if len(wpos) else tok_of
+        self.ends = self.starts + lengths
+        p = wpos - self.starts[tok_of]
+        contrib = _BYTE_TABLE[((p & 31) << 8) | b[wpos]]
+        first = np.cumsum(lengths) - lengths
+        self.hashes = (
+            np.add.reduceat(contrib, first) if len(first) else np.empty(0, np.uint64)
+        ) + lengths.astype(np.uint64) * _POLY
+        newlines = np.flatnonzero(b == 10)
+        self.row_of = np.searchsorted(newlines, self.starts)
+        self.row_first = np.searchsorted(self.row_of, np.arange(self.n_rows + 1))
 
-    def lookup_many(self, rows: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
-        """Concatenated ids of all rows with a 0 after each row; and row start offsets."""
-        get = self.ids.get
-        lens = np.fromiter((len(r) + 1 for r in rows), np.int64, len(rows))
-        # one flat token list with a separator after each row; "\x00" is never a token
-        flat_tokens = list(chain.from_iterable(r + ["\x00"] for r in rows))
-        flat = np.fromiter(
-            map(get, flat_tokens, repeat(0, len(flat_tokens))), np.int64, len(flat_tokens)
-        )
-        starts = np.cumsum(lens) - lens
-        return flat, starts
+    def span(self, i: int, k: int) -> bytes:
+        """Bytes of tokens i .. i+k-1 (with their single spaces)."""
+        return self.buf[self.starts[i] : self.ends[i + k - 1]]
+
+
+_BYTE_TABLE = np.random.default_rng(0x51C3).integers(
+    0, np.iinfo(np.uint64).max, 32 * 256, dtype=np.uint64, endpoint=True
+)
 
 
 def _window_hashes(codes: np.ndarray, k: int) -> np.ndarray:
@@ -175,36 +192,51 @@ def _window_hashes(codes: np.ndarray, k: int) -> np.ndarray:
     return h
 
 
-def _clean_windows(ids: np.ndarray, k: int) -> np.ndarray:
-    """Start positions of k-windows holding no id 0 (unknown token or row separator)."""
-    m = len(ids) - k + 1
-    if m <= 0:
-        return np.empty(0, np.int64)
-    cz = np.concatenate(([0], np.cumsum(ids == 0)))
-    return np.nonzero(cz[k : k + m] == cz[:m])[0]
+class _KeySet:
+    """Sorted 64-bit keys, a bitmap prefilter on their top bits, and each key's exact bytes."""
+
+    BITS = 22
+
+    def __init__(self, keys: np.ndarray, key_bytes: list[bytes]) -> None:
+        self.keys = keys
+        self.key_bytes = key_bytes
+        self.bitmap = np.zeros(1 << self.BITS, dtype=bool)
+        self.bitmap[keys >> np.uint64(64 - self.BITS)] = True
+
+    def __len__(self) -> int:
+        return len(self.keys)
 
 
 @dataclass
 class _Hits:
-    pos: np.ndarray  # position in the flat id array
-    gram: np.ndarray  # index into the index's n-gram table
+    pos: np.ndarray  # global token index of the window's first token
+    gram: np.ndarray  # index into the key set
 
 
-def _lookup(
-    ids: np.ndarray, codes: np.ndarray, keys: np.ndarray, key_ids: np.ndarray, k: int
-) -> _Hits:
-    """Exact k-gram membership: hash every clean window, search the sorted keys, verify ids."""
-    pos = _clean_windows(ids, k)
-    if len(pos) == 0 or len(keys) == 0:
+def _lookup(tok: _Tokens, ks: _KeySet, k: int) -> _Hits:
+    """Exact k-gram membership: hash every window inside a row, prefilter on the bitmap, search
+    the sorted keys, verify the bytes of each hit."""
+    m = len(tok.hashes) - k + 1
+    if m <= 0 or len(ks) == 0:
         return _Hits(np.empty(0, np.int64), np.empty(0, np.int64))
-    h = _window_hashes(codes, k)[pos]
-    idx = np.searchsorted(keys, h)
-    idx[idx == len(keys)] = 0
-    hit = keys[idx] == h
-    pos, idx = pos[hit], idx[hit]
+    h = _window_hashes(tok.hashes, k)
+    cand = np.flatnonzero(ks.bitmap[h >> np.uint64(64 - ks.BITS)])
+    cand = cand[tok.row_of[cand] == tok.row_of[cand + k - 1]]
+    hc = h[cand]
+    idx = np.searchsorted(ks.keys, hc)
+    idx[idx == len(ks.keys)] = 0
+    hit = ks.keys[idx] == hc
+    pos, idx = cand[hit], idx[hit]
     if len(pos):
-        windows = ids[pos[:, None] + np.arange(k)]
-        ok = (windows == key_ids[idx]).all(axis=1)
+        buf, st, en, kb = tok.buf, tok.starts, tok.ends, ks.key_bytes
+        ok = np.fromiter(
+            (
+                buf[st[p] : en[p + k - 1]] == kb[g]
+                for p, g in zip(pos.tolist(), idx.tolist(), strict=True)
+            ),
+            bool,
+            len(pos),
+        )
         pos, idx = pos[ok], idx[ok]
     return _Hits(pos, idx)
 
@@ -223,7 +255,8 @@ class _Variant:
     text: str
     n_grams: int  # distinct n-grams
     weight: float  # summed weights of its distinct n-grams
-    token_ids: np.ndarray
+    norm: bytes  # normalized text (UTF-8)
+    n_tokens: int
     fallback: bool = False
 
 
@@ -233,58 +266,67 @@ class _Index:
     def __init__(self, normalizer, n: int) -> None:
         self.normalizer = normalizer
         self.n = n
-        self.vocab = _Vocab()
         self.variants: list[_Variant] = []
         self._bench_offsets: dict[int, tuple[np.ndarray, list[tuple[int, int]]]] = {}
 
+    def normalize(self, texts: list[str]) -> list[str]:
+        return [self.normalizer(t) for t in texts]
+
     def build(self, rows: list[dict[str, Any]], cfg: NGramConfig) -> None:
         n = self.n
-        per_variant_ids = [self.vocab.add(self.normalizer.tokens(r["text"])) for r in rows]
-        self.vocab.freeze()
-        codes = self.vocab.codes
-        # distinct n-grams of every variant (hash -> first position), gathered as flat arrays
-        all_h, all_v, all_p, all_ids = [], [], [], []
-        for v, ids in enumerate(per_variant_ids):
-            if len(ids) < n:
+        norms = self.normalize([r["text"] for r in rows])
+        from decontam.normalize import tokenize
+
+        for r, norm in zip(rows, norms, strict=True):
+            # the byte tokenizer relies on normalized text being words + single spaces
+            if [norm[a:b] for a, b in tokenize(norm)] != ([] if not norm else norm.split(" ")):
+                raise ConfigError(
+                    f"ngram: normalizer {self.normalizer.name!r} does not produce space-separated "
+                    f"words (item {r['item_id']}); use a normalizer that ends with the text rules"
+                )
+        tok = _Tokens(norms)
+        self._tok_counts = np.diff(tok.row_first)
+        h_all = _window_hashes(tok.hashes, n)
+        all_h, all_v, all_p, all_b = [], [], [], []
+        for v in range(len(rows)):
+            a, e = int(tok.row_first[v]), int(tok.row_first[v + 1])
+            if e - a < n:
                 continue
-            h = _window_hashes(codes[ids], n)
+            h = h_all[a : e - n + 1]
             _, first = np.unique(h, return_index=True)
             all_h.append(h[first])
             all_v.append(np.full(len(first), v, np.int64))
             all_p.append(first.astype(np.int64))
-            all_ids.append(ids[first[:, None] + np.arange(n)])
+            all_b.extend(tok.span(a + int(f), n) for f in first)
         if all_h:
-            H = np.concatenate(all_h)
-            V = np.concatenate(all_v)
-            P = np.concatenate(all_p)
-            IDS = np.concatenate(all_ids)
+            H, V, P = np.concatenate(all_h), np.concatenate(all_v), np.concatenate(all_p)
         else:
-            H = np.empty(0, np.uint64)
-            V = P = np.empty(0, np.int64)
-            IDS = np.empty((0, n), np.int64)
+            H, V, P = np.empty(0, np.uint64), np.empty(0, np.int64), np.empty(0, np.int64)
         order = np.lexsort((V, H))
-        H, V, P, IDS = H[order], V[order], P[order], IDS[order]
+        H, V, P = H[order], V[order], P[order]
+        B = [all_b[i] for i in order.tolist()]
         keys, first, counts = np.unique(H, return_index=True, return_counts=True)
-        key_ids = IDS[first]
-        # 64-bit collisions between different n-grams would merge two keys: refuse loudly
-        # (astronomically unlikely; verification of scan hits relies on one id tuple per key).
-        if len(H) and not (IDS == np.repeat(key_ids, counts, axis=0)).all():
+        key_bytes = [B[i] for i in first.tolist()]
+        # Two different n-grams with one 64-bit hash would share a key: refuse loudly
+        # (astronomically unlikely; hit verification relies on one byte string per key).
+        if len(set(zip(H.tolist(), B, strict=True))) != len(keys):
             raise ConfigError("ngram: 64-bit hash collision inside the benchmark index; change n")
         gram_of = np.repeat(np.arange(len(keys)), counts)
         # document frequency over distinct items (variants and benchmark copies count once)
-        item_key = {}
+        item_key: dict[str, int] = {}
         item_of_variant = np.array(
             [item_key.setdefault(r["item_id"], len(item_key)) for r in rows] or [0], np.int64
         )
         pair = np.unique(gram_of * (len(item_key) + 1) + item_of_variant[V]) if len(V) else V
         df = np.bincount(pair // (len(item_key) + 1), minlength=len(keys))
         w = np.where(df >= cfg.common_item_df, 0.0, 1.0 / np.maximum(df, 1))
-        self.keys, self.key_ids, self.df, self.weights = keys, key_ids, df, w
+        self.keyset = _KeySet(keys, key_bytes)
+        self.keys, self.df, self.weights = keys, df, w
         self.bg_df = np.zeros(len(keys), np.int64)
         self.post_ptr = np.concatenate(([0], np.cumsum(counts)))
         self.post_variant, self.post_pos = V, P
         self._rows = rows
-        self._per_variant_ids = per_variant_ids
+        self._norms = norms
 
     def finish(self, cfg: NGramConfig) -> None:
         """Apply background counts to the weights and compute per-variant totals."""
@@ -295,12 +337,10 @@ class _Index:
         gram_of = np.repeat(np.arange(len(self.keys)), np.diff(self.post_ptr))
         v_weight = np.bincount(self.post_variant, weights=self.weights[gram_of], minlength=nv)
         self.variants = []
-        fb_keys: dict[int, list[tuple[int, np.ndarray]]] = defaultdict(list)
+        fb: dict[int, list[int]] = defaultdict(list)
         for v, r in enumerate(self._rows):
-            ids = self._per_variant_ids[v]
-            is_fb = (len(ids) < self.n and len(ids) >= cfg.fallback_min_tokens) or (
-                len(ids) >= self.n and v_weight[v] == 0
-            )
+            nt = int(self._tok_counts[v])
+            is_fb = (cfg.fallback_min_tokens <= nt < self.n) or (nt >= self.n and v_weight[v] == 0)
             self.variants.append(
                 _Variant(
                     r["benchmark"],
@@ -310,31 +350,41 @@ class _Index:
                     r["text"],
                     int(v_grams[v]),
                     float(v_weight[v]),
-                    ids,
+                    self._norms[v].encode("utf-8"),
+                    nt,
                     is_fb,
                 )
             )
             if is_fb:
-                k = min(len(ids), self.n)
-                fb_keys[k].append((v, ids))
-        # fallback keys: hash of the first k tokens (k = min(len, n)); hits verified in full
-        self.fallback: dict[int, tuple[np.ndarray, np.ndarray, list[list[int]]]] = {}
-        codes = self.vocab.codes
-        for k, lst in fb_keys.items():
-            heads = np.array([ids[:k] for _, ids in lst], np.int64)
-            h = np.array([_window_hashes(codes[x], k)[0] for x in heads], np.uint64)
-            order = np.argsort(h, kind="stable")
-            uh, first = np.unique(h[order], return_index=True)
-            groups = np.split(order, first[1:])
-            self.fallback[k] = (uh, heads[order][first], [[lst[i][0] for i in g] for g in groups])
-        del self._rows
+                fb[min(nt, self.n)].append(v)
+        # fallback keys: the first k = min(len, n) tokens; hits are verified on the whole item
+        self.fallback: dict[int, tuple[_KeySet, list[list[int]]]] = {}
+        for k, vs in fb.items():
+            heads = [b" ".join(self.variants[v].norm.split(b" ")[:k]) for v in vs]
+            t = _Tokens([h.decode("utf-8") for h in heads])
+            h = (
+                t.hashes[t.row_first[:-1]]
+                if k == 1
+                else _window_hashes(t.hashes, k)[t.row_first[:-1]]
+            )
+            groups: dict[int, list[int]] = defaultdict(list)
+            first_bytes: dict[int, bytes] = {}
+            for hv, v, hb in zip(h.tolist(), vs, heads, strict=True):
+                groups[hv].append(v)
+                first_bytes.setdefault(hv, hb)
+            uk = sorted(groups)
+            self.fallback[k] = (
+                _KeySet(np.array(uk, np.uint64), [first_bytes[x] for x in uk]),
+                [groups[x] for x in uk],
+            )
+        del self._rows, self._norms
 
     def add_background(self, texts: list[str]) -> None:
-        ids, starts = self.vocab.lookup_many([self.normalizer.tokens(t) for t in texts])
-        hits = _lookup(ids, self.vocab.codes[ids], self.keys, self.key_ids, self.n)
+        tok = _Tokens(self.normalize(texts))
+        hits = _lookup(tok, self.keyset, self.n)
         if len(hits.pos) == 0:
             return
-        row = np.searchsorted(starts, hits.pos, side="right") - 1
+        row = tok.row_of[hits.pos]
         uniq = np.unique(row * len(self.keys) + hits.gram)
         self.bg_df += np.bincount(uniq % len(self.keys), minlength=len(self.keys))
 
@@ -426,21 +476,20 @@ class NGramDetector(Detector):
         return matches_from_rows(out)
 
     def _score_index(
-        self, idx: _Index, uids, fields, raw, toks=None, evidence: bool = True
+        self, idx: _Index, uids, fields, raw, norms=None, evidence: bool = True
     ) -> list[dict[str, Any]]:
-        """Match rows of one normalizer's index. ``toks`` (the normalized tokens of ``raw``)
+        """Match rows of one normalizer's index. ``norms`` (the normalized ``raw`` texts)
         may be passed in when already computed, and ``evidence=False`` stops after scoring (the
         benchmark script times the stages)."""
         cfg = self.config
         n = idx.n
-        if toks is None:
-            toks = [idx.normalizer.tokens(t) for t in raw]
-        ids, starts = idx.vocab.lookup_many(toks)
-        codes = idx.vocab.codes[ids]
-        hits = _lookup(ids, codes, idx.keys, idx.key_ids, n)
+        if norms is None:
+            norms = idx.normalize(raw)
+        tok = _Tokens(norms)
+        hits = _lookup(tok, idx.keyset, n)
         # (row, variant) -> score pieces, all vectorised
         pairs: dict[tuple[int, int], dict[str, Any]] = {}
-        hit_rows = np.searchsorted(starts, hits.pos, side="right") - 1
+        hit_rows = tok.row_of[hits.pos]
         if len(hits.pos):
             ng = len(idx.keys)
             rg = np.unique(hit_rows * ng + hits.gram)
@@ -473,16 +522,16 @@ class NGramDetector(Detector):
                 }
         # short / all-common items: containment of the whole item
         fb_hits: dict[tuple[int, int], int] = {}
-        for k, (fkeys, fids, fvars) in idx.fallback.items():
-            h = _lookup(ids, codes, fkeys, fids, k)
-            rows_k = np.searchsorted(starts, h.pos, side="right") - 1
-            for p, g, r in zip(h.pos.tolist(), h.gram.tolist(), rows_k.tolist(), strict=True):
+        for k, (fks, fvars) in idx.fallback.items():
+            h = _lookup(tok, fks, k)
+            for p, g in zip(h.pos.tolist(), h.gram.tolist(), strict=True):
+                r = int(tok.row_of[p])
                 for v in fvars[g]:
-                    seq = idx.variants[v].token_ids
-                    if (r, v) in fb_hits:
+                    L = idx.variants[v].n_tokens
+                    if (r, v) in fb_hits or p + L > tok.row_first[r + 1]:
                         continue
-                    if p + len(seq) <= len(ids) and np.array_equal(ids[p : p + len(seq)], seq):
-                        fb_hits[(r, v)] = p - int(starts[r])
+                    if tok.span(p, L) == idx.variants[v].norm:
+                        fb_hits[(r, v)] = p - int(tok.row_first[r])
         for (r, v), tpos in fb_hits.items():
             var = idx.variants[v]
             pairs[(r, v)] = {
@@ -493,7 +542,7 @@ class NGramDetector(Detector):
                 "weighted_coverage": 1.0,
                 "fallback": "containment",
                 "fallback_token": tpos,
-                "item_tokens": len(var.token_ids),
+                "item_tokens": var.n_tokens,
             }
         if not pairs:
             return []
@@ -514,7 +563,7 @@ class NGramDetector(Detector):
             bounds = np.searchsorted(hr, np.unique(hr))
             for b, e in zip(bounds, [*bounds[1:], len(hr)], strict=True):
                 r = int(hr[b])
-                hits_by_row[r] = (hp[b:e] - starts[r], hg[b:e])
+                hits_by_row[r] = (hp[b:e] - tok.row_first[r], hg[b:e])
         norm_cache: dict[int, tuple[np.ndarray, list[tuple[int, int]]]] = {}
         post_cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         out = []

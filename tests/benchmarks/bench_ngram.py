@@ -5,13 +5,13 @@ and the long LeetCodeDataset / Marco-o1 responses). Benchmarks: aime24, aime25 (
 lcb_v5, lcb_v6. Each normalizer's index (latex for math items, code for code items) scans the
 whole pool, as the detector does.
 
-Stages timed separately, all on the same tokens:
+Stages timed separately, all on the same normalized texts:
 
-* ``normalize``: ``normalizer.tokens(text)`` for every text (shared by every method below);
-* ``naive``: open-r1 ``decontaminate.py`` style — per sample a Python set of word n-gram tuples,
-  intersected with the set of all benchmark n-gram tuples;
-* ``bare``: only hash every n-gram of the pool (token ids + the same vectorised rolling hash),
-  no lookup, no evidence;
+* ``normalize``: ``normalizer(text)`` for every text (shared by every method below);
+* ``naive``: open-r1 ``decontaminate.py`` style — per sample split into words, a Python set of
+  word n-gram tuples, intersected with the set of all benchmark n-gram tuples;
+* ``bare``: only hash every n-gram of the pool (the same byte-level token hashing and rolling
+  n-gram hash as the detector), no lookup, no evidence;
 * ``sluice``: the detector's full scan of the tokens (lookup, exact verification, scores,
   evidence for the rows that match).
 
@@ -31,8 +31,9 @@ sys.path[:0] = [str(HERE.parents[2]), str(HERE.parents[1] / "decontam")]
 from benchsets import load_set  # noqa: E402
 
 from curation.settings import shared_dir  # noqa: E402
-from decontam.ngram import NGramDetector, _lookup, _window_hashes  # noqa: E402
+from decontam.ngram import NGramDetector, _lookup, _Tokens, _window_hashes  # noqa: E402
 
+BATCH = 5000
 FIELDS = ("problem", "prompt", "question", "context", "query", "instruction", "response")
 
 
@@ -71,44 +72,42 @@ def main() -> None:
     for _name, idx in sorted(det._indexes.items()):
         bench = set()
         for v in idx.variants:
-            toks = idx.normalizer.tokens(v.text)
+            toks = v.norm.decode().split()
             bench.update(zip(*[toks[i:] for i in range(n)], strict=False))
         t = time.perf_counter()
-        toks = [idx.normalizer.tokens(x) for x in texts]
+        norms = idx.normalize(texts)
         t_norm += time.perf_counter() - t
-        words += sum(map(len, toks))
+        words += sum(x.count(" ") + 1 for x in norms if x)
+        batches = [(lo, norms[lo : lo + BATCH]) for lo in range(0, len(norms), BATCH)]
 
         t = time.perf_counter()
-        for r, tk in enumerate(toks):
+        for r, norm in enumerate(norms):
+            tk = norm.split()
             if set(zip(*[tk[i:] for i in range(n)], strict=False)) & bench:
                 naive_rows.add(r)
         t_naive += time.perf_counter() - t
 
         t = time.perf_counter()
-        for lo in range(0, len(toks), 5000):
-            ids, _ = idx.vocab.lookup_many(toks[lo : lo + 5000])
-            _window_hashes(idx.vocab.codes[ids], n)
+        for _lo, part in batches:
+            _window_hashes(_Tokens(part).hashes, n)
         t_bare += time.perf_counter() - t
 
         t = time.perf_counter()
-        for lo in range(0, len(toks), 5000):
-            det._score_index(
-                idx, uids, fields, texts[lo : lo + 5000], toks[lo : lo + 5000], evidence=False
-            )
+        for lo, part in batches:
+            det._score_index(idx, uids, fields, texts[lo : lo + BATCH], part, evidence=False)
         t_ours += time.perf_counter() - t
 
         t = time.perf_counter()
-        for lo in range(0, len(toks), 5000):
+        for lo, part in batches:
             rows = det._score_index(
-                idx, uids[lo : lo + 5000], fields, texts[lo : lo + 5000], toks[lo : lo + 5000]
+                idx, uids[lo : lo + BATCH], fields, texts[lo : lo + BATCH], part
             )
             recorded += len(rows)
         t_full += time.perf_counter() - t
 
-        for lo in range(0, len(toks), 5000):  # oracle check: rows with >= 1 verified hit
-            ids, starts = idx.vocab.lookup_many(toks[lo : lo + 5000])
-            hits = _lookup(ids, idx.vocab.codes[ids], idx.keys, idx.key_ids, n)
-            ours_rows.update((lo + starts.searchsorted(hits.pos, side="right") - 1).tolist())
+        for lo, part in batches:  # oracle check: rows with >= 1 verified hit
+            tok = _Tokens(part)
+            ours_rows.update((lo + tok.row_of[_lookup(tok, idx.keyset, n).pos]).tolist())
 
     assert naive_rows == ours_rows, (len(naive_rows), len(ours_rows))
     print(f"pool: {len(texts):,} texts, {words:,} normalized words (both normalizers)")
