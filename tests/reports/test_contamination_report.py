@@ -176,6 +176,31 @@ def test_max_evidence_caps_the_report_but_not_the_parquet(run_dir, tmp_path):
     assert html.name == "report.html" and md.name == "report.md" and js.name == "report.json"
 
 
+def test_a_clean_run_gives_an_empty_but_complete_report(run_dir, tmp_path):
+    """No match at all: every section is there and says so, the plots still render."""
+    from decontam.base import MATCH_SCHEMA
+
+    clean = tmp_path / "clean-run"
+    clean.mkdir()
+    for f in run_dir.iterdir():
+        if f.is_file():
+            (clean / f.name).write_bytes(f.read_bytes())
+    pq.write_table(MATCH_SCHEMA.empty_table(), clean / "matches.parquet")
+    dec = pq.read_table(clean / "decisions.parquet")
+    n = dec.num_rows
+    dec = dec.set_column(1, "contaminated", pa.array([False] * n))
+    dec = dec.set_column(2, "reasons", pa.array([[]] * n, pa.list_(pa.string())))
+    pq.write_table(dec, clean / "decisions.parquet")
+    paths = render_report(clean, tmp_path / "out")
+    report = json.loads(paths.json.read_text())
+    assert report["summary"]["flagged"] == 0 and report["summary"]["kept"] == n
+    assert report["evidence"]["total"] == 0 and report["agreement"]["combinations"] == []
+    assert pq.read_table(paths.evidence).num_rows == 0
+    html = paths.html.read_text()
+    assert "No pair was flagged." in html and html.count("data:image/png;base64,") == 3
+    assert "**0 of 9 rows flagged and removed (0.0%)**" in paths.markdown.read_text()
+
+
 # ----------------------------------------------------------------------------- untrusted text
 
 
