@@ -135,49 +135,50 @@ class NGramConfig(DetectorConfig):
 
 
 class _Tokens:
-    """The tokens of a batch of normalized texts, hashed without a Python loop per token.
+    """The tokens of a batch of normalized texts, with 64-bit hashes, in flat arrays.
 
     Normalized text is words separated by single spaces (every normalizer ends with the
-    ``text`` rules), so the batch is joined with newlines, viewed as bytes, and each token's
-    64-bit hash is a sum over its bytes of a random table entry per (byte, position in token)
-    (``np.add.reduceat``). Hashes may collide; every hit is verified on the bytes.
+    ``text`` rules; ``fit`` checks it), so the batch is joined with a separator token, split
+    once in C (``bytes.split``) and every token hashed by the C ``xxh3_64`` through ``map``: no
+    Python bytecode runs per token. Rows are found from the separator tokens with numpy.
+    Token hashes are deterministic across processes (sharded scans agree), n-gram hashes may
+    collide, and every hit is verified on the bytes.
     """
 
-    __slots__ = ("buf", "starts", "ends", "hashes", "row_of", "row_first", "n_rows")
+    __slots__ = ("flat", "hashes", "is_sep", "row_of", "row_first", "row_end", "n_rows")
 
     def __init__(self, norms: list[str]) -> None:
+        import xxhash
+
         self.n_rows = len(norms)
-        self.buf = "\n".join(norms).encode("utf-8")
-        b = np.frombuffer(self.buf, np.uint8)
-        word = (b != 32) & (b != 10)
-        prev = np.empty_like(word)
-        if len(word):
-            prev[0] = False
-            prev[1:] = word[:-1]
-        is_start = word & ~prev
-        self.starts = np.flatnonzero(is_start)
-        wpos = np.flatnonzero(word)
-        tok_of = np.cumsum(is_start[wpos]) - 1
-        lengths = np.bincount(tok_of, minlength=len(self.starts)) if len(wpos) else tok_of
-        self.ends = self.starts + lengths
-        p = wpos - self.starts[tok_of]
-        contrib = _BYTE_TABLE[((p & 31) << 8) | b[wpos]]
-        first = np.cumsum(lengths) - lengths
-        self.hashes = (
-            np.add.reduceat(contrib, first) if len(first) else np.empty(0, np.uint64)
-        ) + lengths.astype(np.uint64) * _POLY
-        newlines = np.flatnonzero(b == 10)
-        self.row_of = np.searchsorted(newlines, self.starts)
-        self.row_first = np.searchsorted(self.row_of, np.arange(self.n_rows + 1))
+        self.flat = (_SEP_JOIN.join(norms) + _SEP_TAIL).encode("utf-8").split() if norms else []
+        self.hashes = np.fromiter(
+            map(xxhash.xxh3_64_intdigest, self.flat), np.uint64, len(self.flat)
+        )
+        self.is_sep = self.hashes == _SEP_HASH
+        sep_pos = np.flatnonzero(self.is_sep)
+        if len(sep_pos) != self.n_rows:  # pragma: no cover - normalized text holds no "\x00"
+            raise InputError("ngram: a normalized text contains a NUL character")
+        self.row_of = np.cumsum(self.is_sep) - self.is_sep  # separators belong to their row
+        self.row_end = sep_pos
+        self.row_first = np.concatenate(([0], sep_pos[:-1] + 1)) if self.n_rows else sep_pos
 
     def span(self, i: int, k: int) -> bytes:
-        """Bytes of tokens i .. i+k-1 (with their single spaces)."""
-        return self.buf[self.starts[i] : self.ends[i + k - 1]]
+        """Bytes of tokens i .. i+k-1 joined by single spaces."""
+        return b" ".join(self.flat[i : i + k])
 
 
-_BYTE_TABLE = np.random.default_rng(0x51C3).integers(
-    0, np.iinfo(np.uint64).max, 32 * 256, dtype=np.uint64, endpoint=True
-)
+_SEP_JOIN = " \x00 "
+_SEP_TAIL = " \x00"
+
+
+def _sep_hash() -> np.uint64:
+    import xxhash
+
+    return np.uint64(xxhash.xxh3_64_intdigest(b"\x00"))
+
+
+_SEP_HASH = _sep_hash()
 
 
 def _window_hashes(codes: np.ndarray, k: int) -> np.ndarray:
@@ -221,17 +222,17 @@ def _lookup(tok: _Tokens, ks: _KeySet, k: int) -> _Hits:
         return _Hits(np.empty(0, np.int64), np.empty(0, np.int64))
     h = _window_hashes(tok.hashes, k)
     cand = np.flatnonzero(ks.bitmap[h >> np.uint64(64 - ks.BITS)])
-    cand = cand[tok.row_of[cand] == tok.row_of[cand + k - 1]]
+    cand = cand[(tok.row_of[cand] == tok.row_of[cand + k - 1]) & ~tok.is_sep[cand + k - 1]]
     hc = h[cand]
     idx = np.searchsorted(ks.keys, hc)
     idx[idx == len(ks.keys)] = 0
     hit = ks.keys[idx] == hc
     pos, idx = cand[hit], idx[hit]
     if len(pos):
-        buf, st, en, kb = tok.buf, tok.starts, tok.ends, ks.key_bytes
+        flat, kb, join = tok.flat, ks.key_bytes, b" ".join
         ok = np.fromiter(
             (
-                buf[st[p] : en[p + k - 1]] == kb[g]
+                join(flat[p : p + k]) == kb[g]
                 for p, g in zip(pos.tolist(), idx.tolist(), strict=True)
             ),
             bool,
@@ -285,11 +286,11 @@ class _Index:
                     f"words (item {r['item_id']}); use a normalizer that ends with the text rules"
                 )
         tok = _Tokens(norms)
-        self._tok_counts = np.diff(tok.row_first)
+        self._tok_counts = tok.row_end - tok.row_first
         h_all = _window_hashes(tok.hashes, n)
         all_h, all_v, all_p, all_b = [], [], [], []
         for v in range(len(rows)):
-            a, e = int(tok.row_first[v]), int(tok.row_first[v + 1])
+            a, e = int(tok.row_first[v]), int(tok.row_end[v])
             if e - a < n:
                 continue
             h = h_all[a : e - n + 1]
@@ -362,11 +363,7 @@ class _Index:
         for k, vs in fb.items():
             heads = [b" ".join(self.variants[v].norm.split(b" ")[:k]) for v in vs]
             t = _Tokens([h.decode("utf-8") for h in heads])
-            h = (
-                t.hashes[t.row_first[:-1]]
-                if k == 1
-                else _window_hashes(t.hashes, k)[t.row_first[:-1]]
-            )
+            h = t.hashes[t.row_first] if k == 1 else _window_hashes(t.hashes, k)[t.row_first]
             groups: dict[int, list[int]] = defaultdict(list)
             first_bytes: dict[int, bytes] = {}
             for hv, v, hb in zip(h.tolist(), vs, heads, strict=True):
@@ -528,7 +525,7 @@ class NGramDetector(Detector):
                 r = int(tok.row_of[p])
                 for v in fvars[g]:
                     L = idx.variants[v].n_tokens
-                    if (r, v) in fb_hits or p + L > tok.row_first[r + 1]:
+                    if (r, v) in fb_hits or p + L > tok.row_end[r]:
                         continue
                     if tok.span(p, L) == idx.variants[v].norm:
                         fb_hits[(r, v)] = p - int(tok.row_first[r])
