@@ -50,9 +50,9 @@ class Location:
 class ExactDeduper:
     """Keeps the first occurrence of each uid; reports where a later duplicate's original is.
 
-    A dict of 24-hex-char uids: about 200 bytes per unique row in CPython, i.e. ~200 MB for a
-    million rows (measured by tests/benchmarks/bench_ingest.py). File names are interned in a
-    list so each location costs one small tuple.
+    A dict of 24-hex-char uids to small (file index, row, source id) tuples; file names are
+    interned in a list. With the ingest's source-id index this costs ~250 MB per million unique
+    rows (tests/benchmarks/bench_ingest.py: a 1M-row ingest peaks at ~535 MiB RSS in total).
     """
 
     def __init__(self) -> None:

@@ -359,7 +359,10 @@ def convert_tests(value: Any, fmt: str = "auto", entry_point: str | None = None)
     if value is None:
         return []
     if isinstance(value, str):
-        parsed = parse_value(value, "auto", "tests") if value.lstrip()[:1] in "[{" else value
+        looks_structured = value.lstrip()[:1] in ("[", "{")
+        parsed = parse_value(value, "auto", "tests") if looks_structured else value
+        if isinstance(parsed, str) and looks_structured:
+            raise FieldError("tests", "stringified tests are neither JSON nor a Python literal")
         if isinstance(parsed, str):
             if fmt == "stdin":
                 raise FieldError("tests", "expected stdin/stdout cases, got a code string")

@@ -160,3 +160,21 @@ def test_jsonl_parquet_and_save_to_disk_give_the_same_records(tmp_path, data_roo
         (dup,) = cat.load(res.duplicates_ref).to_pylist()
         assert (dup["kept_row"], dup["duplicate_row"]) == (4, 26)
     assert got[0] == got[1] == got[2]
+
+
+def test_bad_tests_and_stringified_fields_are_rejects_not_tracebacks(tmp_path):
+    rows = [
+        {"id": "1", "problem": "Print 1.", "tests": {"inputs": ["", ""], "outputs": ["1\n"]}},
+        {"id": "2", "problem": "Print 2.", "tests": "{'inputs': ['']"},  # truncated literal
+        {"id": "3", "problem": "Print 3.", "tests": 3},
+        {"id": "4", "problem": "Print 4.", "tests": [{"input": "", "output": "4\n"}]},
+    ]
+    src = tmp_path / "code.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    res = ingest_to_files(str(src), load_map("generic_code"), tmp_path / "out")
+    import pyarrow.parquet as pq
+
+    rejects = pq.read_table(res.rejects).to_pylist()
+    assert [(r["row"], r["field"]) for r in rejects] == [(1, "tests"), (2, "tests"), (3, "tests")]
+    assert "differ in length" in rejects[0]["reason"]
+    assert res.counts.accepted == 1 and res.counts.balanced
