@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+from bisect import bisect_left
 from collections import Counter, defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -459,7 +460,7 @@ def _sensitivity(
         )
         if d in thresholds:
             grid = sorted(set(grid) | {_r(thresholds[d], 4)})
-        curves[d] = [[t, sum(1 for v in vals if v >= t)] for t in grid]
+        curves[d] = [[t, len(vals) - bisect_left(vals, t)] for t in grid]
     return curves, {d: sorted(v) for d, v in pair_scores.items()}
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,7 @@ class Pair:
     def key(self) -> tuple[str, str, str]:
         return (self.sample_uid, self.benchmark, self.benchmark_item)
 
-    @property
+    @cached_property  # read many times per pair; scores do not change after loading
     def detectors_over(self) -> list[str]:
         return sorted(d for d, s in self.scores.items() if s.over)
 
