@@ -77,30 +77,6 @@ STRONG, WEAK = 1.0, 0.5
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass
-class ProblemIdConfig(DetectorConfig):
-    threshold: float = field(
-        default=1.0, metadata={"help": "score at or above which an id match flags (1.0 = exact)"}
-    )
-    forms: tuple[str, ...] = field(
-        default=ID_FORMS, metadata={"help": f"id forms to recognise: {', '.join(ID_FORMS)}"}
-    )
-    min_title_words: int = field(
-        default=3,
-        metadata={"help": "bare LeetCode slugs / titles need at least this many words"},
-    )
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.threshold <= 1.0:
-            raise ConfigError(f"problem_id threshold must be in (0, 1], got {self.threshold}")
-        self.forms = tuple(self.forms)
-        bad = [f for f in self.forms if f not in ID_FORMS]
-        if bad:
-            raise ConfigError(f"unknown id form {bad[0]!r}", hint=f"forms: {', '.join(ID_FORMS)}")
-        if self.min_title_words < 1:
-            raise ConfigError("min_title_words must be >= 1")
-
-
 def _parse_window(value: Any) -> tuple[str, str] | None:
     if value is None:
         return None
@@ -116,6 +92,37 @@ def _parse_window(value: Any) -> tuple[str, str] | None:
     if start >= end:
         raise ConfigError(f"window start {start} is not before end {end}")
     return start, end
+
+
+@dataclass
+class ProblemIdConfig(DetectorConfig):
+    threshold: float = field(
+        default=1.0, metadata={"help": "score at or above which an id match flags (1.0 = exact)"}
+    )
+    forms: tuple[str, ...] = field(
+        default=ID_FORMS, metadata={"help": f"id forms to recognise: {', '.join(ID_FORMS)}"}
+    )
+    min_title_words: int = field(
+        default=3,
+        metadata={"help": "bare LeetCode slugs / titles need at least this many words"},
+    )
+    window: tuple[str, str] | None = field(
+        default=None,
+        metadata={
+            "help": "only match items dated in (START, END), END exclusive; None: every loaded item"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.threshold <= 1.0:
+            raise ConfigError(f"problem_id threshold must be in (0, 1], got {self.threshold}")
+        self.window = _parse_window(self.window)
+        self.forms = tuple(self.forms)
+        bad = [f for f in self.forms if f not in ID_FORMS]
+        if bad:
+            raise ConfigError(f"unknown id form {bad[0]!r}", hint=f"forms: {', '.join(ID_FORMS)}")
+        if self.min_title_words < 1:
+            raise ConfigError("min_title_words must be >= 1")
 
 
 @dataclass
@@ -620,8 +627,11 @@ class ProblemIdDetector(Detector):
         self, uid: str, fld: str, hits: Iterable[IdHit], from_metadata: bool
     ) -> list[dict]:
         rows = []
+        win = self.config.window
         for h in hits:
             for item in self.index.lookup(h.key):
+                if win and not (item.date and win[0] <= item.date < win[1]):
+                    continue
                 if h.key[0] == "slug":
                     canonical = f"leetcode:{self.index.slug_to_id.get(h.key[1], '?')} ({h.key[1]})"
                 else:

@@ -157,6 +157,10 @@ def test_forms_can_be_restricted():
     det.fit(_tiny_set())
     assert det.score(_texts("abc387_c")).num_rows == 0
     assert det.score(_texts("atcoder.jp/contests/abc387/tasks/abc387_c")).num_rows == 1
+    windowed = ProblemIdDetector(ProblemIdConfig(window="2024-01-01..2025-01-01"))
+    windowed.fit(_tiny_set())
+    got = windowed.score(_texts("abc387_c", "LeetCode 2777", "LeetCode 3000")).to_pylist()
+    assert [r["benchmark_item"] for r in got] == ["3000"]  # abc387 is 2025-01-04, 2777 is 2023
     with pytest.raises(ConfigError, match="unknown id form"):
         ProblemIdConfig(forms=("atcoder",))
     with pytest.raises(ConfigError):
