@@ -454,14 +454,20 @@ def _read_rows(path: Path) -> list[dict]:
         if not isinstance(data, list):
             raise InputError("expected a JSON list of objects", file=str(path))
         return data
-    if suffix not in (".jsonl", ".ndjson"):
+    if suffix not in (".jsonl", ".ndjson", ".jsonl.gz"):
         raise InputError(
             f"unsupported benchmark file type {suffix!r}",
             file=str(path),
-            hint="use .jsonl or .parquet",
+            hint="use .jsonl, .jsonl.gz, .json or .parquet",
         )
     rows = []
-    with open(path, encoding="utf-8") as f:
+    if suffix.endswith(".gz"):
+        import gzip
+
+        opener = gzip.open(path, "rt", encoding="utf-8")
+    else:
+        opener = open(path, encoding="utf-8")
+    with opener as f:
         for i, line in enumerate(f, start=1):
             if not line.strip():
                 continue

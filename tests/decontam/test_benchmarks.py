@@ -368,3 +368,18 @@ def test_cache_rereads_a_replaced_file(tmp_path):
     assert load_benchmark("olymp", definition_files=[toml])[1].item_count == 2
     _user_bench(tmp_path, ROWS[:1])
     assert load_benchmark("olymp", definition_files=[toml])[1].item_count == 1
+
+
+def test_gzipped_and_unsupported_files(tmp_path):
+    import gzip
+
+    toml = _user_bench(tmp_path, ROWS)
+    gz = toml.parent / "olymp.jsonl.gz"
+    with gzip.open(gz, "wt", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in ROWS)
+    toml.write_text(toml.read_text().replace('file = "olymp.jsonl"', 'file = "olymp.jsonl.gz"'))
+    assert load_benchmark("olymp", definition_files=[toml])[1].item_count == 2
+    (toml.parent / "olymp.csv").write_text("pid,statement\n")
+    toml.write_text(toml.read_text().replace("olymp.jsonl.gz", "olymp.csv"))
+    with pytest.raises(InputError, match="unsupported benchmark file type '.csv'"):
+        load_benchmark("olymp", definition_files=[toml])
