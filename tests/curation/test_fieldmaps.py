@@ -183,3 +183,19 @@ def test_every_shipped_map_is_documented():
     doc = (Path(__file__).resolve().parents[2] / "docs" / "ingest.md").read_text(encoding="utf-8")
     missing = [n for n in available_maps() if f"| `{n}` |" not in doc]
     assert not missing, f"maps missing from docs/ingest.md: {missing}"
+
+
+def test_hub_skywork_math_map_on_a_row_shaped_like_the_dataset():
+    # Shape as documented by verl preprocessors of Skywork-OR1-RL-Data (no Hub access here).
+    m = load_map("hub_skywork_or1_math")
+    row = {
+        "data_source": "train-math-deepscaler",
+        "prompt": [{"role": "user", "content": "Compute $1+1$."}],
+        "reward_model": {"ground_truth": "['2', '2.0']", "style": "rule"},
+        "extra_info": {"index": 3, "model_difficulty": {"DeepSeek-R1-Distill-Qwen-7B": 1}},
+    }
+    rec = m.apply(row)
+    assert rec["problem"] == "Compute $1+1$." and rec["answer"] == "2"
+    assert rec["metadata"]["ground_truths"] == ["2", "2.0"]
+    row["reward_model"]["ground_truth"] = "0.50"
+    assert m.apply(row)["answer"] == "0.50"
