@@ -19,18 +19,18 @@ def _console():
 
 
 def _print_results(results: dict) -> None:
-    from rich.table import Table
-
+    """One line per pool (kept unwrapped, so refs and paths can be copied)."""
     from flows.curate import summary_rows
 
-    rows = summary_rows(results)
-    cols = ("pool", "rows_decontaminated", "contaminated", "clean", "clean_ref", "report")
-    table = Table(title="sluice: curated pools")
-    for col in cols:
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        table.add_row(*(str(r.get(c)) for c in cols))
-    _console().print(table)
+    con = _console()
+    for r in summary_rows(results):
+        con.print(
+            f"[bold]{r['pool']}[/]: {r['rows_decontaminated']} rows, "
+            f"{r['contaminated']} contaminated, {r['clean']} clean -> {r['clean_ref']}\n"
+            f"  report: {r['report']}",
+            soft_wrap=True,
+            highlight=False,
+        )
 
 
 def register(app: typer.Typer) -> None:

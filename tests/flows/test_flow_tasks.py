@@ -6,6 +6,7 @@ from __future__ import annotations
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from flow_helpers import write_config, write_slice
 
 from curation.errors import ConfigError, NotFoundError
 from flows.config import PipelineConfig, load_config
@@ -19,7 +20,6 @@ from flows.tasks import (
     render_pool_report,
     scan_shard,
 )
-from tests.flows.conftest import write_config, write_slice
 
 TOML = """
 data_root = "root"
@@ -122,8 +122,14 @@ def test_stage_tasks_chain_without_prefect(tmp_path, pools_dir, benchmarks_dir):
     assert cat.resolve(ing["ref"]).num_rows == 30 == ing["counts"]["accepted"]
 
     dec = decontaminate_pool.fn(
-        ing["ref"], ["problem"], "uid", _decontam(), str(tmp_path / "run"), root,
-        benchmarks_dir=str(benchmarks_dir), publish_as="ttrl",
+        ing["ref"],
+        ["problem"],
+        "uid",
+        _decontam(),
+        str(tmp_path / "run"),
+        root,
+        benchmarks_dir=str(benchmarks_dir),
+        publish_as="ttrl",
     )
     # every row of this pool *is* an AIME 2024 problem: the 9-gram detector flags most of them
     assert dec["counts"]["rows"] == 30
@@ -142,12 +148,20 @@ def test_sharded_scan_matches_the_single_process_run(tmp_path, pools_dir, benchm
     publishes the same versions as the one-task run."""
     root = str(tmp_path / "root")
     src = write_slice(pools_dir / "math_ttrl_aime24_as_train.jsonl", tmp_path / "ttrl.jsonl")
-    extra = write_slice(pools_dir / "math_deepscaler_aime_1983_2023.jsonl", tmp_path / "x.jsonl", 20)
+    extra = write_slice(
+        pools_dir / "math_deepscaler_aime_1983_2023.jsonl", tmp_path / "x.jsonl", 20
+    )
     src.write_text(src.read_text() + extra.read_text().replace('"problem"', '"prompt"'))
     ing = ingest_pool.fn({"name": "mix", "source": str(src), "map": "ttrl"}, root)
     cfg = _decontam(("ngram", "minhash"))
-    kw = dict(text_fields=["problem"], id_field="uid", decontam=cfg, data_root=root,
-              benchmarks_dir=str(benchmarks_dir), publish_as="mix")
+    kw = dict(
+        text_fields=["problem"],
+        id_field="uid",
+        decontam=cfg,
+        data_root=root,
+        benchmarks_dir=str(benchmarks_dir),
+        publish_as="mix",
+    )
     single = decontaminate_pool.fn(ing["ref"], out_dir=str(tmp_path / "single"), **kw)
 
     shards = prepare_shards.fn(ing["ref"], ["problem"], "uid", 3, str(tmp_path / "work"), root)
@@ -166,7 +180,10 @@ def test_sharded_scan_matches_the_single_process_run(tmp_path, pools_dir, benchm
         assert a.equals(b), name
     assert sharded["clean_ref"] == single["clean_ref"]
     assert sharded["excluded_ref"] == single["excluded_ref"]
-    assert pc.sum(pq.read_table(tmp_path / "single" / "decisions.parquet")["contaminated"]).as_py() >= 25
+    assert (
+        pc.sum(pq.read_table(tmp_path / "single" / "decisions.parquet")["contaminated"]).as_py()
+        >= 25
+    )
 
 
 def test_config_file_round_trip_via_helper(tmp_path):

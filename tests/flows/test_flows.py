@@ -9,8 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from tests.flows.conftest import write_config, write_slice
+from flow_helpers import write_config, write_slice
 
 pytestmark = [pytest.mark.xdist_group("prefect"), pytest.mark.usefixtures("prefect_harness")]
 
@@ -67,7 +66,9 @@ def test_curate_flow_end_to_end_then_cached_rerun(tmp_path, two_pools, benchmark
     assert _versions(root) == versions
     assert run_json.stat().st_mtime_ns == stamp  # the decontamination task did not run
     for pool in first:
-        assert second[pool]["decontaminate"]["clean_ref"] == first[pool]["decontaminate"]["clean_ref"]
+        assert (
+            second[pool]["decontaminate"]["clean_ref"] == first[pool]["decontaminate"]["clean_ref"]
+        )
 
     # a deleted run dir is not papered over by the cache: the stage runs again
     shutil.rmtree(run_json.parent)
@@ -108,13 +109,21 @@ def test_sharded_decontaminate_flow_equals_single(tmp_path, pools_dir, benchmark
     src = write_slice(pools_dir / "math_ttrl_aime24_as_train.jsonl", tmp_path / "t.jsonl")
     ref = ingest_flow(source=str(src), name="ttrl", field_map="ttrl", data_root=root)["ref"]
     cfg = DecontamConfig(benchmarks=["aime24", "aime25"], detectors=["ngram"]).to_dict()
-    kw = dict(input_ref=ref, text_fields=["problem"], id_field="uid", decontam=cfg,
-              data_root=root, benchmarks_dir=str(benchmarks_dir))
+    kw = dict(
+        input_ref=ref,
+        text_fields=["problem"],
+        id_field="uid",
+        decontam=cfg,
+        data_root=root,
+        benchmarks_dir=str(benchmarks_dir),
+    )
     one = decontaminate_flow(out_dir=str(tmp_path / "one"), **kw)
     three = decontaminate_flow(out_dir=str(tmp_path / "three"), shards=3, **kw)
     assert three["clean_ref"] == one["clean_ref"]
     for name in ("matches.parquet", "decisions.parquet"):
-        assert pq.read_table(tmp_path / "one" / name).equals(pq.read_table(tmp_path / "three" / name))
+        assert pq.read_table(tmp_path / "one" / name).equals(
+            pq.read_table(tmp_path / "three" / name)
+        )
 
 
 def test_deployment_carries_the_schedule_and_config(tmp_path, two_pools):
@@ -134,24 +143,38 @@ def test_deployment_carries_the_schedule_and_config(tmp_path, two_pools):
         curate_deployment(bad, cron="0 3 * * *")
 
 
-def test_sluice_run_and_demo_commands(tmp_path, two_pools, benchmarks_dir):
-    from typer.testing import CliRunner
+def test_sluice_run_command(tmp_path, two_pools, benchmarks_dir):
+    """The real command in a subprocess, reporting to the session's test server."""
+    import os
+    import subprocess
+    import sys
 
-    from flows.cli import app
+    from prefect.settings import PREFECT_API_URL
 
-    runner = CliRunner()
+    sluice = str(Path(sys.executable).with_name("sluice"))
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
     cfg = write_config(tmp_path / "pipeline.toml", two_pools[:1], data_root=tmp_path / "root")
-    res = runner.invoke(app, ["run", str(cfg)])
-    assert res.exit_code == 0, res.output
-    assert "ttrl-aime24.decontaminated@" in res.output
+    res = subprocess.run([sluice, "run", str(cfg)], env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "ttrl-aime24.decontaminated@" in res.stdout
+    assert "report: file://" in res.stdout
 
-    res = runner.invoke(app, ["run", str(tmp_path / "missing.toml")])
-    assert res.exit_code != 0
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[pools]]\nname = 'x'\nsource = 'x.jsonl'\nmapp = 'ttrl'\n")
+    res = subprocess.run([sluice, "run", str(bad)], env=env, capture_output=True, text=True)
+    assert res.returncode == 2
+    assert "did you mean 'map'" in res.stderr and "Traceback" not in res.stderr
 
-    res = runner.invoke(app, ["demo", "--out", str(tmp_path / "demo")])
-    assert res.exit_code == 0, res.output
-    report = Path(res.output.split("report:")[-1].strip().replace("\n", ""))
+
+def test_demo_writes_its_pool_and_runs_end_to_end(tmp_path, benchmarks_dir):
+    from curation.catalog import Catalog
+    from flows.demo import run_demo
+
+    out = tmp_path / "demo"
+    report = run_demo(out)
     assert report.name == "report.html" and report.is_file()
-    # the planted AIME rows are found
-    run = json.loads((tmp_path / "demo").joinpath(".sluice", "runs").rglob("run.json").__next__().read_text())
-    assert run["counts"]["contaminated"] >= 2
+    assert (out / "sample_pool.jsonl").is_file() and (out / "demo.toml").is_file()
+    run = json.loads(next((out / ".sluice" / "runs").rglob("run.json")).read_text())
+    # the three rows planted from AIME 2024 are found, the generated ones are not flagged
+    assert run["counts"]["contaminated"] == 3
+    assert Catalog(str(out / ".sluice")).resolve("demo-pool.decontaminated").num_rows == 60

@@ -1,0 +1,50 @@
+"""Helpers for the flow tests: slices of real pools and pipeline configs in tmp folders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def write_slice(src: Path, dst: Path, n: int | None = None, skip: int = 0) -> Path:
+    """Copy rows [skip, skip+n) of a JSONL pool into ``dst`` (a test's tmp folder)."""
+    lines = [ln for ln in src.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    rows = lines[skip : skip + n if n is not None else None]
+    dst.write_text("".join(r + "\n" for r in rows), encoding="utf-8")
+    return dst
+
+
+def write_config(
+    path: Path,
+    pools: list[dict],
+    *,
+    data_root: Path,
+    shards: int = 1,
+    benchmarks: tuple[str, ...] = ("aime24", "aime25"),
+    detectors: tuple[str, ...] = ("ngram",),
+) -> Path:
+    """A pipeline TOML config for ``pools`` (dicts with name, source, map, text_fields)."""
+    lines = [
+        f'data_root = "{data_root}"',
+        "",
+        "[benchmarks]",
+        f"names = {json.dumps(list(benchmarks))}",
+        "",
+        "[detectors]",
+        f"names = {json.dumps(list(detectors))}",
+        "",
+        "[scale]",
+        f"shards = {shards}",
+        "",
+    ]
+    for p in pools:
+        lines += [
+            "[[pools]]",
+            f'name = "{p["name"]}"',
+            f'source = "{p["source"]}"',
+            f'map = "{p["map"]}"',
+            f"text_fields = {json.dumps(p.get('text_fields', ['problem']))}",
+            "",
+        ]
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
