@@ -29,6 +29,7 @@ REPORT_SCHEMA_VERSION = "contamination_report/1"
 TEMPLATES = Path(__file__).parent / "templates"
 MAX_TEXT_CHARS = 12_000  # longer texts are shown as an excerpt around the overlapping spans
 SENSITIVITY_POINTS = 41
+OVERLAP_CHARS = 300  # overlap text kept per evidence row (the full texts are in the HTML)
 
 EVIDENCE_SCHEMA = pa.schema(
     [
@@ -39,6 +40,7 @@ EVIDENCE_SCHEMA = pa.schema(
         pa.field("benchmark_variant", pa.string()),
         pa.field("field", pa.string()),
         pa.field("highlight_detector", pa.string()),  # whose spans are highlighted
+        pa.field("overlap_text", pa.string()),  # that detector's overlap text (cut)
         pa.field("contaminated", pa.bool_()),
         pa.field("detectors_over", pa.list_(pa.string())),
         pa.field("decided_by", pa.list_(pa.string())),
@@ -320,6 +322,7 @@ def _best_rows(run: RunData) -> dict[tuple[str, str, str], dict[str, Any]]:
             "score",
             "threshold",
             "spans",
+            "overlap_text",
         ]
     ).to_pylist()
     best: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -335,6 +338,7 @@ def _best_rows(run: RunData) -> dict[tuple[str, str, str], dict[str, Any]]:
                 "variant": r["benchmark_variant"],
                 "detector": r["detector"] if r["spans"] else None,
                 "spans": list(r["spans"] or ()),
+                "overlap_text": r["overlap_text"],
             }
     return best
 
@@ -350,7 +354,11 @@ def _evidence(
         if not p.flagged:
             continue
         d = dec.get(p.sample_uid, {})
-        b = best.get(key, {"field": None, "variant": None, "detector": None, "spans": []})
+        b = best.get(
+            key,
+            {"field": None, "variant": None, "detector": None, "spans": [], "overlap_text": None},
+        )
+        overlap = b["overlap_text"]
         spans = sorted(
             {
                 (s["sample_start"], s["sample_end"], s["bench_start"], s["bench_end"])
@@ -366,6 +374,7 @@ def _evidence(
                 "benchmark_variant": b["variant"],
                 "field": b["field"],
                 "highlight_detector": b["detector"],
+                "overlap_text": overlap[:OVERLAP_CHARS] if overlap else None,
                 "contaminated": bool(d.get("contaminated")),
                 "detectors_over": p.detectors_over,
                 "decided_by": sorted(p.decided_by),
