@@ -263,13 +263,19 @@ def _summary(run: RunData, pairs: dict[tuple[str, str, str], Pair]) -> dict[str,
                 "share_of_pool": _share(len(s), total),
             }
         )
-    if (run.manifest.get("input") or {}).get("rows") not in (None, run.decisions.num_rows):
-        note = (
-            f"run.json says the input had {run.manifest['input']['rows']} rows but "
-            f"decisions.parquet has {run.decisions.num_rows}"
+    # the run's own counts must add up with its files; a report on an inconsistent run says so
+    problems = []
+    in_rows = (run.manifest.get("input") or {}).get("rows")
+    if in_rows not in (None, run.decisions.num_rows):
+        problems.append(
+            f"run.json says the input had {in_rows} rows but decisions.parquet has {run.decisions.num_rows}"
         )
-    else:
-        note = None
+    n_contam = (run.manifest.get("counts") or {}).get("contaminated")
+    if n_contam not in (None, len(flagged)):
+        problems.append(
+            f"run.json counts {n_contam} contaminated rows but decisions.parquet marks {len(flagged)}"
+        )
+    note = "; ".join(problems) or None
     return {
         "rows": total,
         "decided_rows": run.decisions.num_rows,

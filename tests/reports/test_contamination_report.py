@@ -198,7 +198,11 @@ def test_a_clean_run_gives_an_empty_but_complete_report(run_dir, tmp_path):
     assert pq.read_table(paths.evidence).num_rows == 0
     html = paths.html.read_text()
     assert "No pair was flagged." in html and html.count("data:image/png;base64,") == 3
-    assert "**0 of 9 rows flagged and removed (0.0%)**" in paths.markdown.read_text()
+    md = paths.markdown.read_text()
+    assert "**0 of 9 rows flagged and removed (0.0%)**" in md
+    # run.json still counts 6 contaminated rows: the report does not hide the inconsistency
+    assert "run.json counts 6 contaminated rows but decisions.parquet marks 0" in md
+    assert report["summary"]["consistency_note"] in html
 
 
 # ----------------------------------------------------------------------------- untrusted text
