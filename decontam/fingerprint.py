@@ -9,11 +9,13 @@ is a multiset of tokens:
   -> ``1/2``; ``2\\times 10^5``, ``2*10^5``, ``2e5``, ``200000`` -> ``200000``; ``10^{18}`` ->
   ``1e18`` as an integer); single digits are dropped (they are in every problem);
 * ``r:<lo>..<hi>`` a range ``lo <= X <= hi`` (a constraint line);
-* ``p:<base>^<exp>`` a power term such as ``x^2`` (formula shape).
+* ``p:<base>^<exp>`` a power term such as ``x^2`` (formula shape);
+* ``io:<token>`` a non-numeric word of a sample input/output block (``BWBWB``, ``sweet``).
 
 Tokens are weighted by their inverse document frequency over the benchmark items (numbers common
 to many items, like ``100000``, weigh little). The score of (text, item) is a weighted Jaccard
-similarity, shared weight / (union weight + ``prior_weight``), so a text with one rare shared
+similarity, shared weight / (union weight + ``prior_weight``), taken over all tokens and over
+the statement tokens alone (without sample I/O), whichever is higher, so a text with one rare shared
 number does not reach 1 (the dev set favoured Jaccard over containment: containment let pool
 texts with a few common constraint numbers score like story rewrites). The item containment
 (shared / item weight) is recorded as evidence too. Candidates come from an inverted index over tokens (cheap; no embedding
@@ -48,7 +50,7 @@ _FRAC_RE = re.compile(r"\\[dt]?frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}|\\[dt]?f
 _SCI_RE = re.compile(
     r"(?<![\w.])(\d+(?:\.\d+)?)?\s*(?:\\times|\\cdot|\*|x|×)?\s*10\s*\^\s*\{?\s*(\d+)\s*\}?"
 )
-_E_RE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[eE](\d+)(?![\w.])")
+_E_RE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[eE](\d+)(?!\w|\.\d)")
 _THOUSANDS_RE = re.compile(r"(?<=\d)\{,\}(?=\d{3})|(?<=\d),(?=\d{3}(?!\d))")
 _SLASH_RE = re.compile(r"(?<![\w.])(\d+)\s*/\s*(\d+)(?![\w.])")
 _NUM_RE = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
@@ -57,6 +59,14 @@ _RANGE_RE = re.compile(
     r"(-?\d+(?:\.\d+)?)\s*<=?\s*[A-Za-z_][\w,\s\[\]{}|]{0,20}?\s*<=?\s*(-?\d+(?:\.\d+)?)"
 )
 _POW_RE = re.compile(r"([a-zA-Z])\s*\^\s*\{?\s*(\d+)\s*\}?")
+# Sample I/O blocks: AtCoder/Codeforces "Sample Input 1 ... Sample Output 1 ...", LeetCode
+# "Input: ... / Output: ..." lines, and markdown "Example" blocks.
+_SAMPLE_RE = re.compile(
+    r"(?:sample\s+(?:input|output)\s*\d*|^\s*(?:input|output)\s*:)(.*?)"
+    r"(?=sample\s+(?:input|output)|^\s*(?:input|output|explanation|constraints|example)\b|\Z)",
+    re.I | re.S | re.M,
+)
+_IO_TOKEN_RE = re.compile(r"[A-Za-z0-9_]{2,}")
 
 
 def _num(value: str) -> str:
@@ -104,6 +114,10 @@ def extract(text: str) -> Counter:
         fp[f"r:{_num(m.group(1))}..{_num(m.group(2))}"] += 1
     for m in _POW_RE.finditer(t):
         fp[f"p:{m.group(1).lower()}^{m.group(2)}"] += 1
+    for m in _SAMPLE_RE.finditer(t):
+        for tok in _IO_TOKEN_RE.findall(m.group(1)):
+            if not tok.isdigit():  # numbers are already counted as n: tokens
+                fp[f"io:{tok}"] += 1
     return fp
 
 
@@ -174,21 +188,33 @@ class FingerprintDetector(Detector):
         """Score one (text, item row) pair, with the shared tokens as evidence."""
         return self._pair(extract(text), item_row)
 
-    def _pair(self, fp: Counter, j: int) -> dict:
+    def _jaccard(self, fp: Counter, ifp: Counter, keep) -> tuple[float, float, float, float, dict]:
         cfg: FingerprintConfig = self.config
-        ifp = self._fps[j]
-        shared = {
-            t: min(c, ifp[t])
-            for t, c in fp.items()
-            if t in ifp and self.idf.get(t, 0.0) >= cfg.min_idf
-        }
+        ok = {t for t in fp if keep(t) and self.idf.get(t, 0.0) >= cfg.min_idf}
+        shared = {t: min(fp[t], ifp[t]) for t in ok if t in ifp}
         sw = sum(c * self.idf[t] for t, c in shared.items())
-        ws, wi = self._weight(fp), self._weight(ifp)
+        ws = sum(fp[t] * self.idf[t] for t in ok)
+        wi = sum(
+            c * self.idf[t]
+            for t, c in ifp.items()
+            if keep(t) and self.idf.get(t, 0.0) >= cfg.min_idf
+        )
         denom = ws + wi - sw + cfg.prior_weight
-        score = sw / denom if denom > 0 else 0.0
+        return (sw / denom if denom > 0 else 0.0), sw, ws, wi, shared
+
+    def _pair(self, fp: Counter, j: int) -> dict:
+        # Two views, the better one counts: all tokens (sample I/O values make verbatim and edited
+        # statements score high) and statement tokens without sample I/O (story rewrites and
+        # reformats often drop the samples but keep numbers and constraint ranges).
+        ifp = self._fps[j]
+        full = self._jaccard(fp, ifp, lambda t: True)
+        stmt = self._jaccard(fp, ifp, lambda t: not t.startswith("io:"))
+        score, sw, ws, wi, shared = max(full, stmt, key=lambda x: x[0])
         return {
             "score": min(score, 1.0),
-            "item_containment": round(sw / wi, 4) if wi > 0 else 0.0,
+            "score_all_tokens": round(full[0], 4),
+            "score_statement_tokens": round(stmt[0], 4),
+            "item_containment": round(full[1] / full[3], 4) if full[3] > 0 else 0.0,
             "shared_weight": round(sw, 3),
             "sample_weight": round(ws, 3),
             "item_weight": round(wi, 3),

@@ -1,0 +1,343 @@
+"""Optional LLM judge: asks a chat model whether a training text and a benchmark item are the
+same problem, for candidate pairs whose primary (embedding) score falls in an uncertain band.
+
+Never required: without a configured endpoint the detector is simply not used. It talks to any
+OpenAI-compatible ``/chat/completions`` endpoint through httpx (a ``vllm serve MODEL`` server,
+a hosted API, ...), with timeouts, retries and exponential backoff. ``backend="vllm"`` runs vLLM
+in-process on a GPU instead (lazy import; untested in this project's CI, which has no GPU).
+
+Math and code use separate prompts (math: ignore names and wording, same mathematics and answer;
+code: same task, inputs and outputs). Verdicts are cached in SQLite under the data root, keyed by
+(model, prompt version, sha256 of both texts), so a rerun makes no calls. A failed call is recorded
+as ``judge_error`` evidence with a NaN score, never as a verdict.
+
+Score: 1.0 when the judge says "same problem", 0.0 when it says "different".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from curation.errors import ConfigError, require
+from decontam.base import Detector, DetectorConfig, empty_matches, matches_from_rows
+
+if TYPE_CHECKING:  # pragma: no cover
+    from decontam.benchmarks import BenchmarkSet
+
+PROMPTS: dict[str, dict[str, str]] = {
+    "judge-math/1": {
+        "system": (
+            "You compare two math problems and decide whether they are the same problem. "
+            "Ignore names, wording, formatting, language and story. They are the same problem "
+            "when they ask for the same mathematical quantity from the same data, so they have "
+            "the same answer. Changed numbers or a different question make them different."
+        ),
+        "user": (
+            "Problem A (benchmark):\n<<<\n{item}\n>>>\n\nText B (training data; it may contain "
+            "the problem inside a longer document):\n<<<\n{sample}\n>>>\n\n"
+            'Answer with JSON only: {{"same": true or false, "reason": "<one sentence>"}}'
+        ),
+    },
+    "judge-code/1": {
+        "system": (
+            "You compare two programming tasks and decide whether they are the same task. "
+            "Ignore names, story, wording and formatting. They are the same task when a correct "
+            "solution of one is a correct solution of the other: same inputs, same outputs, same "
+            "constraints. A different required output makes them different."
+        ),
+        "user": (
+            "Task A (benchmark):\n<<<\n{item}\n>>>\n\nText B (training data; it may contain the "
+            "task inside a longer document):\n<<<\n{sample}\n>>>\n\n"
+            'Answer with JSON only: {{"same": true or false, "reason": "<one sentence>"}}'
+        ),
+    },
+}
+
+
+@dataclass
+class JudgeConfig(DetectorConfig):
+    threshold: float = field(
+        default=0.5, metadata={"help": "1.0 = judged same, 0.0 = different; flags at >= this"}
+    )
+    backend: str = field(default="http", metadata={"help": "http (OpenAI-compatible) | vllm"})
+    base_url: str | None = field(
+        default=None,
+        metadata={
+            "help": "OpenAI-compatible base URL, e.g. http://localhost:8000/v1 "
+            "(default: $SLUICE_JUDGE_BASE_URL)"
+        },
+    )
+    model: str | None = field(
+        default=None, metadata={"help": "model name sent to the endpoint ($SLUICE_JUDGE_MODEL)"}
+    )
+    api_key_env: str = field(
+        default="SLUICE_JUDGE_API_KEY",
+        metadata={"help": "name of the environment variable holding the API key (may be unset)"},
+    )
+    band: tuple[float, float] = field(
+        default=(0.55, 0.90),
+        metadata={"help": "judge candidates whose embedding cosine is in [lo, hi)"},
+    )
+    math_prompt: str = field(default="judge-math/1", metadata={"help": "math prompt version"})
+    code_prompt: str = field(default="judge-code/1", metadata={"help": "code prompt version"})
+    top_k: int = field(default=3, metadata={"help": "candidate items per text"})
+    timeout_s: float = field(default=60.0, metadata={"help": "per-request timeout"})
+    max_retries: int = field(default=3, metadata={"help": "retries after a failed request"})
+    backoff_s: float = field(default=1.0, metadata={"help": "first retry delay; doubles"})
+    max_tokens: int = field(default=200, metadata={"help": "completion token limit"})
+    max_chars: int = field(default=6000, metadata={"help": "texts are cut to this many chars"})
+    cache: bool = field(default=True, metadata={"help": "cache verdicts in SQLite"})
+    cache_root: str | None = field(
+        default=None, metadata={"help": "data root for the verdict cache (default: data root)"}
+    )
+    embedding: dict[str, Any] = field(
+        default_factory=dict, metadata={"help": "EmbeddingConfig fields for candidate generation"}
+    )
+
+    def __post_init__(self) -> None:
+        self.band = tuple(self.band)  # TOML/JSON give lists
+        if self.backend not in ("http", "vllm"):
+            raise ConfigError(f"unknown judge backend {self.backend!r}", hint="use http or vllm")
+        if len(self.band) != 2 or not 0.0 <= self.band[0] <= self.band[1] <= 1.0:
+            raise ConfigError(f"judge band must be (lo, hi) with 0 <= lo <= hi <= 1: {self.band}")
+        for p in (self.math_prompt, self.code_prompt):
+            if p not in PROMPTS:
+                from curation.errors import did_you_mean
+
+                raise ConfigError(
+                    f"unknown judge prompt {p!r}", hint=did_you_mean(p, list(PROMPTS))
+                )
+        if self.max_retries < 0 or self.timeout_s <= 0:
+            raise ConfigError("judge max_retries must be >= 0 and timeout_s > 0")
+
+    def resolved(self) -> tuple[str | None, str | None, str | None]:
+        """(base_url, model, api key) with the environment defaults applied."""
+        base = self.base_url or os.environ.get("SLUICE_JUDGE_BASE_URL")
+        model = self.model or os.environ.get("SLUICE_JUDGE_MODEL")
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        return base, model, key
+
+
+class JudgeError(Exception):
+    """A judge call that failed after its retries (recorded as evidence, not raised)."""
+
+
+def parse_verdict(content: str) -> tuple[bool, str]:
+    """``(same, reason)`` from a reply: JSON ``{"same": ...}`` (also inside a code fence), or a
+    reply that starts with SAME / DIFFERENT / YES / NO. Anything else is a JudgeError."""
+    text = (content or "").strip()
+    m = re.search(r"\{.*\}", text, re.S)
+    if m:
+        try:
+            obj = json.loads(m.group(0))
+            if isinstance(obj, dict) and isinstance(obj.get("same"), bool):
+                return obj["same"], str(obj.get("reason", ""))[:500]
+        except json.JSONDecodeError:
+            pass
+    head = re.match(r"\W*(same|different|yes|no)\b", text, re.I)
+    if head:
+        return head.group(1).lower() in ("same", "yes"), text[:500]
+    raise JudgeError(f"unparseable judge reply: {text[:200]!r}")
+
+
+class VerdictCache:
+    """SQLite table of verdicts keyed by (model, prompt version, pair hash)."""
+
+    def __init__(self, root: str | None = None) -> None:
+        from curation.settings import data_root
+
+        d = Path(data_root(root)) / "cache" / "judge"
+        d.mkdir(parents=True, exist_ok=True)
+        self.path = d / "verdicts.sqlite"
+        with self._conn() as c:
+            c.execute(
+                "CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, model TEXT, "
+                "prompt_version TEXT, same INTEGER, reason TEXT, created_at REAL)"
+            )
+
+    def _conn(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=30)
+
+    @staticmethod
+    def key(model: str, prompt_version: str, item_text: str, sample_text: str) -> str:
+        h = hashlib.sha256()
+        for part in (model, prompt_version, item_text, sample_text):
+            h.update(hashlib.sha256(part.encode()).digest())
+        return h.hexdigest()
+
+    def get(self, key: str) -> tuple[bool, str] | None:
+        with self._conn() as c:
+            row = c.execute("SELECT same, reason FROM verdicts WHERE key = ?", (key,)).fetchone()
+        return (bool(row[0]), row[1]) if row else None
+
+    def put(self, key: str, model: str, prompt_version: str, same: bool, reason: str) -> None:
+        with self._conn() as c:
+            c.execute(
+                "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?, ?)",
+                (key, model, prompt_version, int(same), reason, time.time()),
+            )
+
+
+class HttpChat:
+    """Minimal OpenAI-compatible chat-completions client (httpx; retries with backoff)."""
+
+    def __init__(self, config: JudgeConfig) -> None:
+        import httpx
+
+        base, model, key = config.resolved()
+        if not base or not model:
+            raise ConfigError(
+                "the LLM judge needs an endpoint and a model",
+                hint="pass --judge-base-url http://localhost:8000/v1 and --judge-model NAME "
+                "(or set SLUICE_JUDGE_BASE_URL / SLUICE_JUDGE_MODEL)",
+            )
+        self.config = config
+        self.model = model
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.client = httpx.Client(
+            base_url=base.rstrip("/"), headers=headers, timeout=config.timeout_s
+        )
+        self.calls = 0
+
+    def complete(self, system: str, user: str) -> str:
+        import httpx
+
+        payload = {
+            "model": self.model,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+            "temperature": 0.0,
+            "max_tokens": self.config.max_tokens,
+        }
+        delay = self.config.backoff_s
+        last = ""
+        for attempt in range(self.config.max_retries + 1):
+            self.calls += 1
+            try:
+                r = self.client.post("/chat/completions", json=payload)
+                if r.status_code == 200:
+                    return r.json()["choices"][0]["message"]["content"]
+                last = f"HTTP {r.status_code}: {r.text[:200]}"
+                if r.status_code < 500 and r.status_code != 429:
+                    break  # a client error will not fix itself
+            except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            if attempt < self.config.max_retries:
+                time.sleep(delay)
+                delay *= 2
+        raise JudgeError(last)
+
+
+class VllmChat:  # pragma: no cover - needs a GPU and vllm; untested here
+    """In-process vLLM backend (lazy import: ``pip install 'sluice-data[gpu]'`` plus vllm)."""
+
+    def __init__(self, config: JudgeConfig) -> None:
+        vllm = require("vllm", extra="gpu")
+        _, model, _ = config.resolved()
+        if not model:
+            raise ConfigError("the vLLM judge needs a model", hint="pass --judge-model NAME")
+        self.model = model
+        self.llm = vllm.LLM(model=model)
+        self.params = vllm.SamplingParams(temperature=0.0, max_tokens=config.max_tokens)
+        self.calls = 0
+
+    def complete(self, system: str, user: str) -> str:
+        self.calls += 1
+        out = self.llm.chat(
+            [{"role": "system", "content": system}, {"role": "user", "content": user}],
+            self.params,
+        )
+        return out[0].outputs[0].text
+
+
+class JudgeDetector(Detector):
+    name = "judge"
+    version = "judge/1"
+    config_cls = JudgeConfig
+
+    def __init__(self, config: JudgeConfig | None = None) -> None:
+        super().__init__(config)
+        self.chat: HttpChat | VllmChat | None = None
+        self._index = None
+        self._emb_config = None
+        self._cache: VerdictCache | None = None
+
+    def fit(self, benchmarks: BenchmarkSet) -> None:
+        from decontam.embedding import EmbeddingConfig, shared_index
+
+        cfg: JudgeConfig = self.config
+        self.chat = VllmChat(cfg) if cfg.backend == "vllm" else HttpChat(cfg)
+        self._emb_config = EmbeddingConfig(**{"top_k": cfg.top_k, **cfg.embedding})
+        self._index = shared_index(benchmarks, self._emb_config)
+        self._cache = VerdictCache(cfg.cache_root) if cfg.cache else None
+
+    def judge_pair(self, item_text: str, sample_text: str, domain: str) -> dict[str, Any]:
+        """One verdict (cached), or a ``judge_error``; never raises for endpoint failures."""
+        cfg: JudgeConfig = self.config
+        pv = cfg.code_prompt if domain == "code" else cfg.math_prompt
+        item_text, sample_text = item_text[: cfg.max_chars], sample_text[: cfg.max_chars]
+        key = VerdictCache.key(self.chat.model, pv, item_text, sample_text)
+        base = {"model": self.chat.model, "prompt_version": pv}
+        if self._cache is not None and (hit := self._cache.get(key)) is not None:
+            return {**base, "same": hit[0], "reason": hit[1], "cached": True}
+        prompt = PROMPTS[pv]
+        try:
+            content = self.chat.complete(
+                prompt["system"], prompt["user"].format(item=item_text, sample=sample_text)
+            )
+            same, reason = parse_verdict(content)
+        except JudgeError as exc:
+            return {**base, "same": None, "judge_error": str(exc)}
+        if self._cache is not None:
+            self._cache.put(key, self.chat.model, pv, same, reason)
+        return {**base, "same": same, "reason": reason, "cached": False}
+
+    def score(self, texts: pa.Table) -> pa.Table:
+        from decontam.embedding import check_text_table, search
+
+        if self._index is None:
+            raise ConfigError("call fit(benchmarks) before score(texts)")
+        check_text_table(texts)
+        if texts.num_rows == 0:
+            return empty_matches()
+        cfg: JudgeConfig = self.config
+        lo, hi = cfg.band
+        uids = texts.column("sample_uid").to_pylist()
+        fields = texts.column("field").to_pylist()
+        raw = [t or "" for t in texts.column("text").to_pylist()]
+        per_text: dict[int, list] = {}
+        for c in search(self._index, raw, self._emb_config):
+            if lo <= c.score < hi:
+                per_text.setdefault(c.text_row, []).append(c)
+        rows = []
+        for r, cands in sorted(per_text.items()):
+            for c in sorted(cands, key=lambda c: -c.score)[: cfg.top_k]:
+                it = self._index.item_row(c.item_row)
+                v = self.judge_pair(it["text"] or "", raw[r], it["domain"])
+                score = math.nan if v["same"] is None else (1.0 if v["same"] else 0.0)
+                rows.append(
+                    {
+                        "sample_uid": uids[r],
+                        "field": fields[r],
+                        "benchmark": it["benchmark"],
+                        "benchmark_version": it["benchmark_version"],
+                        "benchmark_item": it["item_id"],
+                        "benchmark_variant": it["variant"],
+                        "detector": self.name,
+                        "detector_version": self.version,
+                        "score": score,
+                        "threshold": cfg.threshold,
+                        "details": {**v, "embedding_cosine": round(c.score, 6)},
+                    }
+                )
+        return matches_from_rows(rows)

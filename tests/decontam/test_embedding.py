@@ -1,0 +1,152 @@
+"""Embedding detector and embedding cache, on the real offline MiniLM model and real texts."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from semantic_data import cache_root, dev_rows, dev_slice, small_benchmarks, texts_of
+
+from curation.errors import ConfigError, InputError
+from decontam.base import MATCH_SCHEMA
+from decontam.embed_cache import EmbeddingCache, encode_with_cache, text_hash
+from decontam.embedding import (
+    EmbeddingConfig,
+    EmbeddingDetector,
+    get_encoder,
+    prepare_text,
+    resolve_model,
+    word_windows,
+)
+
+
+@pytest.fixture(scope="module")
+def scored(benchmarks_dir, contam_dev_path):
+    det = EmbeddingDetector(EmbeddingConfig(cache_root=cache_root()))
+    det.fit(small_benchmarks(str(benchmarks_dir)))
+    rows = dev_slice(str(contam_dev_path))
+    return det, rows, det.score(texts_of(rows))
+
+
+def _best(matches: pa.Table) -> dict[str, dict]:
+    best: dict[str, dict] = {}
+    for m in matches.to_pylist():
+        if m["sample_uid"] not in best or m["score"] > best[m["sample_uid"]]["score"]:
+            best[m["sample_uid"]] = m
+    return best
+
+
+def test_word_windows_cover_text_and_overlap():
+    text = " ".join(f"w{i}" for i in range(25))
+    spans = word_windows(text, window_words=10, stride=5)
+    assert spans[0] == (0, len(text))  # the whole text (head) first
+    words = [text[s:e].split() for s, e in spans[1:]]
+    assert [w[0] for w in words] == ["w0", "w5", "w10", "w15"]
+    assert all(len(w) == 10 for w in words)
+    assert words[-1][-1] == "w24"  # the tail is covered
+    assert word_windows("a b c", 10, 5) == [(0, 5)]
+
+
+def test_prepare_text_drops_diagrams_and_collapses_space():
+    assert prepare_text("A  <asy>draw((0,0));</asy>\n\nB") == "A B"
+
+
+def test_default_model_is_offline_and_pinned():
+    ref = resolve_model()
+    assert os.environ["HF_HUB_OFFLINE"] == "1"
+    assert ref.model_id == "sentence-transformers/all-MiniLM-L6-v2"
+    assert ref.revision.startswith("local-") and len(ref.revision) == len("local-") + 16
+    assert resolve_model().revision == ref.revision  # stable
+
+
+def test_config_validation_names_the_problem():
+    with pytest.raises(ConfigError, match="stride"):
+        EmbeddingConfig(window_words=10, stride=20)
+    with pytest.raises(ConfigError, match="device"):
+        EmbeddingConfig(device="tpu")
+
+
+def test_verbatim_and_edits_find_their_item(scored):
+    _, rows, matches = scored
+    assert matches.schema.equals(MATCH_SCHEMA, check_metadata=False)
+    best = _best(matches)
+    for r in rows:
+        if r["label"] == "contaminated" and r["kind"] in ("verbatim", "edit"):
+            assert best[r["uid"]]["benchmark_item"] == r["benchmark_item"], r["uid"]
+        if r["kind"] == "verbatim":
+            assert best[r["uid"]]["score"] > 0.99, r["uid"]
+    pool = [best[r["uid"]]["score"] for r in rows if r["kind"] == "pool" and r["uid"] in best]
+    verb = [best[r["uid"]]["score"] for r in rows if r["kind"] == "verbatim"]
+    assert max(pool, default=0) < min(verb)
+
+
+def test_matches_record_model_revision_and_window(scored):
+    det, rows, matches = scored
+    ref = resolve_model()
+    by_uid = {r["uid"]: r for r in rows}
+    found_window = False
+    for m in matches.to_pylist():
+        d = json.loads(m["details"])
+        assert d["model"] == ref.model_id and d["model_revision"] == ref.revision
+        span = m["spans"][0]
+        text = by_uid[m["sample_uid"]]["text"]
+        assert 0 <= span["sample_start"] < span["sample_end"] <= len(text)
+        if d["n_windows"] > 1 and d["window"] > 0:
+            found_window = True
+    assert found_window  # long responses were searched window by window
+    assert det.describe()["model"]["revision"] == ref.revision
+
+
+def test_results_do_not_depend_on_batching(scored):
+    det, rows, matches = scored
+    tt = texts_of(rows)
+    half = tt.num_rows // 2
+    parts = pa.concat_tables([det.score(tt.slice(0, half)), det.score(tt.slice(half))])
+
+    def key(t):
+        return sorted(zip(t.column("sample_uid").to_pylist(), t.column("benchmark_item").to_pylist(),
+                          [round(s, 4) for s in t.column("score").to_pylist()], strict=True))  # fmt: skip
+
+    assert key(parts) == key(matches)
+
+
+def test_text_table_without_text_column_is_an_input_error(scored):
+    det, _, _ = scored
+    with pytest.raises(InputError, match="text"):
+        det.score(pa.table({"sample_uid": ["a"], "field": ["problem"]}))
+
+
+def test_cache_embeds_only_new_texts(tmp_path, contam_dev_path):
+    """Rerun on an unchanged pool embeds nothing; 1 % new rows embed only those rows."""
+    enc = get_encoder(EmbeddingConfig())
+    pool = [r["text"] for r in dev_rows(str(contam_dev_path)) if r["kind"] == "pool"][:100]
+    cache = EmbeddingCache(enc.key, "test-prep", root=tmp_path)
+
+    before = enc.texts_encoded
+    cold = encode_with_cache(pool, enc.encode, cache)
+    assert enc.texts_encoded - before == len(set(pool))
+
+    before, calls = enc.texts_encoded, enc.encode_calls
+    warm = encode_with_cache(pool, enc.encode, EmbeddingCache(enc.key, "test-prep", root=tmp_path))
+    assert enc.texts_encoded == before and enc.encode_calls == calls  # read back from disk
+    np.testing.assert_allclose(warm, cold, rtol=0, atol=1e-6)
+
+    grown = pool + ["A brand-new problem: how many primes are below 1000?"]
+    before = enc.texts_encoded
+    out = encode_with_cache(grown, enc.encode, cache)
+    assert enc.texts_encoded - before == 1
+    np.testing.assert_allclose(out[:-1], cold, atol=1e-6)
+    fresh = enc.encode([grown[-1]])[0]
+    np.testing.assert_allclose(out[-1], fresh, atol=1e-5)
+    assert text_hash(grown[-1]) in cache and len(cache) == len(set(grown))
+
+
+def test_cache_key_separates_models_and_prep_versions(tmp_path):
+    a = EmbeddingCache("model-a@1", "prep/1", root=tmp_path)
+    a.put_many(["h1"], np.ones((1, 4), dtype=np.float32))
+    assert "h1" not in EmbeddingCache("model-b@1", "prep/1", root=tmp_path)
+    assert "h1" not in EmbeddingCache("model-a@1", "prep/2", root=tmp_path)
+    assert "h1" in EmbeddingCache("model-a@1", "prep/1", root=tmp_path)
