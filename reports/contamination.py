@@ -29,6 +29,19 @@ REPORT_SCHEMA_VERSION = "contamination_report/1"
 TEMPLATES = Path(__file__).parent / "templates"
 MAX_TEXT_CHARS = 12_000  # longer texts are shown as an excerpt around the overlapping spans
 SENSITIVITY_POINTS = 41
+_INPUT_KEYS = ("ref", "path", "name", "version", "content_hash", "rows")
+_BENCH_KEYS = (
+    "name",
+    "version",
+    "item_count",
+    "text_count",
+    "variants",
+    "content_hash",
+    "source",
+    "verified",
+    "window",
+    "description",
+)
 OVERLAP_CHARS = 300  # overlap text kept per evidence row (the full texts are in the HTML)
 
 EVIDENCE_SCHEMA = pa.schema(
@@ -186,10 +199,11 @@ def _provenance(run: RunData) -> dict[str, Any]:
         "created_at": m.get("created_at"),
         "sluice_version": m.get("sluice_version"),
         "command": m.get("command"),
-        "input": m.get("input") or {},
+        # every key the templates read is present (older or partial manifests render too)
+        "input": dict.fromkeys(_INPUT_KEYS) | (m.get("input") or {}),
         "text_fields": m.get("text_fields") or [],
         "id_field": m.get("id_field"),
-        "benchmarks": m.get("benchmarks") or [],
+        "benchmarks": [dict.fromkeys(_BENCH_KEYS) | b for b in m.get("benchmarks") or []],
         "detectors": dets,
         "policy": m.get("policy") or {},
         "counts": m.get("counts") or {},

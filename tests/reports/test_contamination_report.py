@@ -205,6 +205,24 @@ def test_a_clean_run_gives_an_empty_but_complete_report(run_dir, tmp_path):
     assert report["summary"]["consistency_note"] in html
 
 
+def test_a_sparse_manifest_still_renders(run_dir, tmp_path):
+    """A run.json from an older or partial writer: missing fields show as empty, never crash."""
+    sparse = tmp_path / "sparse-run"
+    sparse.mkdir()
+    for f in run_dir.iterdir():
+        if f.is_file():
+            (sparse / f.name).write_bytes(f.read_bytes())
+    (sparse / "run.json").write_text(
+        json.dumps({"benchmarks": [{"name": "aime24"}], "detectors": [{"name": "ngram"}]})
+    )
+    paths = render_report(sparse, tmp_path / "out")
+    report = json.loads(paths.json.read_text())
+    assert report["summary"]["flagged"] == 6
+    # minhash is not in the manifest: its threshold comes from its match rows
+    assert report["thresholds"] == {"minhash": 0.5, "ngram": 0.3}
+    assert "(the run did not record its command)" in paths.html.read_text()
+
+
 # ----------------------------------------------------------------------------- untrusted text
 
 
