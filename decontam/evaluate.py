@@ -13,7 +13,8 @@ kind (``lookalike``, ``near_miss``, ``pool``) and over all clean rows.
 ``calibrate`` proposes per-detector thresholds whose *combined* false-positive rate stays within a
 target (on all clean rows and on lookalike+near_miss alone): it starts every detector at a
 threshold just above its highest clean score, then greedily lowers the threshold that buys the
-most item-level recall per admitted clean row while the target still holds.
+most item-level recall per admitted clean row while the target still holds; each final threshold
+sits midway between the highest clean score it excludes and the lowest positive it flags.
 
 Outputs (``write_outputs``): ``evaluation.json``, ``evaluation.md``, ``sweep.parquet``,
 ``sweep.png``, ``scores.parquet`` and, when calibrating, ``calibrated_thresholds.json``
@@ -403,7 +404,16 @@ def calibrate(
         _, det, cand = best
         pos_idx[det] += 1
         state = cand
-    return {d: round(per[d]["steps"][pos_idx[d]], 4) for d in detectors}
+    # Place each threshold midway between the clean score it must stay above and the lowest
+    # positive it flags: the same decisions on this data, more margin on new data.
+    out = {}
+    for d in detectors:
+        t = per[d]["steps"][pos_idx[d]]
+        below = t - eps
+        flagged = [ls for _u, lab, _s, ls in per[d]["data"] if lab == "contaminated" and ls >= t]
+        mid = (below + min(flagged)) / 2 if flagged else t
+        out[d] = round(max(t, mid), 4)
+    return out
 
 
 # --------------------------------------------------------------------------------------------

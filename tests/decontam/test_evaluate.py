@@ -1,0 +1,149 @@
+"""Evaluation on labelled data: metric oracles, calibration, outputs, and the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from semantic_data import cache_root, dev_slice, small_benchmarks
+
+from curation.errors import InputError
+from decontam.evaluate import (
+    EvalConfig,
+    calibrate,
+    evaluate,
+    load_labels,
+    metrics,
+    write_outputs,
+)
+from decontam.policy import PolicyConfig
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _row(uid, label, kind, item=None, domain="math"):
+    return {"uid": uid, "domain": domain, "field": "problem", "text": f"text {uid}",
+            "label": label, "kind": kind, "benchmark": "aime24" if item else None,
+            "benchmark_item": item, "note": ""}  # fmt: skip
+
+
+LABELS = [
+    _row("p1", "contaminated", "verbatim", "2024-I-1"),
+    _row("p2", "contaminated", "paraphrase", "2024-I-2"),
+    _row("p3", "contaminated", "paraphrase", "2024-I-3"),
+    _row("n1", "clean", "pool"),
+    _row("n2", "clean", "lookalike"),
+    _row("n3", "clean", "near_miss"),
+    _row("n4", "clean", "pool"),
+]
+
+
+def test_bad_label_rows_name_file_row_and_field(tmp_path):
+    bad = dict(LABELS[0])
+    del bad["text"]
+    with pytest.raises(InputError, match=r"row 2.*'text'"):
+        load_labels(_write(tmp_path / "l.jsonl", [LABELS[1], bad]))
+    with pytest.raises(InputError, match="label"):
+        load_labels(_write(tmp_path / "l.jsonl", [{**LABELS[0], "label": "dirty"}]))
+    with pytest.raises(InputError, match="duplicate uid"):
+        load_labels(_write(tmp_path / "l.jsonl", [LABELS[0], LABELS[0]]))
+
+
+def test_metrics_item_vs_row_level():
+    # p1 right item, p2 flagged on the wrong item, p3 missed; n2 is a false positive
+    flags = {"p1": {"2024-I-1"}, "p2": {"2024-I-9"}, "n2": {"2024-I-5"}}
+    m = metrics(flags, LABELS)
+    assert m["row"]["tp"] == 2 and m["row"]["recall"] == round(2 / 3, 4)
+    assert m["item"]["tp"] == 1 and m["item"]["recall"] == round(1 / 3, 4)
+    assert m["item"]["fp"] == 2  # n2 plus the wrong-item hit on p2
+    assert m["recall_by_kind"]["paraphrase"] == {"n": 2, "row": 0.5, "item": 0.0}
+    assert m["fpr_by_kind"]["lookalike"] == {"n": 1, "fp": 1, "fpr": 1.0}
+    assert m["fpr_by_kind"]["pool"]["fp"] == 0
+    assert m["fpr_by_kind"]["lookalike+near_miss"]["fpr"] == 0.5
+    assert m["fpr_by_kind"]["all_clean"]["fpr"] == 0.25
+
+
+def _scores(rows):
+    return pa.Table.from_pylist(
+        [{"uid": u, "domain": "math", "kind": "", "label": lab, "benchmark_item": it,
+          "detector": d, "best_score": s, "best_item": it, "label_item_score": s if it else 0.0}
+         for u, lab, it, d, s in rows]
+    )  # fmt: skip
+
+
+def test_calibration_respects_the_false_positive_budget():
+    labels = [_row(f"p{i}", "contaminated", "edit", f"I-{i}") for i in range(4)] + [
+        _row(f"n{i}", "clean", "pool") for i in range(100)
+    ]
+    rows = [(f"p{i}", "contaminated", f"I-{i}", "a", s) for i, s in enumerate([0.9, 0.8, 0.7, 0.4])]
+    rows += [(f"n{i}", "clean", None, "a", 0.75 if i == 0 else 0.1) for i in range(100)]
+    # target 1 % of 100 clean rows: one false positive may be admitted (n0 at 0.75); the next
+    # clean score (0.1, 99 rows) must stay out, so every positive is caught and the threshold
+    # sits midway between 0.1 and the lowest flagged positive (0.4)
+    thr = calibrate(_scores(rows), labels, ["a"], target_fpr=0.01)
+    assert thr["a"] == 0.25
+    strict = calibrate(_scores(rows), labels, ["a"], target_fpr=0.0)
+    assert strict["a"] > 0.75  # no false positive allowed
+
+
+@pytest.fixture(scope="module")
+def slice_result(tmp_path_factory, benchmarks_dir, contam_dev_path):
+    rows = list(dev_slice(str(contam_dev_path)))
+    path = _write(tmp_path_factory.mktemp("eval") / "slice.jsonl", rows)
+    cfg = EvalConfig(
+        detectors=["embedding", "fuzzy", "fingerprint"],
+        target_fpr=0.05,
+        detector_configs={"embedding": {"cache_root": cache_root()},
+                          "fuzzy": {"embedding": {"cache_root": cache_root()}}},
+    )  # fmt: skip
+    res = evaluate(path, cfg, benchmarks=small_benchmarks(str(benchmarks_dir)),
+                   calibrate_thresholds=True)  # fmt: skip
+    return rows, res
+
+
+def test_evaluate_slice_metrics_and_outputs(slice_result, tmp_path):
+    rows, res = slice_result
+    assert [d["name"] for d in res["detectors"]] == ["embedding", "fuzzy", "fingerprint"]
+    assert res["combined"]["recall_by_kind"]["verbatim"]["item"] == 1.0
+    cal = res["calibration"]
+    n_clean = sum(r["label"] == "clean" for r in rows)
+    assert cal["combined"]["fpr_by_kind"]["all_clean"]["fp"] <= int(0.05 * n_clean)
+    assert set(cal["thresholds"]) == {"embedding", "fuzzy", "fingerprint"}
+
+    paths = write_outputs(res, tmp_path / "out")
+    ev = json.loads(paths["evaluation.json"].read_text())
+    assert ev["schema_version"] == "evaluation/1" and ev["config_hash"]
+    assert ev["detectors"][0]["model"]["revision"].startswith("local-")
+    sweep = pq.read_table(paths["sweep.parquet"])
+    assert sweep.num_rows == 3 * 101
+    assert paths["sweep.png"].read_bytes()[:4] == b"\x89PNG"
+    scores = pq.read_table(paths["scores.parquet"])
+    assert scores.num_rows == 3 * len(rows)
+    assert "| combined (calibrated)" in paths["evaluation.md"].read_text()
+    pol = PolicyConfig.from_file(paths["calibrated_thresholds.json"])
+    assert pol.thresholds == cal["thresholds"]
+
+
+def test_cli_evaluate_with_missing_detector_note(tmp_path, contam_dev_path):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    rows = [r for r in dev_slice(str(contam_dev_path)) if r["domain"] == "math"]
+    labels = _write(tmp_path / "math.jsonl", rows)
+    out = tmp_path / "out"
+    res = CliRunner().invoke(
+        app,
+        ["decontam", "evaluate", "--labels", str(labels), "--out", str(out),
+         "--detectors", "fingerprint", "--benchmarks", "aime24,aime25", "--calibrate"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "calibrated thresholds: fingerprint=" in res.output
+    for name in ("evaluation.json", "evaluation.md", "sweep.parquet", "sweep.png",
+                 "scores.parquet", "calibrated_thresholds.json"):  # fmt: skip
+        assert (out / name).is_file(), name
