@@ -35,7 +35,9 @@ from curation.normalize import NORMALIZER_VERSION
 from curation.readers import (
     DEFAULT_BATCH_SIZE,
     SourceSpec,
+    data_files,
     excerpt,
+    kind_of,
     parse_source,
     read_batches,
 )
@@ -210,9 +212,12 @@ def ingest_to_files(
     max_row_bytes: int = DEFAULT_MAX_ROW_BYTES,
     limit: int | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
-    on_rows: Callable[[int], None] | None = None,
+    on_rows: Callable[[int, int | None], None] | None = None,
 ) -> IngestFiles:
-    """Stream ``source`` through ``fmap`` into accepted/rejects/duplicates Parquet files."""
+    """Stream ``source`` through ``fmap`` into accepted/rejects/duplicates Parquet files.
+
+    ``on_rows(rows_read, bytes_read)`` is called after every chunk (``bytes_read`` is None when
+    the reader cannot tell, e.g. Parquet or Hub sources)."""
     if max_row_bytes <= 0:
         raise ConfigError(f"max_row_bytes must be positive, got {max_row_bytes}")
     if limit is not None and limit < 0:
@@ -231,9 +236,14 @@ def ingest_to_files(
     seen_ids: dict[str, str] = {}
     checked: set[str] = set()
     files: list[str] = []
+    done_bytes, cur_file, cur_bytes = 0, None, 0
     try:
         for batch in read_batches(spec, batch_size=batch_size):
             label = _label(batch.file, spec)
+            if batch.file != cur_file:  # bytes of finished files, for progress
+                done_bytes, cur_file, cur_bytes = done_bytes + cur_bytes, batch.file, 0
+            if batch.bytes_read is not None:
+                cur_bytes = batch.bytes_read
             if batch.file not in checked and batch.rows:
                 available = set().union(*(r.keys() for r in batch.rows))
                 fmap.check_columns(available, batch.file)
@@ -320,7 +330,9 @@ def ingest_to_files(
             rej.write(rejects)
             dup.write(dups)
             if on_rows:
-                on_rows(counts.read)
+                on_rows(
+                    counts.read, done_bytes + cur_bytes if batch.bytes_read is not None else None
+                )
             if limit is not None and counts.read >= limit:
                 break
     finally:
@@ -465,18 +477,48 @@ def ingest(
     )
 
 
-def _with_progress(spec, fmap, staging, max_row_bytes, limit, batch_size) -> IngestFiles:
-    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+def source_bytes(spec: SourceSpec) -> int | None:
+    """On-disk size of a local JSON Lines source (a file, or a folder of only such files)."""
+    if spec.kind == "jsonl":
+        return Path(spec.location).stat().st_size
+    if spec.kind == "dir":
+        files = data_files(Path(spec.location))
+        if files and all(kind_of(f) == "jsonl" for f in files):
+            return sum(f.stat().st_size for f in files)
+    return None
 
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("[bold]ingest[/] {task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed:,} rows"),
-        TimeElapsedColumn(),
-        transient=True,
-    ) as bar:
-        task = bar.add_task(Path(spec.location).name, total=limit)
+
+def _with_progress(spec, fmap, staging, max_row_bytes, limit, batch_size) -> IngestFiles:
+    """Run :func:`ingest_to_files` under a rich progress bar (bytes when known, else rows)."""
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    total = None if limit is not None else source_bytes(spec)
+    columns = [SpinnerColumn(), TextColumn("[bold]ingest[/] {task.description}"), BarColumn()]
+    if total:
+        columns += [
+            DownloadColumn(),
+            TextColumn("{task.fields[rows]:,} rows"),
+            TimeRemainingColumn(),
+        ]
+    else:
+        columns += [TextColumn("{task.completed:,} rows"), TimeElapsedColumn()]
+    with Progress(*columns, transient=True) as bar:
+        task = bar.add_task(Path(spec.location).name, total=total or limit, rows=0)
+
+        def update(rows: int, nbytes: int | None) -> None:
+            if total and nbytes is not None:
+                bar.update(task, completed=nbytes, rows=rows)
+            else:
+                bar.update(task, completed=rows, rows=rows)
+
         return ingest_to_files(
             spec,
             fmap,
@@ -484,5 +526,5 @@ def _with_progress(spec, fmap, staging, max_row_bytes, limit, batch_size) -> Ing
             max_row_bytes=max_row_bytes,
             limit=limit,
             batch_size=batch_size,
-            on_rows=lambda n: bar.update(task, completed=n),
+            on_rows=update,
         )

@@ -82,6 +82,7 @@ class RowBatch:
     rows: list[dict[str, Any]] = field(default_factory=list)
     row_numbers: list[int] = field(default_factory=list)
     errors: list[ReadError] = field(default_factory=list)
+    bytes_read: int | None = None  # on-disk bytes of ``file`` consumed so far (JSON Lines only)
 
 
 def excerpt(raw: bytes | str | Any, n: int = EXCERPT_CHARS) -> str:
@@ -96,7 +97,8 @@ def excerpt(raw: bytes | str | Any, n: int = EXCERPT_CHARS) -> str:
     return raw[:n]
 
 
-def _suffix_kind(path: Path) -> str | None:
+def kind_of(path: Path) -> str | None:
+    """The reader kind for a file name (jsonl | json | parquet), or None."""
     name = path.name.lower()
     if name.endswith(".jsonl.gz") or name.endswith(".jsonl"):
         return "jsonl"
@@ -105,6 +107,11 @@ def _suffix_kind(path: Path) -> str | None:
     if name.endswith(".parquet"):
         return "parquet"
     return None
+
+
+def data_files(folder: Path) -> list[Path]:
+    """The data files of a plain folder source, in name order."""
+    return sorted(p for p in folder.iterdir() if p.is_file() and kind_of(p))
 
 
 def _is_hf_disk(path: Path) -> bool:
@@ -137,7 +144,7 @@ def parse_source(spec: str) -> SourceSpec:
         if _is_hf_disk(path):
             return SourceSpec("hf_disk", str(path), split=split)
         return SourceSpec("dir", str(path))
-    kind = _suffix_kind(path)
+    kind = kind_of(path)
     if kind is None:
         raise ConfigError(
             f"unsupported source file type: {path.name}",
@@ -164,16 +171,14 @@ def read_batches(
     elif spec.kind == "hf_hub":
         yield from _read_hf_hub(spec, batch_size)
     elif spec.kind == "dir":
-        files = sorted(p for p in Path(spec.location).iterdir() if p.is_file() and _suffix_kind(p))
+        files = data_files(Path(spec.location))
         if not files:
             raise NotFoundError(
                 f"no data files in folder {spec.location}",
                 hint="the folder needs *.jsonl, *.jsonl.gz, *.json or *.parquet files, or a save_to_disk dataset",
             )
         for p in files:
-            yield from read_batches(
-                SourceSpec(_suffix_kind(p) or "", str(p)), batch_size=batch_size
-            )
+            yield from read_batches(SourceSpec(kind_of(p) or "", str(p)), batch_size=batch_size)
     else:  # pragma: no cover - parse_source only builds the kinds above
         raise ConfigError(f"unknown source kind {spec.kind!r}")
 
@@ -196,8 +201,10 @@ def _parse_line(line: bytes) -> tuple[Any, str | None, str]:
 
 def _read_jsonl(path: Path, batch_size: int) -> Iterator[RowBatch]:
     label = str(path)
-    batch = RowBatch(label)
-    with _open_binary(path) as fh:
+    with open(path, "rb") as raw:
+        # ``raw.tell()`` is the on-disk position (compressed bytes for .gz): progress, not rows.
+        fh = gzip.GzipFile(fileobj=raw) if path.name.lower().endswith(".gz") else raw
+        batch = RowBatch(label)
         for lineno, line in enumerate(fh, start=1):
             line = line.rstrip(b"\r\n")
             if not line.strip():
@@ -211,10 +218,12 @@ def _read_jsonl(path: Path, batch_size: int) -> Iterator[RowBatch]:
                 batch.rows.append(value)
                 batch.row_numbers.append(lineno)
             if len(batch.rows) + len(batch.errors) >= batch_size:
+                batch.bytes_read = raw.tell()
                 yield batch
                 batch = RowBatch(label)
-    if batch.rows or batch.errors:
-        yield batch
+        if batch.rows or batch.errors:
+            batch.bytes_read = raw.tell()
+            yield batch
 
 
 def _read_json(path: Path, batch_size: int) -> Iterator[RowBatch]:

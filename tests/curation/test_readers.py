@@ -59,6 +59,15 @@ def test_batches_are_bounded_and_numbering_continues(tmp_path):
     assert numbers == list(range(1, 8)) and rows == ROWS
 
 
+def test_jsonl_batches_report_on_disk_bytes_for_progress(tmp_path):
+    plain = _write_jsonl(tmp_path / "a.jsonl", ROWS)
+    gz = tmp_path / "a.jsonl.gz"
+    gz.write_bytes(gzip.compress(plain.read_bytes()))
+    for p in (plain, gz):
+        seen = [b.bytes_read for b in read_batches(str(p), batch_size=2)]
+        assert seen == sorted(seen) and seen[-1] == p.stat().st_size
+
+
 def test_gzip_json_array_and_jsonl_named_json_read_the_same_rows(tmp_path):
     plain = _write_jsonl(tmp_path / "a.jsonl", ROWS)
     gz = tmp_path / "a.jsonl.gz"
