@@ -827,6 +827,10 @@ def render_report(
     data_uris = {
         k: "data:image/png;base64," + base64.b64encode(v).decode() for k, v in images.items()
     }
+    if evaluation_dir is not None and (Path(evaluation_dir) / "sweep.png").is_file():
+        # the evaluation's own threshold sweep, shown beside its numbers
+        sweep = (Path(evaluation_dir) / "sweep.png").read_bytes()
+        data_uris["eval_sweep"] = "data:image/png;base64," + base64.b64encode(sweep).decode()
 
     pq.write_table(ev_table, out / "evidence.parquet")
     paths = ReportPaths(out / "report.html", out / "report.md", out / "report.json")

@@ -352,6 +352,7 @@ def test_real_evaluation_of_the_same_detectors_is_shown(run_dir, real_evaluation
     assert any(s.startswith("combined: recall on kind verbatim") for s in rows)
     html = paths.html.read_text()
     assert "same detectors, versions and thresholds" in html and 'id="quality-table"' in html
+    assert (real_evaluation / "sweep.png").is_file() and 'id="plot-eval-sweep"' in html
 
 
 def test_real_evaluation_with_another_threshold_is_called_out(run_dir, real_evaluation, tmp_path):
