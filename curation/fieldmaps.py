@@ -503,6 +503,8 @@ class FieldMap:
             return None
         cases: list[dict] = []
         for v in values:
+            if spec.parse in ("json", "python") and isinstance(v, str):
+                v = parse_value(v, spec.parse, "tests")  # strict: a bad string is a reject
             cases.extend(convert_tests(v, spec.format, ep))
         return cases
 

@@ -199,3 +199,25 @@ def test_hub_skywork_math_map_on_a_row_shaped_like_the_dataset():
     assert rec["metadata"]["ground_truths"] == ["2", "2.0"]
     row["reward_model"]["ground_truth"] = "0.50"
     assert m.apply(row)["answer"] == "0.50"
+
+
+def test_hub_taco_map_reads_json_string_tests_and_solutions():
+    m = load_map("hub_taco")
+    row = {
+        "question": "Add two numbers.",
+        "solutions": '["print(sum(map(int, input().split())))"]',
+        "starter_code": "",
+        "input_output": '{"inputs": ["1 2\\n"], "outputs": ["3\\n"]}',
+        "source": "codeforces",
+        "date": "2021-01-01",
+        "difficulty": "EASY",
+    }
+    rec = m.apply(row)
+    assert rec["solutions"] == ["print(sum(map(int, input().split())))"]
+    assert rec["tests"] == [
+        {"kind": "stdin", "input": "1 2\n", "output": "3\n", "entry_point": None}
+    ]
+    assert rec["platform"] == "codeforces" and rec["contest_date"] == "2021-01-01"
+    row["input_output"] = "{'inputs': oops"
+    with pytest.raises(FieldError, match="not valid JSON"):
+        m.apply(row)
