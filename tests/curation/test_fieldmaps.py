@@ -221,3 +221,33 @@ def test_hub_taco_map_reads_json_string_tests_and_solutions():
     row["input_output"] = "{'inputs': oops"
     with pytest.raises(FieldError, match="not valid JSON"):
         m.apply(row)
+
+
+def test_hub_code_contests_concatenates_public_and_private_tests():
+    m = load_map("hub_code_contests")
+    row = {
+        "name": "1500_A. Sum",
+        "description": "Print a+b.",
+        "public_tests": {"input": ["1 2\n"], "output": ["3\n"]},
+        "private_tests": {"input": ["5 5\n", "0 0\n"], "output": ["10\n", "0\n"]},
+        "generated_tests": {"input": ["9 9\n"], "output": ["18\n"]},
+        "solutions": {"language": [3], "solution": ["print(sum(map(int,input().split())))"]},
+        "cf_contest_id": 1500,
+        "cf_index": "A",
+        "source": 2,
+        "difficulty": 7,
+    }
+    rec = m.apply(row)
+    assert [t["input"] for t in rec["tests"]] == ["1 2\n", "5 5\n", "0 0\n"]
+    assert rec["contest_id"] == "1500" and rec["problem_id"] == "A"
+    assert rec["solutions"] == ["print(sum(map(int,input().split())))"]
+
+
+def test_hub_numinamath_answer_is_the_last_boxed_value():
+    m = load_map("hub_numinamath_cot")
+    rec = m.apply(
+        {"source": "olympiads", "problem": "Find x.", "solution": r"So $x=\boxed{\frac{1}{2}}$."}
+    )
+    assert rec["answer"] == r"\frac{1}{2}" and rec["metadata"] == {"origin": "olympiads"}
+    with pytest.raises(FieldError, match="missing or empty"):
+        m.apply({"source": "s", "problem": "Find x.", "solution": "no final box"})
