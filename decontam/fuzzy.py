@@ -56,7 +56,10 @@ def normalize(text: str) -> str:
 @dataclass
 class FuzzyConfig(DetectorConfig):
     threshold: float = field(
-        default=0.85, metadata={"help": "score (0-1) at or above which a fuzzy match flags"}
+        default=0.90,
+        metadata={
+            "help": "score (0-1) at or above which a fuzzy match flags (dev calibration: 0.904)"
+        },
     )
     score_kind: str = field(
         default="partial_ratio",
