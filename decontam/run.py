@@ -157,23 +157,20 @@ def _read_jsonl(path: Path) -> pa.Table:
             if not isinstance(obj, dict):
                 raise InputError("each line must be a JSON object", file=str(path), row=lineno)
             rows.append(obj)
-    try:
-        return pa.Table.from_pylist(rows)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        # Mixed types across rows: keep every value, as JSON text for non-strings.
-        keys = list(dict.fromkeys(k for r in rows for k in r))
-        cols = {
-            k: [
-                None
-                if r.get(k) is None
-                else r[k]
-                if isinstance(r.get(k), str)
-                else json.dumps(r[k])
-                for r in rows
-            ]
-            for k in keys
-        }
-        return pa.table(cols)
+    # Columns are the union of every row's keys (from_pylist would take the first row's only).
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    cols = {}
+    for k in keys:
+        values = [r.get(k) for r in rows]
+        try:
+            cols[k] = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            # Mixed types across rows: keep every value, non-strings as JSON text.
+            cols[k] = pa.array(
+                [None if v is None else v if isinstance(v, str) else json.dumps(v) for v in values],
+                pa.string(),
+            )
+    return pa.table(cols) if cols else pa.table({})
 
 
 def _file_hash(path: Path) -> str:

@@ -191,3 +191,26 @@ def test_long_response_quoting_a_benchmark_is_caught(benchmarks_dir, tmp_path, f
     d = pq.read_table(res.decisions_path).to_pylist()[0]
     assert d["contaminated"] and d["flagged_fields"] == [field]
     assert any(aime[6]["id"] in r for r in d["reasons"])
+
+
+def test_jsonl_columns_are_the_union_of_all_rows(tmp_path):
+    from decontam.run import read_input
+
+    p = tmp_path / "ragged.jsonl"
+    p.write_text(
+        '{"id": "a", "problem": "x"}\n{"id": "b", "problem": "y", "response": "z"}\n{"id": "c", "problem": 3}\n'
+    )
+    t = read_input(str(p)).table
+    assert t.column_names == ["id", "problem", "response"]
+    assert t["response"].to_pylist() == [None, "z", None]
+    assert t["problem"].to_pylist() == ["x", "y", "3"]
+
+
+def test_malformed_jsonl_names_file_and_row(tmp_path):
+    from curation.errors import InputError
+    from decontam.run import read_input
+
+    p = tmp_path / "bad.jsonl"
+    p.write_text('{"id": "a"}\n{"id": \n')
+    with pytest.raises(InputError, match=r"bad.jsonl, row 2: malformed JSON"):
+        read_input(str(p))
