@@ -94,6 +94,12 @@ class NGramConfig(DetectorConfig):
             "help": "short items (< n tokens) with at least this many tokens are matched by containment"
         },
     )
+    statement_coverage: bool = field(
+        default=True,
+        metadata={
+            "help": "code items: also score the statement part alone (sample I/O excluded); score = max"
+        },
+    )
     record_min_score: float = field(
         default=0.05,
         metadata={"help": "pairs scoring below this are not recorded as evidence at all"},
@@ -256,6 +262,7 @@ class _Variant:
     text: str
     n_grams: int  # distinct n-grams
     weight: float  # summed weights of its distinct n-grams
+    weight_stmt: float  # the same over the statement part only (0: no separate samples)
     norm: bytes  # normalized text (UTF-8)
     n_tokens: int
     fallback: bool = False
@@ -288,7 +295,8 @@ class _Index:
         tok = _Tokens(norms)
         self._tok_counts = tok.row_end - tok.row_first
         h_all = _window_hashes(tok.hashes, n)
-        all_h, all_v, all_p, all_b = [], [], [], []
+        stmt_h = self._statement_hashes(rows, cfg)
+        all_h, all_v, all_p, all_b, all_s = [], [], [], [], []
         for v in range(len(rows)):
             a, e = int(tok.row_first[v]), int(tok.row_end[v])
             if e - a < n:
@@ -296,15 +304,20 @@ class _Index:
             h = h_all[a : e - n + 1]
             _, first = np.unique(h, return_index=True)
             all_h.append(h[first])
+            all_s.append(np.isin(h[first], stmt_h[v]) if v in stmt_h else np.ones(len(first), bool))
             all_v.append(np.full(len(first), v, np.int64))
             all_p.append(first.astype(np.int64))
             all_b.extend(tok.span(a + int(f), n) for f in first)
         if all_h:
             H, V, P = np.concatenate(all_h), np.concatenate(all_v), np.concatenate(all_p)
+            S = np.concatenate(all_s)
         else:
             H, V, P = np.empty(0, np.uint64), np.empty(0, np.int64), np.empty(0, np.int64)
+            S = np.empty(0, bool)
         order = np.lexsort((V, H))
-        H, V, P = H[order], V[order], P[order]
+        H, V, P, S = H[order], V[order], P[order], S[order]
+        self.post_stmt = S
+        self._has_samples = set(stmt_h)
         B = [all_b[i] for i in order.tolist()]
         keys, first, counts = np.unique(H, return_index=True, return_counts=True)
         key_bytes = [B[i] for i in first.tolist()]
@@ -329,6 +342,34 @@ class _Index:
         self._rows = rows
         self._norms = norms
 
+    def _statement_hashes(
+        self, rows: list[dict[str, Any]], cfg: NGramConfig
+    ) -> dict[int, np.ndarray]:
+        """n-gram hashes of the statement part (sample I/O removed) of code items that have
+        separate samples; the detector also scores coverage of these alone."""
+        if not cfg.statement_coverage:
+            return {}
+        from decontam.normalize import split_statement
+
+        idxs, stmts = [], []
+        for v, r in enumerate(rows):
+            if r["domain"] != "code":
+                continue
+            stmt, samples = split_statement(r["text"])
+            if samples and stmt:
+                idxs.append(v)
+                stmts.append(stmt)
+        if not idxs:
+            return {}
+        t = _Tokens(self.normalize(stmts))
+        h_all = _window_hashes(t.hashes, self.n)
+        out = {}
+        for j, v in enumerate(idxs):
+            a, e = int(t.row_first[j]), int(t.row_end[j])
+            if e - a >= self.n:
+                out[v] = h_all[a : e - self.n + 1]
+        return out
+
     def finish(self, cfg: NGramConfig) -> None:
         """Apply background counts to the weights and compute per-variant totals."""
         if self.bg_df.any():
@@ -337,6 +378,9 @@ class _Index:
         v_grams = np.bincount(self.post_variant, minlength=nv)
         gram_of = np.repeat(np.arange(len(self.keys)), np.diff(self.post_ptr))
         v_weight = np.bincount(self.post_variant, weights=self.weights[gram_of], minlength=nv)
+        v_weight_stmt = np.bincount(
+            self.post_variant, weights=self.weights[gram_of] * self.post_stmt, minlength=nv
+        )
         self.variants = []
         fb: dict[int, list[int]] = defaultdict(list)
         for v, r in enumerate(self._rows):
@@ -351,6 +395,7 @@ class _Index:
                     r["text"],
                     int(v_grams[v]),
                     float(v_weight[v]),
+                    float(v_weight_stmt[v]) if v in self._has_samples else 0.0,
                     self._norms[v].encode("utf-8"),
                     nt,
                     is_fb,
@@ -374,7 +419,7 @@ class _Index:
                 _KeySet(np.array(uk, np.uint64), [first_bytes[x] for x in uk]),
                 [groups[x] for x in uk],
             )
-        del self._rows, self._norms
+        del self._rows, self._norms, self._has_samples
 
     def add_background(self, texts: list[str]) -> None:
         tok = _Tokens(self.normalize(texts))
@@ -501,20 +546,27 @@ class NGramDetector(Detector):
             ukey, inv = np.unique(key, return_inverse=True)
             shared = np.bincount(inv)
             wsum = np.bincount(inv, weights=idx.weights[rep_g])
+            wsum_st = np.bincount(inv, weights=idx.weights[rep_g] * idx.post_stmt[post])
             v_of = ukey % nv
             vw = np.array([idx.variants[v].weight for v in v_of])
+            vws = np.array([idx.variants[v].weight_stmt for v in v_of])
             vg = np.array([idx.variants[v].n_grams for v in v_of])
             wcov = np.divide(wsum, vw, out=np.zeros(len(wsum)), where=vw > 0)
-            keep = wcov >= cfg.record_min_score
-            for k_, s_, ws_, wc_, g_ in zip(
-                ukey[keep], shared[keep], wsum[keep], wcov[keep], vg[keep], strict=True
-            ):
+            wcov_st = np.divide(wsum_st, vws, out=np.zeros(len(wsum)), where=vws > 0)
+            score = np.maximum(wcov, wcov_st) if cfg.statement_coverage else wcov
+            keep = score >= cfg.record_min_score
+            for k_, s_, ws_, wc_, wcs_, sc_, g_ in zip(
+                ukey[keep], shared[keep], wsum[keep], wcov[keep], wcov_st[keep], score[keep],
+                vg[keep], strict=True,
+            ):  # fmt: skip
                 pairs[(int(k_ // nv), int(k_ % nv))] = {
                     "shared_ngrams": int(s_),
                     "item_ngrams": int(g_),
                     "coverage": float(s_ / g_) if g_ else 0.0,
                     "weighted_shared": float(ws_),
                     "weighted_coverage": float(min(1.0, wc_)),
+                    "statement_coverage": float(min(1.0, wcs_)),
+                    "score": float(min(1.0, sc_)),
                     "fallback": None,
                 }
         # short / all-common items: containment of the whole item
@@ -537,6 +589,8 @@ class NGramDetector(Detector):
                 "coverage": 1.0,
                 "weighted_shared": 0.0,
                 "weighted_coverage": 1.0,
+                "statement_coverage": None,
+                "score": 1.0,
                 "fallback": "containment",
                 "fallback_token": tpos,
                 "item_tokens": var.n_tokens,
@@ -548,7 +602,7 @@ class NGramDetector(Detector):
         for (r, v), d in pairs.items():
             var = idx.variants[v]
             key = (r, var.benchmark, var.item_id)
-            if key not in best or d["weighted_coverage"] > best[key][1]["weighted_coverage"]:
+            if key not in best or d["score"] > best[key][1]["score"]:
                 best[key] = (v, d)
         if not evidence:
             return [{"row": r, "variant": v, **d} for (r, _b, _i), (v, d) in best.items()]
@@ -590,7 +644,8 @@ class NGramDetector(Detector):
                 pieces.append(raw[r][s0:e0])
             overlap = " … ".join(pieces)[: cfg.max_overlap_chars]
             details = {k: d[k] for k in ("shared_ngrams", "item_ngrams", "coverage",
-                                          "weighted_shared", "weighted_coverage", "fallback")}  # fmt: skip
+                                          "weighted_shared", "weighted_coverage",
+                                          "statement_coverage", "fallback")}  # fmt: skip
             details.update({"n": n, "normalizer": idx.normalizer.version, "spans": len(spans)})
             out.append(
                 {
@@ -602,7 +657,7 @@ class NGramDetector(Detector):
                     "benchmark_variant": var.variant,
                     "detector": self.name,
                     "detector_version": self.version,
-                    "score": float(d["weighted_coverage"]),
+                    "score": d["score"],
                     "threshold": float(cfg.threshold),
                     "spans": spans,
                     "overlap_text": overlap,

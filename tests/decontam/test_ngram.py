@@ -259,3 +259,31 @@ def test_config_errors_name_the_fix():
         NGramConfig(n=1)
     with pytest.raises(ConfigError, match="before fit"):
         NGramDetector().score(text_table(["a"], ["x"]))
+
+
+def test_code_statement_without_samples_scores_on_the_statement(benchmarks_dir):
+    from decontam.normalize import split_statement
+
+    bs = load_set(benchmarks_dir, ["lcb_v6"])
+    rows = [r for r in bs.items.to_pylist() if r["platform"] == "atcoder"][:40]
+    bs = BenchmarkSet(pa.Table.from_pylist(rows, schema=BENCHMARK_ITEM_SCHEMA), bs.infos)
+    item = next(r for r in rows if len(split_statement(r["text"])[1]) > len(r["text"]) // 3)
+    statement = split_statement(item["text"])[0]
+    det = NGramDetector()
+    det.fit(bs)
+    (row,) = [
+        r
+        for r in det.score(text_table(["s"], [statement])).to_pylist()
+        if r["benchmark_item"] == item["item_id"]
+    ]
+    d = json.loads(row["details"])
+    assert d["statement_coverage"] == 1.0 and row["score"] == 1.0
+    assert d["weighted_coverage"] < 0.9  # the sample I/O n-grams are missing from the text
+    off = NGramDetector(NGramConfig(statement_coverage=False))
+    off.fit(bs)
+    (row_off,) = [
+        r
+        for r in off.score(text_table(["s"], [statement])).to_pylist()
+        if r["benchmark_item"] == item["item_id"]
+    ]
+    assert row_off["score"] == d["weighted_coverage"]
