@@ -31,6 +31,14 @@ def register(decontam_app: typer.Typer) -> None:
         policy: Path | None = typer.Option(
             None, "--policy", help="policy file (JSON/TOML) for the combined decision"
         ),
+        judge_base_url: str | None = typer.Option(
+            None,
+            "--judge-base-url",
+            help="add the LLM judge: OpenAI-compatible base URL, e.g. http://localhost:8000/v1",
+        ),
+        judge_model: str | None = typer.Option(
+            None, "--judge-model", help="model name for the judge endpoint"
+        ),
     ) -> None:
         """Run detectors over labelled rows; report precision/recall per kind and FPRs."""
         from rich.console import Console
@@ -39,10 +47,17 @@ def register(decontam_app: typer.Typer) -> None:
         from decontam.policy import PolicyConfig
 
         console = Console(stderr=True)
+        names = [d.strip() for d in detectors.split(",") if d.strip()]
+        det_cfgs = {}
+        if judge_base_url or judge_model:
+            if "judge" not in names:
+                names.append("judge")
+            det_cfgs["judge"] = {"base_url": judge_base_url, "model": judge_model}
         cfg = EvalConfig(
-            detectors=[d.strip() for d in detectors.split(",") if d.strip()],
+            detectors=names,
             benchmarks=[b.strip() for b in benchmarks.split(",") if b.strip()],
             target_fpr=target_fpr,
+            detector_configs=det_cfgs,
         )
         pol = PolicyConfig.from_file(policy) if policy else None
         with console.status("evaluating") as status:
