@@ -5,20 +5,21 @@ How it scores (see ``docs/detectors.md``):
 * **Index** (``fit``): every benchmark text (all variant wordings) is normalized with its
   domain's normalizer (math -> ``latex``, code -> ``code``, else ``text``) and cut into word
   n-grams. Each distinct n-gram is stored once as a 64-bit hash in a sorted numpy array, with its
-  token ids (to verify every hash hit exactly), a posting list (which item variants contain it,
+  bytes (to verify every hash hit exactly), a posting list (which item variants contain it,
   at which token) and a **rarity weight**: ``1 / df`` where ``df`` is the number of distinct
   benchmark items containing it, 0 when ``df >= common_item_df`` (boilerplate such as "the first
   line contains a single integer t"), and 0 when it occurs in ``>= background_min_docs``
   documents of the optional background corpus (clean pools: template phrases).
-* **Scan** (``score``): texts are normalized and tokenized, tokens mapped to ids (a token the
-  benchmarks never use gets id 0, and no n-gram containing it can match), and the n-gram hashes
-  of the whole batch are computed at once with a polynomial over uint64 in numpy; membership is
-  one ``np.searchsorted`` against the index; every hit is verified against the stored token ids.
-  Only rows with hits go on to Python, for evidence.
+* **Scan** (``score``): a batch of texts is normalized, joined, split once in C and every
+  token hashed by the C ``xxh3_64`` (no Python bytecode per token); the n-gram hashes of the
+  whole batch are computed at once with a polynomial over uint64 in numpy; membership is a
+  bitmap prefilter plus one ``np.searchsorted`` against the index; every hit is verified on the
+  n-gram's bytes. Only rows with hits go on to Python, for evidence.
 * **Score** of a (text, item) pair = weighted coverage: the summed weights of the item's n-grams
-  found in the text over the summed weights of all the item's n-grams. The plain coverage and
-  the shared count are in ``details``. Among an item's variant wordings the best-scoring one is
-  reported (``benchmark_variant``).
+  found in the text over the summed weights of all the item's n-grams (for code items with
+  sample blocks, the larger of that and the same ratio over the statement part alone). The
+  plain coverage and the shared count are in ``details``. Among an item's variant wordings the
+  best-scoring one is reported (``benchmark_variant``).
 * **Fallback** for items that n-grams cannot see (fewer than ``n`` tokens, or every n-gram
   common): containment of the item's whole normalized token sequence in the text (score 1.0).
 
