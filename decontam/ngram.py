@@ -23,7 +23,7 @@ How it scores (see ``docs/detectors.md``):
 * **Fallback** for items that n-grams cannot see (fewer than ``n`` tokens, or every n-gram
   common): containment of the item's whole normalized token sequence in the text (score 1.0).
 
-Why hand-written: no library scans token-id n-grams of a batch against a weighted index with
+Why hand-written: no library scans the word n-grams of a batch against a weighted index with
 exact verification and span evidence; datatrove's n-gram decontaminator is a per-document set
 lookup without spans or rarity, which is what this replaces.
 """
@@ -137,7 +137,7 @@ class NGramConfig(DetectorConfig):
 
 
 # ---------------------------------------------------------------------------------------------
-# Vectorised n-gram hashing over token ids
+# Vectorised n-gram hashing over token hashes
 # ---------------------------------------------------------------------------------------------
 
 
