@@ -298,9 +298,9 @@ def _detector_flags(scores: pa.Table, detector: str, threshold: float) -> dict[s
         d["benchmark_item"],
         strict=True,
     ):
-        if s >= threshold:
-            flags[u] = {it} if it else set()
-            if lab == "contaminated" and ls >= threshold:
+        if it is not None and s >= threshold:  # rows without any recorded match never flag
+            flags[u] = {it}
+            if lab == "contaminated" and ls > 0 and ls >= threshold:
                 flags[u].add(li)
     return flags
 
@@ -546,9 +546,13 @@ def plot_sweep(sweep_table: pa.Table, path: str | Path) -> None:
 
     d = sweep_table.to_pydict()
     dets = list(dict.fromkeys(d["detector"]))
-    n = max(len(dets), 1)
-    fig, axes = plt.subplots(1, n, figsize=(4 * n, 3.5), squeeze=False)
-    for ax, det in zip(axes[0], dets, strict=False):
+    ncols = min(3, max(len(dets), 1))
+    nrows = max(1, math.ceil(len(dets) / ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.5 * ncols, 3.5 * nrows), squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[len(dets) :]:
+        ax.set_visible(False)
+    for ax, det in zip(flat, dets, strict=False):
         idx = [i for i, x in enumerate(d["detector"]) if x == det]
         t = [d["threshold"][i] for i in idx]
         ax.plot(t, [d["recall_item"][i] for i in idx], label="recall (item)")
@@ -558,7 +562,7 @@ def plot_sweep(sweep_table: pa.Table, path: str | Path) -> None:
         ax.set_xlabel("threshold")
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+    flat[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
