@@ -69,13 +69,15 @@ HASHES = ("sha1", "xxh32")
 def _fast_hasher(name: str) -> Callable[[list[bytes]], np.ndarray]:
     """Hash a list of unique shingles to a uint64 array (values < 2**32)."""
     if name == "sha1":
-        sha1 = hashlib.sha1
-        frm = int.from_bytes
+        from operator import methodcaller
+
+        digest = methodcaller("digest")
 
         def run(items: list[bytes]) -> np.ndarray:
-            return np.fromiter(
-                (frm(sha1(s).digest()[:4], "little") for s in items), np.uint64, len(items)
-            )
+            # C-level iteration only: sha1 -> digest -> one buffer; first 4 bytes little-endian
+            # of each 20-byte digest = datasketch's sha1_hash32.
+            buf = b"".join(map(digest, map(hashlib.sha1, items)))
+            return np.frombuffer(buf, dtype="<u4").reshape(-1, 5)[:, 0].astype(np.uint64)
 
         return run
     import xxhash
