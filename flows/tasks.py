@@ -169,6 +169,33 @@ _NETWORK_RETRIES: dict[str, Any] = dict(
 )
 
 
+# -- test-only crash hook -------------------------------------------------------------------
+# When SLUICE_FLOWS_TEST_HOOK names a stage, the process writes SLUICE_FLOWS_TEST_HOOK_MARKER
+# and sleeps there, so tests/flows/test_crash_safety.py can SIGKILL it at that exact point.
+# "scan:<shard file name>" stops before scanning that shard; "publish" forwards to the
+# catalog's own hook, stopping inside the transaction that publishes the decontaminated data.
+_HOOK_ENV = "SLUICE_FLOWS_TEST_HOOK"
+_HOOK_MARKER_ENV = "SLUICE_FLOWS_TEST_HOOK_MARKER"
+
+
+def _test_hook(stage: str) -> None:
+    wanted = os.environ.get(_HOOK_ENV)
+    if not wanted:
+        return
+    if wanted == "publish" and stage == "decontaminate":
+        os.environ["SLUICE_CATALOG_TEST_HOOK"] = "in-transaction"
+        os.environ["SLUICE_CATALOG_TEST_HOOK_MARKER"] = os.environ.get(_HOOK_MARKER_ENV, "")
+        return
+    if wanted != stage:
+        return
+    import time
+
+    marker = os.environ.get(_HOOK_MARKER_ENV)
+    if marker:
+        Path(marker).write_text(stage)
+    time.sleep(3600)
+
+
 # -- JSON summaries -------------------------------------------------------------------------
 def jsonable(obj: Any) -> Any:
     """Turn a library result (dataclass, DatasetVersion, Path...) into JSON-safe data."""
@@ -246,6 +273,7 @@ def decontaminate_pool(
     from curation.catalog import Catalog
     from decontam.run import DecontamConfig, run_decontamination
 
+    _test_hook("decontaminate")
     res = run_decontamination(
         input_ref,
         text_fields=text_fields,
@@ -332,6 +360,7 @@ def scan_shard(
 
     from decontam.run import cached_scan
 
+    _test_hook("scan:" + os.path.basename(shard_path))
     cfg, bset, dets = fitted_detectors(decontam, benchmarks_dir)
     matches, stats = cached_scan(
         pq.read_table(shard_path),
