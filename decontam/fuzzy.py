@@ -13,7 +13,6 @@ normalised text. The match score is the one named by ``score_kind``, divided by 
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +24,7 @@ from decontam.base import Detector, DetectorConfig, empty_matches, matches_from_
 if TYPE_CHECKING:  # pragma: no cover
     from decontam.benchmarks import BenchmarkSet
 
-NORMALIZER_VERSION = "fuzzy-norm/1"
+NORMALIZER_VERSION = "fuzzy-norm/2"
 SCORE_KINDS = ("partial_ratio", "token_set_ratio", "ratio", "max")
 
 _DIAGRAM_RE = re.compile(
@@ -41,11 +40,15 @@ _NONWORD_RE = re.compile(r"[^0-9a-z]+")
 
 
 def normalize(text: str) -> str:
-    """Lowercase NFKC text with LaTeX markup flattened (``\\frac{1}{2}`` -> ``1 2``, commands and
-    ``$`` dropped), diagrams removed and only ``[0-9a-z]`` words kept, space-separated.
+    """Lowercase NFKC text with number spellings unified (:func:`decontam.fingerprint.canonical_text`),
+    LaTeX markup flattened (``\\frac{1}{2}`` -> ``1 2``, commands and ``$`` dropped), diagrams
+    removed and only ``[0-9a-z]`` words kept, space-separated.
     Versioned by :data:`NORMALIZER_VERSION`."""
-    t = unicodedata.normalize("NFKC", text or "")
-    t = _DIAGRAM_RE.sub(" ", t)
+    from decontam.fingerprint import canonical_text
+
+    # number spellings unified first (2\times 10^5 = 2*10^5 = 2e5 = 200000), so a constraint line
+    # rewritten in plain numbers still aligns with the LaTeX original
+    t = canonical_text(text or "")
     t = _FRAC_RE.sub(r" \1 / \2 ", t)
     t = _SQRT_RE.sub(r" sqrt \1 ", t)
     t = _CMD_RE.sub(" ", t)
