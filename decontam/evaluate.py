@@ -12,8 +12,9 @@ kind (``lookalike``, ``near_miss``, ``pool``) and over all clean rows.
 
 ``calibrate`` proposes per-detector thresholds whose *combined* false-positive rate stays within a
 target (on all clean rows and on lookalike+near_miss alone): it starts every detector at a
-threshold just above its highest clean score, then greedily lowers the threshold that buys the
-most item-level recall per admitted clean row while the target still holds; each final threshold
+threshold just above its highest clean score; the combination of lowered thresholds with the most
+item-level recall inside the budget is found by exhaustive search over the feasible steps (greedy
+when there are too many combinations); each final threshold
 sits midway between the highest clean score it excludes and the lowest positive it flags.
 
 Outputs (``write_outputs``): ``evaluation.json``, ``evaluation.md``, ``sweep.parquet``,
@@ -24,6 +25,7 @@ Outputs (``write_outputs``): ``evaluation.json``, ``evaluation.md``, ``sweep.par
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import re
@@ -369,6 +371,47 @@ def calibrate(
         fp = {u for u, lab, s, _ls in per[det]["data"] if lab == "clean" and s >= t}
         return tp, fp
 
+    # Each lowering step admits at least one more clean row of that detector, so only the first
+    # budget_all + 1 steps of each detector can be feasible: search those exhaustively when the
+    # product is small (6 detectors at 0.5 % of 830 rows: 5^6 combinations), else greedily.
+    options: dict[str, list[tuple[int, frozenset, frozenset]]] = {}
+    for det in detectors:
+        opts = []
+        for i, t in enumerate(per[det]["steps"]):
+            tp, fp = sets(det, t)
+            if len(fp) > budget_all or len(fp & ln) > budget_ln:
+                break
+            opts.append((i, frozenset(tp), frozenset(fp)))
+        options[det] = opts or [(0, frozenset(), frozenset())]
+    if math.prod(len(o) for o in options.values()) <= 200_000:
+        best_key, best_combo = None, None
+        for combo in itertools.product(*(options[d] for d in detectors)):
+            fp = frozenset().union(*(c[2] for c in combo))
+            if len(fp) > budget_all or len(fp & ln) > budget_ln:
+                continue
+            tp = frozenset().union(*(c[1] for c in combo))
+            # most recall, then fewest false positives, then the strictest thresholds
+            key = (len(tp), -len(fp), -sum(c[0] for c in combo))
+            if best_key is None or key > best_key:
+                best_key, best_combo = key, combo
+        pos_idx = {d: c[0] for d, c in zip(detectors, best_combo, strict=True)}
+    else:
+        pos_idx = _greedy(detectors, per, sets, budget_all, budget_ln, ln)
+    # Place each threshold midway between the clean score it must stay above and the lowest
+    # positive it flags: the same decisions on this data, more margin on new data.
+    out = {}
+    for d in detectors:
+        t = per[d]["steps"][pos_idx[d]]
+        below = t - eps
+        flagged = [ls for _u, lab, _s, ls in per[d]["data"] if lab == "contaminated" and ls >= t]
+        mid = (below + min(flagged)) / 2 if flagged else t
+        out[d] = round(max(t, mid), 4)
+    return out
+
+
+def _greedy(detectors, per, sets, budget_all, budget_ln, ln) -> dict[str, int]:
+    """Lower, one step at a time, the threshold that buys the most recall per admitted clean
+    row while the false-positive budget holds."""
     pos_idx = {d: 0 for d in detectors}
     state = {d: sets(d, per[d]["steps"][0]) for d in detectors}
 
@@ -400,20 +443,10 @@ def calibrate(
             if best is None or key > best[0]:
                 best = (key, det, cand)
         if best is None:
-            break
+            return pos_idx
         _, det, cand = best
         pos_idx[det] += 1
         state = cand
-    # Place each threshold midway between the clean score it must stay above and the lowest
-    # positive it flags: the same decisions on this data, more margin on new data.
-    out = {}
-    for d in detectors:
-        t = per[d]["steps"][pos_idx[d]]
-        below = t - eps
-        flagged = [ls for _u, lab, _s, ls in per[d]["data"] if lab == "contaminated" and ls >= t]
-        mid = (below + min(flagged)) / 2 if flagged else t
-        out[d] = round(max(t, mid), 4)
-    return out
 
 
 # --------------------------------------------------------------------------------------------
