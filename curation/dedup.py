@@ -120,3 +120,37 @@ def cross_duplicates(left: str | pa.Table, right: str | pa.Table, *, catalog=Non
     joined = a.join(b, keys="uid", join_type="inner")
     joined = joined.select(CROSS_DUPLICATES_SCHEMA.names).sort_by("uid")
     return joined.cast(CROSS_DUPLICATES_SCHEMA)
+
+
+NEAR_DUPLICATES_SCHEMA = pa.schema(
+    [
+        pa.field("cluster", pa.int64(), nullable=False),
+        pa.field("kept_uid", pa.string(), nullable=False),
+        pa.field("uid", pa.string(), nullable=False),
+        pa.field("jaccard", pa.float64(), nullable=False),
+    ],
+    metadata={b"sluice.schema": b"near_duplicates/1"},
+)
+
+
+def near_duplicates(
+    table: pa.Table, *, threshold: float = 0.8, text_field: str = "problem"
+) -> pa.Table:
+    """Near-duplicate clusters of one pool as an evidence table (rows are not dropped).
+
+    MinHash LSH proposes candidates and exact shingle Jaccard confirms them
+    (:func:`curation.minhash.near_duplicate_clusters`); each cluster lists its kept (earliest)
+    uid and every member with its exact Jaccard to it.
+    """
+    from curation.minhash import near_duplicate_clusters
+
+    texts = table[text_field].to_pylist()
+    uids = table["uid"].to_pylist()
+    rows: dict[str, list] = {"cluster": [], "kept_uid": [], "uid": [], "jaccard": []}
+    for ci, cl in enumerate(near_duplicate_clusters(texts, uids, threshold=threshold)):
+        for uid, jac in cl.members:
+            rows["cluster"].append(ci)
+            rows["kept_uid"].append(cl.kept)
+            rows["uid"].append(uid)
+            rows["jaccard"].append(float(jac))
+    return pa.table(rows, schema=NEAR_DUPLICATES_SCHEMA)

@@ -110,6 +110,7 @@ class IngestResult:
     source: str
     seconds: float  # wall time of the whole ingest
     publish_seconds: float = 0.0  # of which: publishing the three datasets
+    near_duplicates_ref: str | None = None  # name.near_duplicates@version, when requested
 
     @property
     def version(self) -> str:
@@ -402,9 +403,13 @@ def ingest(
     max_row_bytes: int = DEFAULT_MAX_ROW_BYTES,
     limit: int | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    near_dup_threshold: float | None = None,
 ) -> IngestResult:
     """Ingest ``source`` with ``field_map`` (a shipped map name, a .toml path, or ``"auto"``)
-    and publish ``name``, ``name.rejects`` and ``name.duplicates`` to ``catalog``."""
+    and publish ``name``, ``name.rejects`` and ``name.duplicates`` to ``catalog``.
+
+    With ``near_dup_threshold`` (e.g. 0.8), MinHash near-duplicate clusters of the accepted rows
+    are also published as ``name.near_duplicates`` (evidence; no row is dropped)."""
     from curation.catalog import Catalog
 
     t0 = time.perf_counter()
@@ -425,6 +430,8 @@ def ingest(
             "max_row_bytes": max_row_bytes,
             "limit": limit,
         }
+        if near_dup_threshold is not None:
+            config["near_dup_threshold"] = near_dup_threshold
         base_md = {
             "ingest_version": INGEST_VERSION,
             "normalizer": NORMALIZER_VERSION,
@@ -450,6 +457,20 @@ def ingest(
             metadata={**base_md, "schema": "duplicates/1"},
             schema=DUPLICATES_SCHEMA,
         )
+        near_v = None
+        if near_dup_threshold is not None:
+            import pyarrow.parquet as pq
+
+            from curation.dedup import near_duplicates
+
+            accepted = pq.read_table(files.accepted, columns=["uid", "problem"])
+            near_v = cat.publish(
+                f"{name}.near_duplicates",
+                near_duplicates(accepted, threshold=near_dup_threshold),
+                step="ingest.near_duplicates",
+                config=config,
+                metadata={**base_md, "schema": "near_duplicates/1"},
+            )
         main_v = cat.publish(
             name,
             str(files.accepted),
@@ -460,6 +481,7 @@ def ingest(
                 "schema": schema_version(files.schema),
                 "rejects": rejects_v.ref,
                 "duplicates": dups_v.ref,
+                **({"near_duplicates": near_v.ref} if near_v else {}),
             },
             schema=files.schema,
         )
@@ -469,6 +491,7 @@ def ingest(
         ref=main_v.ref,
         rejects_ref=rejects_v.ref,
         duplicates_ref=dups_v.ref,
+        near_duplicates_ref=near_v.ref if near_v else None,
         counts=files.counts.to_dict(),
         field_map=fmap.name,
         source=source,

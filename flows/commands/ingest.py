@@ -37,6 +37,11 @@ def ingest_command(
     list_maps: bool = typer.Option(
         False, "--list-maps", help="List the shipped field maps and exit."
     ),
+    near_dups: float = typer.Option(
+        None,
+        "--near-dups",
+        help="Also publish NAME.near_duplicates: MinHash clusters at this Jaccard (e.g. 0.8).",
+    ),
 ) -> None:
     """Ingest SOURCE with a field map: publish NAME, NAME.rejects and NAME.duplicates."""
     from rich.console import Console
@@ -78,6 +83,7 @@ def ingest_command(
         progress=True,
         max_row_bytes=max_row_bytes,
         limit=limit,
+        near_dup_threshold=near_dups,
     )
     c = res.counts
     t = Table(title=f"ingest {source} (map {res.field_map})")
@@ -88,6 +94,8 @@ def ingest_command(
     t.add_row("accepted", f"{c['accepted']:,}", res.ref)
     t.add_row("duplicates", f"{c['duplicates']:,}", res.duplicates_ref)
     t.add_row("rejected", f"{c['rejected']:,}", res.rejects_ref)
+    if res.near_duplicates_ref:
+        t.add_row("near-duplicate evidence", "", res.near_duplicates_ref)
     console.print(t)
     for reason, n in list(c["reject_reasons"].items())[:10]:
         console.print(f"  rejected {n:,} x {reason}", highlight=False)
