@@ -98,8 +98,13 @@ def main() -> None:
     model.encode(prepared[:64], batch_size=cfg.batch_size)  # warm-up
 
     t_bare, _ = cpu(
-        lambda: model.encode(prepared, batch_size=cfg.batch_size, normalize_embeddings=True,
-                             convert_to_numpy=True, show_progress_bar=False)  # fmt: skip
+        lambda: model.encode(
+            prepared,
+            batch_size=cfg.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )  # fmt: skip
     )
     before = enc.texts_encoded
     t_cold, m_cold = cpu(lambda: det.score(table(texts)))
