@@ -225,6 +225,34 @@ class FingerprintDetector(Detector):
             "shared": sorted(shared, key=lambda t: -self.idf[t])[:20],
         }
 
+    def top_items(self, text: str, k: int, min_score: float) -> list[tuple[int, float, dict]]:
+        """The ``k`` best (item row, score, evidence) of one text, one per (benchmark, item)."""
+        if self.items is None:
+            raise ConfigError("call fit(benchmarks) before top_items(text)")
+        fp = extract(text)
+        cand: set[int] = set()
+        for tok in fp:
+            cand.update(self._postings.get(tok, ()))
+        scored = []
+        for j in cand:
+            p = self._pair(fp, j)
+            if p["score"] >= min_score:
+                scored.append((p["score"], j, p))
+        scored.sort(key=lambda x: (-x[0], x[1]))
+        bench = self.items.column("benchmark")
+        ids = self.items.column("item_id")
+        seen: set[tuple[str, str]] = set()
+        out = []
+        for sc, j, p in scored:
+            key = (bench[j].as_py(), ids[j].as_py())
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append((j, sc, p))
+            if len(out) >= k:
+                break
+        return out
+
     def score(self, texts: pa.Table) -> pa.Table:
         from decontam.embedding import check_text_table
 
@@ -239,24 +267,8 @@ class FingerprintDetector(Detector):
         fields = texts.column("field").to_pylist()
         rows = []
         for r, text in enumerate(texts.column("text").to_pylist()):
-            fp = extract(text or "")
-            cand: set[int] = set()
-            for tok in fp:
-                cand.update(self._postings.get(tok, ()))
-            scored = []
-            for j in cand:
-                p = self._pair(fp, j)
-                if p["score"] >= cfg.min_score:
-                    scored.append((p["score"], j, p))
-            scored.sort(key=lambda x: (-x[0], x[1]))
-            seen: set[tuple[str, str]] = set()
-            for sc, j, p in scored:
+            for j, sc, p in self.top_items(text or "", cfg.top_k, cfg.min_score):
                 key = (items.column("benchmark")[j].as_py(), items.column("item_id")[j].as_py())
-                if key in seen:
-                    continue
-                seen.add(key)
-                if len(seen) > cfg.top_k:
-                    break
                 rows.append(
                     {
                         "sample_uid": uids[r],

@@ -1,6 +1,10 @@
 """Optional LLM judge: asks a chat model whether a training text and a benchmark item are the
 same problem, for candidate pairs whose primary (embedding) score falls in an uncertain band.
 
+Candidates: the embedding top-k whose cosine is in ``band`` (above it the embedding decides on
+its own), plus the fingerprint detector's best items (``fingerprint_min``), which reach story
+rewrites and translations that an English sentence encoder ranks too low.
+
 Never required: without a configured endpoint the detector is simply not used. It talks to any
 OpenAI-compatible ``/chat/completions`` endpoint through httpx (a ``vllm serve MODEL`` server,
 a hosted API, ...), with timeouts, retries and exponential backoff. ``backend="vllm"`` runs vLLM
@@ -91,7 +95,17 @@ class JudgeConfig(DetectorConfig):
     )
     math_prompt: str = field(default="judge-math/1", metadata={"help": "math prompt version"})
     code_prompt: str = field(default="judge-code/1", metadata={"help": "code prompt version"})
-    top_k: int = field(default=3, metadata={"help": "candidate items per text"})
+    top_k: int = field(default=3, metadata={"help": "embedding candidate items per text"})
+    fingerprint_min: float | None = field(
+        default=0.3,
+        metadata={
+            "help": "also judge the fingerprint detector's best items with a score >= this "
+            "(reaches story rewrites and translations the embedding misses); None = off"
+        },
+    )
+    fingerprint_top_k: int = field(
+        default=2, metadata={"help": "fingerprint candidate items per text"}
+    )
     timeout_s: float = field(default=60.0, metadata={"help": "per-request timeout"})
     max_retries: int = field(default=3, metadata={"help": "retries after a failed request"})
     backoff_s: float = field(default=1.0, metadata={"help": "first retry delay; doubles"})
@@ -279,6 +293,12 @@ class JudgeDetector(Detector):
         self.chat = VllmChat(cfg) if cfg.backend == "vllm" else HttpChat(cfg)
         self._emb_config = EmbeddingConfig(**{"top_k": cfg.top_k, **cfg.embedding})
         self._index = shared_index(benchmarks, self._emb_config)
+        self._fingerprint = None
+        if cfg.fingerprint_min is not None:
+            from decontam.fingerprint import FingerprintDetector
+
+            self._fingerprint = FingerprintDetector()
+            self._fingerprint.fit(benchmarks)
         self._cache = VerdictCache(cfg.cache_root) if cfg.cache else None
 
     def judge_pair(self, item_text: str, sample_text: str, domain: str) -> dict[str, Any]:
@@ -315,29 +335,43 @@ class JudgeDetector(Detector):
         uids = texts.column("sample_uid").to_pylist()
         fields = texts.column("field").to_pylist()
         raw = [t or "" for t in texts.column("text").to_pylist()]
+        # candidates: (text row, item row) -> {"embedding_cosine": ..., "fingerprint": ...}
+        cands: dict[tuple[int, int], dict[str, float]] = {}
         per_text: dict[int, list] = {}
+        decided: set[tuple[int, int]] = set()  # the embedding alone is confident (cosine >= hi)
         for c in search(self._index, raw, self._emb_config):
-            if lo <= c.score < hi:
+            if c.score >= hi:
+                decided.add((c.text_row, c.item_row))
+            elif c.score >= lo:
                 per_text.setdefault(c.text_row, []).append(c)
+        for r, cs in per_text.items():
+            for c in sorted(cs, key=lambda c: -c.score)[: cfg.top_k]:
+                cands[(r, c.item_row)] = {"embedding_cosine": round(c.score, 6)}
+        if self._fingerprint is not None:
+            for r, text in enumerate(raw):
+                for j, sc, _p in self._fingerprint.top_items(
+                    text, cfg.fingerprint_top_k, cfg.fingerprint_min
+                ):
+                    if (r, j) not in decided:
+                        cands.setdefault((r, j), {})["fingerprint"] = round(sc, 4)
         rows = []
-        for r, cands in sorted(per_text.items()):
-            for c in sorted(cands, key=lambda c: -c.score)[: cfg.top_k]:
-                it = self._index.item_row(c.item_row)
-                v = self.judge_pair(it["text"] or "", raw[r], it["domain"])
-                score = math.nan if v["same"] is None else (1.0 if v["same"] else 0.0)
-                rows.append(
-                    {
-                        "sample_uid": uids[r],
-                        "field": fields[r],
-                        "benchmark": it["benchmark"],
-                        "benchmark_version": it["benchmark_version"],
-                        "benchmark_item": it["item_id"],
-                        "benchmark_variant": it["variant"],
-                        "detector": self.name,
-                        "detector_version": self.version,
-                        "score": score,
-                        "threshold": cfg.threshold,
-                        "details": {**v, "embedding_cosine": round(c.score, 6)},
-                    }
-                )
+        for (r, j), source in sorted(cands.items()):
+            it = self._index.item_row(j)
+            v = self.judge_pair(it["text"] or "", raw[r], it["domain"])
+            score = math.nan if v["same"] is None else (1.0 if v["same"] else 0.0)
+            rows.append(
+                {
+                    "sample_uid": uids[r],
+                    "field": fields[r],
+                    "benchmark": it["benchmark"],
+                    "benchmark_version": it["benchmark_version"],
+                    "benchmark_item": it["item_id"],
+                    "benchmark_variant": it["variant"],
+                    "detector": self.name,
+                    "detector_version": self.version,
+                    "score": score,
+                    "threshold": cfg.threshold,
+                    "details": {**v, **source, "candidate_from": sorted(source)},
+                }
+            )
         return matches_from_rows(rows)

@@ -68,13 +68,29 @@ def server():
     srv.server_close()
 
 
-def _bench() -> BenchmarkSet:
+FILLERS = [
+    "A circle of radius 5 is inscribed in a square. Find the area outside the circle.",
+    "Given a string s, return the number of vowels in s.",
+    "Find the remainder when 2^100 is divided by 13.",
+    "You are given N cards with integers. Print the maximum sum of two cards.",
+    "How many subsets of {1, 2, ..., 12} contain no two consecutive integers?",
+    "Given an array of integers, return the indices of two numbers adding up to target.",
+]
+
+
+def _bench(fillers: bool = False) -> BenchmarkSet:
     rows = [
         {"benchmark": "aime24", "benchmark_version": "t", "item_id": "2024-I-9", "variant": "primary",
          "domain": "math", "text": MATH},
         {"benchmark": "lcb_v6", "benchmark_version": "t", "item_id": "3415", "variant": "primary",
          "domain": "code", "text": CODE},
     ]  # fmt: skip
+    if fillers:
+        rows += [
+            {"benchmark": "aime25", "benchmark_version": "t", "item_id": f"f{i}", "variant": "primary",
+             "domain": "math", "text": t}
+            for i, t in enumerate(FILLERS)
+        ]  # fmt: skip
     return BenchmarkSet(pa.Table.from_pylist(rows, schema=BENCHMARK_ITEM_SCHEMA))
 
 
@@ -96,12 +112,13 @@ def _texts() -> pa.Table:
     )
 
 
-def _detector(url: str, tmp_path, **kw) -> JudgeDetector:
-    cfg = JudgeConfig(base_url=url, model="stand-in-7b", band=(0.3, 1.0), top_k=1,
+def _detector(url: str, tmp_path, fillers: bool = False, **kw) -> JudgeDetector:
+    kw = {"band": (0.3, 1.0), **kw}
+    cfg = JudgeConfig(base_url=url, model="stand-in-7b", top_k=1,
                       backoff_s=0.01, cache_root=str(tmp_path),
                       embedding={"cache_root": cache_root()}, **kw)  # fmt: skip
     det = JudgeDetector(cfg)
-    det.fit(_bench())
+    det.fit(_bench(fillers))
     return det
 
 
@@ -166,3 +183,19 @@ def test_missing_endpoint_names_the_fix(monkeypatch):
         JudgeDetector(JudgeConfig()).fit(_bench())
     with pytest.raises(ConfigError, match="band"):
         JudgeConfig(band=(0.9, 0.1))
+
+
+def test_fingerprint_candidates_reach_pairs_the_embedding_band_excludes(server, tmp_path):
+    # an empty embedding band: only the fingerprint (shared rare numbers 1000, 107, n^2) can
+    # propose the pair
+    texts = pa.Table.from_pylist(
+        [{"sample_uid": "fp", "field": "problem",
+          "text": "Zählen Sie n < 1000 mit 107 | n^2 + 1. SAME-PROBLEM"}],
+        schema=TEXT_TABLE_SCHEMA,
+    )  # fmt: skip
+    m = _detector(server, tmp_path, fillers=True, band=(1.0, 1.0)).score(texts).to_pylist()
+    assert [(x["benchmark_item"], x["score"]) for x in m] == [("2024-I-9", 1.0)]
+    d = json.loads(m[0]["details"])
+    assert d["candidate_from"] == ["fingerprint"] and d["fingerprint"] >= 0.3
+    off = _detector(server, tmp_path, fillers=True, band=(1.0, 1.0), fingerprint_min=None)
+    assert off.score(texts).num_rows == 0
