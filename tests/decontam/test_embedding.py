@@ -54,9 +54,10 @@ def test_prepare_text_drops_diagrams_and_collapses_space():
     assert prepare_text("A  <asy>draw((0,0));</asy>\n\nB") == "A B"
 
 
-def test_default_model_is_offline_and_pinned():
+def test_default_model_is_offline_and_pinned(monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     ref = resolve_model()
-    assert os.environ["HF_HUB_OFFLINE"] == "1"
+    assert os.environ["HF_HUB_OFFLINE"] == "1"  # loading the bundled model forbids hub access
     assert ref.model_id == "sentence-transformers/all-MiniLM-L6-v2"
     assert ref.revision.startswith("local-") and len(ref.revision) == len("local-") + 16
     assert resolve_model().revision == ref.revision  # stable
