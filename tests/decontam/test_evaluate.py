@@ -129,7 +129,7 @@ def test_evaluate_slice_metrics_and_outputs(slice_result, tmp_path):
     assert pol.thresholds == cal["thresholds"]
 
 
-def test_cli_evaluate_with_missing_detector_note(tmp_path, contam_dev_path):
+def test_cli_evaluate_writes_every_output(tmp_path, contam_dev_path):
     from typer.testing import CliRunner
 
     from flows.cli import app
@@ -147,3 +147,13 @@ def test_cli_evaluate_with_missing_detector_note(tmp_path, contam_dev_path):
     for name in ("evaluation.json", "evaluation.md", "sweep.parquet", "sweep.png",
                  "scores.parquet", "calibrated_thresholds.json"):  # fmt: skip
         assert (out / name).is_file(), name
+
+
+def test_a_detector_module_that_is_not_built_is_skipped_with_a_note(monkeypatch):
+    from decontam import registry
+    from decontam.evaluate import make_detectors
+
+    monkeypatch.setitem(registry.DETECTORS, "minhash", "decontam.not_built_yet:MinHashDetector")
+    dets, notes = make_detectors(EvalConfig(detectors=["minhash", "fingerprint"]))
+    assert [d.name for d in dets] == ["fingerprint"]
+    assert len(notes) == 1 and notes[0].startswith("minhash: skipped")
