@@ -64,7 +64,7 @@ class PolicyConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PolicyConfig:
-        d = {k: v for k, v in d.items() if k != "version"}
+        d = {k: v for k, v in d.items() if k not in ("version", "name", "calibration")}
         unknown = set(d) - {"thresholds", "evidence_only", "rules"}
         if unknown:
             raise ConfigError(
@@ -72,6 +72,12 @@ class PolicyConfig:
                 hint="allowed: thresholds, evidence_only, rules",
             )
         return cls(**d)
+
+    @classmethod
+    def default(cls) -> PolicyConfig:
+        """The shipped default: thresholds calibrated on the labelled development set
+        (``decontam/default_policy.json`` records how)."""
+        return cls.from_file(Path(__file__).with_name("default_policy.json"))
 
     @classmethod
     def from_file(cls, path: str | Path) -> PolicyConfig:

@@ -17,8 +17,17 @@ DETECTORS: dict[str, str] = {
     "judge": "decontam.judge:JudgeDetector",
 }
 
-# The detector set `sluice decontam run` uses when --detectors is not given.
-DEFAULT_DETECTORS: tuple[str, ...] = ("ngram", "minhash", "problem_id")
+# The detector set `sluice decontam run` uses when --detectors is not given: the set whose
+# thresholds were calibrated together (decontam/default_policy.json). The LLM judge joins when
+# configured; problem_date is opt-in (it flags by date, not by content).
+DEFAULT_DETECTORS: tuple[str, ...] = (
+    "ngram",
+    "minhash",
+    "problem_id",
+    "embedding",
+    "fuzzy",
+    "fingerprint",
+)
 
 
 def detector_class(name: str):

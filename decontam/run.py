@@ -80,7 +80,10 @@ class DecontamConfig:
         default_factory=dict,
         metadata={"help": "per-detector config overrides: {name: {field: value}}"},
     )
-    policy: PolicyConfig = field(default_factory=PolicyConfig, metadata={"help": "decision policy"})
+    policy: PolicyConfig = field(
+        default_factory=PolicyConfig.default,
+        metadata={"help": "decision policy (default: thresholds calibrated on the dev set)"},
+    )
     window: str | None = field(
         default=None,
         metadata={"help": "LCB evaluation window: 'paper', 'START..END' or None (all)"},

@@ -77,3 +77,27 @@ def test_calibrated_thresholds_file_loads_as_policy(tmp_path):
 def test_empty_matches_keep_every_row():
     d = decide(matches_from_rows([]), pa.array(["x", "y"]))
     assert d.num_rows == 2 and not any(d["contaminated"].to_pylist())
+
+
+def test_shipped_default_policy_covers_the_default_detectors_and_names_its_calibration(
+    contam_dev_path,
+):
+    import hashlib
+
+    from decontam.registry import DEFAULT_DETECTORS
+    from decontam.run import DecontamConfig
+
+    pol = PolicyConfig.default()
+    assert set(DEFAULT_DETECTORS) <= set(pol.thresholds)
+    assert DecontamConfig().policy == pol
+    shipped = json.loads(
+        (
+            __import__("pathlib")
+            .Path(__import__("decontam").__file__)
+            .with_name("default_policy.json")
+        ).read_text()
+    )
+    sha = hashlib.sha256(contam_dev_path.read_bytes()).hexdigest()[:16]
+    assert sha in shipped["calibration"]["labels"], (
+        "default policy was calibrated on another dev set"
+    )
