@@ -79,7 +79,9 @@ class DetectorConfig:
     detector's match counts as a flag in the default policy. Subclasses validate in
     ``__post_init__`` and add ``metadata={"help": ...}`` to each field."""
 
-    threshold: float = field(default=0.5, metadata={"help": "score at or above which a match flags"})
+    threshold: float = field(
+        default=0.5, metadata={"help": "score at or above which a match flags"}
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
