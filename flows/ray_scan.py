@@ -1,6 +1,6 @@
 """Scale-out of the decontamination scan on Ray.
 
-The text table (one row per sample text) is split into blocks by Ray Data; a pool of actors,
+The text table (one row per sample text) is split into blocks; a pool of Ray actors,
 each holding the *fitted* detectors (fit once in the actor's ``__init__``, from the benchmark
 set the driver loaded and shipped once), scores the blocks; the driver gathers the match
 records and sorts them exactly as :func:`decontam.run.scan` does, so a Ray run and a
@@ -28,7 +28,7 @@ class _ScanActor:
         self.config = DecontamConfig(**decontam)
         self.detectors = build_detectors(self.config.detectors, self.config, benchmarks)
 
-    def __call__(self, batch: pa.Table) -> pa.Table:
+    def score(self, batch: pa.Table) -> pa.Table:
         from decontam.run import scan
 
         texts = batch.select(["sample_uid", "field", "text"])
@@ -70,18 +70,17 @@ def ray_scan(
     if benchmarks is None:
         benchmarks = load_benchmark_set(cfg, benchmarks_dir=benchmarks_dir)
     ray = ensure_ray(address, num_cpus=num_workers)
-    ds = ray.data.from_arrow(texts)
-    n_blocks = max(num_workers, -(-texts.num_rows // block_rows))
-    ds = ds.repartition(n_blocks)
-    out = ds.map_batches(
-        _ScanActor,
-        fn_constructor_kwargs={"decontam": cfg.to_dict(), "benchmarks": benchmarks},
-        batch_format="pyarrow",
-        batch_size=block_rows,
-        concurrency=num_workers,
-        num_cpus=1,
-    )
-    parts = [t for t in ray.get(out.to_arrow_refs()) if t.num_rows]
+    # Plain actors rather than Ray Data: scoring is CPU-bound and stateful (fitted indexes), and
+    # a fixed pool of actors fed blocks round-robin keeps every CPU busy without Ray Data's
+    # own scheduling needing spare CPUs (which deadlocks on a 2-CPU machine).
+    actor_cls = ray.remote(num_cpus=1)(_ScanActor)
+    bench_ref = ray.put(benchmarks)  # shipped once, shared by every actor
+    actors = [actor_cls.remote(cfg.to_dict(), bench_ref) for _ in range(num_workers)]
+    blocks = [texts.slice(i, block_rows) for i in range(0, texts.num_rows, block_rows)]
+    futures = [actors[k % num_workers].score.remote(b) for k, b in enumerate(blocks)]
+    parts = [t for t in ray.get(futures) if t.num_rows]
+    for a in actors:
+        ray.kill(a)
     if not parts:
         return empty_matches()
     table = pa.concat_tables([t.select(MATCH_SCHEMA.names).cast(MATCH_SCHEMA) for t in parts])
