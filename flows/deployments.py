@@ -34,7 +34,7 @@ def deployment_parameters(
     return params
 
 
-def _check_schedule(cron: str | None, interval: float | None) -> None:
+def check_schedule(cron: str | None, interval: float | None) -> None:
     if cron and interval:
         raise ConfigError("give --cron or --interval, not both")
     if cron:
@@ -60,7 +60,7 @@ def curate_deployment(
     """A ``RunnerDeployment`` of :func:`flows.curate.curate_flow` for ``config_path``."""
     from flows.curate import curate_flow
 
-    _check_schedule(cron, interval)
+    check_schedule(cron, interval)
     return curate_flow.to_deployment(
         name=name,
         cron=cron,
@@ -83,7 +83,7 @@ def serve_curate(
     """Create the deployment and run a runner that executes its scheduled runs (blocks)."""
     from flows.curate import curate_flow
 
-    _check_schedule(cron, interval)
+    check_schedule(cron, interval)
     curate_flow.serve(
         name=name,
         cron=cron,

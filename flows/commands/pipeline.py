@@ -62,14 +62,17 @@ def register(app: typer.Typer) -> None:
         import os
 
         from flows.config import load_config, prefect_env_defaults
+        from flows.deployments import check_schedule
 
         cfg = load_config(config)
+        check_schedule(cron, interval)
         prefect_env_defaults(data_root or cfg.resolved_data_root())
         if not os.environ.get("PREFECT_API_URL"):
             _console().print(
-                "[yellow]PREFECT_API_URL is not set: serving against a temporary local server "
-                "that stops with this process. Run `prefect server start` and set "
-                "PREFECT_API_URL=http://127.0.0.1:4200/api to keep the schedule and the UI.[/]"
+                "[yellow]PREFECT_API_URL is not set: serving against a temporary local server, "
+                "where scheduled runs do not fire (runs can still be triggered). Run `prefect "
+                "server start` and set PREFECT_API_URL=http://127.0.0.1:4200/api for the "
+                "schedule and the UI.[/]"
             )
         from flows.deployments import serve_curate
 
