@@ -1,72 +1,18 @@
 """`sluice demo`: the project's own small sample pool + config, run end to end.
 
-The pool is *generated* here (no data ships with the package): ~60 arithmetic and algebra word
-problems built from templates with a fixed seed, plus a few rows planted from the benchmark
-mirror at run time (one verbatim, one with a preamble, one lightly reworded), so the report
-has contamination to show. Nothing from the benchmarks is stored in the repository.
+The pool is *generated* by :mod:`curation.sample_pool` (no data ships with the package): 60
+math word problems with a fixed seed, disguised exact duplicates and one bad row of each kind
+(so the ingest shows its rejects), plus three rows planted from the benchmark mirror at run
+time (one verbatim, one with a preamble, one lightly reworded), so the report has contamination
+to show. Nothing from the benchmarks is stored in the repository.
 """
 
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
-SAMPLE_ROWS = 60
 DEMO_BENCHMARKS = ("aime24", "aime25")
-
-_TEMPLATES = (
-    (
-        "A train travels {a} kilometers in {b} hours. At the same speed, how many kilometers "
-        "does it travel in {c} hours?",
-        lambda a, b, c: a * c / b,
-    ),
-    (
-        "Find the sum of all positive divisors of {a}.",
-        lambda a, b, c: sum(d for d in range(1, a + 1) if a % d == 0),
-    ),
-    (
-        "What is the remainder when {a}^{b} is divided by {c}?",
-        lambda a, b, c: pow(a, b, c),
-    ),
-    (
-        "A rectangle has perimeter {a} and one side of length {b}. What is its area?",
-        lambda a, b, c: b * (a / 2 - b),
-    ),
-    (
-        "How many integers between 1 and {a} inclusive are divisible by {b} or by {c}?",
-        lambda a, b, c: a // b + a // c - a // (b * c // _gcd(b, c)),
-    ),
-)
-
-
-def _gcd(x: int, y: int) -> int:
-    while y:
-        x, y = y, x % y
-    return x
-
-
-def _fmt(v: float) -> str:
-    return str(int(v)) if float(v).is_integer() else f"{v:.4g}"
-
-
-def synthetic_rows(n: int = SAMPLE_ROWS, seed: int = 20250101) -> list[dict]:
-    rng = random.Random(seed)
-    rows, seen = [], set()
-    while len(rows) < n:
-        i = rng.randrange(len(_TEMPLATES))
-        text, fn = _TEMPLATES[i]
-        a, b, c = rng.randint(20, 400), rng.randint(2, 12), rng.randint(3, 15)
-        if i == 3:
-            b = rng.randint(2, a // 2 - 1)
-        problem = text.format(a=a, b=b, c=c)
-        if problem in seen:
-            continue
-        seen.add(problem)
-        rows.append(
-            {"id": f"demo-{len(rows):03d}", "problem": problem, "answer": _fmt(fn(a, b, c))}
-        )
-    return rows
 
 
 def planted_rows(benchmarks_dir: str | Path | None = None) -> list[dict]:
@@ -92,14 +38,14 @@ def planted_rows(benchmarks_dir: str | Path | None = None) -> list[dict]:
 
 
 def write_demo(out: str | Path, benchmarks_dir: str | Path | None = None) -> Path:
-    """Write ``sample_pool.jsonl`` and ``demo.toml`` into ``out``; return the config path."""
+    """Write the sample pool (``curation.sample_pool``: generated problems, disguised duplicates,
+    one bad row of each kind, plus the planted rows) and ``demo.toml`` into ``out``; return the
+    config path."""
+    from curation.sample_pool import write_sample_pool
+
     out = Path(out).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
-    rows = _sample_rows(benchmarks_dir)
-    pool = out / "sample_pool.jsonl"
-    pool.write_text(
-        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
-    )
+    pool = write_sample_pool(out, n_math=60, extra_math=planted_rows(benchmarks_dir))
     bdir = f'dir = "{Path(benchmarks_dir).resolve()}"\n' if benchmarks_dir else ""
     config = out / "demo.toml"
     config.write_text(
@@ -109,13 +55,13 @@ data_root = ".sluice"
 [benchmarks]
 names = {json.dumps(list(DEMO_BENCHMARKS))}
 {bdir}
-[detectors]
-names = ["ngram", "minhash", "problem_id"]
+# [detectors] left out: the default set (ngram, minhash, problem_id, the offline embedding
+# model, fuzzy, fingerprint) with its calibrated thresholds.
 
 [[pools]]
 name = "demo-pool"
-source = "sample_pool.jsonl"
-map = "generic_math"
+source = "{pool.math.name}"
+map = "{pool.math_map}"
 text_fields = ["problem"]
 id_field = "uid"
 
@@ -125,16 +71,6 @@ report_dir = "reports"
         encoding="utf-8",
     )
     return config
-
-
-def _sample_rows(benchmarks_dir: str | Path | None) -> list[dict]:
-    """The ingest engineer's generator when present (one sample pool for the project), else
-    the templates above."""
-    try:
-        from curation.sample_pool import sample_rows  # type: ignore[import-not-found]
-    except ImportError:
-        return synthetic_rows() + planted_rows(benchmarks_dir)
-    return list(sample_rows())
 
 
 def run_demo(out: str | Path | None = None, benchmarks_dir: str | Path | None = None) -> Path:

@@ -173,8 +173,15 @@ def test_demo_writes_its_pool_and_runs_end_to_end(tmp_path, benchmarks_dir):
     out = tmp_path / "demo"
     report = run_demo(out)
     assert report.name == "report.html" and report.is_file()
-    assert (out / "sample_pool.jsonl").is_file() and (out / "demo.toml").is_file()
+    assert (out / "sample_math.jsonl").is_file() and (out / "demo.toml").is_file()
     run = json.loads(next((out / ".sluice" / "runs").rglob("run.json")).read_text())
     # the three rows planted from AIME 2024 are found, the generated ones are not flagged
     assert run["counts"]["contaminated"] == 3
-    assert Catalog(str(out / ".sluice")).resolve("demo-pool.decontaminated").num_rows == 60
+    cat = Catalog(str(out / ".sluice"))
+    assert cat.resolve("demo-pool.decontaminated").num_rows == 60
+    # the generated pool's bad rows and disguised duplicates are accounted for, not dropped
+    counts = cat.resolve("demo-pool").metadata["counts"]
+    assert counts["rejected"] == 5 and counts["duplicates"] == 3
+    assert counts["read"] == counts["accepted"] + counts["duplicates"] + counts["rejected"]
+    # the default detector set ran, the offline embedding model included
+    assert {d["name"] for d in run["detectors"]} >= {"ngram", "minhash", "embedding"}
