@@ -185,7 +185,12 @@ def publish_contamination_artifact(summary: dict[str, Any], *, report_html: str 
         f"run dir: `{summary['run_dir']}`",
     ]
     if report_html:
-        lines.append(f"\n[HTML report]({Path(report_html).resolve().as_uri()})")
+        # With a report: the report's own Markdown summary (same numbers an auditor signs),
+        # linking to the HTML, followed by the published versions.
+        from reports.contamination import render_markdown_summary
+
+        uri = Path(report_html).resolve().as_uri()
+        lines = [render_markdown_summary(summary["run_dir"], html_link=uri), "", *lines[-3:]]
     create_markdown_artifact(
         "\n".join(lines),
         key=artifact_key(pool, "contamination"),

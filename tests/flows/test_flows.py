@@ -54,6 +54,9 @@ def test_curate_flow_end_to_end_then_cached_rerun(tmp_path, two_pools, benchmark
     assert ttrl["ingest"]["ref"] in ing_art.data
     contam = _artifact("sluice-ttrl-aime24-contamination")[-1]
     assert "aime24" in contam.data and html.resolve().as_uri() in contam.data
+    # the report's own Markdown summary, then the published versions
+    assert "rows flagged and removed" in contam.data
+    assert ttrl["decontaminate"]["clean_ref"] in contam.data
     summary = _artifact("sluice-curate-summary")[-1]
     rows = json.loads(summary.data) if isinstance(summary.data, str) else summary.data
     assert {r["pool"] for r in rows} == {"ttrl-aime24", "deepscaler-aime"}
