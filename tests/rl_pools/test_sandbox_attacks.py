@@ -57,9 +57,11 @@ while True:
 
 
 def test_memory_bomb():
-    r = execute("x = bytearray(4 * 1024**3)", config=FAST)
+    # generous time limits: the memory limit must be what stops these, even on a loaded machine
+    cfg = SandboxConfig(time_limit_s=30, cpu_limit_s=20, memory_mb=256, max_processes=16)
+    r = execute("x = bytearray(4 * 1024**3)", config=cfg)
     assert r.status == "memory", r
-    r2 = execute("a = []\nwhile True:\n    a.append(' ' * 10**7)", config=FAST)
+    r2 = execute("a = []\nwhile True:\n    a.append(' ' * 10**7)", config=cfg)
     assert r2.status == "memory", r2
 
 
