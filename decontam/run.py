@@ -667,26 +667,26 @@ def run_decontamination(
     dets = build_detectors(config.detectors, config, bset)
 
     root = resolve_root(data_root)
-    if progress:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+    import contextlib
 
-        with Progress(
-            "[progress.description]{task.description}",
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-        ) as prog:
-            task = prog.add_task("scanning texts", total=texts.num_rows)
-            matches, stats = cached_scan(
-                texts,
-                dets,
-                bset,
-                data_root=root,
-                batch_size=config.batch_size,
-                use_cache=config.use_cache,
-                on_batch=lambda n: prog.advance(task, n),
+    with contextlib.ExitStack() as stack:
+        on_batch = None
+        if progress:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+            prog = stack.enter_context(
+                Progress(
+                    "[progress.description]{task.description}",
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TimeElapsedColumn(),
+                )
             )
-    else:
+            task = prog.add_task("scanning texts", total=texts.num_rows)
+
+            def on_batch(n: int) -> None:
+                prog.advance(task, n)
+
         matches, stats = cached_scan(
             texts,
             dets,
@@ -694,6 +694,7 @@ def run_decontamination(
             data_root=root,
             batch_size=config.batch_size,
             use_cache=config.use_cache,
+            on_batch=on_batch,
         )
     meta_matches = scan_metadata(inp.table, uids, dets)
     if meta_matches.num_rows:
