@@ -10,6 +10,7 @@ setup:
 
 test:
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 lint:
@@ -22,6 +23,9 @@ bench:
 	$(BIN)/python tests/benchmarks/bench_minhash.py
 	$(BIN)/python tests/benchmarks/bench_catalog.py
 	$(BIN)/python tests/benchmarks/bench_verify_sandbox.py
+	$(BIN)/python tests/benchmarks/bench_embedding.py
+	$(BIN)/python tests/benchmarks/bench_decontam_memory.py
+	$(BIN)/python tests/benchmarks/bench_rerun.py
 
 demo:
 	$(BIN)/sluice demo

@@ -41,11 +41,13 @@ class InputError(SluiceError):
         hint: str | None = None,
     ) -> None:
         where = ", ".join(
-            p for p in (
+            p
+            for p in (
                 f"file {file}" if file else "",
                 f"row {row}" if row is not None else "",
                 f"field {field!r}" if field else "",
-            ) if p
+            )
+            if p
         )
         super().__init__(f"{where}: {message}" if where else message, hint=hint)
         self.file, self.row, self.field = file, row, field
@@ -79,7 +81,9 @@ def require(module: str, extra: str | None = None, package: str | None = None):
     try:
         return importlib.import_module(module)
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        what = f"pip install 'sluice-data[{extra}]'" if extra else f"pip install {package or module}"
+        what = (
+            f"pip install 'sluice-data[{extra}]'" if extra else f"pip install {package or module}"
+        )
         raise MissingDependencyError(
             f"{module} is required for this step but is not installed", hint=f"run: {what}"
         ) from exc
