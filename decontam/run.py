@@ -552,11 +552,16 @@ def finalize(
     for bl in decisions.filter(contaminated)["benchmarks"].to_pylist():
         for b in bl:
             per_bench[b] = per_bench.get(b, 0) + 1
+    # samples each detector flags under the *policy's* thresholds (what decided the run)
     per_det: dict[str, int] = {}
     for det in sorted(set(matches["detector"].to_pylist())):
+        if det in config.policy.evidence_only:
+            per_det[det] = 0
+            continue
         sel = matches.filter(pc.equal(matches["detector"], det))
-        flag = sel.filter(pc.greater_equal(sel["score"], sel["threshold"]))
-        per_det[det] = len(set(flag["sample_uid"].to_pylist()))
+        thr = config.policy.thresholds.get(det)
+        over = pc.greater_equal(sel["score"], thr if thr is not None else sel["threshold"])
+        per_det[det] = len(set(sel.filter(over)["sample_uid"].to_pylist()))
     counts = {
         "rows": inp.table.num_rows,
         "texts": texts.num_rows,

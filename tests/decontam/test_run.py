@@ -214,3 +214,19 @@ def test_malformed_jsonl_names_file_and_row(tmp_path):
     p.write_text('{"id": "a"}\n{"id": \n')
     with pytest.raises(InputError, match=r"bad.jsonl, row 2: malformed JSON"):
         read_input(str(p))
+
+
+def test_per_detector_counts_follow_the_policy_thresholds(pools_dir, tmp_path):
+    from decontam.policy import PolicyConfig
+
+    src = pools_dir / "math_ttrl_aime24_as_train.jsonl"
+    kw = dict(
+        text_fields=["prompt"], id_field="id", data_root=str(tmp_path / "root"), publish=False
+    )
+    strict = DecontamConfig(
+        benchmarks=["aime24"], detectors=["ngram"], policy=PolicyConfig(thresholds={"ngram": 1.01})
+    )
+    res = run_decontamination(str(src), out_dir=tmp_path / "strict", config=strict, **kw)
+    # an impossible threshold: the detector recorded evidence, but flagged (and removed) nothing
+    assert res.counts["matches"] > 0
+    assert res.counts["flagged_by_detector"] == {"ngram": 0} and res.counts["contaminated"] == 0
