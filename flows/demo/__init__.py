@@ -16,19 +16,14 @@ DEMO_BENCHMARKS = ("aime24", "aime25")
 
 
 def planted_rows(benchmarks_dir: str | Path | None = None) -> list[dict]:
-    """Three rows derived, at run time, from AIME 2024 items of the local benchmark mirror
-    (none when the mirror is absent)."""
-    from curation.settings import benchmarks_dir as resolve
+    """Three rows derived, at run time, from the first AIME 2024 items (loaded and verified by
+    the benchmark registry: local mirror or Hub)."""
+    from decontam.benchmarks import load_benchmark
 
-    d = resolve(benchmarks_dir)
-    src = d / "aime24.jsonl" if d else None
-    if src is None or not src.is_file():
-        return []
-    items = [json.loads(line) for line in src.read_text(encoding="utf-8").splitlines() if line]
-    items = items[:3]
+    items, _info = load_benchmark("aime24", benchmarks_dir=benchmarks_dir, include_variants=False)
     out = []
-    for k, item in enumerate(items):
-        text = item["problem"]
+    for k, item in enumerate(items.sort_by("item_id").slice(0, 3).to_pylist()):
+        text = item["text"]
         if k == 1:
             text = "Solve the following problem and put the answer in a box.\n\n" + text
         elif k == 2:
