@@ -27,7 +27,10 @@ def main() -> None:
     ap.add_argument("--pool", default="math_deepscaler_math_train.jsonl")
     ap.add_argument("--map", default="deepscaler_math")
     ap.add_argument("--rows", type=int, default=None, help="first N rows only")
-    ap.add_argument("--detectors", default="ngram,minhash,problem_id")
+    from decontam.registry import DEFAULT_DETECTORS
+
+    # default: the shipped default detector set (what `sluice run` uses without [detectors])
+    ap.add_argument("--detectors", default=",".join(DEFAULT_DETECTORS))
     ap.add_argument("--benchmarks", default="aime24,aime25,lcb_v5,lcb_v6")
     args = ap.parse_args()
     sd = shared_dir()
