@@ -138,28 +138,21 @@ class RunResult:
 # ----------------------------------------------------------------------------- input
 
 
-def _read_jsonl(path: Path) -> pa.Table:
-    rows = []
-    opener = open
-    if path.suffix == ".gz":
-        import gzip
+def _read_rows(path: Path) -> pa.Table:
+    """A JSON Lines / JSON file as a table, through :func:`curation.readers.read_batches`.
 
-        opener = gzip.open  # type: ignore[assignment]
-    with opener(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, 1):
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw.decode("utf-8"))
-            except UnicodeDecodeError as exc:
-                raise InputError(
-                    f"invalid UTF-8 ({exc.reason})", file=str(path), row=lineno
-                ) from None
-            except json.JSONDecodeError as exc:
-                raise InputError(f"malformed JSON: {exc.msg}", file=str(path), row=lineno) from None
-            if not isinstance(obj, dict):
-                raise InputError("each line must be a JSON object", file=str(path), row=lineno)
-            rows.append(obj)
+    Unlike ingest (which turns bad rows into rejects), a decontamination input with a bad row
+    is refused: scanning must not silently skip data.
+    """
+    from curation.readers import read_batches
+
+    rows: list[dict[str, Any]] = []
+    for batch in read_batches(str(path)):
+        if batch.errors:
+            e = batch.errors[0]
+            field_name = None if e.field == "<line>" else e.field
+            raise InputError(e.reason, file=e.file, row=e.row, field=field_name)
+        rows.extend(batch.rows)
     # Columns are the union of every row's keys (from_pylist would take the first row's only).
     keys = list(dict.fromkeys(k for r in rows for k in r))
     cols = {}
@@ -191,7 +184,7 @@ def read_input(input: str, *, catalog=None) -> InputData:
         if p.suffix == ".parquet":
             table = pq.read_table(p)
         elif p.name.endswith((".jsonl", ".jsonl.gz", ".json")):
-            table = _read_jsonl(p)
+            table = _read_rows(p)
         else:
             raise ConfigError(
                 f"unsupported input file type: {p.name}", hint="use .jsonl, .jsonl.gz or .parquet"
