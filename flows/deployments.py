@@ -81,14 +81,15 @@ def serve_curate(
     ray_address: str | None = None,
 ) -> None:
     """Create the deployment and run a runner that executes its scheduled runs (blocks)."""
-    from flows.curate import curate_flow
+    from prefect import serve
 
-    check_schedule(cron, interval)
-    curate_flow.serve(
-        name=name,
-        cron=cron,
-        interval=interval,
-        parameters=deployment_parameters(config_path, data_root, ray_address),
-        description=f"Sluice curate: {Path(config_path).name}",
-        tags=["sluice"],
+    serve(
+        curate_deployment(
+            config_path,
+            name=name,
+            cron=cron,
+            interval=interval,
+            data_root=data_root,
+            ray_address=ray_address,
+        )
     )

@@ -32,17 +32,28 @@ def _grid(n: int) -> tuple[int, int]:
     return (n + cols - 1) // cols, cols
 
 
+def _panels(names: list[str]):
+    """A figure with one axes per name (spare axes switched off).
+
+    Returns (figure, [(index, ax, name)], first axes) — the first axes carries the "no matches"
+    note when ``names`` is empty."""
+    rows, cols = _grid(max(len(names), 1))
+    fig = _figure(4.2 * cols, 2.8 * rows)
+    axes = fig.subplots(rows, cols, squeeze=False)
+    panels = []
+    for k, ax in enumerate(axes.flat):
+        if k >= len(names):
+            ax.set_axis_off()
+        else:
+            panels.append((k, ax, names[k]))
+    return fig, panels, axes.flat[0]
+
+
 def score_histograms(scores: dict[str, Sequence[float]], thresholds: dict[str, float]) -> bytes:
     """One histogram per detector of its best score per (sample, item) pair, threshold drawn."""
     dets = sorted(scores)
-    rows, cols = _grid(max(len(dets), 1))
-    fig = _figure(4.2 * cols, 2.8 * rows)
-    axes = fig.subplots(rows, cols, squeeze=False)
-    for k, ax in enumerate(axes.flat):
-        if k >= len(dets):
-            ax.set_axis_off()
-            continue
-        det = dets[k]
+    fig, panels, first = _panels(dets)
+    for k, ax, det in panels:
         vals = list(scores[det])
         ax.hist(vals, bins=30, color=_COLORS[k % len(_COLORS)], alpha=0.85)
         thr = thresholds.get(det)
@@ -56,7 +67,7 @@ def score_histograms(scores: dict[str, Sequence[float]], thresholds: dict[str, f
         ax.set_ylabel("pairs", fontsize=8)
         ax.tick_params(labelsize=8)
     if not dets:
-        axes.flat[0].text(0.5, 0.5, "no matches recorded", ha="center", va="center")
+        first.text(0.5, 0.5, "no matches recorded", ha="center", va="center")
     return _png(fig)
 
 
@@ -67,14 +78,8 @@ def sensitivity_curves(
     from matplotlib.ticker import MaxNLocator
 
     dets = sorted(curves)
-    rows, cols = _grid(max(len(dets), 1))
-    fig = _figure(4.2 * cols, 2.8 * rows)
-    axes = fig.subplots(rows, cols, squeeze=False)
-    for k, ax in enumerate(axes.flat):
-        if k >= len(dets):
-            ax.set_axis_off()
-            continue
-        det = dets[k]
+    fig, panels, first = _panels(dets)
+    for k, ax, det in panels:
         xs = [p[0] for p in curves[det]]
         ys = [p[1] for p in curves[det]]
         ax.step(xs, ys, where="post", color=_COLORS[k % len(_COLORS)], linewidth=1.6)
@@ -91,7 +96,7 @@ def sensitivity_curves(
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.tick_params(labelsize=8)
     if not dets:
-        axes.flat[0].text(0.5, 0.5, "no matches recorded", ha="center", va="center")
+        first.text(0.5, 0.5, "no matches recorded", ha="center", va="center")
     return _png(fig)
 
 
