@@ -287,3 +287,58 @@ def test_code_statement_without_samples_scores_on_the_statement(benchmarks_dir):
         if r["benchmark_item"] == item["item_id"]
     ]
     assert row_off["score"] == d["weighted_coverage"]
+
+
+# -- the vectorised tokenizer and hashes, against plain Python ----------------------------------
+
+
+def _seq_window_hashes(codes: list[int], k: int) -> list[int]:
+    """Oracle: the rolling polynomial one window at a time, with Python ints mod 2**64."""
+    from decontam.ngram import _POLY
+
+    out = []
+    for i in range(len(codes) - k + 1):
+        h = 0
+        for c in codes[i : i + k]:
+            h = (h * int(_POLY) + c) % (1 << 64)
+        out.append(h)
+    return out
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5, 8, 9, 13, 16])
+def test_window_hashes_equal_the_sequential_polynomial(k):
+    import numpy as np
+
+    from decontam.ngram import _window_hashes
+
+    rng = np.random.default_rng(k)
+    codes = rng.integers(0, 2**63, size=40, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    assert _window_hashes(codes, k).tolist() == _seq_window_hashes(codes.tolist(), k)
+    assert _window_hashes(codes[: k - 1], k).tolist() == []
+
+
+def test_tokens_split_like_bytes_split_and_hash_by_content():
+    from decontam.ngram import _Tokens
+
+    rows = [
+        "a bb ccc dddddddd eeeeeeeee",  # lengths around the 8-byte word boundary
+        "",
+        "x" * 17 + " " + "y" * 24 + " " + "\u00e9t\u00e9 \u6570\u5b66 " + "z" * 100,
+        "a bb",
+        "dddddddd eeeeeeeee a",
+    ]
+    tok = _Tokens(rows)
+    flat = [t for r in rows for t in [*r.encode().split(), b"\x00"]]
+    got = [tok.buf[s:e] for s, e in zip(tok.starts.tolist(), tok.ends.tolist(), strict=True)]
+    assert got == flat
+    assert tok.row_end.tolist() == [i for i, t in enumerate(flat) if t == b"\x00"]
+    by_token: dict[bytes, set[int]] = defaultdict(set)
+    for t, h in zip(flat, tok.hashes.tolist(), strict=True):
+        by_token[t].add(h)
+    assert all(len(hs) == 1 for hs in by_token.values())  # same bytes -> same hash
+    assert len({next(iter(hs)) for hs in by_token.values()}) == len(by_token)  # no collision
+    # a token's hash does not depend on where it sits or what else is in the batch
+    again = _Tokens(["eeeeeeeee"])
+    assert again.hashes[0] == tok.hashes[flat.index(b"eeeeeeeee")]
+    assert tok.rows(tok.row_end).tolist() == list(range(len(rows)))
+    assert tok.span(0, 3) == b"a bb ccc"
