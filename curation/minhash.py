@@ -66,16 +66,17 @@ def hash_function(name: str) -> Callable[[bytes], int]:
 HASHES = ("sha1", "xxh32")
 
 
-def _fast_hasher(name: str) -> Callable[[list[bytes]], np.ndarray]:
-    """Hash a list of unique shingles to a uint64 array (values < 2**32)."""
+def _fast_hasher(name: str) -> Callable[[Iterable[bytes], int], np.ndarray]:
+    """Hash ``count`` shingles from an iterable to a uint64 array (values < 2**32), with C-level
+    iteration only (``map`` over the C hash functions; no Python frame per shingle)."""
     if name == "sha1":
         from operator import methodcaller
 
         digest = methodcaller("digest")
 
-        def run(items: list[bytes]) -> np.ndarray:
-            # C-level iteration only: sha1 -> digest -> one buffer; first 4 bytes little-endian
-            # of each 20-byte digest = datasketch's sha1_hash32.
+        def run(items: Iterable[bytes], count: int) -> np.ndarray:
+            # sha1 -> digest -> one buffer; the first 4 bytes, little-endian, of each 20-byte
+            # digest are datasketch's sha1_hash32.
             buf = b"".join(map(digest, map(hashlib.sha1, items)))
             return np.frombuffer(buf, dtype="<u4").reshape(-1, 5)[:, 0].astype(np.uint64)
 
@@ -84,8 +85,8 @@ def _fast_hasher(name: str) -> Callable[[list[bytes]], np.ndarray]:
 
     f = xxhash.xxh32_intdigest
 
-    def run_xx(items: list[bytes]) -> np.ndarray:
-        return np.fromiter(map(f, items), np.uint64, len(items))
+    def run_xx(items: Iterable[bytes], count: int) -> np.ndarray:
+        return np.fromiter(map(f, items), np.uint64, count)
 
     return run_xx
 
@@ -270,8 +271,9 @@ class MinHasher:
         """Signatures of many shingle collections (each an iterable of bytes)."""
         lists = [s if isinstance(s, (list, tuple)) else list(s) for s in sets]
         lengths = np.fromiter((len(s) for s in lists), np.int64, len(lists))
-        flat = list(chain.from_iterable(lists))
-        return self.signatures_from_hashes(self._hash_many(flat), lengths)
+        # hashed straight from the nested lists: no flat list of every shingle is built
+        hashes = self._hash_many(chain.from_iterable(lists), int(lengths.sum()))
+        return self.signatures_from_hashes(hashes, lengths)
 
     def lean(self, signature: np.ndarray):
         """A :class:`datasketch.LeanMinHash` holding ``signature`` (for MinHashLSH)."""
