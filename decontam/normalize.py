@@ -84,8 +84,12 @@ class _Rules:
 
     rules: tuple[Rule, ...]
     repeat: int = 1
+    # an equivalent single-call implementation for the untracked path (tests check it agrees)
+    fast: Callable[[str], str] | None = None
 
     def apply(self, text: str) -> str:
+        if self.fast is not None:
+            return self.fast(text)
         for _ in range(self.repeat):
             before = text
             for pat, repl in self.rules:
@@ -285,7 +289,12 @@ def _r(pattern: str, repl: Replacement, flags: int = 0) -> Rule:
 _BR = r"\{([^{}]*)\}"  # one brace group without nested braces (rules repeat, innermost first)
 
 # Plain text: every run of non-alphanumerics (punctuation, symbols, whitespace, "_") -> " ".
-_TEXT_RULES = _Rules((_r(r"[\W_]+", " "), _r(r"^ | $", "")))
+# The two subs leave exactly the alphanumeric runs joined by single spaces, which one findall
+# and join compute a third faster (a quarter of all normalization time was these two rules).
+_TEXT_RULES = _Rules(
+    (_r(r"[\W_]+", " "), _r(r"^ | $", "")),
+    fast=lambda text: " ".join(_ALNUM_RUN.findall(text)),
+)
 
 _DIAGRAM_RULES = _Rules(
     (

@@ -331,3 +331,26 @@ def test_split_statement_on_real_lcb(benchmarks_dir):
             with_samples += 1
             assert "Sample Input" not in stmt and "Example 1:" not in stmt, r["question_id"]
     assert with_samples >= 0.95 * len(rows)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        " ",
+        "_",
+        "a_b",
+        "__x__",
+        " lead and trail ",
+        "\nx\n",
+        "tab\tsep",
+        "ü ß 数学 x²",
+        "a--b!!c",
+    ],
+)
+def test_text_rules_fast_path_equals_the_regex_rules(text):
+    from decontam.normalize import _TEXT_RULES, _Rules
+
+    slow = _Rules(_TEXT_RULES.rules)  # the same rules without the fast path
+    assert _TEXT_RULES.apply(text) == slow.apply(text)
+    assert _TEXT_RULES.apply_tracked(text, list(range(len(text))))[0] == slow.apply(text)
