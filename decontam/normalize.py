@@ -57,7 +57,21 @@ from curation.errors import ConfigError, did_you_mean
 # --------------------------------------------------------------------------------------------
 
 Replacement = str | Callable[[re.Match], str]
-Rule = tuple[re.Pattern, Replacement]
+# (pattern, replacement, needs). ``needs`` is a necessary condition for the pattern to match:
+# literal substrings (one must occur) or a cheap regex that must find something; None = no
+# guard. A rule whose condition fails is skipped: the same output without a regex scan of the
+# text (about a third of the LaTeX/code normalizers' time). Tests check each guard on real texts.
+Needs = tuple[str, ...] | re.Pattern | None
+Rule = tuple[re.Pattern, Replacement, Needs]
+
+
+def _may_match(needs: Needs, text: str) -> bool:
+    if needs is None:
+        return True
+    if isinstance(needs, re.Pattern):
+        return needs.search(text) is not None
+    return any(x in text for x in needs)
+
 
 _GROUP_REF = re.compile(r"\\(\d+)|\\g<(\d+)>")
 
@@ -92,8 +106,9 @@ class _Rules:
             return self.fast(text)
         for _ in range(self.repeat):
             before = text
-            for pat, repl in self.rules:
-                text = pat.sub(repl, text)
+            for pat, repl, needs in self.rules:
+                if _may_match(needs, text):
+                    text = pat.sub(repl, text)
             if text == before:
                 break
         return text
@@ -101,8 +116,9 @@ class _Rules:
     def apply_tracked(self, text: str, offs: list[int]) -> tuple[str, list[int]]:
         for _ in range(self.repeat):
             before = text
-            for pat, repl in self.rules:
-                text, offs = _sub_tracked(pat, repl, text, offs)
+            for pat, repl, needs in self.rules:
+                if _may_match(needs, text):
+                    text, offs = _sub_tracked(pat, repl, text, offs)
             if text == before:
                 break
         return text, offs
@@ -282,8 +298,11 @@ _Step = _Rules | _Unicode
 # --------------------------------------------------------------------------------------------
 
 
-def _r(pattern: str, repl: Replacement, flags: int = 0) -> Rule:
-    return (re.compile(pattern, flags), repl)
+def _r(pattern: str, repl: Replacement, flags: int = 0, needs: Needs = None) -> Rule:
+    return (re.compile(pattern, flags), repl, needs)
+
+
+_BS = ("\\",)  # needs a backslash
 
 
 _BR = r"\{([^{}]*)\}"  # one brace group without nested braces (rules repeat, innermost first)
@@ -313,52 +332,53 @@ _TEXT_COMMANDS = (
 
 _LATEX_FLAT = _Rules(
     (
-        _r(r"\\[dt]frac(?![a-zA-Z])", r"\\frac"),
-        _r(r"(\d)\{,\}(\d)", r"\1\2"),  # 1{,}000 -> 1000
-        _r(r"\\(?:leqslant|leq|le)(?![a-zA-Z])|<=|≤|⩽", " <= "),
-        _r(r"\\(?:geqslant|geq|ge)(?![a-zA-Z])|>=|≥|⩾", " >= "),
-        _r(r"\\(?:neq|ne)(?![a-zA-Z])|!=|≠", " != "),
-        _r(r"\\lt(?![a-zA-Z])", " < "),
-        _r(r"\\gt(?![a-zA-Z])", " > "),
-        _r(r"\\(?:cdot|times|ast)(?![a-zA-Z])|[×·⋅∙]", " * "),
+        _r(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", needs=_BS),
+        _r(r"(\d)\{,\}(\d)", r"\1\2", needs=("{,}",)),  # 1{,}000 -> 1000
+        _r(r"\\(?:leqslant|leq|le)(?![a-zA-Z])|<=|≤|⩽", " <= ", needs=(*_BS, "<=", "≤", "⩽")),
+        _r(r"\\(?:geqslant|geq|ge)(?![a-zA-Z])|>=|≥|⩾", " >= ", needs=(*_BS, ">=", "≥", "⩾")),
+        _r(r"\\(?:neq|ne)(?![a-zA-Z])|!=|≠", " != ", needs=(*_BS, "!=", "≠")),
+        _r(r"\\lt(?![a-zA-Z])", " < ", needs=_BS),
+        _r(r"\\gt(?![a-zA-Z])", " > ", needs=_BS),
+        _r(r"\\(?:cdot|times|ast)(?![a-zA-Z])|[×·⋅∙]", " * ", needs=(*_BS, "×", "·", "⋅", "∙")),
         _r(
             r"\\(?:left|right|bigl|bigr|Bigl|Bigr|biggl|biggr|big|Big|bigg|Bigg|displaystyle|"
             r"textstyle|limits|nolimits|quad|qquad)(?![a-zA-Z])",
             " ",
+            needs=_BS,
         ),
-        _r(r"\\begin\{[a-zA-Z*]*\}|\\end\{[a-zA-Z*]*\}", " "),
-        _r(r"\\\\|\\[,;:! ]|~", " "),  # line breaks and spacing commands
-        _r(r"\\\(|\\\)|\\\[|\\\]|\$", " "),  # math delimiters
-        _r(r"√", " sqrt "),
+        _r(r"\\begin\{[a-zA-Z*]*\}|\\end\{[a-zA-Z*]*\}", " ", needs=_BS),
+        _r(r"\\\\|\\[,;:! ]|~", " ", needs=(*_BS, "~")),  # line breaks and spacing commands
+        _r(r"\\\(|\\\)|\\\[|\\\]|\$", " ", needs=(*_BS, "$")),  # math delimiters
+        _r(r"√", " sqrt ", needs=("√",)),
     )
 )
 
 _LATEX_NESTED = _Rules(
     (
-        _r(r"\\(?:" + _TEXT_COMMANDS + r")(?![a-zA-Z])\s*" + _BR, r" \1 "),
-        _r(r"\\sqrt\s*\[([^\[\]]*)\]\s*" + _BR, r" sqrt[\1](\2)"),
-        _r(r"\\sqrt\s*" + _BR, r" sqrt(\1)"),
-        _r(r"\\frac\s*" + _BR + r"\s*" + _BR, r" \1 / \2 "),
+        _r(r"\\(?:" + _TEXT_COMMANDS + r")(?![a-zA-Z])\s*" + _BR, r" \1 ", needs=_BS),
+        _r(r"\\sqrt\s*\[([^\[\]]*)\]\s*" + _BR, r" sqrt[\1](\2)", needs=_BS),
+        _r(r"\\sqrt\s*" + _BR, r" sqrt(\1)", needs=_BS),
+        _r(r"\\frac\s*" + _BR + r"\s*" + _BR, r" \1 / \2 ", needs=_BS),
         # the trailing space keeps x^{2}y apart as "x^2 y" (and maps onto the closing brace)
-        _r(r"\^\s*" + _BR, r"^\1 "),
-        _r(r"_\s*" + _BR, r"_\1 "),
+        _r(r"\^\s*" + _BR, r"^\1 ", needs=("^",)),
+        _r(r"_\s*" + _BR, r"_\1 ", needs=("_",)),
     ),
     repeat=8,
 )
 
 _LATEX_TAIL = _Rules(
     (
-        _r(r"\\sqrt\s*(\d+|[a-zA-Z])", r" sqrt(\1)"),
-        _r(r"\\frac\s*(\d)\s*(\d)", r" \1 / \2 "),  # \frac12
+        _r(r"\\sqrt\s*(\d+|[a-zA-Z])", r" sqrt(\1)", needs=_BS),
+        _r(r"\\frac\s*(\d)\s*(\d)", r" \1 / \2 ", needs=_BS),  # \frac12
     )
 )
 
 _MARKDOWN_RULES = _Rules(
     (
-        _r(r"```[\w+#.-]*", " "),  # code fences, with their language tag
-        _r(r"^[ \t]{0,3}#{1,6}[ \t]+", " ", re.M),  # headings
-        _r(r"\*\*|__|`", " "),
-        _r(r"&(lt|gt|le|ge|amp|quot|nbsp|#39);", lambda m: _ENTITIES[m.group(1)]),
+        _r(r"```[\w+#.-]*", " ", needs=("```",)),  # code fences, with their language tag
+        _r(r"^[ \t]{0,3}#{1,6}[ \t]+", " ", re.M, needs=("#",)),  # headings
+        _r(r"\*\*|__|`", " ", needs=("**", "__", "`")),
+        _r(r"&(lt|gt|le|ge|amp|quot|nbsp|#39);", lambda m: _ENTITIES[m.group(1)], needs=("&",)),
     )
 )
 _ENTITIES = {"lt": "<", "gt": ">", "le": "≤", "ge": "≥", "amp": "&", "quot": '"', "nbsp": " ",
@@ -410,9 +430,13 @@ _POW10 = r"10\s*\^\s*(?:\{\s*(\d{1,2})\s*\}|(\d{1,2})(?!\d))"
 _TIMES = r"\s*(?:\\times|\\cdot|\*|×|·|⋅)\s*"
 _CODE_NUMBER_RULES = _Rules(
     (
-        _r(r"(\d+(?:\.\d+)?)" + _TIMES + _POW10, _expand_mantissa),  # 2\times 10^{5}
-        _r(_POW10, _expand_power),  # 10^5, 10^{18}
-        _r(r"(\d+(?:\.\d+)?)[eE]\+?(\d{1,2})(?!\w|\.\d)", _expand_mantissa),  # 1e18
+        _r(r"(\d+(?:\.\d+)?)" + _TIMES + _POW10, _expand_mantissa, needs=("10",)),  # 2\times 10^{5}
+        _r(_POW10, _expand_power, needs=("10",)),  # 10^5, 10^{18}
+        _r(
+            r"(\d+(?:\.\d+)?)[eE]\+?(\d{1,2})(?!\w|\.\d)",
+            _expand_mantissa,
+            needs=re.compile(r"\d[eE]"),
+        ),  # 1e18
     )
 )
 

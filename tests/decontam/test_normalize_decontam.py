@@ -354,3 +354,37 @@ def test_text_rules_fast_path_equals_the_regex_rules(text):
     slow = _Rules(_TEXT_RULES.rules)  # the same rules without the fast path
     assert _TEXT_RULES.apply(text) == slow.apply(text)
     assert _TEXT_RULES.apply_tracked(text, list(range(len(text))))[0] == slow.apply(text)
+
+
+def test_rule_guards_only_skip_rules_that_would_not_match(
+    benchmarks_dir, contam_dev_path, pools_dir
+):
+    """A rule's ``needs`` guard must be a necessary condition: on real texts, every time a guard
+    says "skip", running the rule anyway changes nothing (checked rule by rule, on the text as
+    the preceding rules left it)."""
+    from decontam.normalize import _may_match, _Rules
+
+    texts = [json.loads(line)["problem"] for line in open(benchmarks_dir / "aime24.jsonl")]
+    with open(benchmarks_dir / "lcb_v6.jsonl") as f:
+        texts += [json.loads(line)["question_content"] for line in f]
+    texts += [json.loads(line)["text"] for line in open(contam_dev_path)]
+    with open(pools_dir / "code_deepcoder_test_codeforces.jsonl") as f:
+        texts += [json.loads(line)["problem"] for _, line in zip(range(300), f, strict=False)]
+    skipped = 0
+    for norm in NORMALIZERS.values():
+        for t in texts:
+            for step in norm.steps:
+                if not isinstance(step, _Rules):
+                    t = step.apply(t)
+                    continue
+                for _ in range(step.repeat):
+                    before = t
+                    for pat, repl, needs in step.rules:
+                        after = pat.sub(repl, t)
+                        if not _may_match(needs, t):
+                            skipped += 1
+                            assert after == t, (norm.name, pat.pattern, t[:200])
+                        t = after
+                    if t == before:
+                        break
+    assert skipped > 10_000  # the guards do skip work on real text
