@@ -310,10 +310,18 @@ _BR = r"\{([^{}]*)\}"  # one brace group without nested braces (rules repeat, in
 # Plain text: every run of non-alphanumerics (punctuation, symbols, whitespace, "_") -> " ".
 # The two subs leave exactly the alphanumeric runs joined by single spaces, which one findall
 # and join compute a third faster (a quarter of all normalization time was these two rules).
-_TEXT_RULES = _Rules(
-    (_r(r"[\W_]+", " "), _r(r"^ | $", "")),
-    fast=lambda text: " ".join(_ALNUM_RUN.findall(text)),
-)
+# For ASCII text (most of it) ``[^\W_]`` is exactly [0-9A-Za-z], so one bytes.translate that
+# maps every other byte to a space, and a split/join, do it another 2x faster.
+_ASCII_NON_ALNUM_TO_SPACE = bytes(c if chr(c).isalnum() else 32 for c in range(128)) + b" " * 128
+
+
+def _alnum_words(text: str) -> str:
+    if text.isascii():
+        return " ".join(text.encode().translate(_ASCII_NON_ALNUM_TO_SPACE).decode().split())
+    return " ".join(_ALNUM_RUN.findall(text))
+
+
+_TEXT_RULES = _Rules((_r(r"[\W_]+", " "), _r(r"^ | $", "")), fast=_alnum_words)
 
 _DIAGRAM_RULES = _Rules(
     (
