@@ -346,6 +346,7 @@ def test_split_statement_on_real_lcb(benchmarks_dir):
         "tab\tsep",
         "ü ß 数学 x²",
         "a--b!!c",
+        "a\x1cb\x7f c\x0bd",  # ASCII separators and control characters
     ],
 )
 def test_text_rules_fast_path_equals_the_regex_rules(text):
