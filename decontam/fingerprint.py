@@ -178,11 +178,20 @@ class FingerprintDetector(Detector):
                 docs[tok].add(iid)
         n = max(len(set(ids)), 1)
         self.idf = {tok: math.log((n + 1) / (len(d) + 0.5)) for tok, d in docs.items()}
+        # postings: token -> [(item row, count)], only tokens that count (idf >= min_idf); and
+        # each item's total weight over all tokens / statement tokens (the Jaccard denominators)
         self._postings = defaultdict(list)
+        self._wi_all, self._wi_stmt = [], []
         for j, fp in enumerate(self._fps):
-            for tok in fp:
+            w_all = w_stmt = 0.0
+            for tok, c in fp.items():
                 if self.idf.get(tok, 0.0) >= cfg.min_idf:
-                    self._postings[tok].append(j)
+                    self._postings[tok].append((j, c))
+                    w_all += c * self.idf[tok]
+                    if not tok.startswith("io:"):
+                        w_stmt += c * self.idf[tok]
+            self._wi_all.append(w_all)
+            self._wi_stmt.append(w_stmt)
 
     def _weight(self, fp: Counter) -> float:
         cfg: FingerprintConfig = self.config
@@ -230,11 +239,8 @@ class FingerprintDetector(Detector):
         if self.items is None:
             raise ConfigError("call fit(benchmarks) before top_items(text)")
         fp = extract(text)
-        cand: set[int] = set()
-        for tok in fp:
-            cand.update(self._postings.get(tok, ()))
         scored = []
-        for j in cand:
+        for j in self._candidates(fp, min_score):
             p = self._pair(fp, j)
             if p["score"] >= min_score:
                 scored.append((p["score"], j, p))
@@ -251,6 +257,38 @@ class FingerprintDetector(Detector):
             out.append((j, sc, p))
             if len(out) >= k:
                 break
+        return out
+
+    def _candidates(self, fp: Counter, min_score: float) -> list[int]:
+        """Item rows whose score with ``fp`` may reach ``min_score``: both Jaccard views of every
+        item sharing a token, accumulated over the inverted index in one pass (the exact
+        ``_pair`` then runs on these few only; a small margin absorbs float summation order)."""
+        cfg: FingerprintConfig = self.config
+        sw_all: dict[int, float] = defaultdict(float)
+        sw_stmt: dict[int, float] = defaultdict(float)
+        ws_all = ws_stmt = 0.0
+        for tok, c in fp.items():
+            w = self.idf.get(tok, 0.0)
+            if w < cfg.min_idf:
+                continue
+            stmt = not tok.startswith("io:")
+            ws_all += c * w
+            if stmt:
+                ws_stmt += c * w
+            for j, cj in self._postings.get(tok, ()):
+                v = min(c, cj) * w
+                sw_all[j] += v
+                if stmt:
+                    sw_stmt[j] += v
+        out = []
+        floor = min_score - 1e-9
+        for j, sw in sw_all.items():
+            d_all = ws_all + self._wi_all[j] - sw + cfg.prior_weight
+            ss = sw_stmt.get(j, 0.0)
+            d_stmt = ws_stmt + self._wi_stmt[j] - ss + cfg.prior_weight
+            best = max(sw / d_all if d_all > 0 else 0.0, ss / d_stmt if d_stmt > 0 else 0.0)
+            if best >= floor:
+                out.append(j)
         return out
 
     def score(self, texts: pa.Table) -> pa.Table:
