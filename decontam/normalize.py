@@ -20,13 +20,14 @@ match records and reports record it):
 
 * ``text`` (``text/1``): NFKC, casefold, every run of non-alphanumeric characters -> one space,
   stripped. For plain prose.
-* ``latex`` (``latex/1``): LaTeX-aware math. Drops diagram source (``<asy>``, ``[asy]``,
-  ``\\begin{asy}``, TikZ), math delimiters, ``\\left``/``\\right``, spacing commands, unwraps
-  ``\\text{..}``-style commands and ``\\overline{AB}``, rewrites ``\\dfrac``/``\\tfrac``/``\\frac``
+* ``latex`` (``latex/2``): LaTeX-aware math. Drops diagram source (``<asy>``, ``[asy]``,
+  ``\\begin{asy}``, TikZ), math delimiters, ellipses (``\\dots``, ``\\ldots``, ``\\cdots``: new
+  in ``/2``, so ``a_1, \\ldots, a_n`` and ``a_1, ..., a_n`` meet), ``\\left``/``\\right``, spacing
+  commands, unwraps ``\\text{..}``-style commands and ``\\overline{AB}``, rewrites ``\\dfrac``/``\\tfrac``/``\\frac``
   to ``a / b``, ``\\sqrt{41}``/``√41`` to ``sqrt(41)``, ``^{2}`` to ``^2``, unifies ``\\cdot``/
   ``\\times`` and ``\\le``/``\\leq``/``<=``/``≤`` (and ge/ne), then applies ``text``.
   So ``$\\frac{1}{2}$`` and ``1/2`` meet, and ``\\sqrt{41}`` and ``sqrt(41)`` meet.
-* ``code`` (``code/1``): programming statements. Markdown (headings, emphasis, backticks, code
+* ``code`` (``code/2``): programming statements. Markdown (headings, emphasis, backticks, code
   fences) is dropped, the ``latex`` rewrites apply (AtCoder/Codeforces write constraints in
   LaTeX), and powers of ten are expanded to digits (``10^5``, ``10^{18}``, ``2\\times 10^5``,
   ``2 * 10^5``, ``1e18``), so ``1 \\leq N \\leq 10^5`` and ``1<= N<= 100000`` meet.
@@ -341,6 +342,8 @@ _TEXT_COMMANDS = (
 _LATEX_FLAT = _Rules(
     (
         _r(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", needs=_BS),
+        # ellipses: \dots, \ldots, \cdots, \vdots, \ddots, \dotsc... are punctuation, like "..."
+        _r(r"\\(?:[lcv]?dots[bcimo]?|ddots)(?![a-zA-Z])", " ", needs=_BS),
         _r(r"(\d)\{,\}(\d)", r"\1\2", needs=("{,}",)),  # 1{,}000 -> 1000
         _r(r"\\(?:leqslant|leq|le)(?![a-zA-Z])|<=|≤|⩽", " <= ", needs=(*_BS, "<=", "≤", "⩽")),
         _r(r"\\(?:geqslant|geq|ge)(?![a-zA-Z])|>=|≥|⩾", " >= ", needs=(*_BS, ">=", "≥", "⩾")),
@@ -491,13 +494,13 @@ TEXT = Normalizer(
 )
 LATEX = Normalizer(
     "latex",
-    "latex/1",
+    "latex/2",
     (_Unicode("nfkc"), _DIAGRAM_RULES, _LATEX_FLAT, _LATEX_NESTED, _LATEX_TAIL, *_TEXT_TAIL),
     "LaTeX-aware math: diagrams dropped, \\frac/sqrt/operators unified, then text/1",
 )
 CODE = Normalizer(
     "code",
-    "code/1",
+    "code/2",
     (
         _Unicode("nfkc"),
         _MARKDOWN_RULES,
@@ -507,7 +510,7 @@ CODE = Normalizer(
         _LATEX_TAIL,
         *_TEXT_TAIL,
     ),
-    "programming statements: markdown dropped, latex/1 rewrites, powers of ten as digits",
+    "programming statements: markdown dropped, latex/2 rewrites, powers of ten as digits",
 )
 
 NORMALIZERS: dict[str, Normalizer] = {n.name: n for n in (TEXT, LATEX, CODE)}

@@ -45,8 +45,8 @@ def _check_offsets(norm, text: str, *, with_offsets: bool = False):
 def test_versions_and_names():
     assert {n: x.version for n, x in NORMALIZERS.items()} == {
         "text": "text/1",
-        "latex": "latex/1",
-        "code": "code/1",
+        "latex": "latex/2",
+        "code": "code/2",
     }
     with pytest.raises(ConfigError, match="available: code, latex, text"):
         get_normalizer("latx")
@@ -78,6 +78,9 @@ def test_text_normalizer():
         (r"$\textbf{Note}$~that", "Note that"),
         (r"$\frac{\sqrt{3}}{2}$", "sqrt(3)/2"),
         (r"$1{,}000$", "1000"),
+        (r"$a_1, a_2, \ldots, a_n$", "a_1, a_2, ..., a_n"),
+        (r"$a_1 + \cdots + a_n$", "a_1 + … + a_n"),
+        (r"$1, 2, \dots, 9$", "1, 2, ..., 9"),
     ],
 )
 def test_latex_forms_meet(a, b):
