@@ -301,12 +301,20 @@ def load_benchmark_set(
     )
 
 
-def build_detectors(names: Sequence[str], config: DecontamConfig, benchmarks) -> list[Detector]:
-    """Instantiate each detector with its typed config (overrides applied) and fit it."""
+def build_detectors(
+    names: Sequence[str], config: DecontamConfig, benchmarks, data_root: str | None = None
+) -> list[Detector]:
+    """Instantiate each detector with its typed config (overrides applied) and fit it.
+
+    Detectors that keep an on-disk cache (embedding vectors, judge verdicts) keep it under
+    ``data_root`` (the run's data root) unless their config names a ``cache_root``."""
     dets = []
     for name in names:
         cls = detector_class(name)
         overrides = dict(config.detector_configs.get(name, {}))
+        has_cache_root = any(f.name == "cache_root" for f in dataclasses.fields(cls.config_cls))
+        if data_root and has_cache_root and not overrides.get("cache_root"):
+            overrides["cache_root"] = data_root
         try:
             det_cfg = cls.config_cls(**overrides)
         except TypeError as exc:
@@ -662,9 +670,8 @@ def run_decontamination(
     bset = load_benchmark_set(
         config, benchmarks_dir=benchmarks_dir, allow_mismatch=allow_benchmark_mismatch
     )
-    dets = build_detectors(config.detectors, config, bset)
-
     root = resolve_root(data_root)
+    dets = build_detectors(config.detectors, config, bset, data_root=root)
     import contextlib
 
     with contextlib.ExitStack() as stack:

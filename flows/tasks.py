@@ -361,7 +361,7 @@ def scan_shard(
     from decontam.run import cached_scan
 
     _test_hook("scan:" + os.path.basename(shard_path))
-    cfg, bset, dets = fitted_detectors(decontam, benchmarks_dir)
+    cfg, bset, dets = fitted_detectors(decontam, benchmarks_dir, data_root)
     matches, stats = cached_scan(
         pq.read_table(shard_path),
         dets,
@@ -405,7 +405,7 @@ def finalize_shards(
     )
 
     catalog = Catalog(data_root)
-    cfg, bset, dets = fitted_detectors(decontam, benchmarks_dir)
+    cfg, bset, dets = fitted_detectors(decontam, benchmarks_dir, data_root)
     inp = read_input(input_ref, catalog=catalog)
     texts = prepare_text_table(inp.table, text_fields, id_field, source=input_ref)
     uids = sample_uids(inp.table, id_field, source=input_ref)
@@ -433,17 +433,19 @@ def finalize_shards(
     return run_summary(res)
 
 
-def fitted_detectors(decontam: dict[str, Any], benchmarks_dir: str | None) -> tuple[Any, Any, list]:
+def fitted_detectors(
+    decontam: dict[str, Any], benchmarks_dir: str | None, data_root: str | None = None
+) -> tuple[Any, Any, list]:
     """(DecontamConfig, BenchmarkSet, fitted detectors), cached per process: fitting is the
-    costly part and every shard of a run shares it."""
-    key = json.dumps([decontam, benchmarks_dir], sort_keys=True, default=str)
+    costly part and every shard of a run shares it. Detector caches live under ``data_root``."""
+    key = json.dumps([decontam, benchmarks_dir, data_root], sort_keys=True, default=str)
     if key not in _FITTED:
         from decontam.run import DecontamConfig, build_detectors, load_benchmark_set
 
         cfg = DecontamConfig(**decontam)
         bset = load_benchmark_set(cfg, benchmarks_dir=benchmarks_dir)
         _FITTED.clear()
-        _FITTED[key] = (cfg, bset, build_detectors(cfg.detectors, cfg, bset))
+        _FITTED[key] = (cfg, bset, build_detectors(cfg.detectors, cfg, bset, data_root))
     return _FITTED[key]
 
 

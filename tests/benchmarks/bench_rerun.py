@@ -96,7 +96,7 @@ def main() -> None:
     ).to_dict()
     ref = f"bench-pool@{_latest(tmp / 'root')}"
     shards = prepare_shards.fn(ref, ["problem"], "uid", 4, str(tmp / "shards"), str(tmp / "root"))
-    fitted_detectors(dc, None)
+    fitted_detectors(dc, None, str(tmp / "fresh-root"))
     import pyarrow.parquet as pq
 
     rows = pq.read_metadata(shards[0]).num_rows

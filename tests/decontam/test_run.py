@@ -230,3 +230,20 @@ def test_per_detector_counts_follow_the_policy_thresholds(pools_dir, tmp_path):
     # an impossible threshold: the detector recorded evidence, but flagged (and removed) nothing
     assert res.counts["matches"] > 0
     assert res.counts["flagged_by_detector"] == {"ngram": 0} and res.counts["contaminated"] == 0
+
+
+def test_detector_caches_live_under_the_runs_data_root(pools_dir, tmp_path, monkeypatch):
+    """The embedding vectors of a run go to the run's data root (not ./.sluice or
+    $SLUICE_DATA_ROOT), so a flow configured with its own data root keeps everything there."""
+    elsewhere = tmp_path / "env-root"
+    monkeypatch.setenv("SLUICE_DATA_ROOT", str(elsewhere))
+    root = tmp_path / "root"
+    src = _head(pools_dir / "math_ttrl_aime24_as_train.jsonl", tmp_path / "five.jsonl", 5)
+    cfg = DecontamConfig(benchmarks=["aime24"], detectors=["embedding"])
+    res = run_decontamination(
+        str(src), text_fields=["prompt"], id_field="id", config=cfg, data_root=str(root),
+        out_dir=tmp_path / "run", publish=False,
+    )  # fmt: skip
+    assert res.counts["contaminated"] == 5
+    assert list((root / "cache" / "embeddings").rglob("*")), "no embedding cache under the root"
+    assert not (elsewhere / "cache" / "embeddings").exists()
