@@ -193,25 +193,24 @@ class FingerprintDetector(Detector):
             self._wi_all.append(w_all)
             self._wi_stmt.append(w_stmt)
 
-    def _weight(self, fp: Counter) -> float:
-        cfg: FingerprintConfig = self.config
-        return sum(c * self.idf[t] for t, c in fp.items() if self.idf.get(t, 0.0) >= cfg.min_idf)
-
     def pair(self, text: str, item_row: int) -> dict:
         """Score one (text, item row) pair, with the shared tokens as evidence."""
         return self._pair(extract(text), item_row)
 
-    def _jaccard(self, fp: Counter, ifp: Counter, keep) -> tuple[float, float, float, float, dict]:
+    def _jaccard(self, fp: Counter, j: int, stmt: bool) -> tuple[float, float, float, float, dict]:
+        """Weighted Jaccard of ``fp`` and item row ``j`` over all tokens, or over statement
+        tokens only (``stmt``: sample I/O tokens left out); the item's weight comes from fit."""
         cfg: FingerprintConfig = self.config
-        ok = {t for t in fp if keep(t) and self.idf.get(t, 0.0) >= cfg.min_idf}
+        ifp = self._fps[j]
+        ok = {
+            t
+            for t in fp
+            if not (stmt and t.startswith("io:")) and self.idf.get(t, 0.0) >= cfg.min_idf
+        }
         shared = {t: min(fp[t], ifp[t]) for t in ok if t in ifp}
         sw = sum(c * self.idf[t] for t, c in shared.items())
         ws = sum(fp[t] * self.idf[t] for t in ok)
-        wi = sum(
-            c * self.idf[t]
-            for t, c in ifp.items()
-            if keep(t) and self.idf.get(t, 0.0) >= cfg.min_idf
-        )
+        wi = self._wi_stmt[j] if stmt else self._wi_all[j]
         denom = ws + wi - sw + cfg.prior_weight
         return (sw / denom if denom > 0 else 0.0), sw, ws, wi, shared
 
@@ -219,9 +218,8 @@ class FingerprintDetector(Detector):
         # Two views, the better one counts: all tokens (sample I/O values make verbatim and edited
         # statements score high) and statement tokens without sample I/O (story rewrites and
         # reformats often drop the samples but keep numbers and constraint ranges).
-        ifp = self._fps[j]
-        full = self._jaccard(fp, ifp, lambda t: True)
-        stmt = self._jaccard(fp, ifp, lambda t: not t.startswith("io:"))
+        full = self._jaccard(fp, j, stmt=False)
+        stmt = self._jaccard(fp, j, stmt=True)
         score, sw, ws, wi, shared = max(full, stmt, key=lambda x: x[0])
         return {
             "score": min(score, 1.0),

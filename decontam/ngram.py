@@ -246,8 +246,6 @@ def _window_hashes(codes: np.ndarray, k: int) -> np.ndarray:
     m = len(codes) - k + 1
     if m <= 0:
         return np.empty(0, np.uint64)
-    if k == 1:
-        return codes.copy()
     # blocks[j] = hashes of windows of length 2**j (each as long as it can be)
     blocks, size = [codes], 1
     while size * 2 <= k:
@@ -274,9 +272,9 @@ class _KeySet:
         self.key_bytes = key_bytes
         # about 64 bits per key (1 - 1/64 of non-keys rejected), at most 2 MiB so the bitmap
         # stays in cache: measured fastest on the LCB index (255k keys)
-        self.BITS = int(min(24, max(16, np.ceil(np.log2(max(len(keys), 1))) + 6)))
-        bits = np.zeros(1 << self.BITS, dtype=bool)
-        bits[keys >> np.uint64(64 - self.BITS)] = True
+        self.bits = int(min(24, max(16, np.ceil(np.log2(max(len(keys), 1))) + 6)))
+        bits = np.zeros(1 << self.bits, dtype=bool)
+        bits[keys >> np.uint64(64 - self.bits)] = True
         self.bitmap = np.packbits(bits, bitorder="little")
         self.key_len = np.fromiter(map(len, key_bytes), np.int64, len(key_bytes))
         self.key_off = np.concatenate(([0], np.cumsum(self.key_len)[:-1])).astype(np.int64)
@@ -284,7 +282,7 @@ class _KeySet:
 
     def maybe(self, h: np.ndarray) -> np.ndarray:
         """Positions of the hashes whose top bits are set in the bitmap (a superset of hits)."""
-        top = h >> np.uint64(64 - self.BITS)
+        top = h >> np.uint64(64 - self.bits)
         bit = (self.bitmap[top >> np.uint64(3)] >> (top & np.uint64(7)).astype(np.uint8)) & 1
         return np.flatnonzero(bit)
 
@@ -506,7 +504,7 @@ class _Index:
         for k, vs in fb.items():
             heads = [b" ".join(self.variants[v].norm.split(b" ")[:k]) for v in vs]
             t = _Tokens([h.decode("utf-8") for h in heads])
-            h = t.hashes[t.row_first] if k == 1 else _window_hashes(t.hashes, k)[t.row_first]
+            h = _window_hashes(t.hashes, k)[t.row_first]
             groups: dict[int, list[int]] = defaultdict(list)
             first_bytes: dict[int, bytes] = {}
             for hv, v, hb in zip(h.tolist(), vs, heads, strict=True):

@@ -455,8 +455,6 @@ _CODE_NUMBER_RULES = _Rules(
 # Normalizers
 # --------------------------------------------------------------------------------------------
 
-_WORD = re.compile(r"[^\W_]+")
-
 
 @dataclass(frozen=True)
 class Normalizer:
@@ -481,7 +479,7 @@ class Normalizer:
 
     def tokens(self, text: str) -> list[str]:
         """The word tokens of ``text`` after normalization."""
-        return _WORD.findall(self(text))
+        return _ALNUM_RUN.findall(self(text))
 
 
 _TEXT_TAIL: tuple[_Step, ...] = (_Unicode("casefold"), _TEXT_RULES)
@@ -528,7 +526,7 @@ def get_normalizer(name: str) -> Normalizer:
 
 def tokenize(norm_text: str) -> list[tuple[int, int]]:
     """Word spans ``(start, end)`` in *normalized* text: maximal runs of letters/digits."""
-    return [m.span() for m in _WORD.finditer(norm_text)]
+    return [m.span() for m in _ALNUM_RUN.finditer(norm_text)]
 
 
 def original_span(offsets: np.ndarray | Sequence[int], start: int, end: int) -> tuple[int, int]:
