@@ -10,7 +10,9 @@ is a multiset of tokens:
   ``1e18`` as an integer); single digits are dropped (they are in every problem);
 * ``r:<lo>..<hi>`` a range ``lo <= X <= hi`` (a constraint line);
 * ``p:<base>^<exp>`` a power term such as ``x^2`` (formula shape);
-* ``io:<token>`` a non-numeric word of a sample input/output block (``BWBWB``, ``sweet``).
+* ``io:<token>`` a word or number of a sample input/output block (``BWBWB``, ``sweet``, ``75``):
+  numbers there are sample values, not statement numbers (``fingerprint/2``; ``fingerprint/1``
+  counted them as ``n:`` tokens, so a copy that dropped its samples lost most of its score).
 
 Tokens are weighted by their inverse document frequency over the benchmark items (numbers common
 to many items, like ``100000``, weigh little). The score of (text, item) is a weighted Jaccard
@@ -24,6 +26,7 @@ needed). Written by hand: no library extracts problem fingerprints.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 import unicodedata
@@ -40,7 +43,7 @@ from decontam.base import Detector, DetectorConfig, empty_matches, matches_from_
 if TYPE_CHECKING:  # pragma: no cover
     from decontam.benchmarks import BenchmarkSet
 
-FINGERPRINT_VERSION = "fingerprint/1"
+FINGERPRINT_VERSION = "fingerprint/2"
 
 _DIAGRAM_RE = re.compile(
     r"<asy>.*?</asy>|\\begin\{asy\}.*?\\end\{asy\}|\\begin\{tikzpicture\}.*?\\end\{tikzpicture\}",
@@ -55,14 +58,18 @@ _THOUSANDS_RE = re.compile(r"(?<=\d)\{,\}(?=\d{3})|(?<=\d),(?=\d{3}(?!\d))")
 _SLASH_RE = re.compile(r"(?<![\w.])(\d+)\s*/\s*(\d+)(?![\w.])")
 _NUM_RE = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
 _LEQ_RE = re.compile(r"\\le(?:q|qslant)?\b|≤|<=")
+# lo <= X <= hi, where X may be a chain (``1 <= k <= n <= 200000``) or an attribute
+# (``nums.length``, ``s[i]``)
 _RANGE_RE = re.compile(
-    r"(-?\d+(?:\.\d+)?)\s*<=?\s*[A-Za-z_][\w,\s\[\]{}|]{0,20}?\s*<=?\s*(-?\d+(?:\.\d+)?)"
+    r"(-?\d+(?:\.\d+)?)\s*<=?\s*[A-Za-z_][\w.,\s\[\]{}|]{0,20}?"
+    r"(?:\s*<=?\s*[A-Za-z_][\w.\[\]]{0,20})*\s*<=?\s*(-?\d+(?:\.\d+)?)"
 )
 _POW_RE = re.compile(r"([a-zA-Z])\s*\^\s*\{?\s*(\d+)\s*\}?")
 # Sample I/O blocks: AtCoder/Codeforces "Sample Input 1 ... Sample Output 1 ...", LeetCode
-# "Input: ... / Output: ..." lines, and markdown "Example" blocks.
+# "Input: ... / Output: ... / Explanation: ..." lines (an explanation walks through the sample's
+# values), and markdown "Example" blocks.
 _SAMPLE_RE = re.compile(
-    r"(?:sample\s+(?:input|output)\s*\d*|^\s*(?:input|output)\s*:)(.*?)"
+    r"(?:sample\s+(?:input|output)\s*\d*|^\s*(?:input|output|explanation)\s*:)(.*?)"
     r"(?=sample\s+(?:input|output)|^\s*(?:input|output|explanation|constraints|example)\b|\Z)",
     re.I | re.S | re.M,
 )
@@ -99,24 +106,35 @@ def canonical_text(text: str) -> str:
 
 
 def extract(text: str) -> Counter:
-    """The fingerprint tokens of one text (a multiset)."""
+    """The fingerprint tokens of one text (a multiset).
+
+    Numbers inside a sample input/output block are sample tokens (``io:<value>``), not statement
+    numbers: the statement view must not depend on whether a copy kept its samples."""
     t = canonical_text(text)
     fp: Counter = Counter()
+    samples = [m.span(1) for m in _SAMPLE_RE.finditer(t)]
+    starts = [s for s, _ in samples]
+
+    def prefix(pos: int) -> str:
+        i = bisect.bisect_right(starts, pos) - 1
+        return "io:" if i >= 0 and pos < samples[i][1] else "n:"
+
     for m in _SLASH_RE.finditer(t):
-        fp[f"n:{_num(m.group(1) + '/' + m.group(2))}"] += 1
-    t2 = _SLASH_RE.sub(" ", t)
+        fp[f"{prefix(m.start())}{_num(m.group(1) + '/' + m.group(2))}"] += 1
+    # blank the fractions out with spaces of the same length, so positions stay comparable
+    t2 = _SLASH_RE.sub(lambda m: " " * len(m.group(0)), t)
     for m in _NUM_RE.finditer(t2):
         v = _num(m.group(0))
         if len(v.lstrip("-")) == 1:  # single digits are in every problem
             continue
-        fp[f"n:{v}"] += 1
+        fp[f"{prefix(m.start())}{v}"] += 1
     for m in _RANGE_RE.finditer(t):
         fp[f"r:{_num(m.group(1))}..{_num(m.group(2))}"] += 1
     for m in _POW_RE.finditer(t):
         fp[f"p:{m.group(1).lower()}^{m.group(2)}"] += 1
-    for m in _SAMPLE_RE.finditer(t):
-        for tok in _IO_TOKEN_RE.findall(m.group(1)):
-            if not tok.isdigit():  # numbers are already counted as n: tokens
+    for a, b in samples:
+        for tok in _IO_TOKEN_RE.findall(t, a, b):
+            if not tok.isdigit():  # numbers are counted above, as io:<value>
                 fp[f"io:{tok}"] += 1
     return fp
 
@@ -124,10 +142,10 @@ def extract(text: str) -> Counter:
 @dataclass
 class FingerprintConfig(DetectorConfig):
     threshold: float = field(
-        default=0.82,
+        default=0.83,
         metadata={
             "help": "fingerprint similarity (0-1) at or above which a match flags (dev "
-            "calibration at 0.5 % FPR: 0.817)"
+            "calibration at 0.5 % FPR: 0.832)"
         },
     )
     prior_weight: float = field(

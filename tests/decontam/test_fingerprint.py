@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 
 import pytest
 from semantic_data import dev_slice, small_benchmarks, texts_of
@@ -52,3 +53,54 @@ def test_story_rewrites_keep_their_fingerprint(benchmarks_dir, contam_dev_path):
     assert statistics.median(story) > max(pool)
     shared = [x for x in m if x["sample_uid"].startswith("code-story-")][0]["overlap_text"]
     assert shared  # the shared tokens are the evidence
+
+
+@pytest.mark.parametrize(
+    "line, token",
+    [
+        ("1 <= k <= s.length <= 10^5", "r:1..100000"),
+        (r"$1 \leq K \leq N \leq 2\times 10^5$", "r:1..200000"),
+        ("1 <= nums.length <= 100", "r:1..100"),
+        ("0 <= nums[i] <= 10^9", "r:0..1000000000"),
+    ],
+)
+def test_constraint_chains_and_attributes_are_ranges(line, token):
+    assert extract(line)[token] == 1
+
+
+def test_sample_values_are_not_statement_numbers():
+    text = "Print the sum of A_i over 1 <= i <= 100.\n\nSample Input 1\n\n3\n75 91 59\n\nSample Output 1\n\n225\n"
+    fp = extract(text)
+    assert fp["n:100"] == 1 and fp["r:1..100"] == 1
+    assert {"io:75", "io:91", "io:59", "io:225"} <= set(fp)
+    assert not {"n:75", "n:91", "n:59", "n:225"} & set(fp)
+
+
+def _statement_only(text: str) -> str:
+    """Cut the sample blocks out of a real LCB statement by its own layout (the oracle): AtCoder
+    and Codeforces put samples last, from "Sample Input"; LeetCode puts its examples between
+    "Example 1" and "Constraints"."""
+    import re
+
+    if "Sample Input" in text:
+        return text[: text.index("Sample Input")]
+    m = re.search(r"Example 1:(.*?)(?=Constraints:|\Z)", text, re.S)
+    return text[: m.start()] + text[m.end() :] if m else text
+
+
+def test_statement_tokens_do_not_depend_on_the_samples_on_real_lcb_items(benchmarks_dir):
+    """For every real LCB item, the statement tokens of the full text (everything that is not
+    ``io:``) equal the tokens of the statement with its samples cut out, so a copy that drops the
+    samples keeps the whole statement score."""
+    from decontam.benchmarks import load_benchmarks
+
+    items = load_benchmarks(["lcb_v6"], benchmarks_dir=benchmarks_dir).items
+    texts = items.column("text").to_pylist()
+    assert len(texts) > 1000
+    differ = []
+    for iid, t in zip(items.column("item_id").to_pylist(), texts, strict=True):
+        full = Counter({k: v for k, v in extract(t).items() if not k.startswith("io:")})
+        cut = extract(_statement_only(t))
+        if full != cut:
+            differ.append(iid)
+    assert len(differ) <= 0.02 * len(texts), differ[:10]
