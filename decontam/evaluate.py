@@ -17,6 +17,10 @@ item-level recall inside the budget is found by exhaustive search over the feasi
 when there are too many combinations); each final threshold
 sits midway between the highest clean score it excludes and the lowest positive it flags.
 
+``judge_ceiling`` bounds the optional LLM judge without a model: it adds, to the policy's flags,
+every judge candidate pair that is the labelled item (a perfect judge's answers), and counts the
+pairs a real judge would be sent.
+
 Outputs (``write_outputs``): ``evaluation.json``, ``evaluation.md``, ``sweep.parquet``,
 ``sweep.png``, ``scores.parquet`` and, when calibrating, ``calibrated_thresholds.json``
 (``{detector: threshold}``, loadable by :meth:`decontam.policy.PolicyConfig.from_file`).
@@ -461,10 +465,12 @@ def evaluate(
     benchmarks: Any = None,
     policy: Any = None,
     calibrate_thresholds: bool = False,
+    judge_ceiling: bool = False,
     progress=None,
 ) -> dict[str, Any]:
     """Run the detectors over a labelled file and measure them. Returns a result dict with the
-    metrics plus the ``matches``, ``scores`` and ``sweep`` tables."""
+    metrics plus the ``matches``, ``scores`` and ``sweep`` tables; ``judge_ceiling`` adds what a
+    perfect LLM judge could reach on top (:func:`judge_ceiling_metrics`)."""
     from decontam.policy import PolicyConfig, decide
 
     cfg = config or EvalConfig()
@@ -512,10 +518,54 @@ def evaluate(
             "thresholds": thr,
             "combined": metrics(flagged_items(decide(matches, uids, cal_policy)), labels),
         }
+    if judge_ceiling:
+        base = result["calibration"]["combined"] if calibrate_thresholds else result["combined"]
+        base_policy = cal_policy if calibrate_thresholds else default_policy
+        flags = flagged_items(decide(matches, uids, base_policy))
+        result["judge_ceiling"] = {
+            "policy": "calibrated" if calibrate_thresholds else "default",
+            **judge_ceiling_metrics(
+                labels, texts, benchmarks, flags, cfg.detector_configs.get("judge", {})
+            ),
+            "without_judge": {k: v["item"] for k, v in base["recall_by_kind"].items()},
+        }
     result["matches"] = matches
     result["scores"] = scores
     result["sweep"] = sweep(scores, labels, names)
     return result
+
+
+def judge_ceiling_metrics(
+    labels: list[dict[str, Any]],
+    texts: pa.Table,
+    benchmarks: Any,
+    flags: dict[str, set[str]],
+    judge_config: dict[str, Any],
+) -> dict[str, Any]:
+    """What the LLM judge could reach at best: the policy's flags plus every judge candidate pair
+    that *is* the labelled item, as a perfect judge would answer (it answers "different" for every
+    clean row, so false-positive rates stay those of the policy). Needs no model: it only runs the
+    judge's candidate generation, so an auditor knows the bound before paying for one, and how
+    many pairs a judge would be asked about."""
+    from decontam.judge import JudgeConfig, JudgeDetector
+
+    conf = {k: v for k, v in judge_config.items() if k not in ("base_url", "model", "backend")}
+    judge = JudgeDetector(JudgeConfig(**conf))
+    judge.fit(benchmarks, chat=False)
+    raw = [t or "" for t in texts.column("text").to_pylist()]
+    cands = judge.candidates(raw)
+    item_ids = benchmarks.items.column("item_id").to_pylist()
+    best = {u: set(v) for u, v in flags.items()}
+    for r, j in cands:
+        row = labels[r]
+        if row["label"] == "contaminated" and item_ids[j] == row["benchmark_item"]:
+            best.setdefault(row["uid"], set()).add(item_ids[j])
+    return {
+        "judge_config": conf,
+        "candidate_pairs": len(cands),
+        "rows": len(labels),
+        "combined": metrics(best, labels),
+    }
 
 
 def _md_table(header: list[str], rows: list[list[Any]]) -> str:
@@ -543,6 +593,15 @@ def render_markdown(result: dict[str, Any]) -> str:
     rows = [_metrics_rows("combined (default thresholds)", result["combined"])]
     if "calibration" in result:
         rows.append(_metrics_rows("combined (calibrated)", result["calibration"]["combined"]))
+    if "judge_ceiling" in result:
+        jc = result["judge_ceiling"]
+        rows.append(
+            _metrics_rows(
+                f"combined ({jc['policy']}) + perfect judge: ceiling, "
+                f"{jc['candidate_pairs']} pairs judged",
+                jc["combined"],
+            )
+        )
     for name, m in result["per_detector"].items():
         rows.append(_metrics_rows(f"{name} >= {m['threshold']}", m))
     lines = [

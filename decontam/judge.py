@@ -286,11 +286,14 @@ class JudgeDetector(Detector):
         self._emb_config = None
         self._cache: VerdictCache | None = None
 
-    def fit(self, benchmarks: BenchmarkSet) -> None:
+    def fit(self, benchmarks: BenchmarkSet, *, chat: bool = True) -> None:
+        """Index the benchmarks for candidate generation; ``chat=False`` skips the model backend
+        (enough for :meth:`candidates`, e.g. to measure what a judge could reach)."""
         from decontam.embedding import EmbeddingConfig, shared_index
 
         cfg: JudgeConfig = self.config
-        self.chat = VllmChat(cfg) if cfg.backend == "vllm" else HttpChat(cfg)
+        if chat:
+            self.chat = VllmChat(cfg) if cfg.backend == "vllm" else HttpChat(cfg)
         self._emb_config = EmbeddingConfig(**{"top_k": cfg.top_k, **cfg.embedding})
         self._index = shared_index(benchmarks, self._emb_config)
         self._fingerprint = None
@@ -322,20 +325,15 @@ class JudgeDetector(Detector):
             self._cache.put(key, self.chat.model, pv, same, reason)
         return {**base, "same": same, "reason": reason, "cached": False}
 
-    def score(self, texts: pa.Table) -> pa.Table:
-        from decontam.embedding import check_text_table, search
+    def candidates(self, raw: list[str]) -> dict[tuple[int, int], dict[str, float]]:
+        """The pairs the judge would be asked about: (text row, item row) -> where the pair came
+        from (``embedding_cosine`` in the band, ``fingerprint`` score). Needs no model."""
+        from decontam.embedding import search
 
         if self._index is None:
-            raise ConfigError("call fit(benchmarks) before score(texts)")
-        check_text_table(texts)
-        if texts.num_rows == 0:
-            return empty_matches()
+            raise ConfigError("call fit(benchmarks) before candidates(texts)")
         cfg: JudgeConfig = self.config
         lo, hi = cfg.band
-        uids = texts.column("sample_uid").to_pylist()
-        fields = texts.column("field").to_pylist()
-        raw = [t or "" for t in texts.column("text").to_pylist()]
-        # candidates: (text row, item row) -> {"embedding_cosine": ..., "fingerprint": ...}
         cands: dict[tuple[int, int], dict[str, float]] = {}
         per_text: dict[int, list] = {}
         decided: set[tuple[int, int]] = set()  # the embedding alone is confident (cosine >= hi)
@@ -354,8 +352,24 @@ class JudgeDetector(Detector):
                 ):
                     if (r, j) not in decided:
                         cands.setdefault((r, j), {})["fingerprint"] = round(sc, 4)
+        return cands
+
+    def score(self, texts: pa.Table) -> pa.Table:
+        from decontam.embedding import check_text_table
+
+        if self._index is None:
+            raise ConfigError("call fit(benchmarks) before score(texts)")
+        if self.chat is None:
+            raise ConfigError("this judge was fitted without a model backend (chat=False)")
+        check_text_table(texts)
+        if texts.num_rows == 0:
+            return empty_matches()
+        cfg: JudgeConfig = self.config
+        uids = texts.column("sample_uid").to_pylist()
+        fields = texts.column("field").to_pylist()
+        raw = [t or "" for t in texts.column("text").to_pylist()]
         rows = []
-        for (r, j), source in sorted(cands.items()):
+        for (r, j), source in sorted(self.candidates(raw).items()):
             it = self._index.item_row(j)
             v = self.judge_pair(it["text"] or "", raw[r], it["domain"])
             score = math.nan if v["same"] is None else (1.0 if v["same"] else 0.0)

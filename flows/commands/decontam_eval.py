@@ -39,6 +39,12 @@ def register(decontam_app: typer.Typer) -> None:
         judge_model: str | None = typer.Option(
             None, "--judge-model", help="model name for the judge endpoint"
         ),
+        judge_ceiling: bool = typer.Option(
+            False,
+            "--judge-ceiling",
+            help="also report what a perfect LLM judge could reach on top of the policy (no "
+            "model needed: only the judge's candidate pairs are generated)",
+        ),
     ) -> None:
         """Run detectors over labelled rows; report precision/recall per kind and FPRs."""
         from rich.console import Console
@@ -66,6 +72,7 @@ def register(decontam_app: typer.Typer) -> None:
                 cfg,
                 policy=pol,
                 calibrate_thresholds=calibrate,
+                judge_ceiling=judge_ceiling,
                 progress=lambda msg: status.update(msg),
             )
         paths = write_outputs(result, out)
@@ -80,5 +87,12 @@ def register(decontam_app: typer.Typer) -> None:
             typer.echo(
                 "calibrated thresholds: "
                 + ", ".join(f"{k}={v}" for k, v in result["calibration"]["thresholds"].items())
+            )
+        if "judge_ceiling" in result:
+            jc = result["judge_ceiling"]
+            rec = jc["combined"]["recall_by_kind"]
+            typer.echo(
+                f"judge ceiling ({jc['candidate_pairs']} pairs for {jc['rows']} rows): "
+                + ", ".join(f"{k} {v['item']:.2f}" for k, v in rec.items())
             )
         typer.echo(f"wrote {', '.join(str(p) for p in paths.values())}")

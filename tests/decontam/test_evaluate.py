@@ -140,10 +140,14 @@ def test_cli_evaluate_writes_every_output(tmp_path, contam_dev_path):
     res = CliRunner().invoke(
         app,
         ["decontam", "evaluate", "--labels", str(labels), "--out", str(out),
-         "--detectors", "fingerprint", "--benchmarks", "aime24,aime25", "--calibrate"],
+         "--detectors", "fingerprint", "--benchmarks", "aime24,aime25", "--calibrate",
+         "--judge-ceiling"],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "calibrated thresholds: fingerprint=" in res.output
+    assert "judge ceiling (" in res.output and "paraphrase" in res.output
+    assert "+ perfect judge: ceiling" in (out / "evaluation.md").read_text()
+    assert json.loads((out / "evaluation.json").read_text())["judge_ceiling"]["candidate_pairs"]
     for name in ("evaluation.json", "evaluation.md", "sweep.parquet", "sweep.png",
                  "scores.parquet", "calibrated_thresholds.json"):  # fmt: skip
         assert (out / name).is_file(), name
@@ -157,3 +161,58 @@ def test_a_detector_module_that_is_not_built_is_skipped_with_a_note(monkeypatch)
     dets, notes = make_detectors(EvalConfig(detectors=["minhash", "fingerprint"]))
     assert [d.name for d in dets] == ["fingerprint"]
     assert len(notes) == 1 and notes[0].startswith("minhash: skipped")
+
+
+def test_judge_ceiling_equals_a_perfect_judge_run_through_the_policy(
+    slice_result, benchmarks_dir, monkeypatch
+):
+    """The ceiling (candidate pairs only, no model) must equal what the real judge detector plus
+    the policy would flag if every verdict were right: here a stand-in ``judge_pair`` that knows
+    the labels."""
+    from decontam.evaluate import flagged_items, judge_ceiling_metrics, text_table
+    from decontam.judge import JudgeConfig, JudgeDetector
+    from decontam.policy import decide
+
+    rows, res = slice_result
+    bench = small_benchmarks(str(benchmarks_dir))
+    texts = text_table(rows)
+    uids = [r["uid"] for r in rows]
+    policy = PolicyConfig(thresholds=res["calibration"]["thresholds"])
+    flags = flagged_items(decide(res["matches"], uids, policy))
+    jconf = {"embedding": {"cache_root": cache_root()}, "cache": False}
+    ceiling = judge_ceiling_metrics(rows, texts, bench, flags, jconf)
+
+    label_of = {r["text"]: r for r in rows}
+    ids_of: dict[str, set[str]] = {}
+    for iid, t in zip(bench.items.column("item_id").to_pylist(),
+                      bench.items.column("text").to_pylist(), strict=True):  # fmt: skip
+        ids_of.setdefault(t or "", set()).add(iid)
+
+    def perfect(self, item_text, sample_text, domain):
+        r = label_of[sample_text]
+        return {"model": "perfect", "prompt_version": "judge-math/1",
+                "same": r["benchmark_item"] in ids_of.get(item_text, ())}  # fmt: skip
+
+    monkeypatch.setattr(JudgeDetector, "judge_pair", perfect)
+    judge = JudgeDetector(JudgeConfig(base_url="http://127.0.0.1:9/v1", model="perfect", **jconf))
+    judge.fit(bench)
+    jm = judge.score(texts)
+    assert jm.num_rows == ceiling["candidate_pairs"] > 0
+    both = pa.concat_tables([res["matches"], jm.cast(res["matches"].schema)])
+    run = metrics(
+        flagged_items(decide(both, uids, PolicyConfig(thresholds={**policy.thresholds,
+                                                                  "judge": 0.5}))),
+        rows,
+    )  # fmt: skip
+    assert run["recall_by_kind"] == ceiling["combined"]["recall_by_kind"]
+    assert run["fpr_by_kind"] == ceiling["combined"]["fpr_by_kind"]
+    base = res["calibration"]["combined"]
+    for kind, v in ceiling["combined"]["recall_by_kind"].items():
+        assert v["item"] >= base["recall_by_kind"][kind]["item"], kind
+    # the judge's candidates reach rewrites that no threshold does (real data)
+    for kind in ("paraphrase", "story"):
+        assert (
+            ceiling["combined"]["recall_by_kind"][kind]["item"]
+            > base["recall_by_kind"][kind]["item"]
+        ), kind
+    assert ceiling["combined"]["fpr_by_kind"] == base["fpr_by_kind"]
