@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
 
+from curation.errors import ConfigError, InputError
+
 if TYPE_CHECKING:  # pragma: no cover
     from decontam.benchmarks import BenchmarkSet
 
@@ -112,6 +114,30 @@ class Detector(ABC):
 
     @abstractmethod
     def score(self, texts: pa.Table) -> pa.Table: ...
+
+    def _text_batch(self, texts: pa.Table, fitted: bool) -> tuple[list, list, list[str]] | None:
+        """The checks every ``score`` starts with: the detector is fitted (``fitted``) and the
+        table has the text-table columns. Returns (sample uids, fields, texts with None as
+        ""), or None for an empty batch."""
+        if not fitted:
+            raise ConfigError(
+                f"{self.name}: score() called before fit(); fit the detector on a BenchmarkSet "
+                "first"
+            )
+        for col in ("sample_uid", "field", "text"):
+            if col not in texts.column_names:
+                raise InputError(
+                    f"text table lacks column {col!r}",
+                    field=col,
+                    hint="a text table has columns sample_uid, field, text",
+                )
+        if texts.num_rows == 0:
+            return None
+        return (
+            texts.column("sample_uid").to_pylist(),
+            texts.column("field").to_pylist(),
+            [t or "" for t in texts.column("text").to_pylist()],
+        )
 
     def describe(self) -> dict[str, Any]:
         """What the report needs to say about this detector."""

@@ -409,16 +409,6 @@ def shared_index(benchmarks: BenchmarkSet, config: EmbeddingConfig) -> Benchmark
     return _INDEXES[key]
 
 
-def check_text_table(texts: pa.Table) -> None:
-    for col in ("sample_uid", "field", "text"):
-        if col not in texts.column_names:
-            raise InputError(
-                f"text table lacks column {col!r}",
-                field=col,
-                hint="a text table has columns sample_uid, field, text",
-            )
-
-
 class EmbeddingDetector(Detector):
     name = "embedding"
     version = "embedding/1"
@@ -444,15 +434,11 @@ class EmbeddingDetector(Detector):
         return d
 
     def score(self, texts: pa.Table) -> pa.Table:
-        if self.index is None:
-            raise ConfigError("call fit(benchmarks) before score(texts)")
-        check_text_table(texts)
-        if texts.num_rows == 0:
+        batch = self._text_batch(texts, fitted=self.index is not None)
+        if batch is None:
             return empty_matches()
+        uids, fields, tx = batch
         cfg: EmbeddingConfig = self.config
-        uids = texts.column("sample_uid").to_pylist()
-        fields = texts.column("field").to_pylist()
-        tx = [t or "" for t in texts.column("text").to_pylist()]
         ref = self.index.encoder.ref
         rows = []
         for c in search(self.index, tx, cfg):

@@ -308,20 +308,15 @@ class FingerprintDetector(Detector):
         return out
 
     def score(self, texts: pa.Table) -> pa.Table:
-        from decontam.embedding import check_text_table
-
-        if self.items is None:
-            raise ConfigError("call fit(benchmarks) before score(texts)")
-        check_text_table(texts)
-        if texts.num_rows == 0:
+        batch = self._text_batch(texts, fitted=self.items is not None)
+        if batch is None:
             return empty_matches()
+        uids, fields, raw = batch
         cfg: FingerprintConfig = self.config
         items = self.items
-        uids = texts.column("sample_uid").to_pylist()
-        fields = texts.column("field").to_pylist()
         rows = []
-        for r, text in enumerate(texts.column("text").to_pylist()):
-            for j, sc, p in self.top_items(text or "", cfg.top_k, cfg.min_score):
+        for r, text in enumerate(raw):
+            for j, sc, p in self.top_items(text, cfg.top_k, cfg.min_score):
                 key = (items.column("benchmark")[j].as_py(), items.column("item_id")[j].as_py())
                 rows.append(
                     {

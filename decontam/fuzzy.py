@@ -181,17 +181,11 @@ class FuzzyDetector(Detector):
             self._emb_index = shared_index(benchmarks, self._emb_config)
 
     def score(self, texts: pa.Table) -> pa.Table:
-        from decontam.embedding import check_text_table
-
-        if self.items is None:
-            raise ConfigError("call fit(benchmarks) before score(texts)")
-        check_text_table(texts)
-        if texts.num_rows == 0:
+        batch = self._text_batch(texts, fitted=self.items is not None)
+        if batch is None:
             return empty_matches()
+        uids, fields, raw = batch
         cfg: FuzzyConfig = self.config
-        uids = texts.column("sample_uid").to_pylist()
-        fields = texts.column("field").to_pylist()
-        raw = [t or "" for t in texts.column("text").to_pylist()]
         norm = [normalize(t)[: cfg.max_chars] for t in raw]
         pairs = candidate_pairs(
             self.items,

@@ -355,19 +355,13 @@ class JudgeDetector(Detector):
         return cands
 
     def score(self, texts: pa.Table) -> pa.Table:
-        from decontam.embedding import check_text_table
-
-        if self._index is None:
-            raise ConfigError("call fit(benchmarks) before score(texts)")
-        if self.chat is None:
+        if self._index is not None and self.chat is None:
             raise ConfigError("this judge was fitted without a model backend (chat=False)")
-        check_text_table(texts)
-        if texts.num_rows == 0:
+        batch = self._text_batch(texts, fitted=self._index is not None)
+        if batch is None:
             return empty_matches()
+        uids, fields, raw = batch
         cfg: JudgeConfig = self.config
-        uids = texts.column("sample_uid").to_pylist()
-        fields = texts.column("field").to_pylist()
-        raw = [t or "" for t in texts.column("text").to_pylist()]
         rows = []
         for (r, j), source in sorted(self.candidates(raw).items()):
             it = self._index.item_row(j)

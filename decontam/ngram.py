@@ -41,7 +41,7 @@ import numpy as np
 import pyarrow as pa
 
 from curation.errors import ConfigError, InputError, NotFoundError
-from decontam.base import Detector, DetectorConfig, matches_from_rows
+from decontam.base import Detector, DetectorConfig, empty_matches, matches_from_rows
 
 if TYPE_CHECKING:  # pragma: no cover
     from decontam.benchmarks import BenchmarkSet
@@ -596,20 +596,10 @@ class NGramDetector(Detector):
 
     # -- score -----------------------------------------------------------------------------
     def score(self, texts: pa.Table) -> pa.Table:
-        if not self._indexes:
-            raise ConfigError(
-                "ngram: score() called before fit(); fit the detector on a BenchmarkSet first"
-            )
-        for col in ("sample_uid", "field", "text"):
-            if col not in texts.column_names:
-                raise InputError(
-                    f"text table has no column {col!r}",
-                    field=col,
-                    hint="columns: sample_uid, field, text",
-                )
-        uids = texts.column("sample_uid").to_pylist()
-        fields = texts.column("field").to_pylist()
-        raw = [t or "" for t in texts.column("text").to_pylist()]
+        batch = self._text_batch(texts, fitted=bool(self._indexes))
+        if batch is None:
+            return empty_matches()
+        uids, fields, raw = batch
         out: list[dict[str, Any]] = []
         for name in sorted(self._indexes):
             out.extend(self._score_index(self._indexes[name], uids, fields, raw))

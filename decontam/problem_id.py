@@ -658,14 +658,14 @@ class ProblemIdDetector(Detector):
     def score(self, texts: pa.Table) -> pa.Table:
         rows: list[dict] = []
         cfg = self.config
-        for r in texts.select(["sample_uid", "field", "text"]).to_pylist():
-            t = r["text"]
+        batch = self._text_batch(texts, fitted=getattr(self, "index", None) is not None)
+        for uid, fld, t in zip(*(batch or ((), (), ())), strict=True):
             if not t:
                 continue
             hits = find_ids(
                 t, slugs=self.index.slugs, forms=cfg.forms, min_title_words=cfg.min_title_words
             )
-            rows += self._matches(r["sample_uid"], r["field"], hits, False)
+            rows += self._matches(uid, fld, hits, False)
         return _merge(rows)
 
     def score_metadata(self, table: pa.Table) -> pa.Table:
@@ -747,8 +747,8 @@ class ProblemDateDetector(Detector):
 
     def score(self, texts: pa.Table) -> pa.Table:
         rows: list[dict] = []
-        for r in texts.select(["sample_uid", "field", "text"]).to_pylist():
-            t = r["text"]
+        batch = self._text_batch(texts, fitted=getattr(self, "index", None) is not None)
+        for uid, fld, t in zip(*(batch or ((), (), ())), strict=True):
             if not t:
                 continue
             for h in find_ids(t, slugs=self.index.slugs):
@@ -756,7 +756,7 @@ class ProblemDateDetector(Detector):
                     continue
                 d = self._date_for(h.key)
                 if d is not None:
-                    rows += self._flag(r["sample_uid"], r["field"], *d, h.text, (h.start, h.end))
+                    rows += self._flag(uid, fld, *d, h.text, (h.start, h.end))
         return _merge(rows)
 
     def score_metadata(self, table: pa.Table) -> pa.Table:
