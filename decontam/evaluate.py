@@ -494,6 +494,8 @@ def evaluate(
             **metrics(flagged_items(decide(one, uids, PolicyConfig())), labels),
         }
     default_policy = policy or PolicyConfig()
+    # the flags the judge ceiling builds on: the calibrated policy's when calibrating
+    flags = flagged_items(decide(matches, uids, default_policy))
     result: dict[str, Any] = {
         "schema_version": EVAL_SCHEMA_VERSION,
         "config_hash": cfg.hash(),
@@ -507,27 +509,23 @@ def evaluate(
         "detectors": [d.describe() for d in dets],
         "notes": notes,
         "policy": default_policy.to_dict(),
-        "combined": metrics(flagged_items(decide(matches, uids, default_policy)), labels),
+        "combined": metrics(flags, labels),
         "per_detector": per_detector,
     }
     if calibrate_thresholds:
         thr = calibrate(scores, labels, names, cfg.target_fpr)
-        cal_policy = PolicyConfig(thresholds=thr)
+        flags = flagged_items(decide(matches, uids, PolicyConfig(thresholds=thr)))
         result["calibration"] = {
             "target_fpr": cfg.target_fpr,
             "thresholds": thr,
-            "combined": metrics(flagged_items(decide(matches, uids, cal_policy)), labels),
+            "combined": metrics(flags, labels),
         }
     if judge_ceiling:
-        base = result["calibration"]["combined"] if calibrate_thresholds else result["combined"]
-        base_policy = cal_policy if calibrate_thresholds else default_policy
-        flags = flagged_items(decide(matches, uids, base_policy))
         result["judge_ceiling"] = {
             "policy": "calibrated" if calibrate_thresholds else "default",
             **judge_ceiling_metrics(
                 labels, texts, benchmarks, flags, cfg.detector_configs.get("judge", {})
             ),
-            "without_judge": {k: v["item"] for k, v in base["recall_by_kind"].items()},
         }
     result["matches"] = matches
     result["scores"] = scores

@@ -619,6 +619,7 @@ class ProblemIdDetector(Detector):
     version: ClassVar[str] = "problem_id/1"
     config_cls: ClassVar[type[DetectorConfig]] = ProblemIdConfig
     config: ProblemIdConfig
+    index: LcbIndex | None = None  # set by fit
 
     def fit(self, benchmarks: BenchmarkSet) -> None:
         self.index = LcbIndex(benchmarks)
@@ -658,8 +659,10 @@ class ProblemIdDetector(Detector):
     def score(self, texts: pa.Table) -> pa.Table:
         rows: list[dict] = []
         cfg = self.config
-        batch = self._text_batch(texts, fitted=getattr(self, "index", None) is not None)
-        for uid, fld, t in zip(*(batch or ((), (), ())), strict=True):
+        batch = self._text_batch(texts, fitted=self.index is not None)
+        if batch is None:
+            return empty_matches()
+        for uid, fld, t in zip(*batch, strict=True):
             if not t:
                 continue
             hits = find_ids(
@@ -688,6 +691,7 @@ class ProblemDateDetector(Detector):
     version: ClassVar[str] = "problem_date/1"
     config_cls: ClassVar[type[DetectorConfig]] = ProblemDateConfig
     config: ProblemDateConfig
+    index: LcbIndex | None = None  # set by fit
 
     def fit(self, benchmarks: BenchmarkSet) -> None:
         self.index = LcbIndex(benchmarks)
@@ -747,8 +751,10 @@ class ProblemDateDetector(Detector):
 
     def score(self, texts: pa.Table) -> pa.Table:
         rows: list[dict] = []
-        batch = self._text_batch(texts, fitted=getattr(self, "index", None) is not None)
-        for uid, fld, t in zip(*(batch or ((), (), ())), strict=True):
+        batch = self._text_batch(texts, fitted=self.index is not None)
+        if batch is None:
+            return empty_matches()
+        for uid, fld, t in zip(*batch, strict=True):
             if not t:
                 continue
             for h in find_ids(t, slugs=self.index.slugs):
