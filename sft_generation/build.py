@@ -1,0 +1,433 @@
+"""Build SFT sets from teacher responses: grade, filter, decontaminate the responses, publish.
+
+Input: response rows (:mod:`sft_generation.responses`) from the generation store of
+:func:`sft_generation.generate.generate` (``NAME.sft_raw``) or from an ingested ``sft_sample``
+dataset (external traces). Output, in the run directory and the catalog:
+
+* ``responses.parquet`` / ``NAME.sft_responses`` – every response, graded, with the filter that
+  dropped it (``drop_reason``; null = kept): nothing is dropped without a record;
+* ``response_decontam/`` – a full decontamination run over the responses' thinking and answer
+  (the same evidence rows and report as a prompt scan);
+* ``NAME.sft.p{P}.r{R}`` – one version per point of the scaling grid (#prompts x responses per
+  prompt), cut from the one set of kept responses without regenerating; lineage to the
+  responses version (and through it to the prompt pool and the raw store);
+* ``run.json`` – counts through every filter, verification outcomes, the grid, the config.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from curation.errors import ConfigError, InputError
+from sft_generation.config import FilterConfig
+from sft_generation.filters import apply_filters
+from sft_generation.responses import RESPONSE_SCHEMA, grade, make_row, to_table
+
+SFT_RUN_SCHEMA_VERSION = "sft_build/1"
+
+SFT_SET_SCHEMA = pa.schema(
+    [
+        pa.field("uid", pa.string(), nullable=False),
+        pa.field("problem_uid", pa.string()),
+        pa.field("source", pa.string()),
+        pa.field("domain", pa.string()),
+        pa.field("prompt", pa.string()),
+        pa.field("response", pa.string()),
+        pa.field("reasoning", pa.string()),
+        pa.field("final_answer", pa.string()),
+        pa.field("generator_model", pa.string()),
+        pa.field("sampling_params", pa.string()),
+        pa.field("sample_index", pa.int64()),
+        pa.field("verification", pa.string()),
+        pa.field("response_tokens", pa.int64()),
+        pa.field("response_chars", pa.int64()),
+    ],
+    metadata={b"sluice.schema": b"sft_set/1"},
+)
+
+
+@dataclass
+class SFTBuildResult:
+    out_dir: Path
+    responses_ref: str | None
+    grid: list[dict[str, Any]]
+    counts: dict[str, Any]
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def rows_from_sft_samples(table: pa.Table, *, source: str) -> list[dict[str, Any]]:
+    """Response rows from an ingested ``sft_sample`` dataset (external traces).
+
+    The reference answer comes from ``metadata.reference_answer`` (a field map puts it there);
+    the problem uid is the content uid of the prompt, as ingest computes it for problems.
+    """
+    from curation.normalize import problem_uid
+
+    rows = []
+    for i, r in enumerate(table.to_pylist()):
+        md = json.loads(r.get("metadata") or "{}")
+        prompt = r.get("prompt")
+        if not prompt:
+            raise InputError("no prompt", file=source, row=i, field="prompt")
+        domain = md.get("domain") or "math"
+        puid = r.get("problem_uid") or problem_uid(domain, prompt)
+        problem = {
+            "uid": puid,
+            "domain": domain,
+            "answer": md.get("reference_answer"),
+            "source": md.get("source"),
+        }
+        sp = r.get("sampling_params") or "{}"
+        row = make_row(
+            problem=problem,
+            prompt=prompt,
+            text=r.get("response"),
+            model=r.get("generator_model") or "unknown",
+            sampling_params=sp,
+            sample_index=int(md.get("sample_index", md.get("seed", 0)) or 0),
+            prompt_hash=hashlib.sha256(prompt.encode()).hexdigest(),
+            response_tokens=r.get("response_tokens"),
+            prompt_tokens=r.get("prompt_tokens"),
+            metadata={"imported_from": source, "source_uid": r["uid"], **md},
+        )
+        rows.append(row)
+    return rows
+
+
+def compare_with_source_grades(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Where our verifier disagrees with a grade the source shipped (``source_is_correct`` in
+    the imported metadata); None when no row carries one. Truncated traces count as not
+    correct on our side (they have no final answer)."""
+    ours_not, src_not, compared = [], [], 0
+    for r in rows:
+        md = json.loads(r.get("metadata") or "{}")
+        src = md.get("source_is_correct")
+        if src is None:
+            continue
+        compared += 1
+        src_ok = src in (True, "true", "True", 1)
+        ours_ok = r.get("verification") in ("correct", "passed")
+        if src_ok == ours_ok:
+            continue
+        entry = {
+            "uid": r["uid"],
+            "source_uid": md.get("source_uid"),
+            "reference": r.get("reference_answer"),
+            "extracted": r.get("extracted"),
+            "ours": r.get("verification"),
+            "reason": r.get("verification_reason"),
+        }
+        (ours_not if ours_ok else src_not).append(entry)
+    if not compared:
+        return None
+    return {
+        "compared": compared,
+        "agree": compared - len(ours_not) - len(src_not),
+        "we_correct_source_not": ours_not,
+        "source_correct_we_not": src_not,
+    }
+
+
+# ----------------------------------------------------------------------------- decontamination
+
+
+def _decontaminate_responses(
+    rows: list[dict[str, Any]],
+    idx: Sequence[int],
+    cfg: FilterConfig,
+    out_dir: Path,
+    *,
+    data_root: str | None,
+    benchmarks_dir: str | Path | None,
+) -> tuple[dict[int, str], Path]:
+    """Run the decontamination engine over the thinking and the answer of ``rows[idx]``."""
+    from decontam.run import DecontamConfig, run_decontamination
+
+    run_dir = out_dir / "response_decontam"
+    tmp = out_dir / ".responses_to_scan.parquet"
+    sub = pa.Table.from_pylist(
+        [
+            {
+                "uid": rows[i]["uid"],
+                "source": rows[i].get("source") or "sft",
+                "problem_uid": rows[i]["problem_uid"],
+                "reasoning": rows[i].get("reasoning") or "",
+                "final_answer": rows[i].get("final_answer") or "",
+            }
+            for i in idx
+        ]
+    )
+    pq.write_table(sub, tmp)
+    try:
+        config = DecontamConfig(
+            benchmarks=list(cfg.decontam_benchmarks), detectors=list(cfg.decontam_detectors)
+        )
+        res = run_decontamination(
+            str(tmp),
+            text_fields=["reasoning", "final_answer"],
+            id_field="uid",
+            out_dir=run_dir,
+            config=config,
+            publish=False,
+            data_root=data_root,
+            benchmarks_dir=benchmarks_dir,
+            command="sluice sft build (response decontamination)",
+        )
+    finally:
+        tmp.unlink(missing_ok=True)
+    dec = pq.read_table(res.decisions_path).to_pylist()
+    pos = {rows[i]["uid"]: i for i in idx}
+    drops = {}
+    for d in dec:
+        if d["contaminated"]:
+            drops[pos[d["sample_uid"]]] = "; ".join(d["reasons"] or []) or "flagged"
+    return drops, run_dir
+
+
+# ----------------------------------------------------------------------------- scaling grid
+
+
+def _prompt_rank(problem_uid: str, seed: int) -> str:
+    return hashlib.sha256(f"{seed}\x1f{problem_uid}".encode()).hexdigest()
+
+
+def scaling_grid(
+    rows: Sequence[Mapping[str, Any]],
+    reasons: Sequence[str | None],
+    prompts: Sequence[int],
+    responses: Sequence[int],
+    *,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Cells of the #prompts x responses-per-prompt grid, cut from the kept responses.
+
+    Prompts are ranked once by a seeded hash of their uid, so every smaller prompt set is a
+    prefix of every larger one; a prompt's responses are taken in sample-index order, so r=1
+    is contained in r=2. A cell asking for more prompts than have a kept response gets them all
+    (``prompts_available`` says how many).
+    """
+    kept: dict[str, list[int]] = defaultdict(list)
+    for i, r in enumerate(rows):
+        if reasons[i] is None:
+            kept[r["problem_uid"]].append(i)
+    order = sorted(kept, key=lambda p: _prompt_rank(p, seed))
+    for p in kept:
+        kept[p].sort(key=lambda i: (rows[i].get("sample_index") or 0, rows[i]["uid"]))
+    cells = []
+    for n_p in prompts:
+        chosen = order[:n_p]
+        for n_r in responses:
+            idx = [i for p in chosen for i in kept[p][:n_r]]
+            cells.append(
+                {
+                    "prompts": n_p,
+                    "responses_per_prompt": n_r,
+                    "prompts_available": len(chosen),
+                    "rows": len(idx),
+                    "indices": idx,
+                }
+            )
+    return cells
+
+
+def _set_table(rows: Sequence[Mapping[str, Any]], idx: Sequence[int]) -> pa.Table:
+    out = []
+    for i in idx:
+        r = rows[i]
+        out.append(
+            {
+                **{f.name: r.get(f.name) for f in SFT_SET_SCHEMA if f.name in r},
+                "response_chars": len(r.get("response") or ""),
+            }
+        )
+    return pa.Table.from_pylist(out, schema=SFT_SET_SCHEMA)
+
+
+# ----------------------------------------------------------------------------- the build
+
+
+def _parse_counts(values: str | Sequence[int] | None, what: str) -> list[int]:
+    if values is None:
+        return []
+    if isinstance(values, str):
+        try:
+            out = [int(v) for v in values.split(",") if v.strip()]
+        except ValueError as exc:
+            raise ConfigError(
+                f"--{what}: expected comma-separated integers, got {values!r}"
+            ) from exc
+    else:
+        out = [int(v) for v in values]
+    if any(v < 1 for v in out):
+        raise ConfigError(f"--{what}: every value must be >= 1, got {out}")
+    return sorted(set(out))
+
+
+def build_sft(
+    rows: list[dict[str, Any]],
+    *,
+    name: str,
+    out_dir: str | Path,
+    filters: FilterConfig | None = None,
+    problems: Mapping[str, Mapping[str, Any]] | None = None,
+    parents: Sequence[str] = (),
+    prompts: str | Sequence[int] | None = None,
+    responses: str | Sequence[int] | None = None,
+    catalog=None,
+    publish: bool = True,
+    data_root: str | None = None,
+    benchmarks_dir: str | Path | None = None,
+    verify_config=None,
+    sandbox_config=None,
+    workers: int = 2,
+    log: Callable[[str], None] | None = None,
+) -> SFTBuildResult:
+    """Grade, filter and publish ``rows`` (see the module docs)."""
+    cfg = filters or FilterConfig()
+    if not rows:
+        raise InputError(
+            "no responses to build from", hint="generate first: sluice sft generate POOL@VERSION"
+        )
+    grid_p = _parse_counts(prompts, "prompts")
+    grid_r = _parse_counts(responses, "responses")
+    if bool(grid_p) != bool(grid_r):
+        raise ConfigError("give both --prompts and --responses for a scaling grid, or neither")
+    say = log or (lambda _m: None)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    problems = problems or {}
+
+    say(f"grading {len(rows)} responses")
+    grade(
+        rows,
+        problems,
+        verify_config=verify_config,
+        sandbox_config=sandbox_config,
+        workers=workers,
+    )
+    verification = Counter(r["verification"] or "ungraded" for r in rows)
+    vs_source = compare_with_source_grades(rows)
+
+    decontam_dir: list[Path] = []
+
+    def contaminated(idx: Sequence[int]) -> dict[int, str]:
+        say(f"decontaminating {len(idx)} responses (thinking and answer)")
+        drops, run_dir = _decontaminate_responses(
+            rows, idx, cfg, out, data_root=data_root, benchmarks_dir=benchmarks_dir
+        )
+        decontam_dir.append(run_dir)
+        return drops
+
+    reasons, report = apply_filters(rows, cfg, contaminated=contaminated)
+    for r, why in zip(rows, reasons, strict=True):
+        r["drop_reason"] = why
+    table = to_table(rows)
+    tmp = out / ".responses.parquet.tmp"
+    pq.write_table(table, tmp)
+    os.replace(tmp, out / "responses.parquet")
+
+    cells = (
+        scaling_grid(rows, reasons, grid_p, grid_r, seed=cfg.seed)
+        if grid_p
+        else [
+            {
+                "prompts": None,
+                "responses_per_prompt": None,
+                "prompts_available": len(
+                    {r["problem_uid"] for r, w in zip(rows, reasons, strict=True) if w is None}
+                ),
+                "rows": report.kept,
+                "indices": [i for i, w in enumerate(reasons) if w is None],
+            }
+        ]
+    )
+    responses_ref = None
+    run_cfg = {"filters": cfg.to_dict(), "grid": {"prompts": grid_p, "responses": grid_r}}
+    if publish:
+        from curation.catalog import Catalog
+
+        cat = catalog or Catalog(data_root)
+        rv = cat.publish(
+            f"{name}.sft_responses",
+            table,
+            parents=list(parents),
+            step="sft_build",
+            config=run_cfg,
+            schema=RESPONSE_SCHEMA,
+        )
+        responses_ref = f"{rv.name}@{rv.version}"
+        for c in cells:
+            suffix = (
+                f"p{c['prompts']}.r{c['responses_per_prompt']}"
+                if c["prompts"] is not None
+                else "all"
+            )
+            v = cat.publish(
+                f"{name}.sft.{suffix}",
+                _set_table(rows, c["indices"]),
+                parents=[responses_ref],
+                step="sft_grid",
+                config={**run_cfg, "cell": {k: c[k] for k in ("prompts", "responses_per_prompt")}},
+                schema=SFT_SET_SCHEMA,
+            )
+            c["ref"] = f"{v.name}@{v.version}"
+    grid = [{k: v for k, v in c.items() if k != "indices"} for c in cells]
+    lengths = {
+        "kept": [len(r["response"] or "") for r, w in zip(rows, reasons, strict=True) if w is None],
+        "dropped": [
+            len(r["response"] or "") for r, w in zip(rows, reasons, strict=True) if w is not None
+        ],
+    }
+    counts = {
+        "responses": len(rows),
+        "prompts": len({r["problem_uid"] for r in rows}),
+        "kept": report.kept,
+        "filters": report.to_dict(),
+        "verification": dict(sorted(verification.items())),
+        "by_domain": dict(Counter(r["domain"] for r in rows)),
+        "truncated": sum(bool(r["truncated"]) for r in rows),
+    }
+    if vs_source is not None:
+        counts["verification_vs_source"] = vs_source
+    manifest = {
+        "schema_version": SFT_RUN_SCHEMA_VERSION,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "name": name,
+        "parents": list(parents),
+        "config": run_cfg,
+        "counts": counts,
+        "grid": grid,
+        "outputs": {"responses": responses_ref},
+        "response_decontam": str(decontam_dir[0]) if decontam_dir else None,
+        "response_lengths": lengths,
+    }
+    mtmp = out / ".run.json.tmp"
+    mtmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
+    os.replace(mtmp, out / "run.json")
+    return SFTBuildResult(out, responses_ref, grid, counts, manifest)
+
+
+def filter_config_from(data: Mapping[str, Any] | None) -> FilterConfig:
+    return FilterConfig.from_dict(dict(data or {}))
+
+
+__all__ = [
+    "SFTBuildResult",
+    "build_sft",
+    "rows_from_sft_samples",
+    "scaling_grid",
+]

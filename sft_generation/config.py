@@ -1,0 +1,144 @@
+"""Typed configs of the SFT stage: one dataclass per step, shared by the library, the CLI and
+pipeline files (TOML ``[sft]`` tables), validated in ``__post_init__``.
+
+Defaults follow AceReason-Nemotron 1.1's recipe: a DeepSeek-R1 teacher sampled at temperature
+0.6, top_p 0.95 with long contexts; responses kept when the final answer verifies (math) or the
+tests pass (code); truncated traces dropped; 9-gram decontamination of the responses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from curation.errors import ConfigError, did_you_mean
+
+KEEP_POLICIES = ("verified", "all", "majority")
+
+# The user turn for each domain. The teacher's chat template wraps it (once, in the generation
+# layer); these are the instructions DeepSeek recommends for R1 on math and a one-block rule
+# for code.
+MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+CODE_INSTRUCTION = (
+    "Write a Python 3 solution. Reason first, then give the complete program in one "
+    "```python code block."
+)
+
+
+def _check_fields(cls, data: dict[str, Any], where: str) -> None:
+    allowed = {f.name for f in dataclasses.fields(cls)}
+    for k in data:
+        if k not in allowed:
+            raise ConfigError(f"{where}: unknown key {k!r}", hint=did_you_mean(k, sorted(allowed)))
+
+
+@dataclass
+class TeacherConfig:
+    """How responses are sampled from the teacher (AceReason 1.1 defaults)."""
+
+    model: str = field(
+        default="deepseek-ai/DeepSeek-R1",
+        metadata={"help": "teacher model id (served name for an endpoint, HF id or path)"},
+    )
+    temperature: float = field(default=0.6, metadata={"help": "sampling temperature"})
+    top_p: float = field(default=0.95, metadata={"help": "nucleus sampling"})
+    max_tokens: int = field(default=32768, metadata={"help": "response token budget"})
+    seed: int = field(default=0, metadata={"help": "base seed; sample i uses seed + i"})
+    math_instruction: str = field(default=MATH_INSTRUCTION)
+    code_instruction: str = field(default=CODE_INSTRUCTION)
+    think_opened_by_template: bool = field(
+        default=True,
+        metadata={
+            "help": "the teacher's chat template opens <think> in the prompt (R1 distills do), "
+            "so a response without </think> is a truncated trace"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_tokens < 1:
+            raise ConfigError(f"max_tokens must be >= 1, got {self.max_tokens}")
+
+
+@dataclass
+class FilterConfig:
+    """The filters of an SFT build; each one is a toggle whose drop count goes in the record."""
+
+    keep_policy: str = field(
+        default="verified",
+        metadata={
+            "help": "verified: answer verifies / tests pass; all: keep every graded response; "
+            "majority: the final answer agrees with the prompt's majority answer"
+        },
+    )
+    drop_truncated: bool = field(
+        default=True,
+        metadata={"help": "drop traces cut off (no </think>, no final answer, finish=length)"},
+    )
+    check_format: bool = field(
+        default=True,
+        metadata={"help": "math: answer inside \\boxed{}; code: exactly one code block"},
+    )
+    min_response_chars: int | None = field(default=None)
+    max_response_chars: int | None = field(default=None)
+    min_response_tokens: int | None = field(default=None)
+    max_response_tokens: int | None = field(default=None)
+    near_dup_threshold: float | None = field(
+        default=0.9,
+        metadata={"help": "drop responses to the same prompt with shingle Jaccard >= this"},
+    )
+    decontaminate: bool = field(
+        default=True, metadata={"help": "run the decontamination engine over the responses"}
+    )
+    decontam_benchmarks: list[str] = field(
+        default_factory=lambda: ["aime24", "aime25", "lcb_v5", "lcb_v6"]
+    )
+    decontam_detectors: list[str] = field(
+        default_factory=lambda: ["ngram"],
+        metadata={"help": "detectors run over reasoning and answer (AceReason: 9-gram)"},
+    )
+    rebalance_bins: int | None = field(
+        default=None,
+        metadata={
+            "help": "AceReason-style length rebalancing: split prompts into this many bins "
+            "by mean kept response length and cap each bin at the largest bin's share "
+            "times rebalance_ratio (None: off)"
+        },
+    )
+    rebalance_ratio: float = field(
+        default=1.0, metadata={"help": "bin cap = ratio x the longest-response bin's size"}
+    )
+    seed: int = field(default=0, metadata={"help": "seed of the rebalancing sample"})
+
+    def __post_init__(self) -> None:
+        if self.keep_policy not in KEEP_POLICIES:
+            raise ConfigError(
+                f"unknown keep_policy {self.keep_policy!r}",
+                hint=did_you_mean(self.keep_policy, list(KEEP_POLICIES)),
+            )
+        for lo, hi in (
+            (self.min_response_chars, self.max_response_chars),
+            (self.min_response_tokens, self.max_response_tokens),
+        ):
+            if lo is not None and hi is not None and lo > hi:
+                raise ConfigError(f"length bounds: min {lo} > max {hi}")
+        if self.near_dup_threshold is not None and not 0 < self.near_dup_threshold <= 1:
+            raise ConfigError(
+                f"near_dup_threshold must be in (0, 1], got {self.near_dup_threshold}"
+            )
+        if self.rebalance_bins is not None and self.rebalance_bins < 2:
+            raise ConfigError(f"rebalance_bins must be >= 2, got {self.rebalance_bins}")
+        if self.rebalance_ratio <= 0:
+            raise ConfigError(f"rebalance_ratio must be > 0, got {self.rebalance_ratio}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "filters") -> FilterConfig:
+        _check_fields(cls, data, where)
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

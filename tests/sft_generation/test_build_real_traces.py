@@ -1,0 +1,95 @@
+"""SFT build on real R1-distill traces (thought-anchors, 153 MATH problems): truncation,
+verification against the source's own grade, and response decontamination with a planted
+AIME 2024 problem inside the thinking."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from curation.catalog import Catalog
+from curation.ingest import ingest
+from sft_generation.build import build_sft, rows_from_sft_samples
+
+pytestmark = pytest.mark.shared_data
+
+TRACES = "sft_r1distill_math_traces_thoughtanchors.jsonl"
+
+
+@pytest.fixture()
+def traces(pools_dir, data_root):
+    cat = Catalog(data_root)
+    res = ingest(
+        str(pools_dir / TRACES), field_map="thoughtanchors_r1_traces", name="ta", catalog=cat
+    )
+    return cat, res.ref
+
+
+def test_truncated_traces_are_dropped_as_truncated(traces, tmp_path, pools_dir):
+    cat, ref = traces
+    raw = [json.loads(line) for line in open(pools_dir / TRACES)]
+    # the oracle: a trace is cut off when the solution text has no closing tag
+    cut = {r["problem_idx"] for r in raw if "</think>" not in r["solutions"][0]["solution"]}
+    assert len(cut) == 9
+    rows = rows_from_sft_samples(cat.load(ref), source=ref)
+    res = build_sft(rows, name="ta", out_dir=tmp_path / "run", parents=[ref], catalog=cat)
+    out = pq.read_table(tmp_path / "run" / "responses.parquet").to_pylist()
+    dropped_trunc = {
+        json.loads(r["metadata"])["problem_idx"]
+        for r in out
+        if (r["drop_reason"] or "").startswith("truncated:")
+    }
+    assert dropped_trunc == cut
+    assert res.counts["filters"]["dropped"]["truncated"] == 9
+    f = res.counts["filters"]
+    assert f["rows_in"] == f["kept"] + sum(f["dropped"].values()) == 153
+    # verification outcomes for every row, none silently missing
+    assert sum(res.counts["verification"].values()) == 153
+
+
+def test_verifier_agrees_with_source_where_it_should(traces, tmp_path):
+    """Where we disagree with the source's loose `is_correct`, the run records it; every trace the
+    source calls correct we call correct too (our verifier is not stricter on real answers)."""
+    cat, ref = traces
+    rows = rows_from_sft_samples(cat.load(ref), source=ref)
+    res = build_sft(rows, name="ta", out_dir=tmp_path / "run", catalog=cat, publish=False)
+    vs = res.counts["verification_vs_source"]
+    assert vs["compared"] == 153
+    assert vs["source_correct_we_not"] == []
+    # the disagreements are the source's misses of equivalent answers (6.2 vs "r=6.2", ...)
+    assert 0 < len(vs["we_correct_source_not"]) <= 20
+    for d in vs["we_correct_source_not"]:
+        assert d["reference"] and d["extracted"]
+
+
+def test_planted_aime_problem_in_thinking_is_flagged_with_its_span(
+    traces, tmp_path, benchmarks_dir
+):
+    from decontam.benchmarks import load_benchmark
+
+    cat, ref = traces
+    items, _ = load_benchmark("aime24", benchmarks_dir=benchmarks_dir, include_variants=False)
+    item = items.slice(3, 1).to_pylist()[0]
+    rows = rows_from_sft_samples(cat.load(ref), source=ref)
+    target = next(r for r in rows if not r["truncated"] and len(r["reasoning"]) > 3000)
+    cut = len(target["reasoning"]) // 2
+    planted = f" This reminds me of a problem I saw: {item['text']} Anyway, back to ours. "
+    target["reasoning"] = target["reasoning"][:cut] + planted + target["reasoning"][cut:]
+    target["response"] = target["reasoning"] + "\n</think>\n\n" + target["final_answer"]
+    res = build_sft(rows, name="ta", out_dir=tmp_path / "run", catalog=cat)
+    out = {r["uid"]: r for r in pq.read_table(tmp_path / "run" / "responses.parquet").to_pylist()}
+    assert out[target["uid"]]["drop_reason"].startswith("contaminated:")
+    assert res.counts["filters"]["dropped"]["contaminated"] == 1  # only the planted one
+    m = pq.read_table(tmp_path / "run" / "response_decontam" / "matches.parquet").to_pylist()
+    hits = [x for x in m if x["sample_uid"] == target["uid"] and x["detector"] == "ngram"]
+    assert hits and {h["benchmark"] for h in hits} == {"aime24"}
+    h = max(hits, key=lambda x: x["score"])
+    assert h["field"] == "reasoning" and h["benchmark_item"] == item["item_id"]
+    start = cut + planted.index(item["text"])
+    end = start + len(item["text"])
+    spans = h["spans"]
+    assert min(s["sample_start"] for s in spans) <= start + 40
+    assert max(s["sample_end"] for s in spans) >= end - 40
+    assert all(start - 40 <= s["sample_start"] and s["sample_end"] <= end + 40 for s in spans)
