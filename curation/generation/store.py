@@ -1,0 +1,292 @@
+"""Samples and the content-keyed, resumable sample store.
+
+A sample's identity is ``(model id, full sampling params, prompt hash, sample index)``; its key
+is the SHA-256 of those four. The store is a folder of append-only JSONL shards (a sample goes to
+shard ``int(prompt_hash[:8], 16) % n_shards``). Each completed request's samples are written
+with one ``os.write`` on an ``O_APPEND`` descriptor, so a SIGKILL loses at most the requests in
+flight; a torn last line (a kill during the write) is skipped on read and cut off before the
+next append. Reading keeps one record per key, a success over an earlier failure, so a rerun
+that retries failed samples never duplicates one.
+
+Why hand-written: no library in the stack offers an append-only, crash-tolerant per-sample log
+keyed by content; datasets/Parquet files are write-once, and SQLite would serialise the
+writer threads of the HTTP backend behind one lock per row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from curation.errors import ConfigError, SluiceError
+
+SAMPLE_SCHEMA_VERSION = "generation_sample/1"
+STORE_FORMAT = "sluice-sample-store/1"
+
+SAMPLE_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.string(), nullable=False),
+        pa.field("model", pa.string(), nullable=False),
+        pa.field("backend", pa.string()),
+        pa.field("sampling_params", pa.string()),  # canonical JSON of SamplingParams
+        pa.field("params_hash", pa.string()),
+        pa.field("prompt_hash", pa.string(), nullable=False),
+        pa.field("sample_index", pa.int32(), nullable=False),
+        pa.field("seed", pa.int64()),
+        pa.field("text", pa.string()),  # null when the request failed
+        pa.field("finish_reason", pa.string()),  # stop | length | error | ...
+        pa.field("prompt_tokens", pa.int64()),
+        pa.field("completion_tokens", pa.int64()),
+        pa.field("error", pa.string()),  # null, "empty response", or the request failure
+        pa.field("latency_s", pa.float64()),
+        pa.field("created_at", pa.float64()),
+    ],
+    metadata={b"sluice.schema": SAMPLE_SCHEMA_VERSION.encode()},
+)
+
+EMPTY_RESPONSE = "empty response"
+
+
+def prompt_hash(prompt: str | list[dict[str, str]], mode: str = "chat") -> str:
+    """SHA-256 of the canonical JSON of the prompt as sent (messages or text) and the mode."""
+    body = json.dumps({"mode": mode, "prompt": prompt}, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def sample_key(model: str, params_key: str, p_hash: str, index: int) -> str:
+    h = hashlib.sha256()
+    for part in (model, params_key, p_hash, str(index)):
+        h.update(hashlib.sha256(part.encode()).digest())
+    return h.hexdigest()
+
+
+@dataclass
+class Sample:
+    """One generated sample (or one failed attempt at it)."""
+
+    model: str
+    sampling_params: str
+    prompt_hash: str
+    sample_index: int
+    text: str | None
+    finish_reason: str | None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    error: str | None = None
+    seed: int | None = None
+    backend: str = ""
+    latency_s: float = 0.0
+    created_at: float = field(default_factory=time.time)
+    key: str = ""
+    params_hash: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            self.key = sample_key(
+                self.model, self.sampling_params, self.prompt_hash, self.sample_index
+            )
+        if not self.params_hash:
+            self.params_hash = hashlib.sha256(self.sampling_params.encode()).hexdigest()[:16]
+        if self.error is None and self.text is not None and not self.text.strip():
+            self.error = EMPTY_RESPONSE
+
+    @property
+    def failed(self) -> bool:
+        """The request failed (no text came back); a rerun asks again. An empty response is not
+        a failure of the request: it is the model's answer and is kept (with ``error`` set)."""
+        return self.text is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class StoreLocked(SluiceError):
+    """Another process is writing to the same sample store."""
+
+
+class SampleStore:
+    """Append-only sharded JSONL store of :class:`Sample` records under ``root``.
+
+    Use as a context manager while writing: it takes an exclusive ``fcntl`` lock (one writer
+    process per store; threads of that process may append concurrently).
+    """
+
+    def __init__(self, root: str | os.PathLike, *, n_shards: int = 16, fsync_every_s: float = 2.0):
+        if n_shards < 1:
+            raise ConfigError("n_shards must be >= 1")
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        fmt = self.root / "FORMAT.json"
+        if fmt.exists():
+            info = json.loads(fmt.read_text())
+            if info.get("format") != STORE_FORMAT:
+                raise ConfigError(
+                    f"{self.root} is not a {STORE_FORMAT} store (found {info.get('format')!r})",
+                    hint="point at an empty folder or an existing sample store",
+                )
+            n_shards = int(info["n_shards"])
+        else:
+            tmp = fmt.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"format": STORE_FORMAT, "n_shards": n_shards}))
+            os.replace(tmp, fmt)
+        self.n_shards = n_shards
+        self.fsync_every_s = fsync_every_s
+        self._fds: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self._lock_fd: int | None = None
+        self._last_sync = time.monotonic()
+        self._index: dict[str, Sample] | None = None
+
+    # ------------------------------------------------------------------ writing
+    def __enter__(self) -> SampleStore:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def open(self) -> None:
+        if self._lock_fd is not None:
+            return
+        fd = os.open(self.root / "writer.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            os.close(fd)
+            raise StoreLocked(
+                f"sample store {self.root} is being written by another process",
+                hint="wait for that run to finish, or use another --store folder",
+            ) from exc
+        self._lock_fd = fd
+        for i in range(self.n_shards):
+            self._repair_tail(self._shard_path(i))
+
+    def close(self) -> None:
+        with self._lock:
+            for fd in self._fds.values():
+                os.fsync(fd)
+                os.close(fd)
+            self._fds = {}
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _shard_path(self, i: int) -> Path:
+        return self.root / f"shard-{i:03d}.jsonl"
+
+    def shard_of(self, p_hash: str) -> int:
+        return int(p_hash[:8], 16) % self.n_shards
+
+    @staticmethod
+    def _repair_tail(path: Path) -> None:
+        """Cut a torn last line (a write interrupted by a kill) so the next append starts clean."""
+        if not path.exists() or path.stat().st_size == 0:
+            return
+        with open(path, "rb+") as f:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) == b"\n":
+                return
+            f.seek(0)
+            content = f.read()
+            cut = content.rfind(b"\n") + 1
+            f.truncate(cut)
+
+    def append(self, samples: Iterable[Sample]) -> None:
+        """Write samples durably against a process kill (one write per shard)."""
+        if self._lock_fd is None:
+            raise ConfigError(
+                "open the sample store (with SampleStore(...) as s:) before appending"
+            )
+        by_shard: dict[int, list[bytes]] = {}
+        for s in samples:
+            line = json.dumps(s.to_dict(), ensure_ascii=False, separators=(",", ":"))
+            by_shard.setdefault(self.shard_of(s.prompt_hash), []).append(line.encode() + b"\n")
+            if self._index is not None:
+                self._remember(self._index, s)
+        with self._lock:
+            for shard, lines in by_shard.items():
+                fd = self._fds.get(shard)
+                if fd is None:
+                    fd = os.open(self._shard_path(shard), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+                    self._fds[shard] = fd
+                data = b"".join(lines)
+                view = memoryview(data)
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
+            now = time.monotonic()
+            if now - self._last_sync >= self.fsync_every_s:  # against power loss; a kill is
+                for fd in self._fds.values():  # already covered by write()
+                    os.fsync(fd)
+                self._last_sync = now
+
+    # ------------------------------------------------------------------ reading
+    @staticmethod
+    def _remember(index: dict[str, Sample], s: Sample) -> None:
+        old = index.get(s.key)
+        if old is None or old.failed:  # a success is final; a newer failure replaces an older
+            index[s.key] = s
+
+    def iter_records(self) -> Iterator[Sample]:
+        """Every complete record in every shard (duplicates and failures included)."""
+        for i in range(self.n_shards):
+            p = self._shard_path(i)
+            if not p.exists():
+                continue
+            with open(p, "rb") as f:
+                for line in f:
+                    if not line.endswith(b"\n"):
+                        break  # torn tail
+                    try:
+                        yield Sample(**json.loads(line))
+                    except (json.JSONDecodeError, TypeError):
+                        continue
+
+    def index(self) -> dict[str, Sample]:
+        """key -> best record (a success over a failure). Loaded once, kept current by append."""
+        if self._index is None:
+            idx: dict[str, Sample] = {}
+            for s in self.iter_records():
+                self._remember(idx, s)
+            self._index = idx
+        return self._index
+
+    def get(self, key: str) -> Sample | None:
+        return self.index().get(key)
+
+    def done(self, key: str) -> bool:
+        s = self.index().get(key)
+        return s is not None and not s.failed
+
+    def to_table(self, keys: Iterable[str] | None = None) -> pa.Table:
+        idx = self.index()
+        rows = [idx[k] for k in keys if k in idx] if keys is not None else list(idx.values())
+        return samples_table(rows)
+
+    def count_lines(self) -> int:
+        """Complete records on disk, duplicates included (tests use it to prove none)."""
+        return sum(1 for _ in self.iter_records())
+
+
+def samples_table(samples: Iterable[Sample]) -> pa.Table:
+    cols = [f.name for f in SAMPLE_SCHEMA]
+    rows = [{c: getattr(s, c) for c in cols} for s in samples]
+    return pa.Table.from_pylist(rows, schema=SAMPLE_SCHEMA)
+
+
+@contextlib.contextmanager
+def open_store(root: str | os.PathLike, **kw: Any) -> Iterator[SampleStore]:
+    store = SampleStore(root, **kw)
+    with store:
+        yield store

@@ -1,0 +1,107 @@
+"""OpenAI-compatible backend against a local stand-in server (tests/generation_helpers.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from generation_helpers import StandInServer, free_port_url, tiny_tokenizer
+
+from curation.generation import (
+    EndpointUnavailable,
+    GenerationConfig,
+    SampleStore,
+    SamplingParams,
+    generate,
+    make_backend,
+)
+
+P = SamplingParams(temperature=0.7, top_p=0.9, max_tokens=32, seed=3)
+
+
+def _backend(url: str, **kw):
+    cfg = GenerationConfig(**{"backend": "openai", "model": "stand-in-7b", "base_url": url,
+                              "backoff_s": 0.01, "max_retries": 2, "timeout_s": 5.0, **kw})  # fmt: skip
+    return make_backend(cfg)
+
+
+def test_chat_samples_are_stored_keyed_and_not_regenerated(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLUICE_API_KEY", "sk-test")
+    prompts = [[{"role": "user", "content": "What is 2+2?"}], "Plain string prompt"]
+    with StandInServer() as srv, SampleStore(tmp_path / "s") as st:
+        b = _backend(srv.url, system_prompt="Think step by step.")
+        r = generate(prompts, 3, P, b, st, progress=False)
+        assert r.generated == 6 and r.reused == 0 and r.failed == 0
+        posts = srv.posts()
+        assert len(posts) == 6 and posts[0]["path"] == "/v1/chat/completions"
+        body = posts[0]["body"]
+        assert body["model"] == "stand-in-7b" and body["n"] == 1 and body["temperature"] == 0.7
+        assert body["messages"][0] == {"role": "system", "content": "Think step by step."}
+        assert posts[0]["auth"] == "Bearer sk-test"
+        seeds = sorted(p["body"]["seed"] for p in posts)
+        assert len(set(seeds)) == 6  # one seed per (prompt, index)
+        s = r.samples[0][2]
+        assert s.model == "stand-in-7b" and json.loads(s.sampling_params)["seed"] == 3
+        assert s.sample_index == 2 and s.finish_reason == "stop" and s.completion_tokens > 0
+        assert s.prompt_tokens > 0 and s.text.startswith("stand-in reply")
+        assert s.prompt_hash == r.prompt_hashes[0] != r.prompt_hashes[1]
+        # unchanged rerun: no request; k 3 -> 5 asks only for indices 3 and 4
+        assert generate(prompts, 3, P, b, st, progress=False).generated == 0
+        assert len(srv.posts()) == 6
+        r5 = generate(prompts, 5, P, b, st, progress=False)
+        assert r5.generated == 4 and r5.reused == 6 and len(srv.posts()) == 10
+        assert [x.text for x in r5.samples[0][:3]] == [x.text for x in r.samples[0]]
+        # other sampling params are other samples
+        assert generate(prompts, 1, SamplingParams(seed=4), b, st, progress=False).generated == 2
+    assert SampleStore(tmp_path / "s").count_lines() == 12  # no duplicate on disk
+
+
+def test_completions_mode_text_and_rendered_chat(tmp_path):
+    tok_dir = tmp_path / "tok"
+    tiny_tokenizer(tok_dir)
+    with StandInServer() as srv, SampleStore(tmp_path / "s") as st:
+        b = _backend(srv.url, mode="completions", tokenizer=str(tok_dir))
+        r = generate(["2+2=", [{"role": "user", "content": "hi"}]], 1, P, b, st, progress=False)
+        assert r.failed == 0
+        bodies = sorted((p["body"]["prompt"] for p in srv.posts()), key=len)
+        assert srv.posts()[0]["path"] == "/v1/completions"
+        assert bodies == ["2+2=", "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"]
+
+
+def test_429_is_retried_500_recorded_then_retried_next_run(tmp_path):
+    with StandInServer() as srv, SampleStore(tmp_path / "s") as st:
+        b = _backend(srv.url)
+        r = generate(["FAIL-429-ONCE please", "FAIL-500 please"], 2, P, b, st, progress=False)
+        ok, bad = r.samples
+        assert all(not s.failed and s.text for s in ok)
+        assert all(s.failed and s.finish_reason == "error" for s in bad)
+        assert "HTTP 500" in bad[0].error and "after 3 attempts" in bad[0].error
+        assert r.failed == 2 and any("HTTP 500" in e for e in r.errors)
+        n_posts = len(srv.posts())
+        assert n_posts == 2 * 2 + 2 * 3  # 429 then success; 1 try + 2 retries
+        # the next run asks again for the failures only
+        r2 = generate(["FAIL-429-ONCE please", "FAIL-500 please"], 2, P, b, st, progress=False)
+        assert len(srv.posts()) == n_posts + 6 and r2.reused == 2 and r2.failed == 2
+
+
+def test_timeout_empty_text_and_concurrency_limit(tmp_path):
+    with StandInServer(slow_s=2.0) as srv, SampleStore(tmp_path / "s") as st:
+        b = _backend(srv.url, timeout_s=0.3, max_retries=0)
+        r = generate(["SLOW one", "EMPTY one"], 1, P, b, st, progress=False)
+        slow, empty = r.samples[0][0], r.samples[1][0]
+        assert slow.failed and "timeout after 0.3s" in slow.error
+        assert empty.text == "" and empty.error == "empty response" and not empty.failed
+        assert r.empty == 1 and r.failed == 1
+    with StandInServer(latency_s=0.1) as srv, SampleStore(tmp_path / "s2") as st:
+        b = _backend(srv.url, concurrency=3)
+        generate([f"prompt {i}" for i in range(4)], 3, P, b, st, progress=False)
+        assert len(srv.posts()) == 12 and 2 <= srv.max_in_flight <= 3
+
+
+def test_endpoint_down_is_one_clear_error(tmp_path):
+    with SampleStore(tmp_path / "s") as st:
+        b = _backend(free_port_url())
+        with pytest.raises(EndpointUnavailable, match="cannot reach the generation endpoint") as e:
+            generate(["hi"], 2, P, b, st, progress=False)
+        assert "vllm serve" in str(e.value) and "\n" not in str(e.value)
+        assert st.count_lines() == 0
