@@ -4,13 +4,24 @@ Isolation (see docs/sandbox.md for what is and is not covered):
 
 * ``bwrap --unshare-all``: new user, pid, net, ipc, uts and cgroup namespaces. The network
   namespace has only its own loopback (down), so nothing on the host, not even 127.0.0.1, is
-  reachable. ``--die-with-parent`` + the pid namespace: when the sandbox's pid 1 dies the kernel
-  kills every process in it, so nothing a program forks survives the run.
+  reachable.
+* Ending a run: bwrap's ``--info-fd`` reports the host pid of the sandbox's pid 1; the parent
+  holds a pidfd on it and, when the run ends for any reason, SIGKILLs it and waits until it has
+  exited. The kernel kills every process of a pid namespace when its pid 1 dies and pid 1 only
+  finishes exiting once the namespace is empty, so ``execute`` returns after every process of
+  the run is gone. ``--die-with-parent`` stays as a second line (if the parent itself is killed),
+  but is not relied on: a process in the sandbox could clear pid 1's parent-death signal.
+* seccomp (``bwrap --seccomp FD``, a filter compiled by libseccomp through its ``pyseccomp``
+  bindings): ``ptrace``, ``process_vm_*``, new namespaces (``unshare``, ``setns``, ``clone``
+  with namespace flags, ``clone3``), mounts, kernel modules, BPF, perf, keyrings, ``io_uring``,
+  ``userfaultfd`` and a few more fail with EPERM/ENOSYS; other architectures' syscall ABIs
+  (i386 ``int 0x80``, x32) kill the process.
 * Filesystem: read-only binds of ``/usr`` (and the ``/lib*``, ``/bin`` symlinks) plus the
   interpreter's install prefix when it lives outside ``/usr``; a fresh size-capped tmpfs ``/tmp``
   and a size-capped tmpfs working directory ``/work`` (the cwd, thrown away with the run); the
-  program and harness files bound read-only under ``/sandbox``. No ``/etc``, ``/root``,
-  ``/home``, project or data directories exist inside.
+  program and harness files bound read-only under ``/sandbox``; bwrap's minimal ``/dev``
+  remounted read-only, with a size-capped ``/dev/shm``. No ``/etc``, ``/root``, ``/home``,
+  project or data directories exist inside.
 * Identity: bwrap itself runs as the unprivileged host uid 65534 (when we are root) and the
   program as uid/gid 65534 in its user namespace, with all capabilities dropped. This matters
   for ``RLIMIT_NPROC``: the kernel exempts processes whose *host* uid is root from it, so a
@@ -18,19 +29,22 @@ Isolation (see docs/sandbox.md for what is and is not covered):
 * Limits (``prlimit`` inside the sandbox, before the program starts): ``RLIMIT_AS`` (memory),
   ``RLIMIT_CPU`` (CPU seconds), ``RLIMIT_NPROC`` (processes/threads), ``RLIMIT_FSIZE`` (file
   size), ``RLIMIT_NOFILE`` and ``RLIMIT_CORE=0``. The parent enforces the wall-clock limit and
-  the stdout/stderr caps and kills the whole process group on overrun.
+  the stdout/stderr caps.
 
-Not done: no seccomp filter, no cgroup accounting (cgroup v1 is writable on our machines, but
-rlimits were enough for the attack corpus in tests/rl_pools/test_sandbox_attacks.py).
+Not done: no cgroup accounting (cgroup v1 is writable on our machines, but rlimits were enough
+for the attack corpus in tests/rl_pools/test_sandbox_attacks.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
+import functools
 import json
 import math
 import os
 import secrets
+import select
 import selectors
 import shutil
 import signal
@@ -262,10 +276,83 @@ def check_available(config: SandboxConfig | None = None) -> None:
     py = cfg.python or _default_python()
     if not os.path.exists(py):
         raise SandboxUnavailable(f"sandbox interpreter {py} does not exist", hint="set python=")
+    seccomp_filter()  # raises SandboxUnavailable when libseccomp cannot compile the filter
+
+
+# System calls a sandboxed program never needs and an escape often does. They fail with EPERM
+# (the program sees an ordinary error, not a crash). The list follows Docker's default profile,
+# which is an allow-list; a deny-list is enough here because every other layer (user namespace,
+# no capabilities, no devices, read-only mounts) still applies to what remains allowed.
+_SECCOMP_DENY = (
+    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+    "unshare", "setns",
+    "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
+    "fsconfig", "fsmount", "fspick", "mount_setattr",
+    "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",
+    "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter",
+    "io_uring_register", "add_key", "request_key", "keyctl", "open_by_handle_at",
+    "name_to_handle_at", "reboot", "swapon", "swapoff", "acct", "quotactl", "syslog",
+    "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "personality", "vhangup",
+    "iopl", "ioperm", "lookup_dcookie", "fanotify_init", "uselib", "ustat", "sysfs",
+    "_sysctl", "nfsservctl", "get_kernel_syms", "query_module", "create_module",
+)  # fmt: skip
+# clone() flags that create namespaces (linux/sched.h): a nested user namespace would give the
+# program capabilities over fresh mounts, e.g. an uncapped tmpfs.
+_CLONE_NS_FLAGS = (
+    0x00020000,  # CLONE_NEWNS
+    0x02000000,  # CLONE_NEWCGROUP
+    0x04000000,  # CLONE_NEWUTS
+    0x08000000,  # CLONE_NEWIPC
+    0x10000000,  # CLONE_NEWUSER
+    0x20000000,  # CLONE_NEWPID
+    0x40000000,  # CLONE_NEWNET
+    0x00000080,  # CLONE_NEWTIME
+)
+_TIOCSTI = 0x5412  # push bytes into a terminal's input queue
+
+
+@functools.lru_cache(maxsize=1)
+def seccomp_filter() -> bytes:
+    """The sandbox's seccomp program as compiled BPF (what ``bwrap --seccomp`` reads).
+
+    Compiled by libseccomp (through the ``pyseccomp`` ctypes bindings), never hand-assembled:
+    libseccomp also adds the architecture check, so i386 (``int 0x80``) and x32 system calls,
+    which would bypass a filter keyed on x86_64 numbers, kill the process.
+    """
+    try:
+        import pyseccomp as sc
+    except (ImportError, OSError, AttributeError) as exc:  # OSError: libseccomp.so missing
+        raise SandboxUnavailable(
+            f"libseccomp's Python bindings are not usable: {exc}",
+            hint="pip install pyseccomp and apt-get install libseccomp2 (scripts/setup.sh does both)",
+        ) from None
+    f = sc.SyscallFilter(sc.ALLOW)
+    deny = sc.ERRNO(errno.EPERM)
+    for name in _SECCOMP_DENY:
+        nr = sc.resolve_syscall(sc.Arch.NATIVE, name)
+        if nr < 0:  # not a syscall on this architecture (or a libseccomp pseudo-syscall)
+            continue
+        f.add_rule(deny, nr)
+    for flag in _CLONE_NS_FLAGS:
+        f.add_rule(deny, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+    # clone3 passes its flags in memory, which seccomp cannot read: ENOSYS makes glibc fall back
+    # to clone(), which the rules above do check (Docker's default profile does the same).
+    f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+    f.add_rule(deny, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, _TIOCSTI))
+    with tempfile.TemporaryFile() as t:
+        f.export_bpf(t)
+        t.seek(0)
+        return t.read()
 
 
 def _bwrap_argv(
-    cfg: SandboxConfig, host_dir: str, argv: list[str], env: dict[str, str] | None = None
+    cfg: SandboxConfig,
+    host_dir: str,
+    argv: list[str],
+    env: dict[str, str] | None = None,
+    *,
+    info_fd: int,
+    seccomp_fd: int,
 ) -> list[str]:
     py = cfg.python or _default_python()
     args = [
@@ -273,6 +360,8 @@ def _bwrap_argv(
         "--unshare-all",
         "--die-with-parent",
         "--new-session",
+        "--info-fd", str(info_fd),
+        "--seccomp", str(seccomp_fd),
         "--ro-bind", "/usr", "/usr",
     ]  # fmt: skip
     for name in ("lib", "lib64", "lib32", "bin", "sbin"):
@@ -289,7 +378,11 @@ def _bwrap_argv(
     size = str(cfg.tmpfs_mb * 1024 * 1024)
     args += [
         "--proc", "/proc",
+        # bwrap's minimal /dev is a tmpfs with no size cap: remount it read-only, with a capped
+        # tmpfs for /dev/shm (POSIX shared memory, multiprocessing's semaphores).
         "--dev", "/dev",
+        "--size", size, "--tmpfs", "/dev/shm",
+        "--remount-ro", "/dev",
         "--size", size, "--tmpfs", "/tmp",
         "--size", size, "--tmpfs", _WORK_DIR,
         "--ro-bind", host_dir, _SANDBOX_DIR,
@@ -318,6 +411,67 @@ def _bwrap_argv(
     return args + argv
 
 
+class _Namespace:
+    """The sandbox's pid 1, held by a pidfd (no pid-reuse race), from bwrap's ``--info-fd``."""
+
+    def __init__(self, info_r: int, bwrap_pid: int, deadline: float) -> None:
+        self.pidfd: int | None = None
+        self.error = ""
+        buf = b""
+        dec = json.JSONDecoder()
+        while True:  # bwrap writes {"child-pid": N, ...} once the namespace exists
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([info_r], [], [], left)[0]:
+                self.error = "bwrap did not report its child pid in time"
+                return
+            chunk = os.read(info_r, 4096)
+            if not chunk:
+                return  # bwrap failed before creating the namespace: its stderr says why
+            buf += chunk
+            try:
+                info, _ = dec.raw_decode(buf.decode())
+                break
+            except ValueError:
+                continue
+        pid = int(info["child-pid"])
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return  # already gone with its whole namespace
+        try:  # make sure the pidfd names bwrap's child, not a process that reused the pid
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            ppid = -1
+        if ppid != bwrap_pid:
+            os.close(fd)
+            # bwrap is still alive here unless its child died: reparenting only happens after
+            self.error = f"sandbox pid 1 ({pid}) is no longer bwrap's child"
+            return
+        self.pidfd = fd
+
+    def kill(self) -> None:
+        if self.pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def kill_and_wait(self, timeout_s: float = 30.0) -> bool:
+        """SIGKILL pid 1 and wait until it has exited. True when the namespace is empty.
+
+        The kernel kills every other process of the namespace when its pid 1 dies and does not
+        let pid 1 finish exiting (the pidfd turns readable) before they are all gone.
+        """
+        if self.pidfd is None:
+            return True
+        self.kill()
+        done = bool(select.select([self.pidfd], [], [], timeout_s)[0])
+        os.close(self.pidfd)
+        self.pidfd = None
+        return done
+
+
 def _run_bwrap(
     cfg: SandboxConfig,
     host_dir: str,
@@ -326,8 +480,17 @@ def _run_bwrap(
     time_limit_s: float,
     env: dict[str, str] | None = None,
 ) -> ExecutionResult:
-    """Start the sandbox, feed stdin, read capped stdout/stderr, enforce the wall clock."""
-    cmd = _bwrap_argv(cfg, host_dir, argv, env)
+    """Start the sandbox, feed stdin, read capped stdout/stderr, enforce the wall clock.
+
+    Returns only after every process of the run is gone (see :class:`_Namespace`).
+    """
+    bpf = seccomp_filter()
+    info_r, info_w = os.pipe()
+    # The seccomp program from an anonymous file: bwrap reads it to EOF from the fd.
+    bpf_f = tempfile.TemporaryFile()
+    bpf_f.write(bpf)
+    bpf_f.seek(0)
+    cmd = _bwrap_argv(cfg, host_dir, argv, env, info_fd=info_w, seccomp_fd=bpf_f.fileno())
     if os.geteuid() == 0:
         # Drop to the unprivileged host uid before bwrap (see the module docstring: RLIMIT_NPROC).
         # setpriv rather than Popen(user=...): Python only uses vfork without uid changes, and a
@@ -352,18 +515,29 @@ def _run_bwrap(
             stdin=stdin_f,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            start_new_session=True,  # own process group: killpg reaches bwrap and its init
+            start_new_session=True,  # own process group: killpg reaches bwrap itself
             close_fds=True,
+            pass_fds=(info_w, bpf_f.fileno()),
             cwd="/",
             env={"PATH": "/usr/bin:/bin"},
         )
     except OSError as exc:
-        stdin_f.close()
+        for f in (stdin_f, bpf_f):
+            f.close()
+        os.close(info_r)
+        os.close(info_w)
         return ExecutionResult(
             "sandbox_error", None, "", "", 0.0, reason=f"could not start bwrap: {exc}",
             limits=cfg.limits(),
         )  # fmt: skip
-    stdin_f.close()
+    for f in (stdin_f, bpf_f):
+        f.close()
+    os.close(info_w)
+    deadline = t0 + time_limit_s
+    try:
+        ns = _Namespace(info_r, proc.pid, max(deadline, time.monotonic() + 10.0))
+    finally:
+        os.close(info_r)
 
     out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
     bufs = {out_fd: bytearray(), err_fd: bytearray()}
@@ -372,10 +546,14 @@ def _run_bwrap(
     for f in (proc.stdout, proc.stderr):
         os.set_blocking(f.fileno(), False)
         sel.register(f.fileno(), selectors.EVENT_READ)
-    deadline = t0 + time_limit_s
+    # bwrap exits as soon as the program does; anything still holding the pipes then (pid 1,
+    # leftover children) is killed at once, so a finished program is never reported `timeout`.
+    bwrap_fd = os.pidfd_open(proc.pid)
+    sel.register(bwrap_fd, selectors.EVENT_READ)
     killed_for: str | None = None
 
     def kill() -> None:
+        ns.kill()  # the namespace first: bwrap's death alone does not reliably take it down
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -393,6 +571,10 @@ def _run_bwrap(
             break  # should not happen: the namespace is dead, pipes must be at EOF
         for key, _ in sel.select(timeout=min(remaining, 0.5)):
             fd = key.fd
+            if fd == bwrap_fd:
+                sel.unregister(fd)
+                ns.kill()
+                continue
             try:
                 chunk = os.read(fd, 65536)
             except BlockingIOError:
@@ -412,6 +594,7 @@ def _run_bwrap(
                     kill()
                     deadline = time.monotonic() + 5.0
     sel.close()
+    os.close(bwrap_fd)
     # Pipes closed. A program may have closed stdout/stderr and kept running: the wall clock
     # still applies to it.
     try:
@@ -422,9 +605,10 @@ def _run_bwrap(
         rc = proc.wait()
     proc.stdout.close()
     proc.stderr.close()
-    # No kill after the reap: bwrap's pid (= the group id) may already belong to someone else.
-    # Nothing can linger: bwrap's pid-1 child dies with bwrap (--die-with-parent), and the
-    # kernel then kills every process of the sandbox's pid namespace.
+    # bwrap reports the program's exit as soon as the program (the namespace's pid 2) exits;
+    # its children may still be alive under pid 1. Kill pid 1 and wait for the namespace to
+    # empty before returning. (No killpg after the reap: bwrap's pid may already be reused.)
+    emptied = ns.kill_and_wait()
     wall = time.monotonic() - t0
     res = ExecutionResult(
         status="passed",
@@ -437,6 +621,10 @@ def _run_bwrap(
         limits=cfg.limits(),
     )
     _classify(res, rc, killed_for, cfg, time_limit_s)
+    if ns.error or not emptied:
+        # Never report a pass when the run could not be confirmed over.
+        res.status = "sandbox_error"
+        res.reason = ns.error or "the sandbox's processes did not exit after SIGKILL"
     return res
 
 

@@ -6,9 +6,10 @@ cd "$(dirname "$0")/.."
 PY=${PY:-python3}
 VENV=${VENV:-.venv}
 
-# System packages: bubblewrap (code sandbox), chromium (HTML report tests).
+# System packages: bubblewrap and libseccomp (code sandbox), chromium (HTML report tests).
 need=()
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2' || need+=(libseccomp2)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then

@@ -12,6 +12,7 @@ import threading
 import psutil
 import pytest
 
+import rl_pools.sandbox as sandbox_mod
 from rl_pools.sandbox import SandboxConfig, execute
 
 pytestmark = pytest.mark.skipif(
@@ -89,14 +90,15 @@ if os.fork() == 0:
         devnull = os.open("/dev/null", os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(devnull, fd)
-        os.execv("/usr/bin/sleep", ["sleep", "1000", {marker!r}])
+        os.execv("/usr/bin/sleep", [{marker!r}, "1000"])  # argv[0]: the marker ps shows
     os._exit(0)
-subprocess.Popen(["/usr/bin/sleep", "999", {marker!r}], start_new_session=True)
+subprocess.Popen([{marker!r}, "999"], executable="/usr/bin/sleep", start_new_session=True)
 print("parent done")
 """
-    r = execute(prog, config=FAST)
-    assert r.status == "passed" and r.stdout == "parent done\n"
-    assert _marked_processes(marker) == []
+    for _ in range(5):  # execute() returns only once every process of the run is gone
+        r = execute(prog, config=FAST)
+        assert r.status == "passed" and r.stdout == "parent done\n"
+        assert _marked_processes(marker) == []
 
 
 @pytest.fixture()
@@ -235,3 +237,157 @@ def test_rm_rf_against_a_host_canary(tmp_path):
     assert r.status == "passed"
     assert r.stdout.strip().splitlines()[-1] == "False"  # not visible inside at all
     assert (canary / "keep.txt").read_text() == "alive"
+
+
+# A real ptrace injection (x86_64): attach to the sandbox's pid 1 (bwrap's init), make it run
+# prctl(PR_SET_PDEATHSIG, 0) so that it no longer dies with bwrap, then leave a daemon behind.
+# Without the fixes the daemon (and pid 1) outlived the run and the parent process.
+_PTRACE_ATTACK = r"""
+import ctypes, os
+MARK = __MARK__
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+libc.ptrace.restype = ctypes.c_long
+ATTACH, DETACH, GETREGS, SETREGS, STEP, PEEK = 16, 17, 12, 13, 9, 1
+class Regs(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_ulonglong) for n in (
+        "r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi orig_rax rip cs eflags "
+        "rsp ss fs_base gs_base ds es fs gs").split()]
+def pt(req, addr=0, data=None):
+    ctypes.set_errno(0)
+    r = libc.ptrace(req, 1, ctypes.c_void_p(addr), data)
+    if r == -1 and ctypes.get_errno():
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return r
+def ref(regs):
+    return ctypes.cast(ctypes.pointer(regs), ctypes.c_void_p)
+def clear_pid1_deathsig():
+    pt(ATTACH)
+    os.waitpid(1, 0x40000000)  # __WALL
+    saved = Regs()
+    pt(GETREGS, data=ref(saved))
+    if pt(PEEK, saved.rip - 2) & 0xFFFF != 0x050F:  # pid 1 sits in wait(): rip follows 'syscall'
+        pt(DETACH)
+        return "no syscall instruction"
+    new = Regs.from_buffer_copy(saved)
+    new.rax, new.rdi, new.rsi, new.rip, new.orig_rax = 157, 1, 0, saved.rip - 2, 2**64 - 1
+    pt(SETREGS, data=ref(new))
+    pt(STEP)
+    os.waitpid(1, 0x40000000)
+    after = Regs()
+    pt(GETREGS, data=ref(after))
+    pt(SETREGS, data=ref(saved))
+    pt(DETACH)
+    return "prctl returned %d" % ctypes.c_longlong(after.rax).value
+try:
+    print("attack:", clear_pid1_deathsig(), flush=True)
+except OSError as e:
+    print("attack refused:", e.errno, flush=True)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        fd = os.open("/dev/null", os.O_RDWR)
+        for i in (0, 1, 2):
+            os.dup2(fd, i)
+        os.execv("/usr/bin/sleep", [MARK, "1000"])
+    os._exit(0)
+print("parent exits", flush=True)
+"""
+
+needs_x86_64 = pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86_64 ptrace attack")
+
+
+@needs_x86_64
+def test_ptrace_of_pid1_is_denied_and_nothing_outlives_the_run():
+    marker = f"ptrace-daemon-{secrets.token_hex(4)}"
+    prog = _PTRACE_ATTACK.replace("__MARK__", repr(marker))
+    r = execute(prog, config=FAST)
+    assert "attack refused: 1" in r.stdout, r  # EPERM from the seccomp filter
+    assert r.status == "passed" and r.stdout.endswith("parent exits\n"), r
+    assert _marked_processes(marker) == []
+
+
+@needs_x86_64
+def test_without_seccomp_pid1_is_still_killed_by_pid(monkeypatch):
+    """Second line of defence: the attack succeeds (seccomp allows everything here), pid 1
+    no longer dies with bwrap, and the parent still kills the namespace through its pidfd."""
+    import pyseccomp
+
+    def allow_all() -> bytes:
+        import tempfile
+
+        f = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+        with tempfile.TemporaryFile() as t:
+            f.export_bpf(t)
+            t.seek(0)
+            return t.read()
+
+    monkeypatch.setattr(sandbox_mod, "seccomp_filter", allow_all)
+    marker = f"ptrace-daemon-{secrets.token_hex(4)}"
+    prog = _PTRACE_ATTACK.replace("__MARK__", repr(marker))
+    r = execute(prog, config=FAST)
+    assert "attack: prctl returned 0" in r.stdout, r  # the injection really ran
+    assert r.status == "passed", r  # and a program that exits 0 is not reported as timeout
+    assert _marked_processes(marker) == []
+
+
+def test_seccomp_denies_namespace_and_kernel_surface_syscalls():
+    prog = r"""
+import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+def call(name, *args):
+    ctypes.set_errno(0)
+    r = getattr(libc, name)(*args)
+    return "ok" if r >= 0 else os.strerror(ctypes.get_errno())
+res = {
+    "unshare_user": call("unshare", 0x10000000),
+    "unshare_mount": call("unshare", 0x00020000),
+    "ptrace_traceme": call("ptrace", 0, 0, None, None),
+    "io_uring_setup": call("syscall", 425, 1, ctypes.create_string_buffer(120)),
+    "bpf": call("syscall", 321, 0, None, 0),
+    "mount": call("mount", b"none", b"/work", b"tmpfs", 0, None),
+    "getpid": call("getpid"),
+}
+pid = os.fork()  # ordinary fork (clone without namespace flags) still works
+if pid == 0:
+    os._exit(7)
+res["fork"] = os.WEXITSTATUS(os.waitpid(pid, 0)[1])
+print(json.dumps(res))
+"""
+    r = execute(prog, config=FAST)
+    assert r.status == "passed", r
+    res = json.loads(r.stdout)
+    for k in ("unshare_user", "unshare_mount", "ptrace_traceme", "io_uring_setup", "bpf", "mount"):
+        assert res[k] == "Operation not permitted", res
+    assert res["getpid"] == "ok" and res["fork"] == 7
+
+
+def test_dev_is_read_only_and_dev_shm_is_capped():
+    # The /dev flood: many files below RLIMIT_FSIZE, 4x the tmpfs cap in all. Without the fix
+    # /dev was a writable, uncapped tmpfs (600 MiB measured, in host shared memory).
+    cfg = SandboxConfig(time_limit_s=30, cpu_limit_s=20, tmpfs_mb=16, max_file_mb=8)
+    prog = """
+import json, os
+res = {}
+for d in ["/dev", "/dev/shm"]:
+    n = 0
+    try:
+        for i in range(8):
+            with open(f"{d}/flood{i}", "wb") as f:
+                for _ in range(8):
+                    f.write(b"x" * (1 << 20))
+                    n += 1
+        res[d] = [n, "no error"]
+    except OSError as e:
+        res[d] = [n, e.errno]
+res["devices"] = sorted(os.listdir("/dev"))
+print(json.dumps(res))
+"""
+    r = execute(prog, config=cfg)
+    assert r.status == "passed", r
+    res = json.loads(r.stdout)
+    assert res["/dev"] == [0, 30], res  # EROFS: not one byte
+    n_shm, err = res["/dev/shm"]
+    assert err == 28 and n_shm <= cfg.tmpfs_mb, res  # ENOSPC at the tmpfs cap
+    assert {"null", "zero", "urandom", "shm"} <= set(res["devices"])
