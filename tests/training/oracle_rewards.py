@@ -1,0 +1,15 @@
+"""A reward with a known answer for the history-resampling test: every rollout of a prompt is
+"correct" exactly when the prompt's uid is in the solved set (the first half of the uids by
+sha256), whatever the random model generates."""
+
+from __future__ import annotations
+
+import hashlib
+
+
+def solved(uid: str) -> bool:
+    return int(hashlib.sha256(uid.encode()).hexdigest(), 16) % 2 == 0
+
+
+def uid_oracle(prompts, completions, uid, **_):
+    return [1.0 if solved(u) else 0.0 for u in uid]

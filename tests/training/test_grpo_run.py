@@ -1,0 +1,158 @@
+"""A real (tiny) GRPO run through TRL's GRPOTrainer on real pool rows: two stages, history
+resampling, overlong masking, entropy logging, run records and the catalog checkpoint.
+
+The model is random, so it almost never emits EOS: every math-stage completion is truncated and
+``mask_truncated_completions`` zeroes its loss (loss and grad_norm are 0 there). The tests check
+the bookkeeping, not learning; the code stage turns masking off to show the difference.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from oracle_rewards import solved
+
+from training.config import TrainConfig
+from training.grpo import run_grpo
+
+
+def _config(tiny_model, pools, **over) -> TrainConfig:
+    raw = {
+        "name": "tiny-srpo",
+        "model": {"name_or_path": str(tiny_model)},
+        "rewards": [
+            {"name": "format", "weight": 0.1},
+            {"name": "math_accuracy"},
+            {"name": "code_pass_rate"},
+            {"name": "oracle", "function": "oracle_rewards:uid_oracle"},
+        ],
+        "resampling": {"correct_rewards": ["oracle"]},
+        "stages": [
+            {
+                "name": "math",
+                "pools": [pools["math"]],
+                "max_completion_length": 6,
+                "epochs": 2,
+                "temperature": 1.0,
+            },
+            {
+                "name": "code",
+                "pools": [pools["code"]],
+                "max_completion_length": 10,
+                "steps": 2,
+                "temperature": "auto",
+                "mask_truncated_completions": False,
+            },
+        ],
+        "entropy": {"temperatures": [0.5, 1.0, 1.5], "num_prompts": 2, "max_new_tokens": 8},
+        "trl": {"num_generations": 2, "per_device_train_batch_size": 4, "learning_rate": 1e-3},
+    }
+    raw.update(over)
+    return TrainConfig.from_dict(raw)
+
+
+@pytest.fixture(scope="module")
+def run(tiny_model, pool_catalog, tmp_path_factory):
+    out = tmp_path_factory.mktemp("grpo-run") / "run"
+    res = run_grpo(_config(tiny_model, pool_catalog), out, catalog=pool_catalog["catalog"])
+    metrics = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
+    return res, metrics
+
+
+def _steps(metrics, stage):
+    return [m for m in metrics if m.get("stage") == stage and "loss" in m]
+
+
+def test_history_resampling_drops_exactly_the_all_correct_prompts(run, pool_catalog):
+    res, _ = run
+    cat = pool_catalog["catalog"]
+    uids = sorted(cat.load(pool_catalog["math"], columns=["uid"])["uid"].to_pylist())
+    e0, e1 = res.manifest["stages"][0]["epochs"]
+    # 12 prompts, 2 per generation batch: epoch 0 sees every prompt
+    assert e0["seen"] == len(uids) == 12
+    want = sorted(u for u in uids if solved(u))
+    assert 0 < len(want) < len(uids)
+    dropped = (res.run_dir / "resampling/math/epoch-000-dropped.txt").read_text().split()
+    assert dropped == want
+    assert e0["dropped"] == len(want) and e0["kept"] == len(uids) - len(want)
+    assert e0["all_wrong"] == len(uids) - len(want)  # all-wrong prompts stay
+    # epoch 1 only sees kept prompts: nothing all-correct is left to drop
+    assert e1["dropped"] == 0 and e1["seen"] + e1["not_seen"] == e0["kept"]
+    summary = json.loads((res.run_dir / "resampling/math/epoch-000.json").read_text())
+    assert summary["seen"] == 12 and summary["dropped"] == len(want)
+
+
+def test_stages_switch_max_completion_length_and_temperature(run):
+    res, metrics = run
+    math_steps, code_steps = _steps(metrics, "math"), _steps(metrics, "code")
+    assert math_steps and code_steps
+    assert {m["max_completion_length"] for m in math_steps} == {6}
+    assert {m["max_completion_length"] for m in code_steps} == {10}
+    # TRL's own length metric agrees: a random model runs to the budget
+    assert max(m["completions/max_length"] for m in math_steps) == 6
+    assert max(m["completions/max_length"] for m in code_steps) == 10
+    assert len(code_steps) == 2  # steps = 2
+    sweep = json.loads((res.run_dir / "stages/code/entropy_sweep.json").read_text())
+    assert res.manifest["stages"][1]["temperature"] == sweep["proposed"]
+    assert {m["temperature"] for m in code_steps} == {sweep["proposed"]}
+
+
+def test_masked_counts_and_entropy_are_logged_every_step(run):
+    res, metrics = run
+    math_steps, code_steps = _steps(metrics, "math"), _steps(metrics, "code")
+    for m in math_steps + code_steps:
+        assert m["entropy/temperature_adjusted"] > 0
+        assert m["overlong/truncated"] <= m["overlong/completions"]
+    # math masks truncated completions: every masked one was truncated, and TRL saw them clipped
+    for m in math_steps:
+        assert m["overlong/masked"] == m["overlong/truncated"]
+        assert m["overlong/truncated"] == m["completions/clipped_ratio"] * m["overlong/completions"]
+    # code does not mask: nothing masked although completions were truncated
+    assert all(m["overlong/masked"] == 0 for m in code_steps)
+    assert sum(m["overlong/truncated"] for m in code_steps) > 0
+    # without masking TRL's loss pass computes entropy over every generated token: ours agrees
+    for m in code_steps:
+        assert m["entropy/temperature_adjusted"] == pytest.approx(m["entropy"], rel=1e-4)
+    counts = res.manifest["stages"][0]["counts"]
+    assert counts["masked_truncated"] == sum(m["overlong/masked"] for m in math_steps)
+    # per-reward means (TRL) and our outcome counts are logged
+    assert all("rewards/math_accuracy/mean" in m for m in math_steps)
+    rc = res.manifest["reward_counts"]["math_accuracy"]
+    assert sum(rc.values()) == counts["completions"]
+
+
+def test_run_records_consumed_versions_config_and_versions(run, pool_catalog):
+    res, _ = run
+    man = json.loads((res.run_dir / "run.json").read_text())
+    consumed = {c["resolved"]: c for c in man["consumed"]}
+    assert set(consumed) == {pool_catalog["math"], pool_catalog["code"]}
+    c = consumed[pool_catalog["math"]]
+    assert c["cleaned"] and c["decontaminated_ref"] == pool_catalog["math"]
+    assert c["decontam_input_ref"] == pool_catalog["raw_math"]
+    assert c["decontam_config"]["decontam"]["benchmarks"] == ["aime24"]
+    import trl
+
+    assert man["versions"]["trl"] == trl.__version__
+    assert man["code_version"]["sluice"]
+    resolved = json.loads((res.run_dir / "config.resolved.json").read_text())
+    assert resolved["stages"][0]["pools"] == [pool_catalog["math"]]
+    assert man["config"] == resolved
+
+
+def test_checkpoint_is_registered_with_lineage_to_the_pools(run, pool_catalog):
+    res, _ = run
+    cat = pool_catalog["catalog"]
+    v = cat.resolve(res.checkpoint_ref)
+    assert v.name == "tiny-srpo.checkpoint" and v.step == "train_grpo"
+    assert set(v.parents) == {pool_catalog["math"], pool_catalog["code"]}
+    lineage = {n.ref for n in cat.lineage(v.ref)}
+    assert pool_catalog["raw_math"] in lineage and pool_catalog["raw_code"] in lineage
+    files = dict(
+        zip(*cat.load(v.ref, columns=["file", "sha256"]).to_pydict().values(), strict=True)
+    )
+    assert "model.safetensors" in files
+    import hashlib
+
+    got = hashlib.sha256((res.checkpoint_dir / "model.safetensors").read_bytes()).hexdigest()
+    assert files["model.safetensors"] == got

@@ -1,0 +1,399 @@
+"""The GRPO run config: one typed dataclass tree, read from TOML or YAML, shared by
+``sluice train grpo CONFIG`` and :func:`training.grpo.run_grpo`.
+
+```toml
+name = "srpo-demo"                       # run name; the checkpoint is published as <name>.checkpoint
+seed = 0
+
+[model]
+name_or_path = "Qwen/Qwen2.5-0.5B-Instruct"
+
+[[rewards]]
+name = "format"                          # format | math_accuracy | code_pass_rate | length_penalty
+weight = 0.1                             # or a custom one: function = "package.module:callable"
+
+[[stages]]
+name = "math"
+pools = ["deepscaler.decontaminated@3f2a9c1d"]
+max_completion_length = 8192
+epochs = 2                               # or steps = N
+temperature = 0.6                        # or "auto" (entropy sweep, target entropy.target)
+
+[trl]                                    # any other GRPOConfig field, passed through
+learning_rate = 1e-6
+num_generations = 8
+```
+
+Fields that stages own (``temperature``, ``max_completion_length``, ``num_train_epochs``,
+``max_steps``, ``mask_truncated_completions``) and ``output_dir`` are refused in ``[trl]``: a knob
+has one home (a constructor default never silently overrides the file).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from curation.errors import ConfigError, did_you_mean
+
+CONFIG_SCHEMA_VERSION = "train_grpo/1"
+
+BUILTIN_REWARDS = ("format", "math_accuracy", "code_pass_rate", "length_penalty")
+# GRPOConfig fields a stage (or the runner) owns; refused in [trl].
+_STAGE_OWNED = {
+    "temperature": "stages[].temperature",
+    "max_completion_length": "stages[].max_completion_length",
+    "num_train_epochs": "stages[].epochs",
+    "max_steps": "stages[].steps",
+    "mask_truncated_completions": "stages[].mask_truncated_completions",
+    "output_dir": "the --out option",
+    "reward_weights": "rewards[].weight",
+    "seed": "the top-level seed",
+}
+_REF_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/]*@[A-Za-z0-9]+$")
+
+DEFAULT_SYSTEM_PROMPT = (
+    "A conversation between User and Assistant. The Assistant first thinks about the reasoning "
+    "process in the mind and then provides the user with the answer. The reasoning process is "
+    "enclosed within <think> </think> tags, followed by the answer, i.e., "
+    "<think> reasoning process here </think> answer here."
+)
+DEFAULT_MATH_TEMPLATE = (
+    "{problem}\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
+)
+DEFAULT_CODE_TEMPLATE = (
+    "{problem}\n\n{starter_code_block}Write a complete Python 3 solution and put it in one "
+    "```python code block at the end of your answer."
+)
+
+
+def _check_keys(section: str, raw: dict[str, Any], cls: type) -> None:
+    known = [f.name for f in fields(cls)]
+    for key in raw:
+        if key not in known:
+            raise ConfigError(f"unknown key {key!r} in {section}", hint=did_you_mean(key, known))
+
+
+@dataclass
+class ModelConfig:
+    name_or_path: str = field(
+        default="", metadata={"help": "a Hub id or a local folder (config + weights + tokenizer)"}
+    )
+    revision: str | None = field(default=None, metadata={"help": "Hub revision to pin"})
+    dtype: str = field(
+        default="auto", metadata={"help": "torch dtype: auto | float32 | bfloat16 | float16"}
+    )
+
+    def __post_init__(self) -> None:
+        if not self.name_or_path:
+            raise ConfigError("[model] name_or_path is required", hint="a Hub id or a local folder")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ConfigError(
+                f"[model] dtype {self.dtype!r} is not supported",
+                hint="use auto, float32, bfloat16 or float16",
+            )
+
+
+@dataclass
+class RewardConfig:
+    name: str = field(default="", metadata={"help": "a built-in reward or any unique name"})
+    weight: float = field(default=1.0, metadata={"help": "weight in the summed reward"})
+    function: str | None = field(
+        default=None,
+        metadata={"help": "custom reward 'module:callable' in TRL's signature (else built-in)"},
+    )
+    options: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "reward options (code_pass_rate: mode=all|fraction; length_penalty: ...)"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ConfigError("[[rewards]] entry without a name", hint="e.g. name = 'format'")
+        if self.function is None and self.name not in BUILTIN_REWARDS:
+            raise ConfigError(
+                f"unknown reward {self.name!r}",
+                hint=did_you_mean(self.name, BUILTIN_REWARDS)
+                + "; or give function = 'module:callable' for a custom reward",
+            )
+        if self.function is not None and ":" not in self.function:
+            raise ConfigError(
+                f"reward {self.name!r}: function {self.function!r} is not 'module:callable'"
+            )
+        if self.name == "code_pass_rate":
+            mode = self.options.get("mode", "all")
+            if mode not in ("all", "fraction"):
+                raise ConfigError(
+                    f"reward code_pass_rate: mode {mode!r} is not supported",
+                    hint="use 'all' (all-or-nothing) or 'fraction' (share of tests passed)",
+                )
+
+
+@dataclass
+class StageConfig:
+    name: str = field(default="", metadata={"help": "stage name (run-dir folder, logs)"})
+    pools: list[str] = field(
+        default_factory=list, metadata={"help": "pool versions, name@version, concatenated"}
+    )
+    max_completion_length: int = field(
+        default=1024, metadata={"help": "token budget per completion (AceReason: 8K->32K)"}
+    )
+    epochs: int | None = field(
+        default=None, metadata={"help": "passes over the stage's (kept) prompts"}
+    )
+    steps: int | None = field(default=None, metadata={"help": "optimizer steps of the stage"})
+    temperature: float | str = field(
+        default=1.0, metadata={"help": "sampling temperature, or 'auto' (entropy sweep)"}
+    )
+    mask_truncated_completions: bool = field(
+        default=True,
+        metadata={"help": "overlong filtering: truncated completions get no loss (TRL)"},
+    )
+    domains: list[str] | None = field(
+        default=None, metadata={"help": "keep only rows of these domains (math, code)"}
+    )
+    max_prompts: int | None = field(
+        default=None, metadata={"help": "use the first N prompts by uid (smoke runs)"}
+    )
+
+    def __post_init__(self) -> None:
+        where = f"stage {self.name or '?'!r}"
+        if not self.name:
+            raise ConfigError("[[stages]] entry without a name", hint="e.g. name = 'math-8k'")
+        if not self.pools:
+            raise ConfigError(f"{where} has no pools", hint="pools = ['name@version']")
+        for ref in self.pools:
+            if not isinstance(ref, str) or not _REF_RE.match(ref):
+                raise ConfigError(
+                    f"{where}: pool {ref!r} is not name@version",
+                    hint="pin a version, e.g. 'gsm8k.decontaminated@latest' or '...@3f2a9c1d'",
+                )
+        if (self.epochs is None) == (self.steps is None):
+            raise ConfigError(f"{where}: set exactly one of epochs or steps")
+        for k in ("epochs", "steps", "max_prompts"):
+            v = getattr(self, k)
+            if v is not None and (not isinstance(v, int) or v < 1):
+                raise ConfigError(f"{where}: {k} must be a positive integer, got {v!r}")
+        if not isinstance(self.max_completion_length, int) or self.max_completion_length < 1:
+            raise ConfigError(f"{where}: max_completion_length must be a positive integer")
+        if isinstance(self.temperature, str):
+            if self.temperature != "auto":
+                raise ConfigError(
+                    f"{where}: temperature {self.temperature!r} is not a number or 'auto'"
+                )
+        elif not isinstance(self.temperature, int | float) or self.temperature <= 0:
+            raise ConfigError(f"{where}: temperature must be > 0 or 'auto'")
+        else:
+            self.temperature = float(self.temperature)
+        for d in self.domains or []:
+            if d not in ("math", "code"):
+                raise ConfigError(f"{where}: unknown domain {d!r}", hint="use math or code")
+
+
+@dataclass
+class ResamplingConfig:
+    """SRPO history resampling: at each epoch boundary drop prompts whose every rollout was
+    correct in the epoch just finished; all-wrong prompts stay."""
+
+    enabled: bool = field(default=True, metadata={"help": "history resampling on/off"})
+    correct_rewards: list[str] = field(
+        default_factory=lambda: ["math_accuracy", "code_pass_rate"],
+        metadata={"help": "rewards that say whether a rollout is correct (first non-null)"},
+    )
+    threshold: float = field(default=1.0, metadata={"help": "a rollout is correct at >= this"})
+    zero_variance_filter: bool = field(
+        default=False,
+        metadata={"help": "DAPO dynamic sampling in-batch: groups with equal rewards get no loss"},
+    )
+
+
+@dataclass
+class EntropyConfig:
+    target: float = field(default=0.3, metadata={"help": "temperature-adjusted entropy target"})
+    temperatures: list[float] = field(
+        default_factory=lambda: [0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2],
+        metadata={"help": "temperatures the sweep tries"},
+    )
+    num_prompts: int = field(default=8, metadata={"help": "prompts sampled per temperature"})
+    samples_per_prompt: int = field(default=2, metadata={"help": "completions per prompt"})
+    max_new_tokens: int = field(default=256, metadata={"help": "generated tokens per completion"})
+
+    def __post_init__(self) -> None:
+        if not self.temperatures or any(t <= 0 for t in self.temperatures):
+            raise ConfigError("[entropy] temperatures must be a non-empty list of numbers > 0")
+
+
+@dataclass
+class PromptConfig:
+    system: str | None = field(
+        default=DEFAULT_SYSTEM_PROMPT, metadata={"help": "system message (empty: none)"}
+    )
+    math_template: str = field(
+        default=DEFAULT_MATH_TEMPLATE, metadata={"help": "user message for math rows"}
+    )
+    code_template: str = field(
+        default=DEFAULT_CODE_TEMPLATE, metadata={"help": "user message for code rows"}
+    )
+
+
+@dataclass
+class TrainConfig:
+    name: str = field(default="", metadata={"help": "run name; checkpoint is <name>.checkpoint"})
+    model: ModelConfig = field(default_factory=ModelConfig)
+    stages: list[StageConfig] = field(default_factory=list)
+    rewards: list[RewardConfig] = field(default_factory=list)
+    resampling: ResamplingConfig = field(default_factory=ResamplingConfig)
+    entropy: EntropyConfig = field(default_factory=EntropyConfig)
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    verify: dict[str, Any] = field(
+        default_factory=dict, metadata={"help": "rl_pools.verify.VerifyConfig fields"}
+    )
+    sandbox: dict[str, Any] = field(
+        default_factory=dict, metadata={"help": "rl_pools.sandbox.SandboxConfig fields"}
+    )
+    trl: dict[str, Any] = field(
+        default_factory=dict, metadata={"help": "other trl.GRPOConfig fields, passed through"}
+    )
+    seed: int = field(default=0, metadata={"help": "seed of sampling and shuffling"})
+    save_model: bool = field(default=True, metadata={"help": "save the final model to the run"})
+    publish: bool = field(default=True, metadata={"help": "register the checkpoint in the catalog"})
+
+    def __post_init__(self) -> None:
+        if not self.name or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._\-]*$", self.name):
+            raise ConfigError(
+                f"run name {self.name!r} is missing or invalid",
+                hint="name = 'srpo-math-code' (letters, digits, '.', '_', '-')",
+            )
+        if not self.stages:
+            raise ConfigError("the config has no [[stages]]", hint="add at least one stage")
+        if not self.rewards:
+            raise ConfigError("the config has no [[rewards]]", hint="e.g. name = 'math_accuracy'")
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"stage names must be unique, got {names}")
+        rnames = [r.name for r in self.rewards]
+        if len(set(rnames)) != len(rnames):
+            raise ConfigError(f"reward names must be unique, got {rnames}")
+        if self.resampling.enabled:
+            if not any(n in rnames for n in self.resampling.correct_rewards):
+                raise ConfigError(
+                    "history resampling needs one of its correct_rewards among the rewards: "
+                    f"{self.resampling.correct_rewards}",
+                    hint="add that reward, set [resampling] correct_rewards, or enabled = false",
+                )
+        for key in self.trl:
+            if key in _STAGE_OWNED:
+                raise ConfigError(
+                    f"[trl] {key} is set by {_STAGE_OWNED[key]}, not in [trl]",
+                    hint=f"move it to {_STAGE_OWNED[key]}",
+                )
+        ng = self.trl.get("num_generations", 8)
+        if not isinstance(ng, int) or ng < 2:
+            raise ConfigError(
+                f"[trl] num_generations must be an integer >= 2, got {ng!r}",
+                hint="GRPO compares rollouts within a group",
+            )
+
+    # ---- (de)serialisation --------------------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> TrainConfig:
+        if not isinstance(raw, dict):
+            raise ConfigError("a train config must be a mapping (TOML table / YAML mapping)")
+        raw = dict(raw)
+        raw.pop("schema_version", None)
+        _check_keys("the train config", raw, cls)
+
+        def sub(key: str, klass: type) -> Any:
+            val = raw.get(key) or {}
+            if not isinstance(val, dict):
+                raise ConfigError(f"[{key}] must be a table")
+            _check_keys(f"[{key}]", val, klass)
+            return klass(**val)
+
+        def many(key: str, klass: type) -> list:
+            vals = raw.get(key) or []
+            if not isinstance(vals, list):
+                raise ConfigError(f"{key} must be a list of tables ([[{key}]])")
+            out = []
+            for i, v in enumerate(vals):
+                if not isinstance(v, dict):
+                    raise ConfigError(f"[[{key}]] entry {i} must be a table")
+                _check_keys(f"[[{key}]] entry {i}", v, klass)
+                out.append(klass(**v))
+            return out
+
+        kw: dict[str, Any] = {k: v for k, v in raw.items() if k not in ("model", "stages")}
+        kw["model"] = sub("model", ModelConfig)
+        kw["stages"] = many("stages", StageConfig)
+        kw["rewards"] = many("rewards", RewardConfig)
+        kw["resampling"] = sub("resampling", ResamplingConfig)
+        kw["entropy"] = sub("entropy", EntropyConfig)
+        kw["prompt"] = sub("prompt", PromptConfig)
+        return cls(**kw)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["schema_version"] = CONFIG_SCHEMA_VERSION
+        return d
+
+    def hash(self) -> str:
+        blob = json.dumps(self.to_dict(), sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def reward_weights(self) -> list[float]:
+        return [float(r.weight) for r in self.rewards]
+
+
+def load_train_config(path: str | os.PathLike) -> TrainConfig:
+    """Read a train config from ``.toml``, ``.yaml`` or ``.yml``; ``${VAR}`` is expanded."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} not found")
+    text = os.path.expandvars(p.read_text(encoding="utf-8"))
+    suffix = p.suffix.lower()
+    try:
+        if suffix == ".toml":
+            import tomllib
+
+            raw = tomllib.loads(text)
+        elif suffix in (".yaml", ".yml"):
+            import yaml
+
+            raw = yaml.safe_load(text)
+        else:
+            raise ConfigError(
+                f"config file {str(p)!r}: unknown format {suffix!r}", hint="use .toml or .yaml"
+            )
+    except ConfigError:
+        raise
+    except Exception as exc:  # tomllib / yaml errors carry the line number
+        raise ConfigError(f"config file {str(p)!r} is not valid {suffix[1:]}: {exc}") from exc
+    try:
+        return TrainConfig.from_dict(raw or {})
+    except ConfigError as exc:
+        raise ConfigError(f"config file {str(p)!r}: {exc.message}", hint=exc.hint) from exc
+    except TypeError as exc:
+        raise ConfigError(f"config file {str(p)!r}: {exc}") from exc
+
+
+__all__ = [
+    "BUILTIN_REWARDS",
+    "CONFIG_SCHEMA_VERSION",
+    "EntropyConfig",
+    "ModelConfig",
+    "PromptConfig",
+    "ResamplingConfig",
+    "RewardConfig",
+    "StageConfig",
+    "TrainConfig",
+    "load_train_config",
+]

@@ -1,0 +1,706 @@
+"""The GRPO trainer stage: TRL's ``GRPOTrainer`` driven through stages, epochs and SRPO history
+resampling, with every consumed dataset version and the resolved config recorded.
+
+:class:`SluiceGRPOTrainer` is TRL's trainer with four small hooks (no training logic of our
+own): it records each rollout's correctness by prompt uid (history resampling), optionally masks
+zero-variance groups (DAPO dynamic sampling, in-batch), counts completions masked by
+``mask_truncated_completions``, and logs the temperature-adjusted entropy over all generated
+tokens from the per-token entropies TRL already computes.
+
+:func:`run_grpo` runs the stages. Within a stage, each epoch (a pass over the prompts still
+kept) is one ``GRPOTrainer.train()`` call on the same model object, sharing one optimizer and
+one LR schedule across the stage: TRL's data loader has a fixed length and prefetches, so the
+kept set cannot change inside one ``train()`` call. Run directory::
+
+    run.json                    manifest: consumed versions, decontamination runs, versions,
+                                stages, epochs, counts, outputs (written last, atomically)
+    config.resolved.json        the config with every pool pinned to name@version
+    metrics.jsonl               one line per logged step (TRL's metrics + ours) and per event
+    skipped_rows.jsonl          pool rows not trained on, with the reason
+    resampling/<stage>/epoch-NNN.json, epoch-NNN-dropped.txt
+    stages/<stage>/entropy_sweep.json   (temperature = "auto")
+    checkpoints/<stage>/        model + tokenizer after each stage
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from curation.errors import ConfigError, SluiceError
+from training.config import TrainConfig
+from training.pools import PoolInfo, build_prompt_rows, check_pools
+from training.resampling import (
+    EpochSummary,
+    HistoryTracker,
+    rollout_correct,
+    write_epoch_summary,
+    zero_variance_groups,
+)
+
+RUN_SCHEMA_VERSION = "train_run/1"
+log = logging.getLogger("sluice.training")
+
+
+# --------------------------------------------------------------------------------------------
+# Hooks shared between the trainer subclass and the runner
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunState:
+    """Mutable state the trainer hooks write into (one per run)."""
+
+    stage: str = ""
+    epoch: int = 0
+    step_offset: int = 0
+    max_completion_length: int = 0
+    temperature: float = 1.0
+    tracker: HistoryTracker | None = None
+    correct_indices: list[int] = field(default_factory=list)
+    threshold: float = 1.0
+    zero_variance_filter: bool = False
+    totals: dict[str, int] = field(default_factory=dict)
+
+    def add(self, key: str, n: int) -> None:
+        k = f"{self.stage}/{key}"
+        self.totals[k] = self.totals.get(k, 0) + int(n)
+
+
+def _trainer_class() -> type:
+    """Build the GRPOTrainer subclass lazily (importing trl costs seconds)."""
+    import torch
+    from accelerate.utils import gather_object
+    from trl import GRPOTrainer
+
+    class SluiceGRPOTrainer(GRPOTrainer):
+        """TRL's GRPOTrainer plus Sluice's bookkeeping hooks (see the module docstring)."""
+
+        def __init__(self, *args: Any, run_state: RunState, **kwargs: Any) -> None:
+            self.run_state = run_state
+            self._sluice_gen: tuple[list[int], list[bool]] | None = None
+            self._sluice_flat: Any = None
+            self._sluice_entropies: Any = None
+            super().__init__(*args, **kwargs)
+
+        # generation: remember each local completion's length and whether it was truncated
+        def _generate(self, prompts: list) -> Any:
+            res = super()._generate(prompts)
+            completion_ids_list = res[1]
+            stop = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+            lengths = [len(ids) for ids in completion_ids_list]
+            truncated = [(not ids) or ids[-1] not in stop for ids in completion_ids_list]
+            self._sluice_gen = (lengths, truncated)
+            return res
+
+        # rewards: record correctness per uid (history resampling), find flat groups (DAPO)
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # type: ignore[override]
+            rpf = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            st = self.run_state
+            if not self.model.training:
+                return rpf
+            uids = gather_object([x["uid"] for x in inputs])
+            vals = rpf.detach().float().cpu()
+            if st.tracker is not None and st.correct_indices:
+                correct = [
+                    rollout_correct([float(vals[r, j]) for j in st.correct_indices], st.threshold)
+                    for r in range(vals.shape[0])
+                ]
+                st.tracker.record(uids, correct)
+            if st.zero_variance_filter:
+                w = self.reward_weights.float().cpu()
+                total = (vals * w.unsqueeze(0)).nansum(dim=1).tolist()
+                self._sluice_flat = zero_variance_groups(total, self.num_generations)
+            return rpf
+
+        def _generate_and_score_completions(self, inputs):  # type: ignore[override]
+            out = super()._generate_and_score_completions(inputs)
+            if not self.model.training or self._sluice_gen is None:
+                return out
+            st = self.run_state
+            dev = self.accelerator.device
+            lengths, truncated = self._sluice_gen
+            n_trunc = int(sum(truncated))
+            masked = n_trunc if self.mask_truncated_completions else 0
+            stats = torch.tensor([len(lengths), n_trunc, masked], dtype=torch.float32, device=dev)
+            n_all, n_trunc_all, n_masked_all = self.accelerator.reduce(
+                stats, reduction="sum"
+            ).tolist()
+            m = self._metrics["train"]
+            m["overlong/completions"].append(n_all)
+            m["overlong/truncated"].append(n_trunc_all)
+            m["overlong/masked"].append(n_masked_all)
+            st.add("completions", int(n_all))
+            st.add("truncated", int(n_trunc_all))
+            st.add("masked_truncated", int(n_masked_all))
+            if self._sluice_flat is not None:
+                n_local = len(lengths)
+                sl = slice(
+                    self.accelerator.process_index * n_local,
+                    (self.accelerator.process_index + 1) * n_local,
+                )
+                flat = torch.tensor(self._sluice_flat[sl], device=dev)
+                out["completion_mask"] = out["completion_mask"] * (~flat).unsqueeze(1).int()
+                n_groups = sum(self._sluice_flat) / self.num_generations
+                m["zero_variance/filtered_groups"].append(float(n_groups))
+                st.add("zero_variance_groups", int(n_groups))
+                self._sluice_flat = None
+            out["sluice_entropy_extra"] = self._excluded_entropy(out, lengths)
+            return out
+
+        def _excluded_entropy(self, out: dict, lengths: list[int]) -> Any:
+            """Per row [entropy sum, tokens] for completions the loss ignores (overlong-masked
+            or zero-variance): TRL's loss pass computes no entropy for them, so one no-grad
+            forward over just those rows fills the gap (the metric covers all generated tokens)."""
+            dev = self.accelerator.device
+            cm = out["completion_mask"]
+            width = out["completion_ids"].shape[1]
+            pos = torch.arange(width, device=dev).unsqueeze(0)
+            gen = (pos < torch.tensor(lengths, device=dev).unsqueeze(1)).int()
+            extra = torch.zeros(cm.shape[0], 2, device=dev)
+            idx = ((cm.sum(1) == 0) & (gen.sum(1) > 0)).nonzero().squeeze(1)
+            if idx.numel():
+                ids = torch.cat([out["prompt_ids"][idx], out["completion_ids"][idx]], dim=1)
+                attn = torch.cat([out["prompt_mask"][idx], gen[idx]], dim=1)
+                with torch.no_grad():
+                    _, ent, _ = self._get_per_token_logps_and_entropies(
+                        self.model,
+                        ids,
+                        attn,
+                        width,
+                        batch_size=self.args.per_device_train_batch_size,
+                        compute_entropy=True,
+                    )
+                g = gen[idx].float()
+                extra[idx, 0] = (ent.float() * g).sum(1)
+                extra[idx, 1] = g.sum(1)
+            return extra
+
+        def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):  # type: ignore[override]
+            res = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+            if kwargs.get("compute_entropy") and res[1] is not None:
+                self._sluice_entropies = res[1].detach()
+            return res
+
+        def _compute_loss(self, model, inputs):  # type: ignore[override]
+            self._sluice_entropies = None
+            loss = super()._compute_loss(model, inputs)
+            ent, extra = self._sluice_entropies, inputs.get("sluice_entropy_extra")
+            if ent is not None and extra is not None and self.model.training:
+                cm = inputs["completion_mask"][:, -ent.shape[1] :].float()
+                stats = torch.stack(
+                    [(ent.float() * cm).sum() + extra[:, 0].sum(), cm.sum() + extra[:, 1].sum()]
+                )
+                s, n = self.accelerator.reduce(stats, reduction="sum").tolist()
+                if n > 0:
+                    self._metrics["train"]["entropy/temperature_adjusted"].append(s / n)
+            return loss
+
+    return SluiceGRPOTrainer
+
+
+def _metrics_callback(path: Path, state: RunState) -> Any:
+    from transformers import TrainerCallback
+
+    class MetricsFile(TrainerCallback):
+        """Append every log record to metrics.jsonl with the stage, epoch and run-wide step."""
+
+        def on_log(self, args, tstate, control, logs=None, **kwargs):  # noqa: ANN001
+            if not logs or not tstate.is_world_process_zero:
+                return
+            rec = {
+                "stage": state.stage,
+                "epoch": state.epoch,
+                "step": state.step_offset + tstate.global_step,
+                "stage_step": tstate.global_step,
+                "max_completion_length": state.max_completion_length,
+                "temperature": state.temperature,
+            }
+            for k, v in logs.items():
+                if isinstance(v, int | float | str) or v is None:
+                    rec[k] = v
+            _append_jsonl(path, rec)
+
+    return MetricsFile()
+
+
+def _append_jsonl(path: Path, rec: dict[str, Any]) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(rec, sort_keys=True, default=_json_default) + "\n")
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, float) and math.isnan(o):
+        return None
+    return str(o)
+
+
+# --------------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    manifest: dict[str, Any]
+    checkpoint_dir: Path | None
+    checkpoint_ref: str | None
+
+
+def versions() -> dict[str, str]:
+    """Versions of the libraries that define a training result."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("trl", "transformers", "torch", "accelerate", "datasets", "math-verify", "vllm"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            continue
+    return out
+
+
+def resolve_pools(
+    config: TrainConfig, catalog: Any, *, allow_uncleaned: bool = False
+) -> tuple[TrainConfig, list[PoolInfo]]:
+    """Check every stage's pools (refusing uncleaned ones) and return the config with each pool
+    pinned to its exact ``name@version``."""
+    refs = [r for s in config.stages for r in s.pools]
+    infos = check_pools(catalog, refs, allow_uncleaned=allow_uncleaned)
+    pinned = {i.ref: i.resolved for i in infos}
+    stages = [dataclasses.replace(s, pools=[pinned[r] for r in s.pools]) for s in config.stages]
+    return dataclasses.replace(config, stages=stages), infos
+
+
+def _stage_dataset(config: TrainConfig, stage: Any, catalog: Any, run_dir: Path) -> list[dict]:
+    rows: list[dict[str, Any]] = []
+    for ref in stage.pools:
+        t = catalog.load(ref)
+        r, skipped = build_prompt_rows(t, config.prompt, pool_ref=ref, domains=stage.domains)
+        for s in skipped:
+            _append_jsonl(run_dir / "skipped_rows.jsonl", {"stage": stage.name, **s})
+        rows.extend(r)
+    seen: set[str] = set()
+    uniq = []
+    for r in sorted(rows, key=lambda x: x["uid"]):
+        if r["uid"] in seen:  # the same problem in two pools of a stage: train on it once
+            _append_jsonl(
+                run_dir / "skipped_rows.jsonl",
+                {
+                    "stage": stage.name,
+                    "uid": r["uid"],
+                    "pool": r["pool"],
+                    "reason": "duplicate uid",
+                },
+            )
+            continue
+        seen.add(r["uid"])
+        uniq.append(r)
+    if stage.max_prompts is not None:
+        uniq = uniq[: stage.max_prompts]
+    if not uniq:
+        raise ConfigError(
+            f"stage {stage.name!r}: no trainable rows in {', '.join(stage.pools)}",
+            hint=f"see {run_dir / 'skipped_rows.jsonl'} for why rows were left out",
+        )
+    return uniq
+
+
+def _grpo_args(config: TrainConfig, stage: Any, temperature: float, out: Path, seed: int) -> Any:
+    import torch
+    from trl import GRPOConfig
+
+    known = {f.name for f in dataclasses.fields(GRPOConfig)}
+    for k in config.trl:
+        if k not in known:
+            from curation.errors import did_you_mean
+
+            raise ConfigError(f"[trl] {k!r} is not a GRPOConfig field", hint=did_you_mean(k, known))
+    kw: dict[str, Any] = {
+        "logging_steps": 1,
+        "report_to": "none",
+        "save_strategy": "no",
+        "bf16": bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported()),
+        "disable_tqdm": True,
+        "num_generations": 8,
+    }
+    kw.update(config.trl)
+    kw.update(
+        output_dir=str(out),
+        temperature=temperature,
+        max_completion_length=stage.max_completion_length,
+        mask_truncated_completions=stage.mask_truncated_completions,
+        num_train_epochs=1,
+        max_steps=-1,
+        seed=seed,
+        reward_weights=config.reward_weights(),
+    )
+    try:
+        return GRPOConfig(**kw)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"stage {stage.name!r}: TRL rejected the settings: {exc}") from exc
+
+
+def _load_model(config: TrainConfig) -> tuple[Any, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    mc = config.model
+    dtype = "auto" if mc.dtype == "auto" else getattr(torch, mc.dtype)
+    try:
+        tok = AutoTokenizer.from_pretrained(mc.name_or_path, revision=mc.revision)
+        model = AutoModelForCausalLM.from_pretrained(
+            mc.name_or_path, revision=mc.revision, dtype=dtype
+        )
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot load model {mc.name_or_path!r}: {str(exc).splitlines()[0]}",
+            hint="give a local folder or a Hub id reachable from this machine",
+        ) from exc
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return model, tok
+
+
+def _stage_optimizer(model: Any, args: Any, total_steps: int) -> tuple[Any, Any]:
+    """One optimizer + LR schedule for the whole stage (all its epochs), built the way
+    transformers' Trainer builds them from the same args."""
+    from transformers import Trainer, get_scheduler
+
+    opt_cls, opt_kw = Trainer.get_optimizer_cls_and_kwargs(args, model)
+    decay, no_decay = [], []
+    for n, p in model.named_parameters():
+        if p.requires_grad:
+            (no_decay if ("bias" in n or "norm" in n.lower()) else decay).append(p)
+    groups = [
+        {"params": decay, "weight_decay": args.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    opt = opt_cls(groups, **opt_kw)
+    sched = get_scheduler(
+        args.lr_scheduler_type,
+        opt,
+        num_warmup_steps=args.get_warmup_steps(total_steps),
+        num_training_steps=total_steps,
+        scheduler_specific_kwargs=args.lr_scheduler_kwargs or {},
+    )
+    return opt, sched
+
+
+def _release(trainer: Any, model: Any) -> None:
+    """Undo what one GRPOTrainer did to the shared model object and free its engine."""
+    model.__dict__.pop("forward", None)  # TRL's fused LM head patch (re-added by the next one)
+    for attr in ("vllm_generation", "llm"):
+        if hasattr(trainer, attr):
+            with contextlib.suppress(Exception):
+                delattr(trainer, attr)
+    gc.collect()
+    with contextlib.suppress(Exception):
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _file_sha256(p: Path) -> str:
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def run_grpo(
+    config: TrainConfig,
+    out_dir: str | os.PathLike,
+    *,
+    catalog: Any = None,
+    allow_uncleaned: bool = False,
+    command: str | None = None,
+) -> TrainResult:
+    """Train ``config``'s stages with TRL's GRPOTrainer; write the run dir; register the final
+    checkpoint in the catalog as ``<name>.checkpoint`` (parents: every consumed pool version)."""
+    from curation.catalog import Catalog, code_version
+
+    cat = catalog if catalog is not None else Catalog()
+    run_dir = Path(out_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if (run_dir / "run.json").exists():
+        raise ConfigError(
+            f"{run_dir} already holds a finished run (run.json)",
+            hint="give a new --out directory; runs are never overwritten",
+        )
+    for stale in ("metrics.jsonl", "skipped_rows.jsonl"):
+        (run_dir / stale).unlink(missing_ok=True)
+    resolved, pools = resolve_pools(config, cat, allow_uncleaned=allow_uncleaned)
+    (run_dir / "config.resolved.json").write_text(
+        json.dumps(resolved.to_dict(), indent=2, sort_keys=True)
+    )
+    datasets_by_stage = {s.name: _stage_dataset(resolved, s, cat, run_dir) for s in resolved.stages}
+
+    import torch
+    from datasets import Dataset
+
+    from training.entropy import entropy_sweep
+    from training.rewards import LengthPenaltyReward, build_rewards, close_rewards, reward_counts
+
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+    torch.manual_seed(config.seed)
+    model, tok = _load_model(resolved)
+    rewards = build_rewards(resolved.rewards, verify=resolved.verify, sandbox=resolved.sandbox)
+    rnames = [r.name for r in resolved.rewards]
+    state = RunState(
+        threshold=resolved.resampling.threshold,
+        zero_variance_filter=resolved.resampling.zero_variance_filter,
+        correct_indices=[
+            rnames.index(n) for n in resolved.resampling.correct_rewards if n in rnames
+        ],
+    )
+    trainer_cls = _trainer_class()
+    metrics_path = run_dir / "metrics.jsonl"
+    stage_records: list[dict[str, Any]] = []
+    checkpoint_dir: Path | None = None
+    try:
+        for si, stage in enumerate(resolved.stages):
+            rows = datasets_by_stage[stage.name]
+            stage_dir = run_dir / "stages" / stage.name
+            stage_dir.mkdir(parents=True, exist_ok=True)
+            sweep = None
+            temperature = stage.temperature
+            if temperature == "auto":
+                ec = resolved.entropy
+                sweep = entropy_sweep(
+                    model,
+                    tok,
+                    [r["prompt"] for r in rows[: ec.num_prompts]],
+                    ec.temperatures,
+                    target=ec.target,
+                    max_new_tokens=min(ec.max_new_tokens, stage.max_completion_length),
+                    samples_per_prompt=ec.samples_per_prompt,
+                    seed=resolved.seed,
+                )
+                temperature = sweep.proposed
+                (stage_dir / "entropy_sweep.json").write_text(
+                    json.dumps(sweep.to_dict(), indent=2, sort_keys=True)
+                )
+                _append_jsonl(
+                    metrics_path, {"event": "entropy_sweep", "stage": stage.name, **sweep.to_dict()}
+                )
+            for r in rewards:
+                if isinstance(r, LengthPenaltyReward):
+                    r.max_len = stage.max_completion_length
+            tracker = HistoryTracker([r["uid"] for r in rows], enabled=resolved.resampling.enabled)
+            state.stage, state.tracker = stage.name, tracker
+            state.max_completion_length, state.temperature = (
+                stage.max_completion_length,
+                float(temperature),
+            )
+            by_uid = {r["uid"]: r for r in rows}
+            optimizer = scheduler = None
+            stage_steps = 0
+            epochs: list[dict[str, Any]] = []
+            stop_reason = ""
+            epoch = 0
+            while True:
+                if stage.epochs is not None and epoch >= stage.epochs:
+                    stop_reason = f"{stage.epochs} epoch(s) done"
+                    break
+                if stage.steps is not None and stage_steps >= stage.steps:
+                    stop_reason = f"{stage.steps} step(s) done"
+                    break
+                active = tracker.active
+                ds = Dataset.from_list([by_uid[u] for u in active])
+                args = _grpo_args(
+                    resolved,
+                    stage,
+                    float(temperature),
+                    run_dir / "trl" / stage.name / f"epoch-{epoch:03d}",
+                    resolved.seed + epoch,
+                )
+                prompts_per_gen = args.generation_batch_size // args.num_generations
+                if len(active) < prompts_per_gen:
+                    stop_reason = (
+                        f"{len(active)} prompt(s) kept, fewer than one generation batch "
+                        f"({prompts_per_gen})"
+                    )
+                    break
+                state.epoch = epoch
+                state.step_offset = sum(r["steps"] for r in stage_records) + stage_steps
+                trainer = trainer_cls(
+                    model=model,
+                    reward_funcs=rewards,
+                    args=args,
+                    train_dataset=ds,
+                    processing_class=tok,
+                    callbacks=[_metrics_callback(metrics_path, state)],
+                    run_state=state,
+                )
+                # optimizer steps in one pass, counted the way transformers' Trainer counts them
+                n_batches = len(trainer.get_train_dataloader())
+                ga = args.gradient_accumulation_steps
+                per_pass = n_batches // ga + int(n_batches % ga > 0)
+                if optimizer is None:
+                    planned = stage.steps if stage.steps is not None else per_pass * stage.epochs
+                    optimizer, scheduler = _stage_optimizer(model, args, max(1, planned))
+                trainer.optimizer, trainer.lr_scheduler = optimizer, scheduler
+                if stage.steps is not None:
+                    trainer.args.max_steps = min(per_pass, stage.steps - stage_steps)
+                te = time.perf_counter()
+                trainer.train()
+                steps_done = trainer.state.global_step
+                _release(trainer, model)
+                del trainer
+                stage_steps += steps_done
+                summary: EpochSummary = tracker.end_epoch(stage.name, epoch)
+                write_epoch_summary(run_dir, summary)
+                rec = {
+                    **summary.to_dict(),
+                    "steps": steps_done,
+                    "wall_s": round(time.perf_counter() - te, 3),
+                }
+                epochs.append(rec)
+                _append_jsonl(metrics_path, {"event": "history_resampling", **rec})
+                log.info(
+                    "stage %s epoch %d: seen %d, dropped %d, kept %d",
+                    stage.name, epoch, summary.seen, summary.dropped, summary.kept,
+                )  # fmt: skip
+                epoch += 1
+                if steps_done == 0:
+                    stop_reason = "an epoch made no optimizer step"
+                    break
+            ckpt = None
+            if resolved.save_model:
+                ckpt = run_dir / "checkpoints" / stage.name
+                model.save_pretrained(ckpt)
+                tok.save_pretrained(ckpt)
+                checkpoint_dir = ckpt
+            stage_records.append(
+                {
+                    "name": stage.name,
+                    "index": si,
+                    "pools": stage.pools,
+                    "prompts": len(rows),
+                    "max_completion_length": stage.max_completion_length,
+                    "temperature": float(temperature),
+                    "temperature_source": "entropy_sweep" if sweep else "config",
+                    "mask_truncated_completions": stage.mask_truncated_completions,
+                    "epochs": epochs,
+                    "steps": stage_steps,
+                    "stopped": stop_reason,
+                    "checkpoint": str(ckpt) if ckpt else None,
+                    "counts": {
+                        k.split("/", 1)[1]: v
+                        for k, v in state.totals.items()
+                        if k.startswith(stage.name + "/")
+                    },
+                }
+            )
+    finally:
+        close_rewards(rewards)
+
+    checkpoint_ref = None
+    manifest: dict[str, Any] = {
+        "schema_version": RUN_SCHEMA_VERSION,
+        "name": resolved.name,
+        "command": command,
+        "started_at": started,
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "wall_s": round(time.perf_counter() - t0, 3),
+        "config_hash": resolved.hash(),
+        "config": resolved.to_dict(),
+        "code_version": code_version(),
+        "versions": versions(),
+        "allow_uncleaned": allow_uncleaned,
+        "consumed": [p.to_dict() for p in pools],
+        "stages": stage_records,
+        "reward_counts": reward_counts(rewards),
+        "base_model": dataclasses.asdict(resolved.model),
+        "checkpoint": str(checkpoint_dir) if checkpoint_dir else None,
+    }
+    if checkpoint_dir is not None and resolved.publish:
+        checkpoint_ref = register_checkpoint(cat, checkpoint_dir, manifest)
+    manifest["checkpoint_ref"] = checkpoint_ref
+    tmp = run_dir / ".run.json.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=_json_default))
+    os.replace(tmp, run_dir / "run.json")
+    return TrainResult(run_dir, manifest, checkpoint_dir, checkpoint_ref)
+
+
+def register_checkpoint(catalog: Any, checkpoint_dir: Path, manifest: dict[str, Any]) -> str:
+    """Publish ``<name>.checkpoint``: one row per checkpoint file (path, sha256, bytes), with
+    every consumed pool version as a parent, so ``sluice datasets lineage`` walks from the
+    checkpoint to the decontaminated pools and on to their contamination runs."""
+    import pyarrow as pa
+
+    files = sorted(p for p in Path(checkpoint_dir).rglob("*") if p.is_file())
+    table = pa.table(
+        {
+            "file": [str(p.relative_to(checkpoint_dir)) for p in files],
+            "sha256": [_file_sha256(p) for p in files],
+            "bytes": [p.stat().st_size for p in files],
+        }
+    )
+    parents = [c["resolved"] for c in manifest["consumed"]]
+    v = catalog.publish(
+        f"{manifest['name']}.checkpoint",
+        table,
+        parents=parents,
+        step="train_grpo",
+        config=manifest["config"],
+        metadata={
+            "checkpoint_dir": str(Path(checkpoint_dir).resolve()),
+            "run_dir": str(Path(checkpoint_dir).resolve().parent.parent),
+            "versions": manifest["versions"],
+            "base_model": manifest["base_model"],
+            "allow_uncleaned": manifest["allow_uncleaned"],
+            "decontaminated": {
+                c["resolved"]: c["decontaminated_ref"] for c in manifest["consumed"]
+            },
+            "stages": [
+                {k: s[k] for k in ("name", "steps", "max_completion_length", "temperature")}
+                for s in manifest["stages"]
+            ],
+        },
+    )
+    return v.ref
+
+
+def train(
+    config_path: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    allow_uncleaned: bool = False,
+    catalog: Any = None,
+) -> TrainResult:
+    """Library entry with the CLI's inputs: a config file path and an output directory."""
+    from training.config import load_train_config
+
+    return run_grpo(
+        load_train_config(config_path), out_dir, catalog=catalog, allow_uncleaned=allow_uncleaned
+    )
+
+
+__all__ = [
+    "RUN_SCHEMA_VERSION",
+    "RunState",
+    "SluiceError",
+    "TrainResult",
+    "register_checkpoint",
+    "resolve_pools",
+    "run_grpo",
+    "train",
+    "versions",
+]

@@ -1,0 +1,187 @@
+"""Training pools: resolve ``name@version`` refs in the catalog, refuse uncleaned ones, and turn
+PROBLEM_SCHEMA rows into GRPO prompts.
+
+A pool is *cleaned* when its lineage (parents, recursively) contains a ``<name>.decontaminated``
+version published by the ``decontaminate`` step whose recorded run config names the benchmarks
+and detectors it was checked against. Decontamination publishes nothing when it fails, so a
+pool with no such ancestor had no (successful) run; one whose ancestor's file no longer matches
+its recorded hash, or whose record lacks the run config, is treated as a failed run. Either way
+training refuses the pool unless ``allow_uncleaned`` is set, and the run records which.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from curation.errors import ConfigError, InputError, IntegrityError, SluiceError
+
+# What a training row needs, by domain: math rows are scored against `answer`, code rows run
+# their `tests` in the sandbox. Columns beyond PROBLEM_SCHEMA (tier, pass_rate, stage) pass through.
+REQUIRED_COLUMNS = ("uid", "domain", "problem")
+
+
+class UncleanedPoolError(SluiceError):
+    """A training pool has no successful decontamination run in its lineage."""
+
+
+@dataclass
+class PoolInfo:
+    """What the run records about one consumed pool version."""
+
+    ref: str  # as written in the config
+    resolved: str  # name@version (exact)
+    content_hash: str
+    num_rows: int
+    decontaminated_ref: str | None  # the .decontaminated ancestor (may be the pool itself)
+    decontam_input_ref: str | None  # what that run scanned (the ancestor's parent)
+    decontam_config: dict[str, Any] | None
+    cleaned: bool
+    problem: str | None = None  # why it is not cleaned
+    lineage: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def check_pool(catalog: Any, ref: str) -> PoolInfo:
+    """Resolve ``ref`` and find its decontamination run in the lineage (no refusal here)."""
+    v = catalog.resolve(ref)
+    missing = [c for c in REQUIRED_COLUMNS if c not in v.columns]
+    if missing:
+        raise ConfigError(
+            f"pool {v.ref} has no column(s) {missing}; it is not a problem pool",
+            hint="train on a PROBLEM_SCHEMA dataset (uid, domain, problem, answer, tests)",
+        )
+    nodes = catalog.lineage(v.ref)
+    lineage = [n.ref for n in nodes]
+    decon = None
+    for n in nodes:  # breadth-first: the nearest ancestor wins
+        if n.version is not None and (
+            n.version.step == "decontaminate" and n.version.name.endswith(".decontaminated")
+        ):
+            decon = n.version
+            break
+    info = PoolInfo(
+        ref=ref,
+        resolved=v.ref,
+        content_hash=v.content_hash,
+        num_rows=v.num_rows,
+        decontaminated_ref=decon.ref if decon else None,
+        decontam_input_ref=decon.parents[0] if decon and decon.parents else None,
+        decontam_config=decon.config if decon else None,
+        cleaned=False,
+        lineage=lineage,
+    )
+    if decon is None:
+        info.problem = (
+            "no decontamination run in its lineage (no <name>.decontaminated ancestor "
+            f"among {', '.join(lineage)})"
+        )
+        return info
+    cfg = (decon.config or {}).get("decontam") or {}
+    if not cfg.get("benchmarks") or not cfg.get("detectors"):
+        info.problem = f"{decon.ref} records no benchmarks/detectors: its run is incomplete"
+        return info
+    try:
+        catalog.verify(decon.ref)
+    except IntegrityError as exc:
+        info.problem = f"{decon.ref} failed verification: {exc.message}"
+        return info
+    info.cleaned = True
+    return info
+
+
+def check_pools(catalog: Any, refs: list[str], *, allow_uncleaned: bool = False) -> list[PoolInfo]:
+    """:func:`check_pool` for every ref; raise :class:`UncleanedPoolError` for an uncleaned one
+    unless ``allow_uncleaned``."""
+    infos = [check_pool(catalog, r) for r in dict.fromkeys(refs)]
+    bad = [i for i in infos if not i.cleaned]
+    if bad and not allow_uncleaned:
+        i = bad[0]
+        raise UncleanedPoolError(
+            f"pool {i.resolved} is not decontaminated: {i.problem}",
+            hint=f"run `sluice decontam run {i.resolved} --text-field problem --out DIR` and "
+            "train on the .decontaminated version, or pass --allow-uncleaned (recorded in the run)",
+        )
+    return infos
+
+
+# --------------------------------------------------------------------------------------------
+# Rows -> prompts
+# --------------------------------------------------------------------------------------------
+
+
+def _user_message(row: dict[str, Any], prompt_cfg: Any) -> str:
+    if row["domain"] == "code":
+        starter = row.get("starter_code") or ""
+        block = f"Starter code:\n```python\n{starter}\n```\n\n" if starter.strip() else ""
+        return prompt_cfg.code_template.format(problem=row["problem"], starter_code_block=block)
+    return prompt_cfg.math_template.format(problem=row["problem"])
+
+
+def _tests_of(row: dict[str, Any]) -> list[dict[str, Any]]:
+    return [dict(t) for t in (row.get("tests") or [])]
+
+
+def build_prompt_rows(
+    table: pa.Table,
+    prompt_cfg: Any,
+    *,
+    pool_ref: str,
+    domains: list[str] | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """GRPO dataset rows (``prompt`` as chat messages + the columns the rewards read) and the
+    rows left out, each with its reason (nothing is dropped without a record)."""
+    rows: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+    for i, r in enumerate(table.to_pylist()):
+        dom = r.get("domain")
+        if dom not in ("math", "code"):
+            raise InputError(
+                f"domain {dom!r} is not math or code",
+                file=pool_ref,
+                row=i,
+                field="domain",
+                hint="fix the pool's domain column",
+            )
+        if domains and dom not in domains:
+            skipped.append(
+                {"uid": r["uid"], "pool": pool_ref, "reason": f"domain {dom} not in stage"}
+            )
+            continue
+        if dom == "math" and not (r.get("answer") or "").strip():
+            skipped.append({"uid": r["uid"], "pool": pool_ref, "reason": "math row without answer"})
+            continue
+        if dom == "code" and not r.get("tests"):
+            skipped.append({"uid": r["uid"], "pool": pool_ref, "reason": "code row without tests"})
+            continue
+        messages = []
+        if prompt_cfg.system:
+            messages.append({"role": "system", "content": prompt_cfg.system})
+        messages.append({"role": "user", "content": _user_message(r, prompt_cfg)})
+        rows.append(
+            {
+                "prompt": messages,
+                "uid": r["uid"],
+                "domain": dom,
+                "answer": r.get("answer") or "",
+                # tests travel as one JSON string: an Arrow list of structs with null fields
+                # does not survive every datasets/TRL collation path unchanged.
+                "tests": json.dumps(_tests_of(r), ensure_ascii=False),
+                "pool": pool_ref,
+            }
+        )
+    return rows, skipped
+
+
+__all__ = [
+    "PoolInfo",
+    "UncleanedPoolError",
+    "build_prompt_rows",
+    "check_pool",
+    "check_pools",
+]
