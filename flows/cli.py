@@ -51,6 +51,7 @@ _COMMAND_MODULES: list[tuple[str, str | None]] = [
     ("flows.commands.sandbox", "sandbox"),
     ("flows.commands.verify", "verify"),
     ("flows.commands.pipeline", None),  # sluice run / serve
+    ("flows.commands.sft", "sft"),
 ]
 
 

@@ -66,6 +66,7 @@ class FilterReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "rows_in": self.rows_in,
+            "order": list(FILTER_ORDER),
             "dropped": dict(self.dropped),
             "enabled": dict(self.enabled),
             "kept": self.kept,

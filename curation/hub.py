@@ -1,0 +1,113 @@
+"""Publishing an exported dataset to the Hugging Face Hub (`datasets.DatasetDict.push_to_hub`).
+
+Shared by every stage that exports (SFT sets, RL pools). A dry run builds exactly what would be
+pushed — the ``DatasetDict`` (so the features are checked by ``datasets`` itself), the Parquet
+shards and the dataset card with the lineage — into a local folder, and sends nothing; that is
+how it is tested offline.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from curation.errors import ConfigError, SluiceError
+
+
+@dataclass
+class HubPush:
+    repo_id: str
+    dry_run: bool
+    splits: dict[str, int]  # split -> rows
+    features: dict[str, str]
+    staged: Path | None  # the local folder of a dry run
+    card: str
+    files: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "repo_id": self.repo_id,
+            "dry_run": self.dry_run,
+            "splits": self.splits,
+            "features": self.features,
+            "staged": str(self.staged) if self.staged else None,
+            "files": self.files,
+        }
+
+
+def dataset_card(repo_id: str, *, title: str, lineage: list[str], body: str = "") -> str:
+    """A dataset card (README.md) that names every catalog version the data came from."""
+    lines = [
+        "---",
+        "tags: [sluice]",
+        "---",
+        f"# {title}",
+        "",
+        f"Published as `{repo_id}` by Sluice. Lineage (catalog versions, newest first):",
+        "",
+        *[f"- `{ref}`" for ref in lineage],
+        "",
+    ]
+    if body:
+        lines += [body, ""]
+    return "\n".join(lines)
+
+
+def push_to_hub(
+    splits: dict[str, pa.Table],
+    repo_id: str,
+    *,
+    card: str,
+    dry_run: bool = True,
+    staging_dir: str | Path | None = None,
+    private: bool = True,
+    token: str | None = None,
+) -> HubPush:
+    """Push ``splits`` (split name -> table) to ``repo_id`` with ``card`` as README.md.
+
+    ``dry_run`` (the default) writes the shards and the card to ``staging_dir`` instead.
+    """
+    from datasets import Dataset, DatasetDict
+
+    if "/" not in repo_id or repo_id.count("/") != 1 or not all(repo_id.split("/")):
+        raise ConfigError(f"bad Hub repo id {repo_id!r}", hint="use OWNER/NAME")
+    if not splits:
+        raise ConfigError("nothing to push: no splits")
+    dd = DatasetDict({k: Dataset(v) for k, v in splits.items()})
+    feats = {k: str(v) for k, v in next(iter(dd.values())).features.items()}
+    sizes = {k: len(v) for k, v in dd.items()}
+    if dry_run:
+        if staging_dir is None:
+            raise ConfigError("a dry run needs a staging folder", hint="pass --out DIR")
+        out = Path(staging_dir)
+        (out / "data").mkdir(parents=True, exist_ok=True)
+        files = []
+        for name, ds in dd.items():
+            p = out / "data" / f"{name}-00000-of-00001.parquet"
+            ds.to_parquet(str(p))
+            files.append(str(p.relative_to(out)))
+        (out / "README.md").write_text(card, encoding="utf-8")
+        files.append("README.md")
+        plan = {"repo_id": repo_id, "private": private, "splits": sizes, "files": files}
+        (out / "push_plan.json").write_text(json.dumps(plan, indent=2, sort_keys=True))
+        return HubPush(repo_id, True, sizes, feats, out, card, files)
+    try:  # pragma: no cover - needs the network and a token
+        dd.push_to_hub(repo_id, private=private, token=token)
+        from huggingface_hub import HfApi
+
+        HfApi(token=token).upload_file(
+            path_or_fileobj=card.encode(),
+            path_in_repo="README.md",
+            repo_id=repo_id,
+            repo_type="dataset",
+        )
+    except Exception as exc:  # pragma: no cover - network
+        raise SluiceError(
+            f"push to {repo_id} failed: {exc}",
+            hint="check HF_TOKEN and the network, or use --dry-run to stage the files locally",
+        ) from exc
+    return HubPush(repo_id, False, sizes, feats, None, card)

@@ -1,0 +1,202 @@
+"""`sluice sft ...`: teacher generation, SFT builds (verify, filter, decontaminate the
+responses, scaling grid), exports."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, help="R1-distilled SFT sets: generate, build, export.")
+
+
+def _say(msg: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True).print(msg, highlight=False)
+
+
+@app.command("generate")
+def generate(
+    pool: str = typer.Argument(..., help="prompt pool version, e.g. gsm8k.decontaminated@latest"),
+    model: str = typer.Option(..., "--model", help="teacher model (served name, HF id or path)"),
+    responses_per_prompt: int = typer.Option(
+        1, "--responses-per-prompt", "-n", help="responses per prompt (more later = only the new)"
+    ),
+    backend: str = typer.Option(
+        "openai",
+        "--backend",
+        help="openai (any OpenAI-compatible "
+        "endpoint, e.g. vllm serve) | hf (transformers in process)",
+    ),  # fmt: skip
+    base_url: str | None = typer.Option(None, "--base-url", help="e.g. http://localhost:8000/v1"),
+    mode: str = typer.Option("chat", "--mode", help="chat | completions"),
+    tokenizer: str | None = typer.Option(
+        None, "--tokenizer", help="tokenizer whose chat template renders prompts (completions)"
+    ),
+    temperature: float = typer.Option(0.6, "--temperature"),
+    top_p: float = typer.Option(0.95, "--top-p"),
+    max_tokens: int = typer.Option(32768, "--max-tokens"),
+    seed: int = typer.Option(0, "--seed"),
+    concurrency: int = typer.Option(16, "--concurrency", help="requests in flight (openai)"),
+    timeout: float = typer.Option(600.0, "--timeout", help="per-request timeout, seconds"),
+    limit: int | None = typer.Option(None, "--limit", help="only the first N problems"),
+    name: str | None = typer.Option(None, "--name", help="catalog name (default: the pool's)"),
+    store: str | None = typer.Option(None, "--store", help="sample store folder"),
+    root: str | None = typer.Option(None, "--root", help="data root"),
+) -> None:
+    """Sample teacher responses for every problem of POOL; publish NAME.sft_raw."""
+    from curation.catalog import Catalog
+    from curation.generation import GenerationConfig
+    from sft_generation.config import TeacherConfig
+    from sft_generation.runs import generate_from_pool
+
+    gen = GenerationConfig(
+        backend=backend,
+        model=model,
+        mode=mode,
+        base_url=base_url,
+        tokenizer=tokenizer,
+        concurrency=concurrency,
+        timeout_s=timeout,
+    )
+    teacher = TeacherConfig(
+        model=model, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed
+    )
+    res = generate_from_pool(
+        pool,
+        generation=gen,
+        teacher=teacher,
+        responses_per_prompt=responses_per_prompt,
+        name=name,
+        store_dir=store,
+        catalog=Catalog(root),
+        data_root=root,
+        limit=limit,
+    )
+    _say(
+        f"{len(res.rows)} responses: {res.generated} generated, {res.reused} reused from the "
+        f"store, {res.failed} failed requests (retried by a rerun), {res.empty} empty"
+    )
+    for e in res.errors:
+        _say(f"  error seen: {e}")
+    _say(f"published: {res.raw_ref}")
+
+
+@app.command("build")
+def build(
+    responses: str = typer.Argument(
+        ..., help="NAME.sft_raw@VERSION, or an ingested sft_sample dataset (external traces)"
+    ),
+    out: str = typer.Option(..., "--out", help="run directory (responses, evidence, report)"),
+    pool: str | None = typer.Option(
+        None, "--pool", help="prompt pool (default: the responses' lineage parent)"
+    ),
+    prompts: str | None = typer.Option(None, "--prompts", help="grid: e.g. 10000,50000"),
+    responses_per_prompt: str | None = typer.Option(
+        None, "--responses", help="grid: responses per prompt, e.g. 1,2,4"
+    ),
+    keep_policy: str = typer.Option("verified", "--keep", help="verified | all | majority"),
+    keep_truncated: bool = typer.Option(False, "--keep-truncated", help="do not drop truncated"),
+    no_format_check: bool = typer.Option(False, "--no-format-check"),
+    min_chars: int | None = typer.Option(None, "--min-chars"),
+    max_chars: int | None = typer.Option(None, "--max-chars"),
+    min_tokens: int | None = typer.Option(None, "--min-tokens"),
+    max_tokens: int | None = typer.Option(None, "--max-tokens"),
+    near_dup: float | None = typer.Option(0.9, "--near-dup", help="Jaccard; 0 turns it off"),
+    no_decontam: bool = typer.Option(False, "--no-decontam", help="skip response decontamination"),
+    benchmarks: str = typer.Option("aime24,aime25,lcb_v5,lcb_v6", "--benchmarks"),
+    detectors: str = typer.Option("ngram", "--detectors", help="detectors over the responses"),
+    rebalance_bins: int | None = typer.Option(None, "--rebalance-bins"),
+    config_file: str | None = typer.Option(
+        None, "--config", help="TOML with an [sft.filters] table"
+    ),
+    name: str | None = typer.Option(None, "--name", help="catalog name (default: the input's)"),
+    benchmarks_dir: str | None = typer.Option(None, "--benchmarks-dir"),
+    root: str | None = typer.Option(None, "--root", help="data root"),
+) -> None:
+    """Grade, filter and decontaminate RESPONSES; publish the responses and the grid versions."""
+    from curation.catalog import Catalog
+    from sft_generation.config import FilterConfig
+    from sft_generation.runs import build_from_ref
+
+    if config_file:
+        import tomllib
+        from pathlib import Path
+
+        data = tomllib.loads(Path(config_file).read_text())
+        cfg = FilterConfig.from_dict(data.get("sft", data).get("filters", {}), where=config_file)
+    else:
+        cfg = FilterConfig(
+            keep_policy=keep_policy,
+            drop_truncated=not keep_truncated,
+            check_format=not no_format_check,
+            min_response_chars=min_chars,
+            max_response_chars=max_chars,
+            min_response_tokens=min_tokens,
+            max_response_tokens=max_tokens,
+            near_dup_threshold=near_dup or None,
+            decontaminate=not no_decontam,
+            decontam_benchmarks=[b for b in benchmarks.split(",") if b.strip()],
+            decontam_detectors=[d for d in detectors.split(",") if d.strip()],
+            rebalance_bins=rebalance_bins,
+        )
+    res = build_from_ref(
+        responses,
+        out_dir=out,
+        filters=cfg,
+        prompts=prompts,
+        responses=responses_per_prompt,
+        pool_ref=pool,
+        name=name,
+        catalog=Catalog(root),
+        data_root=root,
+        benchmarks_dir=benchmarks_dir,
+        log=_say,
+    )
+    c = res.counts
+    _say(f"{c['responses']} responses, {c['prompts']} prompts -> kept {c['kept']}")
+    for f in c["filters"]["order"]:
+        n = c["filters"]["dropped"][f]
+        if n:
+            _say(f"  dropped by {f}: {n}")
+    _say("verification: " + ", ".join(f"{k} {v}" for k, v in c["verification"].items()))
+    for g in res.grid:
+        _say(
+            f"  grid p={g['prompts']} r={g['responses_per_prompt']}: {g['rows']} rows {g.get('ref')}"
+        )
+    _say(f"published: {res.responses_ref}")
+    _say(f"report: {res.manifest.get('report', {}).get('html')}")
+
+
+@app.command("export")
+def export(
+    ref: str = typer.Argument(..., help="an SFT set version, e.g. NAME.sft.p10000.r2@latest"),
+    out: str = typer.Option(..., "--out", help="output .parquet file or folder"),
+    reasoning: str = typer.Option("inline", "--reasoning", help="inline | split"),
+    push_to_hub: str | None = typer.Option(None, "--push-to-hub", help="OWNER/NAME on the Hub"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="stage the Hub upload under --out"),
+    root: str | None = typer.Option(None, "--root", help="data root"),
+) -> None:
+    """Export an SFT set as chat data for TRL's SFTTrainer (and optionally to the Hub)."""
+    from curation.catalog import Catalog
+    from sft_generation.export import export_trl, to_chat
+
+    cat = Catalog(root)
+    v = cat.resolve(ref)
+    table = cat.load(v.ref)
+    if push_to_hub:
+        from curation.hub import dataset_card
+        from curation.hub import push_to_hub as push
+
+        lineage = [v.ref, *[n.ref for n in cat.lineage(v.ref)[1:]]]
+        card = dataset_card(push_to_hub, title=f"SFT set {v.ref}", lineage=lineage)
+        res = push(
+            {"train": to_chat(table, reasoning=reasoning, source=v.ref)},
+            push_to_hub,
+            card=card,
+            dry_run=dry_run,
+            staging_dir=out,
+        )
+        _say(("staged (dry run) in " + str(res.staged)) if res.dry_run else f"pushed {push_to_hub}")
+        return
+    path = export_trl(table, out, reasoning=reasoning, source=v.ref)
+    _say(f"wrote {path} ({table.num_rows} conversations, reasoning {reasoning})")

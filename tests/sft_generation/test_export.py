@@ -1,0 +1,91 @@
+"""SFT exports: the chat layout TRL's SFTTrainer trains on (loaded and stepped by TRL itself),
+and a Hub push staged offline (dry run)."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+from generation_helpers import tiny_model_dir
+
+from curation.hub import dataset_card, push_to_hub
+from sft_generation.build import SFT_SET_SCHEMA
+from sft_generation.export import export_trl, to_chat
+
+
+def _set() -> pa.Table:
+    rows = [
+        {
+            "uid": f"r_{i}",
+            "problem_uid": f"p_{i}",
+            "prompt": f"What is {i} + {i}? Please reason step by step.",
+            "reasoning": f"{i} plus {i} is {2 * i}.",
+            "final_answer": f"The answer is \\boxed{{{2 * i}}}.",
+            "generator_model": "teacher",
+            "verification": "correct",
+        }
+        for i in range(6)
+    ]
+    return pa.Table.from_pylist(rows, schema=SFT_SET_SCHEMA)
+
+
+def test_inline_and_split_layouts():
+    t = _set()
+    inline = to_chat(t).to_pylist()[1]["messages"]
+    assert inline[0] == {"role": "user", "content": t["prompt"][1].as_py()}
+    assert inline[1]["content"] == "<think>\n1 plus 1 is 2.\n</think>\n\nThe answer is \\boxed{2}."
+    split = to_chat(t, reasoning="split").to_pylist()[1]
+    assert split["messages"][1]["content"] == "The answer is \\boxed{2}."
+    assert split["reasoning"] == split["messages"][1]["reasoning_content"] == "1 plus 1 is 2."
+
+
+def test_trl_sft_trainer_trains_on_the_export(tmp_path):
+    from datasets import load_dataset
+    from trl import SFTConfig, SFTTrainer
+
+    path = export_trl(_set(), tmp_path / "export")
+    ds = load_dataset("parquet", data_files=str(path), split="train")
+    assert ds.column_names[0] == "messages" and len(ds) == 6
+    model = tiny_model_dir(tmp_path / "m")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model))
+    args = SFTConfig(
+        output_dir=str(tmp_path / "out"),
+        max_steps=2,
+        per_device_train_batch_size=2,
+        bf16=False,
+        report_to=[],
+        logging_steps=1,
+        save_strategy="no",
+        use_cpu=True,
+    )
+    trainer = SFTTrainer(
+        model=AutoModelForCausalLM.from_pretrained(str(model)),
+        args=args,
+        train_dataset=ds.select_columns(["messages"]),
+        processing_class=tok,
+    )
+    out = trainer.train()
+    assert out.global_step == 2 and out.training_loss > 0
+    # TRL rendered the assistant turn with the thinking in it
+    first = trainer.train_dataset[0]["input_ids"]
+    assert "<think>" in tok.decode(first)
+
+
+def test_push_to_hub_dry_run_stages_files_and_card(tmp_path):
+    chat = to_chat(_set())
+    card = dataset_card("me/sft-demo", title="SFT demo", lineage=["x.sft.all@abc", "x.sft_raw@def"])
+    res = push_to_hub({"train": chat}, "me/sft-demo", card=card, dry_run=True, staging_dir=tmp_path)
+    assert res.dry_run and res.splits == {"train": 6}
+    from datasets import load_dataset
+
+    back = load_dataset("parquet", data_files=str(tmp_path / res.files[0]), split="train")
+    assert back[0]["messages"] == chat.to_pylist()[0]["messages"]
+    assert "`x.sft_raw@def`" in (tmp_path / "README.md").read_text()
+    assert json.loads((tmp_path / "push_plan.json").read_text())["repo_id"] == "me/sft-demo"
+    from curation.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="OWNER/NAME"):
+        push_to_hub({"train": chat}, "no-slash", card=card, staging_dir=tmp_path)

@@ -1,0 +1,184 @@
+"""Teacher generation through the shared generation layer: a local stand-in OpenAI server and a
+tiny random transformers model (no download); resumable, growable, bad input recorded."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow.parquet as pq
+import pytest
+from generation_helpers import StandInServer, free_port_url, tiny_model_dir
+
+from curation.catalog import Catalog
+from curation.generation import GenerationConfig, SampleStore
+from curation.ingest import ingest
+from sft_generation.config import TeacherConfig
+from sft_generation.runs import build_from_ref, generate_from_pool
+
+pytestmark = pytest.mark.shared_data
+
+
+def _answers(pool_rows):
+    return {r["problem"]: r["answer"] for r in pool_rows}
+
+
+def teacher_responder(answers):
+    """An R1-like stand-in: thinks, then boxes the right answer for even seeds, a wrong one for
+    odd seeds; a prompt with 'FAIL-500' in it fails (the server's own rule)."""
+
+    def reply(text, body):
+        seed = body.get("seed") or 0
+        problem = next((p for p in answers if p in text), None)
+        ans = answers.get(problem, "0") if seed % 2 == 0 else "-12345"
+        return f"Let me think about this carefully. Step one.</think>\n\nSo the answer is \\boxed{{{ans}}}."
+
+    return reply
+
+
+@pytest.fixture()
+def pool(pools_dir, data_root):
+    cat = Catalog(data_root)
+    res = ingest(
+        str(pools_dir / "math_ttrl_amc23_as_train.jsonl"), field_map="ttrl", name="amc", catalog=cat
+    )
+    rows = cat.load(res.ref).to_pylist()[:6]
+    small = cat.publish(
+        "amc6",
+        __import__("pyarrow").Table.from_pylist(rows, schema=cat.load(res.ref).schema),
+        parents=[res.ref],
+    )
+    return cat, small.ref, rows
+
+
+def _gen(url):
+    return GenerationConfig(backend="openai", model="r1-stand-in", base_url=url, backoff_s=0.01,
+                            max_retries=1, timeout_s=5.0)  # fmt: skip
+
+
+def test_generate_build_grid_and_more_responses_later(pool, tmp_path, data_root):
+    cat, ref, rows = pool
+    with StandInServer(teacher_responder(_answers(rows))) as srv:
+        res = generate_from_pool(ref, generation=_gen(srv.url), responses_per_prompt=2,
+                                 catalog=cat, progress=False)  # fmt: skip
+        assert res.generated == 12 and res.reused == 0 and len(srv.posts()) == 12
+        body = srv.posts()[0]["body"]
+        assert body["temperature"] == 0.6 and body["top_p"] == 0.95  # AceReason 1.1 defaults
+        assert "\\boxed{}" in body["messages"][-1]["content"]
+        raw = cat.load(res.raw_ref).to_pylist()
+        r0 = raw[0]
+        assert r0["generator_model"] == "r1-stand-in" and r0["finish_reason"] == "stop"
+        assert json.loads(r0["sampling_params"])["temperature"] == 0.6
+        assert r0["prompt_hash"] and r0["sample_index"] in (0, 1)
+        assert r0["reasoning"].startswith("Let me think") and "\\boxed" in r0["final_answer"]
+        assert cat.resolve(res.raw_ref).parents == (ref,)
+        # unchanged rerun: no request; 2 -> 4 responses per prompt asks only for the new two
+        again = generate_from_pool(ref, generation=_gen(srv.url), responses_per_prompt=2,
+                                   catalog=cat, progress=False)  # fmt: skip
+        assert again.generated == 0 and len(srv.posts()) == 12
+        more = generate_from_pool(ref, generation=_gen(srv.url), responses_per_prompt=4,
+                                  catalog=cat, progress=False)  # fmt: skip
+        assert more.generated == 12 and more.reused == 12 and len(srv.posts()) == 24
+    b = build_from_ref(more.raw_ref, out_dir=tmp_path / "run", prompts="2,6", responses="1,2",
+                       catalog=cat)  # fmt: skip
+    c = b.counts
+    assert c["responses"] == 24 and c["filters"]["rows_in"] == c["kept"] + sum(
+        c["filters"]["dropped"].values()
+    )
+    # the stand-in boxes the reference for even seeds: verification decides, not the text
+    statuses = {
+        r["verification"] for r in pq.read_table(tmp_path / "run" / "responses.parquet").to_pylist()
+    }
+    assert statuses <= {"correct", "incorrect"} and "incorrect" in statuses
+    grid = {(g["prompts"], g["responses_per_prompt"]): g for g in b.grid}
+    assert set(grid) == {(2, 1), (2, 2), (6, 1), (6, 2)}
+    small, big = cat.load(grid[(2, 1)]["ref"]), cat.load(grid[(6, 2)]["ref"])
+    assert set(small["uid"].to_pylist()) <= set(big["uid"].to_pylist())  # nested, not resampled
+    assert len(set(small["problem_uid"].to_pylist())) == 2
+    lineage = [n.ref for n in cat.lineage(grid[(6, 2)]["ref"])]
+    assert b.responses_ref in lineage and more.raw_ref in lineage and ref in lineage
+    html = (tmp_path / "run" / "sft_report.html").read_text()
+    assert "Scaling grid" in html and grid[(6, 2)]["ref"] in html
+
+
+def test_empty_reply_dead_server_and_over_long_prompt_are_recorded(pool, tmp_path):
+    cat, ref, rows = pool
+    # a prompt the server answers with empty text, and one whose request fails with HTTP 500
+    tweaked = [dict(r) for r in rows]
+    tweaked[0]["problem"] = "EMPTY " + tweaked[0]["problem"]
+    tweaked[1]["problem"] = "FAIL-500 " + tweaked[1]["problem"]
+    import pyarrow as pa
+
+    v = cat.publish("amc_bad", pa.Table.from_pylist(tweaked, schema=cat.load(ref).schema))
+    with StandInServer(teacher_responder(_answers(rows))) as srv:
+        res = generate_from_pool(v.ref, generation=_gen(srv.url), responses_per_prompt=1,
+                                 catalog=cat, progress=False)  # fmt: skip
+    by = {r["problem_uid"]: r for r in res.rows}
+    assert by[tweaked[0]["uid"]]["error"] == "empty response"
+    assert by[tweaked[1]["uid"]]["response"] is None and "500" in by[tweaked[1]["uid"]]["error"]
+    assert res.failed == 1 and res.empty == 1 and len(res.rows) == 6  # nothing lost
+    b = build_from_ref(res.raw_ref, out_dir=tmp_path / "run", catalog=cat)
+    assert b.counts["filters"]["dropped"]["generation_error"] == 2
+    # an endpoint that is down: one clear error, nothing published
+    from curation.errors import SluiceError
+
+    with pytest.raises(SluiceError, match="(?i)reach|connect|unavailable"):
+        generate_from_pool(ref, generation=_gen(free_port_url()), responses_per_prompt=1,
+                           catalog=cat, name="down", progress=False)  # fmt: skip
+    assert "down.sft_raw" not in cat.datasets()
+
+
+def test_hf_backend_in_process_with_a_tiny_random_model(pool, tmp_path):
+    cat, ref, rows = pool
+    model = tiny_model_dir(tmp_path / "m")
+    gen = GenerationConfig(backend="hf", model=str(model), device="cpu", dtype="float32")
+    teacher = TeacherConfig(model=str(model), max_tokens=8, temperature=1.0, seed=1)
+    res = generate_from_pool(ref, generation=gen, teacher=teacher, responses_per_prompt=2,
+                             catalog=cat, progress=False)  # fmt: skip
+    assert len(res.rows) == 12 and res.failed == 0
+    r = res.rows[0]
+    # a random model never closes </think> and runs out of tokens: a truncated trace
+    assert r["finish_reason"] == "length" and r["truncated"] and r["response_tokens"] == 8
+    again = generate_from_pool(ref, generation=gen, teacher=teacher, responses_per_prompt=2,
+                               catalog=cat, progress=False)  # fmt: skip
+    assert again.generated == 0 and [x["response"] for x in again.rows] == [
+        x["response"] for x in res.rows
+    ]
+
+
+def test_sigkill_mid_run_then_rerun_loses_and_duplicates_nothing(pool, tmp_path, data_root):
+    cat, ref, rows = pool
+    store = tmp_path / "store"
+    with StandInServer(teacher_responder(_answers(rows)), latency_s=0.15) as srv:
+        cmd = [sys.executable, "-c", "from flows.cli import main; main()", "sft", "generate", ref,
+               "--model", "r1-stand-in", "--base-url", srv.url, "-n", "8", "--concurrency", "2",
+               "--store", str(store), "--root", str(data_root)]  # fmt: skip
+        env = {**os.environ, "SLUICE_DATA_ROOT": str(data_root)}
+        p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            n = SampleStore(store).count_lines() if (store / "FORMAT.json").exists() else 0
+            if n >= 10:
+                break
+            time.sleep(0.05)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        partial = SampleStore(store).count_lines()
+        assert 10 <= partial < 48, partial  # killed mid-run
+        assert "sft_raw" not in " ".join(cat.datasets())  # nothing half-published
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert re.search(r"(\d+) generated, (\d+) reused", done.stderr)
+        gen, reused = map(int, re.search(r"(\d+) generated, (\d+) reused", done.stderr).groups())
+        assert reused == partial and gen == 48 - partial  # every stored sample kept, none redone
+    st = SampleStore(store)
+    keys = [s.key for s in st.iter_records()]
+    assert len(st.index()) == 48 and all(not s.failed for s in st.index().values())
+    assert len(keys) == len(set(keys)) == 48  # no sample written twice, none lost
+    raw = cat.load("amc6.sft_raw@latest")
+    assert raw.num_rows == 48 and len(set(raw["uid"].to_pylist())) == 48
