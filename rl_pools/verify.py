@@ -5,7 +5,7 @@ Every item gets exactly one status, a reason and the extracted answer:
 
 * ``correct`` / ``incorrect``: math-verify compared the extracted answer with the reference.
 * ``no_answer``: nothing answer-like was found in the text.
-* ``timeout``: the comparison ran past ``timeout_s``; the worker doing it was killed.
+* ``timeout``: extraction + comparison ran past ``timeout_s``; the worker doing it was killed.
 * ``error``: the reference could not be parsed, the comparison raised, or a worker died.
 
 A timeout or error is never folded into ``incorrect``: a reward function may map them to 0, but
@@ -91,48 +91,58 @@ class VerifyResult:
 
 
 # --------------------------------------------------------------------------------------------
-# Extraction (pure, cheap, runs in the parent)
+# Extraction (pure, linear-time; runs in the worker, under the item's deadline)
 # --------------------------------------------------------------------------------------------
 
+# Every pattern here is linear in the text: no two adjacent quantifiers can trade characters
+# (possessive ``*+`` where they could), so model output such as 10 000 unclosed ``\\boxed{`` or
+# 20 KB of newlines costs milliseconds, not minutes. Extraction also runs in the worker process
+# under the item's deadline, so even a slow path ends as ``timeout``.
 _BOX_RE = re.compile(r"\\(boxed|fbox)\s*")
+_TOKEN_RE = re.compile(r"[^\s$]+")
+_BRACE_RE = re.compile(r"\\.|[{}]", re.DOTALL)
 _NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
 _LINE_MARKERS = [
-    ("final_answer", re.compile(r"final answer is\s*:?\s*(.+)", re.IGNORECASE)),
-    ("answer_is", re.compile(r"\bthe answer is\s*:?\s*(.+)", re.IGNORECASE)),
-    ("answer_line", re.compile(r"(?:^|\n)\s*\**answer\**\s*[:：]\s*(.+)", re.IGNORECASE)),
-    ("hashes", re.compile(r"####\s*(.+)")),
+    ("final_answer", re.compile(r"final answer is\s*+:?\s*+(.+)", re.IGNORECASE)),
+    ("answer_is", re.compile(r"\bthe answer is\s*+:?\s*+(.+)", re.IGNORECASE)),
+    (
+        "answer_line",
+        re.compile(r"^[ \t]*+\**answer\**[ \t]*[:：]\s*+(.+)", re.IGNORECASE | re.MULTILINE),
+    ),
+    ("hashes", re.compile(r"####\s*+(.+)")),
 ]
 
 
-def _braced(text: str, start: int) -> tuple[str, int] | None:
-    """Content of the brace group opening at ``text[start] == '{'`` (nested braces), and its end."""
-    depth = 0
-    i = start
-    while i < len(text):
-        c = text[i]
-        if c == "\\" and i + 1 < len(text):
-            i += 2  # skip escaped char such as \{ or \}
-            continue
+def _brace_pairs(text: str) -> dict[int, int]:
+    """Position of each ``{`` -> position of its matching ``}``, in one pass (``\\x`` skipped).
+
+    One pass over the whole text instead of a scan from each ``\\boxed{`` to its closing brace,
+    which was quadratic for unclosed braces.
+    """
+    pairs: dict[int, int] = {}
+    stack: list[int] = []
+    for m in _BRACE_RE.finditer(text):
+        c = m.group()
         if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start + 1 : i], i + 1
-        i += 1
-    return None
+            stack.append(m.start())
+        elif c == "}" and stack:
+            pairs[stack.pop()] = m.start()
+    return pairs
 
 
 def _last_box(text: str) -> str | None:
     found = None
+    pairs: dict[int, int] | None = None
     for m in _BOX_RE.finditer(text):
         j = m.end()
         if j < len(text) and text[j] == "{":
-            got = _braced(text, j)
-            if got is not None:
-                found = got[0]
+            if pairs is None:
+                pairs = _brace_pairs(text)
+            end = pairs.get(j)
+            if end is not None:
+                found = text[j + 1 : end]
         elif j < len(text):  # \boxed 5
-            tok = re.match(r"[^\s$]+", text[j:])
+            tok = _TOKEN_RE.match(text, j)
             if tok:
                 found = tok.group(0)
     return found.strip() if found is not None else None
@@ -140,7 +150,7 @@ def _last_box(text: str) -> str | None:
 
 def _clean(ans: str) -> str:
     ans = ans.strip().rstrip(".").strip()
-    ans = re.sub(r"^\$+|\$+$", "", ans).strip()
+    ans = ans.strip("$").strip()
     ans = re.sub(r"^\\\(|\\\)$|^\\\[|\\\]$", "", ans).strip()
     return ans.rstrip(".").strip()
 
@@ -225,10 +235,20 @@ def _worker_main(conn: Connection, memory_mb: int, float_rounding: int) -> None:
             return
         if msg is None:
             return
-        idx, extracted, reference = msg
+        idx, answer, reference, allow_last_number = msg
+        # Extraction touches model output: it runs here, under the deadline, not in the parent.
+        try:
+            extracted, method = extract_answer(answer, allow_last_number=allow_last_number)
+        except MemoryError:
+            conn.send(("done", idx, "error", f"memory limit {memory_mb} MiB exceeded", 0.0))
+            continue
+        conn.send(("extracted", idx, extracted, method))
+        if extracted is None:
+            conn.send(("done", idx, "no_answer", "no final answer found in the text", 0.0))
+            continue
         t0 = time.perf_counter()
         try:
-            status, reason = _compare(extracted, reference, float_rounding)
+            status, reason = _compare(extracted, _reference_text(reference), float_rounding)
         except MemoryError:
             status, reason = "error", f"memory limit {memory_mb} MiB exceeded while comparing"
         except Exception as exc:  # noqa: BLE001 - reported as status=error with the reason
@@ -308,29 +328,28 @@ class MathVerifier:
                 f"{len(ans)} answers but {len(refs)} references; they must pair up row by row",
                 field="references",
             )
-        cfg = self.config
         results: list[VerifyResult | None] = [None] * len(ans)
         todo: deque[int] = deque()
-        extracted: list[tuple[str, str] | None] = [None] * len(ans)
+        # (answer, method) once the worker has extracted it: a timeout still reports it
+        extracted: list[tuple[str | None, str]] = [(None, "none")] * len(ans)
         for i, (a, r) in enumerate(zip(ans, refs, strict=True)):
-            got, method = extract_answer(a, allow_last_number=cfg.allow_last_number)
             if r is None or not str(r).strip():
-                results[i] = VerifyResult("error", "the reference answer is missing", got, method)
-            elif got is None:
+                results[i] = VerifyResult("error", "the reference answer is missing", None, "none")
+            elif a is None or not str(a).strip():
                 results[i] = VerifyResult(
-                    "no_answer", "no final answer found in the text", None, method
+                    "no_answer", "no final answer found in the text", None, "none"
                 )
             else:
-                extracted[i] = (got, method)
                 todo.append(i)
         if todo:
-            self._run(todo, extracted, [_reference_text(str(r)) for r in refs], results)
+            self._run(todo, extracted, [str(a) for a in ans], [str(r) for r in refs], results)
         return pa.Table.from_pylist([r.to_dict() for r in results], schema=VERIFY_RESULT_SCHEMA)  # type: ignore[union-attr]
 
     def _run(
         self,
         todo: deque[int],
-        extracted: list[tuple[str, str] | None],
+        extracted: list[tuple[str | None, str]],
+        answers: list[str],
         refs: list[str],
         results: list[VerifyResult | None],
     ) -> None:
@@ -347,10 +366,8 @@ class MathVerifier:
             for w in self._workers:
                 if w.ready and w.task is None and todo:
                     i = todo.popleft()
-                    ex = extracted[i]
-                    assert ex is not None
                     try:
-                        w.conn.send((i, ex[0], refs[i]))
+                        w.conn.send((i, answers[i], refs[i], cfg.allow_last_number))
                     except (OSError, ValueError):
                         todo.appendleft(i)
                         replace(w)
@@ -372,10 +389,12 @@ class MathVerifier:
                     if msg and msg[0] == "ready":
                         w.ready = True
                         continue
+                    if msg and msg[0] == "extracted":
+                        extracted[msg[1]] = (msg[2], msg[3])
+                        continue
                     if msg and msg[0] == "done":
                         _, i, status, reason, el = msg
                         ex = extracted[i]
-                        assert ex is not None
                         results[i] = VerifyResult(status, reason, ex[0], ex[1], round(el, 4))
                         w.task = None
                         busy -= 1
@@ -384,7 +403,6 @@ class MathVerifier:
                     if w.task is not None:
                         i = w.task
                         ex = extracted[i]
-                        assert ex is not None
                         results[i] = VerifyResult(
                             "error",
                             f"verification worker died (exit code {w.proc.exitcode})",
@@ -405,10 +423,10 @@ class MathVerifier:
                 if w.task is not None and now >= w.deadline:
                     i = w.task
                     ex = extracted[i]
-                    assert ex is not None
+                    what = "comparison" if ex[0] is not None else "answer extraction"
                     results[i] = VerifyResult(
                         "timeout",
-                        f"comparison exceeded {cfg.timeout_s:g}s; worker killed",
+                        f"{what} exceeded {cfg.timeout_s:g}s; worker killed",
                         ex[0],
                         ex[1],
                         round(cfg.timeout_s, 4),
