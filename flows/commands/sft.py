@@ -200,3 +200,48 @@ def export(
         return
     path = export_trl(table, out, reasoning=reasoning, source=v.ref)
     _say(f"wrote {path} ({table.num_rows} conversations, reasoning {reasoning})")
+
+
+@app.command("run")
+def run_cmd(
+    config: str = typer.Argument(..., help="config file with an [sft] table (docs/sft.md)"),
+    data_root: str | None = typer.Option(None, "--data-root", help="override the data root"),
+) -> None:
+    """Run the SFT flow (generate -> build -> report) for CONFIG."""
+    from flows.config import prefect_env_defaults
+    from flows.sft import load_sft_config
+
+    cfg = load_sft_config(config)  # validated before Prefect starts
+    from curation.settings import data_root as resolve_root
+
+    prefect_env_defaults(resolve_root(data_root or cfg.get("data_root")))
+    from flows.sft import sft_flow
+
+    res = sft_flow(config_path=config, data_root=data_root)
+    _say(f"responses: {res['responses_ref']} ({res['counts']['kept']} kept)")
+    for g in res["grid"]:
+        _say(f"  {g.get('ref')}: {g['rows']} rows")
+    _say(f"report: {res['report']}")
+
+
+@app.command("serve")
+def serve_cmd(
+    config: str = typer.Argument(..., help="config file with an [sft] table"),
+    cron: str | None = typer.Option(None, "--cron", help='schedule, e.g. "0 4 * * *"'),
+    interval: float | None = typer.Option(None, "--interval", help="schedule: every N s"),
+    name: str = typer.Option("sluice-sft", "--name", help="deployment name"),
+    data_root: str | None = typer.Option(None, "--data-root"),
+) -> None:
+    """Serve the SFT flow for CONFIG on a schedule (blocks; set PREFECT_API_URL for the UI)."""
+    from flows.config import prefect_env_defaults
+    from flows.sft import load_sft_config
+
+    cfg = load_sft_config(config)
+    from curation.settings import data_root as resolve_root
+
+    prefect_env_defaults(resolve_root(data_root or cfg.get("data_root")))
+    from prefect import serve
+
+    from flows.sft import sft_deployment
+
+    serve(sft_deployment(config, name=name, cron=cron, interval=interval, data_root=data_root))

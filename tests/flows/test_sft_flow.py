@@ -1,0 +1,59 @@
+"""`sft_flow` under Prefect: pool -> stand-in teacher -> SFT sets; an unchanged rerun makes no
+model call and publishes nothing new."""
+
+from __future__ import annotations
+
+import pytest
+from generation_helpers import StandInServer
+
+from curation.catalog import Catalog
+from curation.ingest import ingest
+
+pytestmark = [pytest.mark.shared_data, pytest.mark.xdist_group("prefect")]
+
+
+def test_sft_flow_rerun_makes_no_model_calls(prefect_harness, pools_dir, tmp_path):
+    from flows.sft import sft_deployment, sft_flow
+
+    root = tmp_path / "root"
+    cat = Catalog(root)
+    res = ingest(str(pools_dir / "math_ttrl_amc23_as_train.jsonl"), field_map="ttrl", name="amc",
+                 catalog=cat, limit=5)  # fmt: skip
+    answers = {r["problem"]: r["answer"] for r in cat.load(res.ref).to_pylist()}
+
+    def reply(text, body):
+        ans = next((a for p, a in answers.items() if p in text), "0")
+        return f"Thinking.</think>\n\nThe answer is \\boxed{{{ans}}}."
+
+    with StandInServer(reply) as srv:
+        cfg = tmp_path / "sft.toml"
+        cfg.write_text(
+            f'[sft]\npool = "{res.ref}"\nresponses_per_prompt = 2\nout = "{tmp_path / "run"}"\n'
+            f'[sft.teacher]\nmodel = "stand-in"\n'
+            f'[sft.generation]\nbackend = "openai"\nbase_url = "{srv.url}"\n'
+            f'[sft.filters]\ndecontam_benchmarks = ["aime24"]\n'
+            f"[sft.grid]\nprompts = [2, 5]\nresponses = [1, 2]\n"
+        )
+        first = sft_flow(config_path=str(cfg), data_root=str(root))
+        calls = len(srv.posts())
+        # the stand-in repeats itself across samples: the second response of each prompt is a
+        # near-duplicate of the first and is dropped as one
+        assert calls == 10 and first["counts"]["kept"] == 5
+        assert first["counts"]["filters"]["dropped"]["near_duplicate"] == 5
+        versions = {v.ref for v in cat.list()}
+        second = sft_flow(config_path=str(cfg), data_root=str(root))
+        assert len(srv.posts()) == calls  # no model call
+        assert second["generated"] == 0 and second["reused"] == 10
+        assert {v.ref for v in cat.list()} == versions  # nothing new published
+        assert [g["ref"] for g in second["grid"]] == [g["ref"] for g in first["grid"]]
+    dep = sft_deployment(cfg, cron="0 4 * * *")
+    assert dep.parameters["config_path"] == str(cfg.resolve())
+    from curation.errors import ConfigError
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        '[sft]\npool = "x@latest"\n[sft.teacher]\nmodel = "m"\n[sft.generation]\n'
+        'backend = "hf"\n[sft.filters]\nkeep = "all"\n'
+    )
+    with pytest.raises(ConfigError, match="keep_policy"):
+        sft_deployment(bad)
