@@ -25,6 +25,7 @@ class Progress:
     ) -> None:
         self.total, self.desc, self.unit = total, desc, unit
         self.done = 0
+        self.tokens = 0  # generated tokens, when the caller reports them
         self.interval_s = interval_s
         self.stream = stream or sys.stderr
         self._t0 = time.monotonic()
@@ -42,15 +43,20 @@ class Progress:
         rate = self.done / el
         left = (self.total - self.done) / rate if rate > 0 else float("nan")
         eta = f"{left:.0f}s" if left == left else "?"
+        toks = f", {self.tokens / el:.0f} tokens/s" if self.tokens else ""
         return (
-            f"{self.desc}: {self.done}/{self.total} {self.unit}s, {rate:.2f} {self.unit}s/s, "
-            f"ETA {eta}"
+            f"{self.desc}: {self.done}/{self.total} {self.unit}s, {rate:.2f} {self.unit}s/s"
+            f"{toks}, ETA {eta}"
         )
 
-    def update(self, n: int = 1) -> None:
+    def update(self, n: int = 1, tokens: int = 0) -> None:
         with self._lock:
             self.done += n
+            self.tokens += tokens
             if self._bar is not None:
+                if self.tokens:
+                    el = max(time.monotonic() - self._t0, 1e-9)
+                    self._bar.set_postfix_str(f"{self.tokens / el:.0f} tokens/s", refresh=False)
                 self._bar.update(n)
                 return
             now = time.monotonic()

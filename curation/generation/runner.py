@@ -79,7 +79,7 @@ def generate(
             store.append(samples)
             generated += len(samples)
             if bar is not None:
-                bar.update(len(samples))
+                bar.update(len(samples), tokens=sum(x.completion_tokens or 0 for x in samples))
 
         try:
             backend.run(requests, params, sink)
