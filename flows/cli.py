@@ -50,6 +50,8 @@ _COMMAND_MODULES: list[tuple[str, str | None]] = [
     ("flows.commands.report", "report"),
     ("flows.commands.sandbox", "sandbox"),
     ("flows.commands.verify", "verify"),
+    ("flows.commands.train", "train"),
+    ("flows.commands.rl", "rl"),
     ("flows.commands.pipeline", None),  # sluice run / serve
     ("flows.commands.sft", "sft"),
 ]

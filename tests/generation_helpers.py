@@ -117,7 +117,8 @@ class StandInServer:
     ``FAIL-500`` always HTTP 500; ``FAIL-429-ONCE`` HTTP 429 on the first request for that
     prompt+seed, then a reply; ``SLOW`` sleeps ``slow_s`` before answering; ``EMPTY`` replies
     with empty text. Otherwise ``responder(text, body)`` makes the reply (deterministic).
-    ``latency_s`` adds a fixed delay to every reply (benchmarks).
+    ``latency_s`` adds a fixed delay to every reply (benchmarks); ``fail_all=503`` answers every
+    completion request with that status.
     """
 
     def __init__(
@@ -126,8 +127,10 @@ class StandInServer:
         *,
         slow_s: float = 3.0,
         latency_s: float = 0.0,
+        fail_all: int | None = None,
     ) -> None:
         self.responder = responder
+        self.fail_all = fail_all
         self.slow_s = slow_s
         self.latency_s = latency_s
         self.requests: list[dict[str, Any]] = []
@@ -175,6 +178,8 @@ class StandInServer:
                 text = prompt_text(body)
                 if outer.latency_s:
                     time.sleep(outer.latency_s)
+                if outer.fail_all:
+                    return self._send(outer.fail_all, b'{"error": "scripted failure"}')
                 if "FAIL-500" in text:
                     return self._send(500, b'{"error": "boom"}')
                 if "FAIL-429-ONCE" in text:

@@ -1,0 +1,238 @@
+"""`sluice rl ...`: turn a decontaminated pool into an RL training pool.
+
+validate -> rollouts (or import-counts) -> select (tiers, keep rules, curriculum) -> export /
+push -> report. Every step publishes catalog versions; bad input is one error line and nothing
+is published.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, help="RL pools: validation, rollouts, tiers, exports.")
+
+
+def _echo(obj: dict) -> None:
+    typer.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+
+@app.command("validate")
+def validate(
+    pool: str = typer.Argument(..., help="pool version, e.g. gsm8k.decontaminated@latest"),
+    verify_workers: int = typer.Option(2, "--verify-workers", help="math-verify processes"),
+    sandbox_workers: int = typer.Option(2, "--sandbox-workers", help="sandboxes at once"),
+    run_solutions: bool = typer.Option(
+        True, "--run-solutions/--no-run-solutions", help="run code reference solutions"
+    ),
+) -> None:
+    """Drop prompts that cannot be rewarded (unparseable answers, broken tests); publish
+    BASE.validated and BASE.validation_drops with the counts per reason."""
+    from rl_pools.build import validate_ref
+    from rl_pools.validate import PoolValidationConfig
+
+    cfg = PoolValidationConfig(verify_workers=verify_workers, sandbox_workers=sandbox_workers,
+                               run_solutions=run_solutions)  # fmt: skip
+    _echo(validate_ref(pool, cfg))
+
+
+@app.command("rollouts")
+def rollouts(
+    pool: str = typer.Argument(..., help="pool version, e.g. gsm8k.validated@latest"),
+    model: str = typer.Option(..., "--model", help="model name (server) or HF id / local path"),
+    k: int = typer.Option(16, "--k", help="samples per prompt"),
+    backend: str = typer.Option(
+        "openai",
+        "--backend",
+        help="openai (any OpenAI-compatible "
+        "server, e.g. vllm serve) | hf (transformers in process)",
+    ),  # fmt: skip
+    base_url: str | None = typer.Option(None, "--base-url", help="e.g. http://localhost:8000/v1"),
+    mode: str = typer.Option("chat", "--mode", help="chat | completions"),
+    temperature: float = typer.Option(1.0, "--temperature"),
+    top_p: float = typer.Option(1.0, "--top-p"),
+    max_tokens: int = typer.Option(4096, "--max-tokens"),
+    seed: int | None = typer.Option(0, "--seed", help="base seed (per-sample seeds derive)"),
+    concurrency: int = typer.Option(32, "--concurrency", help="requests in flight (openai)"),
+    timeout: float = typer.Option(600.0, "--timeout", help="per request, seconds"),
+    max_retries: int = typer.Option(4, "--max-retries"),
+    batch_size: int = typer.Option(8, "--batch-size", help="sequences per forward pass (hf)"),
+    device: str = typer.Option("auto", "--device", help="hf backend: cpu | cuda | auto"),
+    store: Path | None = typer.Option(
+        None, "--store", help="sample store folder (default DATA_ROOT/rollouts/samples)"
+    ),  # fmt: skip
+    verify_workers: int | None = typer.Option(None, "--verify-workers", help="default: cores"),
+    sandbox_workers: int | None = typer.Option(None, "--sandbox-workers", help="default: cores"),
+) -> None:
+    """Sample K responses per prompt, grade each (math-verify / sandbox), publish BASE.rollouts
+    and merge the pass counts into BASE.passcounts. Resumable: rerun after a crash."""
+    from curation.generation import GenerationConfig, SamplingParams
+    from rl_pools.build import rollouts_ref
+    from rl_pools.rollouts import RolloutConfig
+
+    extra = {}
+    if verify_workers:
+        extra["verify_workers"] = verify_workers
+    if sandbox_workers:
+        extra["sandbox_workers"] = sandbox_workers
+    rcfg = RolloutConfig(k=k, **extra)  # checks --k first: no model call for a bad k
+    gen = GenerationConfig(backend=backend, model=model, mode=mode, base_url=base_url,
+                           concurrency=concurrency, timeout_s=timeout, max_retries=max_retries,
+                           batch_size=batch_size, device=device)  # fmt: skip
+    params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed)
+    _echo(rollouts_ref(pool, gen, params, rcfg, store))
+
+
+@app.command("import-counts")
+def import_counts(
+    pool: str = typer.Argument(..., help="the pool the counts were measured on"),
+    file: Path | None = typer.Option(
+        None,
+        "--file",
+        help="plain table (.parquet/.csv/.jsonl): "
+        "uid|problem, model, k, passed | pass_rate | accuracy",
+    ),  # fmt: skip
+    fmt: str = typer.Option(
+        "table", "--format", help="table | skywork (model_difficulty in the pool's metadata)"
+    ),  # fmt: skip
+    model: str | None = typer.Option(None, "--model", help="model, when the table has none"),
+    k: int | None = typer.Option(None, "--k", help="samples per prompt, when the table has none"),
+    problem_field: str = typer.Option("problem", "--problem-field", help="problem text column"),
+) -> None:
+    """Import externally produced pass counts into BASE.passcounts."""
+    from curation.catalog import Catalog
+    from curation.errors import ConfigError
+    from rl_pools.build import import_counts_ref
+    from rl_pools.passcounts import import_skywork, import_table
+
+    cat = Catalog()
+    if fmt == "skywork":
+        counts, _missing = import_skywork(cat.load(cat.resolve(pool).ref), k=k or 16)
+        origin = "skywork_model_difficulty"
+    elif fmt == "table":
+        if file is None:
+            raise ConfigError("--format table needs --file PATH")
+        counts = import_table(file, model=model, k=k, problem_field=problem_field)
+        origin = f"table:{file}"
+    else:
+        raise ConfigError(f"unknown import format {fmt!r}", hint="use table or skywork")
+    _echo(import_counts_ref(counts, pool, catalog=cat, origin=origin))
+
+
+@app.command("select")
+def select(
+    pool: str = typer.Argument(..., help="the (validated) pool version"),
+    model: str = typer.Option(..., "--model", help="whose pass counts decide"),
+    preset: str | None = typer.Option(
+        None, "--preset", help="skywork-or1 | polaris | open-r1-dapo | srpo"
+    ),  # fmt: skip
+    config: Path | None = typer.Option(
+        None, "--config", help="TOML with [selection] steps (and [tiers], [curriculum])"
+    ),  # fmt: skip
+    bands: str | None = typer.Option(None, "--bands", help="tier cut points, e.g. 0.33,0.67"),
+    balance_sources: bool = typer.Option(False, "--balance-sources", help="equal rows/source"),
+    cap_per_source: int | None = typer.Option(None, "--cap-per-source", help="max rows/source"),
+    curriculum: str | None = typer.Option(None, "--curriculum", help="srpo | easy-to-hard"),
+    counts: str | None = typer.Option(
+        None, "--counts", help="passcounts version (default BASE.passcounts@latest)"
+    ),  # fmt: skip
+    params_hash: str | None = typer.Option(None, "--params-hash"),
+    verifier_version: str | None = typer.Option(None, "--verifier-version"),
+    seed: int = typer.Option(0, "--seed", help="seed of the deterministic downsampling"),
+) -> None:
+    """Assign tiers from one model's pass counts, apply the keep rules (drop counts per step),
+    publish BASE.rl (and BASE.rl.stageN for a curriculum)."""
+    import tomllib
+
+    from rl_pools.build import select_ref
+    from rl_pools.curriculum import CurriculumConfig
+    from rl_pools.tiers import SelectionConfig, TierConfig
+
+    file_cfg = tomllib.loads(config.read_text()) if config else {}
+    sel = dict(file_cfg.get("selection", {}))
+    tiers = dict(file_cfg.get("tiers", {}))
+    if bands:
+        cuts = [float(x) for x in bands.split(",")]
+        tiers["bands"] = cuts
+        tiers.setdefault("names", [f"band{i + 1}" for i in range(len(cuts) + 1)]
+                         if len(cuts) != 2 else ["hard", "medium", "easy"])  # fmt: skip
+    sel_cfg = SelectionConfig(
+        preset=preset or sel.get("preset"), steps=sel.get("steps"),
+        balance_sources=balance_sources or sel.get("balance_sources", False),
+        cap_per_source=cap_per_source or sel.get("cap_per_source"), seed=seed,
+        tiers=TierConfig(**tiers),
+    )  # fmt: skip
+    cur = file_cfg.get("curriculum")
+    cur_cfg = CurriculumConfig(preset=curriculum) if curriculum else (
+        CurriculumConfig(**cur) if cur else None)  # fmt: skip
+    _echo(select_ref(pool, model, sel_cfg, counts_ref=counts, params_hash=params_hash,
+                     verifier_version=verifier_version, curriculum=cur_cfg))  # fmt: skip
+
+
+@app.command("export")
+def export(
+    pool: str = typer.Argument(..., help="RL pool version, e.g. gsm8k.rl@latest"),
+    fmt: str = typer.Option(..., "--format", help="trl | verl"),
+    out: Path = typer.Option(..., "--out", help="trl: a folder; verl: a .parquet path"),
+) -> None:
+    """Write the pool for TRL GRPO (train.parquet) or verl (RLHFDataset parquet)."""
+    from curation.catalog import Catalog
+    from curation.errors import ConfigError
+    from rl_pools.export import write_trl, write_verl
+
+    cat = Catalog()
+    t = cat.load(cat.resolve(pool).ref)
+    if fmt == "trl":
+        typer.echo(f"written: {write_trl(t, out)}")
+    elif fmt == "verl":
+        typer.echo(f"written: {write_verl(t, out)}")
+    else:
+        raise ConfigError(f"unknown export format {fmt!r}", hint="use trl or verl")
+
+
+@app.command("push")
+def push(
+    pool: str = typer.Argument(..., help="RL pool version"),
+    repo: str = typer.Option(..., "--repo", help="owner/name on the Hub"),
+    fmt: str = typer.Option("trl", "--format", help="trl | verl"),
+    dry_run: bool = typer.Option(True, "--dry-run/--no-dry-run", help="write locally only"),
+    out: Path = typer.Option(Path("hub-dry-run"), "--out", help="dry-run folder"),
+) -> None:
+    """push_to_hub the exported pool (a dry run by default: files written locally)."""
+    from curation.catalog import Catalog
+    from rl_pools.export import push_to_hub
+
+    cat = Catalog()
+    v = cat.resolve(pool)
+    _echo(push_to_hub(cat.load(v.ref), repo, fmt=fmt, dry_run=dry_run, out_dir=out, ref=v.ref,
+                      config=v.config.get("selection")))  # fmt: skip
+
+
+@app.command("report")
+def report(
+    pool: str = typer.Argument(..., help="RL pool version, e.g. gsm8k.rl@latest"),
+    out: Path = typer.Option(..., "--out", help="folder for rl_pool.html and rl_pool.json"),
+    contamination_report: Path | None = typer.Option(
+        None, "--contamination-report", help="the decontaminated pool's report.html (linked)"
+    ),
+) -> None:
+    """HTML report: tiers per source and model, pass-rate distribution, kept/dropped by rule,
+    lineage back to the decontaminated version."""
+    from reports.rl_pool import render_rl_report
+
+    paths = render_rl_report(pool, out, contamination_report=contamination_report)
+    typer.echo(f"report: {paths['html']}")
+
+
+@app.command("presets")
+def presets() -> None:
+    """The keep-rule presets and curricula, and whom they reproduce."""
+    from rl_pools.curriculum import CURRICULA
+    from rl_pools.tiers import PRESETS
+
+    for name, p in PRESETS.items():
+        typer.echo(f"{name}: {p['reproduces']}")
+    for name, c in CURRICULA.items():
+        typer.echo(f"curriculum {name}: by {c['by']}, stages {c['stages']}")

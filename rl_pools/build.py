@@ -1,0 +1,148 @@
+"""Catalog steps of the RL pool stage: each reads dataset versions and publishes new ones.
+
+Names, for a pool ``BASE`` (the input name without ``.decontaminated`` / ``.validated``):
+``BASE.validated`` + ``BASE.validation_drops``, ``BASE.rollouts``, ``BASE.passcounts``,
+``BASE.rl`` (the RL pool) + ``BASE.rl_dropped``, and ``BASE.rl.stage1``, ``BASE.rl.stage2``, ...
+
+Every step checks its input completely before it publishes anything, so bad input leaves the
+catalog unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from curation.catalog import Catalog
+from curation.errors import InputError
+
+
+def base_name(name: str) -> str:
+    for suffix in (".validated", ".decontaminated"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return name
+
+
+def validate_ref(ref: str, config: Any = None, catalog: Catalog | None = None) -> dict[str, Any]:
+    from rl_pools.validate import PoolValidationConfig, validate_pool
+
+    cat = catalog or Catalog()
+    v = cat.resolve(ref)
+    cfg = config or PoolValidationConfig()
+    res = validate_pool(cat.load(v.ref), cfg)
+    base = base_name(v.name)
+    conf = {"validation": asdict(cfg), "summary": res.summary()}
+    kept = cat.publish(f"{base}.validated", res.kept, parents=[v.ref], step="rl.validate",
+                       config=conf)  # fmt: skip
+    drops = cat.publish(f"{base}.validation_drops", res.dropped, parents=[v.ref],
+                        step="rl.validate", config=conf)  # fmt: skip
+    return {"ref": kept.ref, "drops_ref": drops.ref, **res.summary()}
+
+
+def rollouts_ref(
+    ref: str,
+    gen: Any,
+    params: Any,
+    config: Any,
+    store_dir: str | Path | None = None,
+    catalog: Catalog | None = None,
+    *,
+    progress: bool | None = None,
+    backend: Any = None,
+) -> dict[str, Any]:
+    from curation import settings
+    from rl_pools.rollouts import publish_rollouts, run_rollouts
+
+    cat = catalog or Catalog()
+    v = cat.resolve(ref)
+    table = cat.load(v.ref)
+    store = Path(store_dir or Path(settings.data_root()) / "rollouts" / "samples")
+    res = run_rollouts(table, gen, params, config, store, progress=progress, backend=backend)
+    conf = {"generation": {k: val for k, val in gen.to_dict().items() if k != "api_key_env"},
+            "sampling": params.to_dict(), "rollout": config.to_dict(), "store": str(store)}  # fmt: skip
+    rv, cv = publish_rollouts(cat, v.ref, res, conf)
+    return {"rollouts_ref": rv.ref, "passcounts_ref": cv.ref, **res.summary()}
+
+
+def import_counts_ref(
+    counts: Any, pool_ref: str, *, catalog: Catalog | None = None, origin: str = ""
+) -> dict[str, Any]:
+    """Merge imported counts (a PASSCOUNT_SCHEMA table) into ``BASE.passcounts``. Uids not in
+    the pool are an error (they would never match a row)."""
+    from rl_pools.passcounts import publish_counts
+
+    cat = catalog or Catalog()
+    v = cat.resolve(pool_ref)
+    pool_uids = set(cat.load(v.ref, columns=["uid"]).column("uid").to_pylist())
+    uids = counts.column("uid").to_pylist()
+    unknown = [u for u in uids if u not in pool_uids]
+    matched = len(uids) - len(unknown)
+    if matched == 0:
+        raise InputError(
+            f"none of the {len(uids)} imported counts matches a problem of {v.ref}",
+            hint="the uid is the content uid of the problem text; import against the pool the "
+            "counts were measured on",
+        )
+    cv = publish_counts(cat, f"{base_name(v.name)}.passcounts", counts, parents=[v.ref],
+                        config={"import": origin, "rows": len(uids), "unmatched": len(unknown)})  # fmt: skip
+    return {"passcounts_ref": cv.ref, "rows": len(uids), "matched": matched,
+            "unmatched": len(unknown)}  # fmt: skip
+
+
+def select_ref(
+    pool_ref: str,
+    model: str,
+    selection: Any,
+    *,
+    counts_ref: str | None = None,
+    params_hash: str | None = None,
+    verifier_version: str | None = None,
+    curriculum: Any = None,
+    catalog: Catalog | None = None,
+) -> dict[str, Any]:
+    """Tiers + keep rules (+ curriculum stages) for one model's counts -> ``BASE.rl``."""
+    from rl_pools.curriculum import build_stages
+    from rl_pools.passcounts import select
+    from rl_pools.tiers import assign_tiers, select_rows
+
+    cat = catalog or Catalog()
+    v = cat.resolve(pool_ref)
+    base = base_name(v.name)
+    cv = cat.resolve(counts_ref or f"{base}.passcounts@latest")
+    counts = select(cat.load(cv.ref), model, params_hash, verifier_version)
+    tiered = assign_tiers(cat.load(v.ref), counts, selection.tiers)
+    res = select_rows(tiered, selection)
+    if res.kept.num_rows == 0:
+        raise InputError(
+            f"the keep rules left no row of {v.ref} (model {model})",
+            hint="look at the per-step drop counts with a looser preset; nothing was published",
+        )
+    tiers = {}
+    for t in tiered.column("tier").to_pylist():
+        tiers[t] = tiers.get(t, 0) + 1
+    stages_tables, unstaged = ([], 0)
+    if curriculum is not None:
+        stages_tables, unstaged = build_stages(res.kept, curriculum)
+    conf = {"model": model, "passcounts": cv.ref, "selection": selection.to_dict(),
+            "steps": res.steps, "tiers_in": tiers,
+            "curriculum": curriculum.to_dict() if curriculum is not None else None}  # fmt: skip
+    preset = selection.preset or "custom"
+    kept = res.kept.append_column("preset", pa.array([preset] * res.kept.num_rows))
+    rl = cat.publish(f"{base}.rl", kept, parents=[v.ref, cv.ref], step="rl.select", config=conf,
+                     metadata={"rows_in": tiered.num_rows, "kept": kept.num_rows})  # fmt: skip
+    dropped = cat.publish(f"{base}.rl_dropped", res.dropped, parents=[v.ref, cv.ref],
+                          step="rl.select", config=conf)  # fmt: skip
+    stages = []
+    for n, t in enumerate(stages_tables, 1):
+        t = t.append_column("preset", pa.array([preset] * t.num_rows))
+        sv = cat.publish(f"{base}.rl.stage{n}", t, parents=[rl.ref], step="rl.curriculum",
+                         config={**conf, "stage": n,
+                                 "stage_values": curriculum.stages[n - 1]})  # fmt: skip
+        stages.append({"stage": n, "ref": sv.ref, "rows": t.num_rows})
+    return {"ref": rl.ref, "dropped_ref": dropped.ref, "rows_in": tiered.num_rows,
+            "kept": kept.num_rows, "steps": res.steps, "tiers": tiers, "stages": stages,
+            "unstaged": unstaged}  # fmt: skip

@@ -1,0 +1,205 @@
+"""Exports of an RL pool for the trainers that consume it.
+
+* **TRL GRPO** (:func:`to_trl`, :func:`write_trl`): ``prompt`` in conversational form (a list
+  of ``{role, content}``; TRL applies the chat template) plus the columns reward functions read
+  (``answer``, ``tests`` as a JSON string, ``domain``, ``uid``, ``pass_rate``, ``tier``): GRPOTrainer
+  passes every extra column to the reward functions as keyword arguments.
+* **verl** (:func:`to_verl`, :func:`write_verl`): the parquet layout of verl's ``RLHFDataset``
+  (``data_source, prompt, ability, reward_model{style, ground_truth}, extra_info``). Math
+  ground_truth is the answer string; code ground_truth is JSON: ``{"inputs": [...], "outputs":
+  [...]}`` (verl's prime/TACO code reward) when every test is stdin, else Sluice's tests list.
+* **Hub** (:func:`push_to_hub`): a ``datasets.Dataset`` pushed with ``push_to_hub``; ``dry_run``
+  writes what would be uploaded (parquet + dataset card) to a local folder, offline.
+
+The prompt is built by :mod:`rl_pools.prompts` with the same template as the rollouts, so the
+exported pass rate belongs to the exported prompt.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from curation.errors import InputError
+from rl_pools import prompts as prompt_templates
+
+MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
+
+VERL_SCHEMA = pa.schema(
+    [
+        pa.field("data_source", pa.string()),
+        pa.field("prompt", pa.list_(MESSAGE)),
+        pa.field("ability", pa.string()),
+        pa.field(
+            "reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])
+        ),
+        pa.field(
+            "extra_info",
+            pa.struct(
+                [
+                    ("index", pa.int64()),
+                    ("split", pa.string()),
+                    ("uid", pa.string()),
+                    ("source", pa.string()),
+                    ("pass_rate", pa.float64()),
+                    ("tier", pa.string()),
+                    ("stage", pa.int32()),
+                    ("answer", pa.string()),
+                    ("tests", pa.string()),
+                ]
+            ),
+        ),
+    ]
+)
+
+TRL_SCHEMA = pa.schema(
+    [
+        pa.field("prompt", pa.list_(MESSAGE)),
+        pa.field("answer", pa.string()),
+        pa.field("tests", pa.string()),
+        pa.field("domain", pa.string()),
+        pa.field("uid", pa.string()),
+        pa.field("source", pa.string()),
+        pa.field("pass_rate", pa.float64()),
+        pa.field("tier", pa.string()),
+        pa.field("stage", pa.int32()),
+    ]
+)
+
+
+def _rows(table: pa.Table) -> list[dict[str, Any]]:
+    for col in ("uid", "domain", "problem"):
+        if col not in table.column_names:
+            raise InputError(f"the pool has no {col!r} column", field=col,
+                             hint="export an RL pool version (NAME.rl@latest)")  # fmt: skip
+    return table.to_pylist()
+
+
+def _tests_json(tests: list[dict[str, Any]] | None) -> str | None:
+    return json.dumps(tests, ensure_ascii=False, sort_keys=True) if tests else None
+
+
+def _verl_code_truth(tests: list[dict[str, Any]] | None) -> str:
+    tests = tests or []
+    if tests and all(t.get("kind") == "stdin" for t in tests):
+        return json.dumps({"inputs": [t["input"] for t in tests],
+                           "outputs": [t["output"] for t in tests]}, ensure_ascii=False)  # fmt: skip
+    return json.dumps({"sluice_tests": tests}, ensure_ascii=False, sort_keys=True)
+
+
+def trl_table(table: pa.Table, *, system: str | None = None,
+              templates: dict[str, str] | None = None) -> pa.Table:  # fmt: skip
+    out = []
+    for r in _rows(table):
+        tmpl = (templates or {}).get(r["domain"])
+        out.append({"prompt": prompt_templates.messages(r, tmpl, system), "answer": r.get("answer"),
+                    "tests": _tests_json(r.get("tests")), "domain": r["domain"], "uid": r["uid"],
+                    "source": r.get("source"), "pass_rate": r.get("pass_rate"),
+                    "tier": r.get("tier"), "stage": r.get("stage")})  # fmt: skip
+    return pa.Table.from_pylist(out, schema=TRL_SCHEMA)
+
+
+def to_trl(table: pa.Table, **kw: Any):
+    """A ``datasets.Dataset`` ready for ``trl.GRPOTrainer(train_dataset=...)``."""
+    import datasets
+
+    return datasets.Dataset(trl_table(table, **kw))
+
+
+def write_trl(table: pa.Table, out_dir: str | Path, **kw: Any) -> Path:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "train.parquet"
+    _atomic_parquet(trl_table(table, **kw), path)
+    return path
+
+
+def to_verl(table: pa.Table, *, split: str = "train", system: str | None = None,
+            templates: dict[str, str] | None = None) -> pa.Table:  # fmt: skip
+    out = []
+    for i, r in enumerate(_rows(table)):
+        tmpl = (templates or {}).get(r["domain"])
+        truth = r.get("answer") if r["domain"] == "math" else _verl_code_truth(r.get("tests"))
+        if r["domain"] == "math" and not truth:
+            raise InputError("a math row has no answer", row=i, field="answer",
+                             hint="validate the pool first (sluice rl validate)")  # fmt: skip
+        out.append({
+            "data_source": r.get("source") or "sluice",
+            "prompt": prompt_templates.messages(r, tmpl, system),
+            "ability": r["domain"],
+            "reward_model": {"style": "rule", "ground_truth": truth},
+            "extra_info": {"index": i, "split": split, "uid": r["uid"], "source": r.get("source"),
+                           "pass_rate": r.get("pass_rate"), "tier": r.get("tier"),
+                           "stage": r.get("stage"), "answer": r.get("answer"),
+                           "tests": _tests_json(r.get("tests"))},
+        })  # fmt: skip
+    return pa.Table.from_pylist(out, schema=VERL_SCHEMA)
+
+
+def write_verl(table: pa.Table, path: str | Path, **kw: Any) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_parquet(to_verl(table, **kw), path)
+    return path
+
+
+def _atomic_parquet(t: pa.Table, path: Path) -> None:
+    import os
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(t, tmp)
+    os.replace(tmp, path)
+
+
+CARD = """---
+license: other
+task_categories: [reinforcement-learning]
+tags: [sluice, rl-pool, {fmt}]
+---
+# {repo_id}
+
+RL pool exported by Sluice ({fmt} layout), {rows} rows.
+
+- Sluice version: `{ref}`
+- Keep rule / config: `{config}`
+"""
+
+
+def push_to_hub(table: pa.Table, repo_id: str, *, fmt: str = "trl", dry_run: bool = True,
+                out_dir: str | Path | None = None, ref: str = "", config: dict | None = None,
+                private: bool = True, token: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """Push the exported pool to the Hub as a dataset. ``dry_run`` (the default) touches no
+    network: it writes ``data/train-00000-of-00001.parquet`` and ``README.md`` under
+    ``out_dir`` exactly as they would be uploaded, and returns the plan."""
+    import datasets
+
+    if fmt not in ("trl", "verl"):
+        raise InputError(f"unknown export format {fmt!r}", hint="use trl or verl")
+    if "/" not in repo_id:
+        raise InputError(f"repo id {repo_id!r} must be 'owner/name'")
+    t = trl_table(table) if fmt == "trl" else to_verl(table)
+    ds = datasets.Dataset(t)
+    card = CARD.format(repo_id=repo_id, fmt=fmt, rows=t.num_rows, ref=ref,
+                       config=json.dumps(config or {}, sort_keys=True))  # fmt: skip
+    plan = {"repo_id": repo_id, "format": fmt, "rows": t.num_rows, "private": private,
+            "columns": t.column_names, "dry_run": dry_run}  # fmt: skip
+    if dry_run:
+        out = Path(out_dir or "hub-dry-run") / repo_id.replace("/", "__")
+        (out / "data").mkdir(parents=True, exist_ok=True)
+        ds.to_parquet(str(out / "data" / "train-00000-of-00001.parquet"))
+        (out / "README.md").write_text(card, encoding="utf-8")
+        plan["files"] = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+        plan["folder"] = str(out)
+        return plan
+    ds.push_to_hub(repo_id, private=private, token=token)  # pragma: no cover - network
+    from huggingface_hub import HfApi  # pragma: no cover
+
+    HfApi(token=token).upload_file(  # pragma: no cover
+        path_or_fileobj=card.encode(), path_in_repo="README.md", repo_id=repo_id,
+        repo_type="dataset",
+    )  # fmt: skip
+    return plan  # pragma: no cover

@@ -1,0 +1,251 @@
+"""Pass counts: how often a model solves each prompt, as their own versioned catalog dataset.
+
+One row per ``(uid, model, params_hash, verifier_version)``, so the difficulties measured by
+several models (or sampling settings, or verifier versions) live side by side in one dataset,
+and a training pool records exactly which row set it was cut from. Publishing new counts merges
+them into the latest version (same key: the new row wins) and publishes the result as a new
+version whose parents are the previous counts and the rollouts they came from.
+
+Imports: Skywork-OR1's ``model_difficulty`` (kept in a pool's metadata by the Skywork field
+maps) and a plain table of ``(uid | problem, model, k, passed)`` or ``pass_rate``/``accuracy``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from curation.errors import InputError, NotFoundError
+
+PASSCOUNT_SCHEMA = pa.schema(
+    [
+        pa.field("uid", pa.string(), nullable=False),
+        pa.field("model", pa.string(), nullable=False),
+        pa.field("params_hash", pa.string(), nullable=False),  # "" when unknown (imports)
+        pa.field("verifier_version", pa.string(), nullable=False),
+        pa.field("sampling_params", pa.string()),  # JSON, or null when unknown
+        pa.field("k", pa.int32()),  # samples graded; null when only a rate is known
+        pa.field("passed", pa.int32()),
+        pa.field("n_invalid", pa.int32()),  # verifier timeout/error: neither pass nor fail
+        pa.field("pass_rate", pa.float64()),  # passed / (k - n_invalid); null if none gradable
+        pa.field("origin", pa.string()),  # rollouts | skywork_model_difficulty | table:<file>
+    ],
+    metadata={b"sluice.schema": b"passcounts/1"},
+)
+KEY = ("uid", "model", "params_hash", "verifier_version")
+
+
+def _rate(k: int | None, passed: int | None, invalid: int = 0) -> float | None:
+    if k is None or passed is None:
+        return None
+    n = k - invalid
+    return passed / n if n > 0 else None
+
+
+def counts_table(rows: Iterable[dict[str, Any]]) -> pa.Table:
+    out = []
+    for r in rows:
+        r = {f.name: r.get(f.name) for f in PASSCOUNT_SCHEMA}
+        r["n_invalid"] = r["n_invalid"] or 0
+        if r["pass_rate"] is None:
+            r["pass_rate"] = _rate(r["k"], r["passed"], r["n_invalid"])
+        r["params_hash"] = r["params_hash"] or ""
+        out.append(r)
+    out.sort(key=lambda r: tuple(r[c] for c in KEY))
+    return pa.Table.from_pylist(out, schema=PASSCOUNT_SCHEMA)
+
+
+def merge(old: pa.Table | None, new: pa.Table) -> pa.Table:
+    """``old`` with every row of ``new`` added; a row with the same key is replaced."""
+    if old is None or old.num_rows == 0:
+        return counts_table(new.to_pylist())
+    fresh = {tuple(r[c] for c in KEY) for r in new.to_pylist()}
+    rows = [r for r in old.to_pylist() if tuple(r[c] for c in KEY) not in fresh]
+    return counts_table(rows + new.to_pylist())
+
+
+def publish_counts(
+    catalog: Any,
+    name: str,
+    new: pa.Table,
+    *,
+    parents: Iterable[str] = (),
+    config: dict | None = None,
+) -> Any:
+    """Merge ``new`` into the latest version of ``name`` and publish the result."""
+    try:
+        prev_v = catalog.resolve(f"{name}@latest")
+        prev = catalog.load(prev_v.ref)
+        parents = [prev_v.ref, *parents]
+    except NotFoundError:
+        prev = None
+    merged = merge(prev, new)
+    models = sorted(set(merged.column("model").to_pylist()))
+    return catalog.publish(
+        name,
+        merged,
+        parents=list(parents),
+        step="rl.passcounts",
+        config=config or {},
+        metadata={"rows": merged.num_rows, "models": models},
+    )
+
+
+def select(counts: pa.Table, model: str, params_hash: str | None = None,
+           verifier_version: str | None = None) -> pa.Table:  # fmt: skip
+    """The rows of one model (and sampling params / verifier version when given); an unknown
+    model names the ones available. Two settings for one model without a choice is an error."""
+    rows = [r for r in counts.to_pylist() if r["model"] == model]
+    if not rows:
+        from curation.errors import did_you_mean
+
+        have = sorted(set(counts.column("model").to_pylist()))
+        raise NotFoundError(f"no pass counts for model {model!r}", hint=did_you_mean(model, have))
+    if params_hash is not None:
+        rows = [r for r in rows if r["params_hash"] == params_hash]
+    if verifier_version is not None:
+        rows = [r for r in rows if r["verifier_version"] == verifier_version]
+    settings = sorted({(r["params_hash"], r["verifier_version"]) for r in rows})
+    if len(settings) > 1:
+        raise InputError(
+            f"model {model!r} has pass counts for {len(settings)} sampling/verifier settings "
+            f"{settings}",
+            hint="pass --params-hash and/or --verifier-version to choose one",
+        )
+    return counts_table(rows)
+
+
+# ------------------------------------------------------------------------------------------
+# Imports
+# ------------------------------------------------------------------------------------------
+
+
+def import_skywork(pool: pa.Table, *, k: int = 16, origin: str = "skywork_model_difficulty"):
+    """Pass counts from Skywork-OR1's ``model_difficulty`` ({model: n correct of 16}) found in
+    the pool's ``metadata`` JSON (the ``hub_skywork_or1_*`` field maps keep it there), or in a
+    ``model_difficulty`` column. Rows without it are skipped and counted (returned second)."""
+    cols = pool.column_names
+    if "uid" not in cols:
+        raise InputError("the pool has no 'uid' column", field="uid", hint="ingest it first")
+    md_col = pool.column("model_difficulty").to_pylist() if "model_difficulty" in cols else None
+    meta_col = pool.column("metadata").to_pylist() if "metadata" in cols else None
+    if md_col is None and meta_col is None:
+        raise InputError(
+            "the pool has neither a 'model_difficulty' column nor 'metadata'",
+            field="model_difficulty",
+            hint="ingest Skywork-OR1-RL-Data with the hub_skywork_or1_math / _code map",
+        )
+    rows, missing = [], 0
+    for i, uid in enumerate(pool.column("uid").to_pylist()):
+        md = md_col[i] if md_col is not None else None
+        if md is None and meta_col is not None and meta_col[i]:
+            try:
+                md = json.loads(meta_col[i]).get("model_difficulty")
+            except (json.JSONDecodeError, AttributeError) as exc:
+                raise InputError(f"metadata is not a JSON object: {exc}", row=i,
+                                 field="metadata") from exc  # fmt: skip
+        if isinstance(md, str):
+            md = json.loads(md)
+        if not md:
+            missing += 1
+            continue
+        for model, n in md.items():
+            if n is None:
+                continue
+            if not 0 <= int(n) <= k:
+                raise InputError(f"model_difficulty {model}={n} is outside 0..{k}", row=i,
+                                 field="model_difficulty", hint=f"pass the right k (got {k})")  # fmt: skip
+            rows.append({"uid": uid, "model": model, "params_hash": "", "k": k,
+                         "verifier_version": "skywork-or1", "passed": int(n), "origin": origin})  # fmt: skip
+    if not rows:
+        raise InputError(
+            "no row of the pool carries model_difficulty",
+            field="model_difficulty",
+            hint="is this the Skywork-OR1-RL-Data pool? ingest it with a hub_skywork_or1_* map",
+        )
+    return counts_table(rows), missing
+
+
+def _read_any(path: Path) -> pa.Table:
+    import pyarrow.csv as pcsv
+    import pyarrow.json as pjson
+    import pyarrow.parquet as pq
+
+    if not path.exists():
+        raise NotFoundError(f"file {path} does not exist")
+    suf = path.suffix.lower()
+    if suf == ".parquet":
+        return pq.read_table(path)
+    if suf == ".csv":
+        return pcsv.read_csv(path)
+    if suf in (".jsonl", ".json"):
+        rows = []
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError as exc:
+                        raise InputError(f"not JSON: {exc}", file=str(path), row=n) from exc
+        return pa.Table.from_pylist(rows) if rows else pjson.read_json(path)
+    raise InputError(f"unsupported file type {suf!r}", file=str(path),
+                     hint="use .parquet, .csv or .jsonl")  # fmt: skip
+
+
+def import_table(
+    path: str | Path,
+    *,
+    model: str | None = None,
+    k: int | None = None,
+    domain: str = "math",
+    verifier_version: str = "external",
+    problem_field: str = "problem",
+) -> pa.Table:
+    """A plain table: ``uid`` (or the problem text in ``problem_field``, turned into the same
+    content uid as ingest), ``model`` (or ``--model``), and ``k`` + ``passed`` (or ``--k``) or a
+    ``pass_rate`` / ``accuracy`` column (k may then stay unknown)."""
+    from curation.normalize import problem_uid
+
+    path = Path(path)
+    t = _read_any(path)
+    cols = t.column_names
+    if "uid" not in cols and problem_field not in cols:
+        raise InputError(
+            f"the table has neither 'uid' nor {problem_field!r}", file=str(path), field="uid",
+            hint="add a uid column (the pool's content uid) or the problem text",
+        )  # fmt: skip
+    if "model" not in cols and not model:
+        raise InputError("the table has no 'model' column", file=str(path), field="model",
+                         hint="pass --model NAME (the model that produced the counts)")  # fmt: skip
+    rate_col = next((c for c in ("pass_rate", "accuracy") if c in cols), None)
+    if "passed" not in cols and rate_col is None:
+        raise InputError(
+            "the table has neither 'passed' nor 'pass_rate'/'accuracy'", file=str(path),
+            field="passed", hint="add passed (with k) or a pass_rate column",
+        )  # fmt: skip
+    out = []
+    for i, r in enumerate(t.to_pylist(), 1):
+        uid = r.get("uid") or problem_uid(r.get("domain") or domain, r[problem_field])
+        kk = r.get("k", k)
+        passed = r.get("passed")
+        rate = r.get(rate_col) if rate_col else None
+        if passed is not None and kk is None:
+            raise InputError("'passed' given without k", file=str(path), row=i, field="k",
+                             hint="add a k column or pass --k")  # fmt: skip
+        if passed is not None and not 0 <= passed <= kk:
+            raise InputError(f"passed={passed} is outside 0..{kk}", file=str(path), row=i,
+                             field="passed")  # fmt: skip
+        if rate is not None and not 0 <= rate <= 1:
+            raise InputError(f"{rate_col}={rate} is outside [0, 1]", file=str(path), row=i,
+                             field=rate_col)  # fmt: skip
+        if passed is None and rate is not None and kk is not None:
+            passed = round(rate * kk)
+        out.append({"uid": uid, "model": r.get("model") or model, "params_hash": "",
+                    "verifier_version": verifier_version, "k": kk, "passed": passed,
+                    "pass_rate": rate if passed is None else None,
+                    "origin": f"table:{path.name}"})  # fmt: skip
+    return counts_table(out)

@@ -1,0 +1,398 @@
+"""Rollouts: sample k responses per prompt from a model and grade each one.
+
+Generation goes through :mod:`curation.generation` (resumable sample store); grading uses
+:mod:`rl_pools.verify` (math, worker processes with a hard timeout) or :mod:`rl_pools.sandbox`
+(code). Grades are appended to a log next to the samples, so a killed run resumes both phases:
+a SIGKILL loses at most the requests and the grading chunk in flight, and a rerun does only what
+is missing. Nothing is published until every sample is generated and graded.
+
+Every sample keeps its grade status: ``correct``/``incorrect``/``no_answer`` (math verifier),
+``passed``/``failed``/``timeout``/``runtime_error``/... (sandbox), ``no_code``; and ``correct``
+(True / False / null). A verifier timeout or error is null (``n_invalid`` in the pass counts),
+never a silent 0. A program that runs past its time limit is the model's failure (False), with
+status ``timeout`` kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from curation.errors import ConfigError
+from curation.generation import (
+    GenerationConfig,
+    GenerationError,
+    Progress,
+    SampleStore,
+    SamplingParams,
+    generate,
+    make_backend,
+)
+from rl_pools import prompts as prompt_templates
+from rl_pools.passcounts import counts_table
+from rl_pools.validate import require_columns
+
+GRADER_VERSION = "sluice-rollout-grade/1"
+
+ROLLOUT_SCHEMA = pa.schema(
+    [
+        pa.field("uid", pa.string(), nullable=False),
+        pa.field("source", pa.string()),
+        pa.field("domain", pa.string()),
+        pa.field("model", pa.string(), nullable=False),
+        pa.field("sampling_params", pa.string()),
+        pa.field("params_hash", pa.string()),
+        pa.field("verifier_version", pa.string()),
+        pa.field("prompt_template", pa.string()),
+        pa.field("sample_index", pa.int32()),
+        pa.field("sample_key", pa.string()),
+        pa.field("response", pa.string()),
+        pa.field("finish_reason", pa.string()),
+        pa.field("prompt_tokens", pa.int64()),
+        pa.field("completion_tokens", pa.int64()),
+        pa.field("gen_error", pa.string()),
+        pa.field("grade_status", pa.string()),
+        pa.field("grade_reason", pa.string()),
+        pa.field("extracted", pa.string()),
+        pa.field("correct", pa.bool_()),  # null: verifier timeout / error
+    ],
+    metadata={b"sluice.schema": b"rollouts/1"},
+)
+
+MATH_INVALID = ("timeout", "error")
+CODE_INVALID = ("sandbox_error",)
+
+
+def verifier_version(domain: str) -> str:
+    """The version of what decides ``correct``: part of the pass-count key."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    if domain == "code":
+        return f"{GRADER_VERSION}+sandbox"
+    try:
+        mv = version("math-verify")
+    except PackageNotFoundError:  # pragma: no cover
+        mv = "?"
+    return f"{GRADER_VERSION}+math-verify-{mv}"
+
+
+@dataclass
+class RolloutConfig:
+    k: int = field(default=16, metadata={"help": "samples per prompt"})
+    math_template: str = field(default="math-boxed/1", metadata={"help": "prompt template (math)"})
+    code_template: str = field(default="code-python/1", metadata={"help": "prompt template (code)"})
+    verify_workers: int = field(
+        default_factory=lambda: max(1, os.cpu_count() or 1),
+        metadata={"help": "math-verify worker processes (default: the cores)"},
+    )
+    verify_timeout_s: float = field(default=5.0, metadata={"help": "per answer"})
+    sandbox_workers: int = field(
+        default_factory=lambda: max(1, os.cpu_count() or 1),
+        metadata={"help": "sandboxes at once (default: the cores)"},
+    )
+    code_time_limit_s: float = field(default=5.0, metadata={"help": "per test execution"})
+    grade_chunk: int = field(default=256, metadata={"help": "samples graded per durable chunk"})
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise ConfigError(f"--k must be at least 1, got {self.k}", hint="pass --k 16 (or 8)")
+        prompt_templates.check_template(self.math_template)
+        prompt_templates.check_template(self.code_template)
+        if self.verify_workers < 1 or self.sandbox_workers < 1 or self.grade_chunk < 1:
+            raise ConfigError("workers and grade_chunk must be >= 1")
+
+    def to_dict(self) -> dict[str, Any]:
+        import dataclasses
+
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class RolloutResult:
+    rollouts: pa.Table
+    passcounts: pa.Table
+    generated: int = 0
+    reused: int = 0
+    graded: int = 0
+    grades_reused: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "prompts": self.passcounts.num_rows,
+            "samples": self.rollouts.num_rows,
+            "generated": self.generated,
+            "reused": self.reused,
+            "graded": self.graded,
+            "grades_reused": self.grades_reused,
+            "statuses": dict(sorted(self.statuses.items())),
+        }
+
+
+# ------------------------------------------------------------------------------------------
+# Grading
+# ------------------------------------------------------------------------------------------
+
+_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.S)
+
+
+def extract_code(text: str | None) -> str | None:
+    """The last fenced code block (a ``python`` one preferred), or None."""
+    if not text:
+        return None
+    blocks = _FENCE_RE.findall(text)
+    if not blocks:
+        return None
+    py = [b for lang, b in blocks if lang.lower() in ("python", "py", "python3")]
+    code = (py or [b for _, b in blocks])[-1]
+    return code if code.strip() else None
+
+
+def _preamble(meta: str | None) -> str:
+    if not meta:
+        return ""
+    try:
+        m = json.loads(meta)
+    except json.JSONDecodeError:
+        return ""
+    v = m.get("test_preamble") if isinstance(m, dict) else None
+    return v if isinstance(v, str) else ""
+
+
+def grade_math(responses: list[str | None], answers: list[str], cfg: RolloutConfig):
+    from rl_pools.verify import MathVerifier, VerifyConfig
+
+    vc = VerifyConfig(timeout_s=cfg.verify_timeout_s, workers=cfg.verify_workers)
+    with MathVerifier(vc) as v:
+        res = v.verify(responses, answers).to_pylist()
+    out = []
+    for r in res:
+        st = r["status"]
+        correct = None if st in MATH_INVALID else st == "correct"
+        out.append({"status": st, "reason": r["reason"], "extracted": r["extracted"],
+                    "correct": correct})  # fmt: skip
+    return out
+
+
+def grade_code(responses: list[str | None], rows: list[dict[str, Any]], cfg: RolloutConfig):
+    from rl_pools.sandbox import SandboxConfig, run_many
+
+    out: list[dict[str, Any] | None] = [None] * len(responses)
+    jobs, owners = [], []
+    for i, (resp, row) in enumerate(zip(responses, rows, strict=True)):
+        code = extract_code(resp)
+        if code is None:
+            out[i] = {"status": "no_code", "reason": "no fenced code block in the response",
+                      "extracted": None, "correct": False}  # fmt: skip
+            continue
+        pre = _preamble(row.get("metadata"))
+        jobs.append(((pre + "\n" + code) if pre else code, row.get("tests") or []))
+        owners.append(i)
+    if jobs:
+        sb = SandboxConfig(time_limit_s=cfg.code_time_limit_s)
+        for i, r in zip(owners, run_many(jobs, sb, workers=cfg.sandbox_workers), strict=True):
+            st = r.status
+            out[i] = {"status": st, "reason": r.reason or f"{r.n_passed}/{r.n_tests} tests",
+                      "extracted": None,
+                      "correct": None if st in CODE_INVALID else st == "passed"}  # fmt: skip
+    return out
+
+
+class _GradeLog:
+    """Append-only JSONL of grades keyed by (sample key, verifier version): grading resumes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.grades: dict[str, dict[str, Any]] = {}
+        if path.exists():
+            SampleStore._repair_tail(path)
+            with open(path, "rb") as f:
+                for line in f:
+                    if line.endswith(b"\n"):
+                        try:
+                            g = json.loads(line)
+                        except json.JSONDecodeError:
+                            continue
+                        self.grades[g["key"]] = g
+
+    def append(self, grades: list[dict[str, Any]]) -> None:
+        data = b"".join(
+            json.dumps(g, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+            for g in grades
+        )
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        for g in grades:
+            self.grades[g["key"]] = g
+
+
+# ------------------------------------------------------------------------------------------
+# The run
+# ------------------------------------------------------------------------------------------
+
+
+def run_rollouts(
+    table: pa.Table,
+    gen: GenerationConfig,
+    params: SamplingParams,
+    config: RolloutConfig,
+    store_dir: str | Path,
+    *,
+    backend: Any = None,
+    progress: bool | None = None,
+) -> RolloutResult:
+    """Generate ``config.k`` samples per pool row (only the missing ones) and grade them (only
+    the ungraded ones). Raises before anything is returned when samples failed to generate or
+    the model answered nothing at all."""
+    require_columns(table)
+    if table.num_rows == 0:
+        raise ConfigError("the pool is empty: nothing to roll out")
+    rows = table.to_pylist()
+    tmpl = {"math": config.math_template, "code": config.code_template}
+    prompts = [prompt_templates.messages(r, tmpl.get(r["domain"])) for r in rows]
+    store_dir = Path(store_dir)
+    own_backend = backend is None
+    backend = backend or make_backend(gen)
+    k = config.k
+    show = progress is not False
+    try:
+        with SampleStore(store_dir) as store:
+            bar = Progress(len(rows) * k, f"rollouts {gen.model}") if show else None
+            res = generate(prompts, k, params, backend, store, progress=bar or False)
+            if bar is not None:
+                bar.close()
+            total = len(rows) * k
+            if res.failed:
+                raise GenerationError(
+                    f"{res.failed} of {total} samples failed to generate "
+                    f"(first error: {res.errors[0] if res.errors else '?'})",
+                    hint="fix the endpoint and rerun: the finished samples are kept and only "
+                    "the failed ones are asked again; nothing was published",
+                )
+            if res.empty == total:
+                raise GenerationError(
+                    f"model {gen.model!r} returned empty text for all {total} samples",
+                    hint="check the model, its chat template and max_tokens; nothing was published",
+                )
+            grades, graded, reused = _grade_all(rows, res.samples, config, store_dir, show)
+    finally:
+        if own_backend:
+            backend.close()
+    return _assemble(rows, res, grades, params, backend.model_id, tmpl, graded, reused, k)
+
+
+def _grade_all(rows, samples, config: RolloutConfig, store_dir: Path, show: bool):
+    log = _GradeLog(store_dir / "grades.jsonl")
+    todo: list[tuple[int, int]] = []
+    for p, row in enumerate(rows):
+        vv = verifier_version(row["domain"])
+        for s in samples[p]:
+            if _grade_key(s.key, vv, row) not in log.grades:
+                todo.append((p, s.sample_index))
+    reused = len(rows) * config.k - len(todo)
+    bar = Progress(len(todo), "grade", unit="sample") if show and todo else None
+    for start in range(0, len(todo), config.grade_chunk):
+        chunk = todo[start : start + config.grade_chunk]
+        math_part = [(p, i) for p, i in chunk if rows[p]["domain"] == "math"]
+        code_part = [(p, i) for p, i in chunk if rows[p]["domain"] == "code"]
+        new: list[dict[str, Any]] = []
+        if math_part:
+            gs = grade_math([samples[p][i].text for p, i in math_part],
+                            [rows[p]["answer"] for p, _ in math_part], config)  # fmt: skip
+            new += [_grade_rec(samples[p][i].key, rows[p], g) for (p, i), g in zip(math_part, gs, strict=True)]  # fmt: skip
+        if code_part:
+            gs = grade_code([samples[p][i].text for p, i in code_part],
+                            [rows[p] for p, _ in code_part], config)  # fmt: skip
+            new += [_grade_rec(samples[p][i].key, rows[p], g) for (p, i), g in zip(code_part, gs, strict=True)]  # fmt: skip
+        log.append(new)
+        if bar is not None:
+            bar.update(len(chunk))
+    if bar is not None:
+        bar.close()
+    return log.grades, len(todo), reused
+
+
+def _grade_key(sample_key: str, vv: str, row: dict[str, Any]) -> str:
+    # the reference (answer / tests) is part of the key: a fixed answer is graded again
+    ref = (
+        row.get("answer")
+        if row["domain"] == "math"
+        else json.dumps(row.get("tests"), sort_keys=True)
+    )
+    h = hashlib.sha256(f"{sample_key}\x1f{vv}\x1f{ref}".encode()).hexdigest()
+    return h
+
+
+def _grade_rec(sample_key: str, row: dict[str, Any], g: dict[str, Any]) -> dict[str, Any]:
+    vv = verifier_version(row["domain"])
+    return {"key": _grade_key(sample_key, vv, row), "sample_key": sample_key, **g}
+
+
+def _assemble(rows, res, grades, params: SamplingParams, model: str, tmpl, graded, reused, k):
+    out, counts = [], []
+    statuses: Counter[str] = Counter()
+    pk, ph = params.key(), params.key_hash()
+    for p, row in enumerate(rows):
+        vv = verifier_version(row["domain"])
+        passed = invalid = 0
+        for s in res.samples[p]:
+            g = grades[_grade_key(s.key, vv, row)]
+            statuses[g["status"]] += 1
+            if g["correct"] is None:
+                invalid += 1
+            elif g["correct"]:
+                passed += 1
+            out.append({
+                "uid": row["uid"], "source": row.get("source"), "domain": row["domain"],
+                "model": model, "sampling_params": pk, "params_hash": ph, "verifier_version": vv,
+                "prompt_template": tmpl.get(row["domain"]), "sample_index": s.sample_index,
+                "sample_key": s.key, "response": s.text, "finish_reason": s.finish_reason,
+                "prompt_tokens": s.prompt_tokens, "completion_tokens": s.completion_tokens,
+                "gen_error": s.error, "grade_status": g["status"], "grade_reason": g["reason"],
+                "extracted": g["extracted"], "correct": g["correct"],
+            })  # fmt: skip
+        counts.append({"uid": row["uid"], "model": model, "params_hash": ph,
+                       "verifier_version": vv, "sampling_params": pk, "k": k, "passed": passed,
+                       "n_invalid": invalid, "origin": "rollouts"})  # fmt: skip
+    # the same uid twice in a pool (should not happen after dedup) keeps one count row
+    uniq = {(c["uid"], c["verifier_version"]): c for c in counts}
+    return RolloutResult(
+        pa.Table.from_pylist(out, schema=ROLLOUT_SCHEMA),
+        counts_table(uniq.values()),
+        res.generated,
+        res.reused,
+        graded,
+        reused,
+        dict(statuses),
+    )
+
+
+def publish_rollouts(catalog: Any, pool_ref: str, result: RolloutResult, config: dict[str, Any]):
+    """Publish ``NAME.rollouts`` and merge the counts into ``NAME.passcounts``; return both."""
+    from rl_pools.passcounts import publish_counts
+
+    pool = catalog.resolve(pool_ref)
+    rv = catalog.publish(
+        f"{pool.name}.rollouts",
+        result.rollouts,
+        parents=[pool.ref],
+        step="rl.rollouts",
+        config=config,
+        metadata={"summary": result.summary()},
+    )
+    cv = publish_counts(catalog, f"{pool.name}.passcounts", result.passcounts,
+                        parents=[rv.ref, pool.ref], config=config)  # fmt: skip
+    return rv, cv

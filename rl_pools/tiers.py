@@ -1,0 +1,303 @@
+"""Difficulty tiers and keep rules, as declarative config ("score, then decide").
+
+Tiers come from a model's pass rate on each prompt: ``unsolved`` (0/k), the solved-sometimes
+range split into configurable bands (default ``hard`` / ``medium`` / ``easy`` at 1/3 and 2/3),
+``solved`` (k/k), and ``ungraded`` (no usable count). Keep rules are lists of steps, each a small
+dict; the presets reproduce published recipes (see docs/rl_pools.md):
+
+=============== ==============================================================================
+skywork-or1     k = 16; keep a prompt solved 1..15 times out of 16 (Skywork-OR1, per model)
+polaris         k = 8; drop 8/8; shape the rest toward a mirrored-J (hard-heavy) distribution
+open-r1-dapo    keep 0 < pass rate < 1 (open-r1 filtering; DAPO's dynamic sampling, offline)
+srpo            keep all-wrong prompts, drop all-correct ones (SRPO; its trainer re-applies it)
+=============== ==============================================================================
+
+Step ops: ``drop_ungraded``; ``require_k`` {k}; ``drop_tiers`` {tiers}; ``keep_rate`` {min, max,
+min_inclusive, max_inclusive}; ``balance`` {by: tier|source, weights: {group: w} | "equal"}
+(downsample only); ``cap`` {by: source|tier, max}. Every step logs rows in, dropped and kept,
+and the dropped rows by tier and source; choices are deterministic (hash of seed and uid).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from curation.errors import ConfigError, InputError, did_you_mean
+
+log = logging.getLogger("sluice.rl_pools")
+
+UNSOLVED, SOLVED, UNGRADED = "unsolved", "solved", "ungraded"
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "skywork-or1": {
+        "reproduces": "Skywork-OR1: 16 samples per problem per target model, keep 1..15 correct",
+        "steps": [
+            {"op": "drop_ungraded"},
+            {"op": "require_k", "k": 16},
+            {"op": "keep_rate", "min": 0.0, "max": 1.0,
+             "min_inclusive": False, "max_inclusive": False},
+        ],
+    },
+    "polaris": {
+        "reproduces": "Polaris: 8 samples, drop 8/8, keep a mirrored-J (hard-heavy) distribution",
+        "steps": [
+            {"op": "drop_ungraded"},
+            {"op": "require_k", "k": 8},
+            {"op": "drop_tiers", "tiers": [SOLVED]},
+            {"op": "balance", "by": "tier",
+             "weights": {UNSOLVED: 0.25, "hard": 0.35, "medium": 0.25, "easy": 0.15}},
+        ],
+    },
+    "open-r1-dapo": {
+        "reproduces": "open-r1 / DAPO: keep prompts with pass rate strictly between 0 and 1",
+        "steps": [
+            {"op": "drop_ungraded"},
+            {"op": "keep_rate", "min": 0.0, "max": 1.0,
+             "min_inclusive": False, "max_inclusive": False},
+        ],
+    },
+    "srpo": {
+        "reproduces": "SRPO: keep all-wrong prompts, drop all-correct ones",
+        "steps": [{"op": "drop_ungraded"}, {"op": "drop_tiers", "tiers": [SOLVED]}],
+    },
+}  # fmt: skip
+
+OPS = ("drop_ungraded", "require_k", "drop_tiers", "keep_rate", "balance", "cap")
+
+
+@dataclass
+class TierConfig:
+    bands: tuple[float, ...] = field(
+        default=(1 / 3, 2 / 3), metadata={"help": "cut points inside (0, 1) of the pass rate"}
+    )
+    names: tuple[str, ...] = field(
+        default=("hard", "medium", "easy"), metadata={"help": "band names, hardest first"}
+    )
+
+    def __post_init__(self) -> None:
+        self.bands, self.names = tuple(self.bands), tuple(self.names)
+        if len(self.names) != len(self.bands) + 1:
+            raise ConfigError(
+                f"{len(self.bands)} tier cut points need {len(self.bands) + 1} names, "
+                f"got {len(self.names)}"
+            )
+        if list(self.bands) != sorted(self.bands) or any(not 0 < b < 1 for b in self.bands):
+            raise ConfigError(f"tier cut points must be increasing, inside (0, 1): {self.bands}")
+        if {UNSOLVED, SOLVED, UNGRADED} & set(self.names):
+            raise ConfigError("band names must differ from unsolved / solved / ungraded")
+
+    def all_tiers(self) -> list[str]:
+        return [UNSOLVED, *self.names, SOLVED, UNGRADED]
+
+    def tier_of(self, pass_rate: float | None) -> str:
+        if pass_rate is None:
+            return UNGRADED
+        if pass_rate <= 0:
+            return UNSOLVED
+        if pass_rate >= 1:
+            return SOLVED
+        for cut, name in zip(self.bands, self.names, strict=False):
+            if pass_rate <= cut:
+                return name
+        return self.names[-1]
+
+
+def assign_tiers(pool: pa.Table, counts: pa.Table, tiers: TierConfig | None = None) -> pa.Table:
+    """Pool rows + one model's counts (see :func:`rl_pools.passcounts.select`) + tier.
+
+    Adds model, params_hash, verifier_version, k, passed, n_invalid, pass_rate, tier. A pool row
+    without a count is ``ungraded`` (kept in the table, dropped by ``drop_ungraded``)."""
+    tiers = tiers or TierConfig()
+    by_uid: dict[str, dict[str, Any]] = {}
+    for r in counts.to_pylist():
+        by_uid.setdefault(r["uid"], r)
+    models = sorted(set(counts.column("model").to_pylist()))
+    if len(models) > 1:
+        raise InputError(f"tiers need the counts of one model, got {models}",
+                         hint="select one with --model")  # fmt: skip
+    rows = []
+    for r in pool.to_pylist():
+        c = by_uid.get(r["uid"], {})
+        rate = c.get("pass_rate")
+        rows.append({**r, "model": c.get("model") or (models[0] if models else None),
+                     "params_hash": c.get("params_hash"),
+                     "verifier_version": c.get("verifier_version"), "k": c.get("k"),
+                     "passed": c.get("passed"), "n_invalid": c.get("n_invalid"),
+                     "pass_rate": rate, "tier": tiers.tier_of(rate)})  # fmt: skip
+    extra = [
+        pa.field("model", pa.string()),
+        pa.field("params_hash", pa.string()),
+        pa.field("verifier_version", pa.string()),
+        pa.field("k", pa.int32()),
+        pa.field("passed", pa.int32()),
+        pa.field("n_invalid", pa.int32()),
+        pa.field("pass_rate", pa.float64()),
+        pa.field("tier", pa.string()),
+    ]
+    base = [f for f in pool.schema if f.name not in {e.name for e in extra}]
+    schema = pa.schema(base + extra, metadata={b"sluice.schema": b"rl_pool/1"})
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+@dataclass
+class SelectionConfig:
+    preset: str | None = field(default=None, metadata={"help": "|".join(PRESETS)})
+    steps: list[dict[str, Any]] | None = field(
+        default=None, metadata={"help": "explicit steps (instead of / after the preset's)"}
+    )
+    balance_sources: bool = field(
+        default=False, metadata={"help": "add a final step: equal rows per source"}
+    )
+    cap_per_source: int | None = field(default=None, metadata={"help": "max rows per source"})
+    seed: int = field(default=0, metadata={"help": "seed of the deterministic downsampling"})
+    tiers: TierConfig = field(default_factory=TierConfig)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tiers, dict):
+            self.tiers = TierConfig(**self.tiers)
+        if self.preset is not None and self.preset not in PRESETS:
+            raise ConfigError(f"unknown keep-rule preset {self.preset!r}",
+                              hint=did_you_mean(self.preset, list(PRESETS)))  # fmt: skip
+        if self.cap_per_source is not None and self.cap_per_source < 1:
+            raise ConfigError("cap_per_source must be >= 1")
+        for s in self.resolved_steps():
+            _check_step(s)
+
+    def resolved_steps(self) -> list[dict[str, Any]]:
+        steps = copy.deepcopy(PRESETS[self.preset]["steps"]) if self.preset else []
+        steps += copy.deepcopy(self.steps or [])
+        if self.balance_sources:
+            steps.append({"op": "balance", "by": "source", "weights": "equal"})
+        if self.cap_per_source is not None:
+            steps.append({"op": "cap", "by": "source", "max": self.cap_per_source})
+        return steps
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"preset": self.preset, "steps": self.resolved_steps(), "seed": self.seed,
+                "tiers": {"bands": list(self.tiers.bands), "names": list(self.tiers.names)}}  # fmt: skip
+
+
+def _check_step(s: dict[str, Any]) -> None:
+    op = s.get("op")
+    if op not in OPS:
+        raise ConfigError(f"unknown keep-rule step op {op!r}", hint=did_you_mean(str(op), OPS))
+    if op == "balance" and s.get("by") not in ("tier", "source"):
+        raise ConfigError("a balance step needs by = tier or source")
+    if op == "cap" and (s.get("by") not in ("tier", "source") or int(s.get("max", 0)) < 1):
+        raise ConfigError("a cap step needs by = tier|source and max >= 1")
+    if op == "require_k" and int(s.get("k", 0)) < 1:
+        raise ConfigError("a require_k step needs k >= 1")
+
+
+@dataclass
+class SelectionResult:
+    kept: pa.Table
+    dropped: pa.Table  # uid, source, tier, pass_rate, step, op, reason
+    steps: list[dict[str, Any]]
+
+    def summary(self) -> dict[str, Any]:
+        return {"kept": self.kept.num_rows, "dropped": self.dropped.num_rows, "steps": self.steps}
+
+
+DROPPED_SCHEMA = pa.schema(
+    [
+        pa.field("uid", pa.string()),
+        pa.field("source", pa.string()),
+        pa.field("tier", pa.string()),
+        pa.field("pass_rate", pa.float64()),
+        pa.field("step", pa.int32()),
+        pa.field("op", pa.string()),
+        pa.field("reason", pa.string()),
+    ]
+)
+
+
+def _rank(seed: int, uid: str) -> str:
+    return hashlib.sha256(f"{seed}\x1f{uid}".encode()).hexdigest()
+
+
+def _apply_step(rows: list[dict], s: dict[str, Any], seed: int):
+    """(kept rows, [(row, reason)] dropped)."""
+    op = s["op"]
+    if op == "drop_ungraded":
+        bad = [r for r in rows if r["tier"] == UNGRADED]
+        return [r for r in rows if r["tier"] != UNGRADED], [
+            (r, "no usable pass count") for r in bad
+        ]
+    if op == "require_k":
+        k = int(s["k"])
+        keep = [r for r in rows if r["k"] == k]
+        return keep, [(r, f"k={r['k']}, the rule needs k={k}") for r in rows if r["k"] != k]
+    if op == "drop_tiers":
+        tiers = set(s["tiers"])
+        return ([r for r in rows if r["tier"] not in tiers],
+                [(r, f"tier {r['tier']}") for r in rows if r["tier"] in tiers])  # fmt: skip
+    if op == "keep_rate":
+        lo, hi = float(s.get("min", 0.0)), float(s.get("max", 1.0))
+        lo_in, hi_in = s.get("min_inclusive", True), s.get("max_inclusive", True)
+
+        def ok(p: float | None) -> bool:
+            if p is None:
+                return False
+            return (p >= lo if lo_in else p > lo) and (p <= hi if hi_in else p < hi)
+
+        br = f"{'[' if lo_in else '('}{lo:g}, {hi:g}{']' if hi_in else ')'}"
+        return ([r for r in rows if ok(r["pass_rate"])],
+                [(r, f"pass rate {r['pass_rate']} outside {br}") for r in rows
+                 if not ok(r["pass_rate"])])  # fmt: skip
+    by = s["by"]
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(r[by] or "?", []).append(r)
+    for g in groups.values():
+        g.sort(key=lambda r: _rank(seed, r["uid"]))
+    if op == "cap":
+        m = int(s["max"])
+        keep_ids = {id(r) for g in groups.values() for r in g[:m]}
+        reason = f"over the cap of {m} per {by}"
+    else:  # balance (downsample only)
+        w = s.get("weights", "equal")
+        weights = (
+            {g: 1.0 for g in groups} if w == "equal" else {g: float(w.get(g, 0.0)) for g in groups}
+        )
+        present = {g: x for g, x in weights.items() if x > 0}
+        if not present:
+            return [], [(r, f"{by} {r[by]} has weight 0") for r in rows]
+        scale = min(len(groups[g]) / x for g, x in present.items())
+        quota = {g: int(round(scale * x)) for g, x in present.items()}
+        keep_ids = {id(r) for g, q in quota.items() for r in groups[g][:q]}
+        reason = f"balance by {by} ({'equal' if w == 'equal' else 'weights ' + str(w)})"
+    return ([r for r in rows if id(r) in keep_ids],
+            [(r, reason) for r in rows if id(r) not in keep_ids])  # fmt: skip
+
+
+def select_rows(table: pa.Table, config: SelectionConfig) -> SelectionResult:
+    """Apply the keep rules to a tiered table (:func:`assign_tiers`); log drops per step."""
+    for col in ("uid", "source", "tier", "pass_rate", "k"):
+        if col not in table.column_names:
+            raise InputError(f"the table has no {col!r} column", field=col,
+                             hint="assign tiers first (rl_pools.tiers.assign_tiers)")  # fmt: skip
+    rows = table.to_pylist()
+    steps_log, dropped = [], []
+    for n, s in enumerate(config.resolved_steps(), 1):
+        before = len(rows)
+        rows, gone = _apply_step(rows, s, config.seed)
+        entry = {"step": n, **s, "rows_in": before, "dropped": len(gone), "kept": len(rows),
+                 "dropped_by_tier": dict(Counter(r["tier"] for r, _ in gone)),
+                 "dropped_by_source": dict(Counter(r["source"] for r, _ in gone))}  # fmt: skip
+        steps_log.append(entry)
+        log.info("keep rule step %d %s: %d in, %d dropped, %d kept", n, s["op"], before,
+                 len(gone), len(rows))  # fmt: skip
+        dropped += [{"uid": r["uid"], "source": r["source"], "tier": r["tier"],
+                     "pass_rate": r["pass_rate"], "step": n, "op": s["op"], "reason": why}
+                    for r, why in gone]  # fmt: skip
+    kept = pa.Table.from_pylist(rows, schema=table.schema)
+    assert kept.num_rows + len(dropped) == table.num_rows
+    return SelectionResult(kept, pa.Table.from_pylist(dropped, schema=DROPPED_SCHEMA), steps_log)

@@ -1,0 +1,194 @@
+"""Rollouts end to end on real pools: stand-in OpenAI-compatible server (with an oracle for the
+grades), the tiny random HF model, a real SIGKILL mid-run, and the bad inputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from generation_helpers import StandInServer, free_port_url, tiny_model_dir
+from rl_helpers import MathOracle, ingest_real
+
+from curation.catalog import Catalog
+from curation.generation import GenerationConfig, SampleStore, SamplingParams
+from rl_pools.build import rollouts_ref
+from rl_pools.rollouts import RolloutConfig
+
+PARAMS = SamplingParams(temperature=0.8, top_p=0.95, max_tokens=256, seed=1)
+
+
+@pytest.fixture()
+def math_ref(data_root, pools_dir):
+    return ingest_real(pools_dir, "math_deepscaler_math_train.jsonl", "mathpool",
+                       "deepscaler_math", 8)  # fmt: skip
+
+
+def _gen(url, **kw):
+    return GenerationConfig(**{"backend": "openai", "model": "stand-in-7b", "base_url": url,
+                               "backoff_s": 0.01, "max_retries": 1, "concurrency": 4, **kw})  # fmt: skip
+
+
+def test_rollouts_grade_against_oracle_publish_and_unchanged_rerun(math_ref, data_root, tmp_path):
+    cat = Catalog()
+    oracle = MathOracle(cat.load(math_ref))
+    cfg = RolloutConfig(k=4, verify_workers=2)
+    with StandInServer(oracle) as srv:
+        out = rollouts_ref(math_ref, _gen(srv.url), PARAMS, cfg, tmp_path / "store", progress=False)
+        assert out["samples"] == 32 and out["generated"] == 32 and len(srv.posts()) == 32
+        ro = cat.load(out["rollouts_ref"]).to_pylist()
+        seeds = {r["body"]["seed"] for r in srv.posts()}
+        assert len(seeds) == 32
+        store = SampleStore(tmp_path / "store")
+        for r in ro:
+            s = store.get(r["sample_key"])
+            assert r["correct"] is oracle.intended[(r["uid"], s.seed)], r
+            assert r["grade_status"] in ("correct", "incorrect", "no_answer")
+            assert r["model"] == "stand-in-7b" and json.loads(r["sampling_params"])["top_p"] == 0.95
+        counts = cat.load(out["passcounts_ref"]).to_pylist()
+        assert len(counts) == 8 and all(c["k"] == 4 and c["n_invalid"] == 0 for c in counts)
+        for c in counts:
+            assert c["passed"] == sum(r["correct"] for r in ro if r["uid"] == c["uid"])
+            assert c["verifier_version"].startswith("sluice-rollout-grade/1+math-verify-")
+        assert {c["passed"] for c in counts} != {counts[0]["passed"]}  # a spread, not constant
+        # unchanged rerun: no request, nothing graded again, same versions
+        again = rollouts_ref(math_ref, _gen(srv.url), PARAMS, cfg, tmp_path / "store",
+                             progress=False)  # fmt: skip
+        assert len(srv.posts()) == 32 and again["generated"] == 0 and again["graded"] == 0
+        assert again["rollouts_ref"] == out["rollouts_ref"]
+        assert again["passcounts_ref"] == out["passcounts_ref"]
+        # a second model's counts live beside the first
+        other = rollouts_ref(math_ref, _gen(srv.url, model="stand-in-32b"), PARAMS,
+                             RolloutConfig(k=2, verify_workers=2), tmp_path / "store",
+                             progress=False)  # fmt: skip
+        both = cat.load(other["passcounts_ref"])
+        assert sorted(set(both.column("model").to_pylist())) == ["stand-in-32b", "stand-in-7b"]
+        assert both.num_rows == 16
+        assert out["passcounts_ref"] in cat.resolve(other["passcounts_ref"]).parents
+
+
+def test_hf_backend_rollouts_with_tiny_random_model(math_ref, tmp_path):
+    d = tiny_model_dir(tmp_path / "tiny")
+    gen = GenerationConfig(backend="hf", model=str(d), device="cpu", batch_size=8)
+    out = rollouts_ref(math_ref, gen, SamplingParams(temperature=1.0, max_tokens=8, seed=0),
+                       RolloutConfig(k=2, verify_workers=1), tmp_path / "s", progress=False)  # fmt: skip
+    ro = Catalog().load(out["rollouts_ref"]).to_pylist()
+    assert len(ro) == 16 and all(r["completion_tokens"] <= 8 for r in ro)
+    assert all(r["finish_reason"] in ("stop", "length") and r["prompt_tokens"] > 0 for r in ro)
+    assert all(r["correct"] is not None for r in ro)  # graded, no verifier error
+    assert sum(out["statuses"].values()) == 16
+
+
+def _sluice(args, env, **kw):
+    return subprocess.run([sys.executable, "-m", "flows.cli", *args], env=env, capture_output=True,
+                          text=True, timeout=300, **kw)  # fmt: skip
+
+
+def test_sigkill_mid_run_then_rerun_loses_and_duplicates_nothing(math_ref, data_root, tmp_path):
+    oracle = MathOracle(Catalog().load(math_ref))
+    store = tmp_path / "store"
+    env = {**os.environ, "SLUICE_DATA_ROOT": str(data_root)}
+    with StandInServer(oracle, latency_s=0.05) as srv:
+        args = ["rl", "rollouts", math_ref, "--model", "stand-in-7b", "--k", "8", "--base-url",
+                srv.url, "--concurrency", "2", "--store", str(store), "--verify-workers", "1",
+                "--max-retries", "0"]  # fmt: skip
+        proc = subprocess.Popen([sys.executable, "-m", "flows.cli", *args], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if store.exists() and SampleStore(store).count_lines() >= 20:
+                break
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert proc.returncode == -signal.SIGKILL
+        at_kill = SampleStore(store).count_lines()
+        assert 20 <= at_kill < 64, at_kill  # really killed mid-run
+        posts_at_kill = len(srv.posts())
+        assert "mathpool.rollouts" not in Catalog().datasets()  # nothing published
+        r = _sluice(args, env)
+        assert r.returncode == 0, r.stderr
+        assert "samples/s" in r.stderr and "ETA" in r.stderr  # progress without a terminal
+    out = json.loads(r.stdout)
+    assert out["reused"] == at_kill and out["generated"] == 64 - at_kill
+    # no sample lost or duplicated: 64 distinct keys, 64 lines on disk, one request per new one
+    st = SampleStore(store)
+    assert st.count_lines() == 64 and len(st.index()) == 64
+    assert len(srv.posts()) - posts_at_kill == 64 - at_kill
+    assert posts_at_kill - at_kill <= 2  # only the requests in flight at the kill were lost
+    ro = Catalog().load(out["rollouts_ref"])
+    keys = ro.column("sample_key").to_pylist()
+    assert ro.num_rows == 64 and len(set(keys)) == 64
+    assert sorted(ro.column("sample_index").to_pylist()) == sorted(list(range(8)) * 8)
+
+
+def _one_error(stderr: str) -> None:
+    errors = [x for x in stderr.splitlines() if x.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in stderr, stderr
+
+
+def test_bad_inputs_one_error_line_nothing_published(math_ref, data_root, tmp_path):
+    env = {**os.environ, "SLUICE_DATA_ROOT": str(data_root)}
+    cat = Catalog()
+    before = sorted(cat.datasets())
+    # a pool without an answer column
+    t = cat.load(math_ref).drop_columns(["answer"])
+    bad = cat.publish("noanswer", t).ref
+    before = sorted(cat.datasets())
+    base = ["--model", "m", "--store", str(tmp_path / "s"), "--verify-workers", "1"]
+    r = _sluice(["rl", "rollouts", bad, "--base-url", free_port_url(), *base], env)
+    assert r.returncode == 2 and "no 'answer' column" in r.stderr
+    _one_error(r.stderr)
+    # --k 0
+    r = _sluice(["rl", "rollouts", math_ref, "--k", "0", "--base-url", "http://x/v1", *base], env)
+    assert r.returncode == 2 and "--k must be at least 1" in r.stderr
+    _one_error(r.stderr)
+    # an endpoint that is down
+    r = _sluice(["rl", "rollouts", math_ref, "--k", "2", "--base-url", free_port_url(), *base], env)
+    assert r.returncode == 2 and "cannot reach the generation endpoint" in r.stderr
+    _one_error(r.stderr)
+    # a model that returns empty text
+    with StandInServer(lambda text, body: "") as srv:
+        r = _sluice(["rl", "rollouts", math_ref, "--k", "2", "--base-url", srv.url, *base], env)
+    assert r.returncode == 2 and "returned empty text for all 16 samples" in r.stderr
+    _one_error(r.stderr)
+    # a failing endpoint: the samples are recorded as failures, the run stops, nothing published
+    base[3] = str(tmp_path / "s2")
+    with StandInServer(fail_all=503) as srv:
+        r = _sluice(["rl", "rollouts", math_ref, "--k", "1", "--base-url", srv.url,
+                     "--max-retries", "0", *base], env)  # fmt: skip
+        assert len(srv.posts()) == 8
+    assert r.returncode == 2 and "samples failed to generate" in r.stderr
+    _one_error(r.stderr)
+    assert "HTTP 503" in r.stderr
+    assert sorted(Catalog().datasets()) == before
+
+
+def test_code_rollouts_graded_in_the_sandbox(data_root, pools_dir, tmp_path):
+    ref = ingest_real(pools_dir, "code_leetcodedataset_v0.2.0_train.jsonl", "codepool",
+                      "leetcodedataset", 3)  # fmt: skip
+    rows = Catalog().load(ref).to_pylist()
+    by_problem = {r["problem"][:200]: r for r in rows}
+    intended = {}
+
+    def responder(text, body):
+        r = next(v for p, v in by_problem.items() if p in text)
+        ok = body["seed"] % 2 == 0
+        intended[(r["uid"], body["seed"])] = ok
+        code = r["solutions"][0] if ok else "class Solution:\n    pass\n"
+        return f"Here is my solution.\n```python\n{code}\n```"
+
+    with StandInServer(responder) as srv:
+        out = rollouts_ref(ref, _gen(srv.url), PARAMS, RolloutConfig(k=2, sandbox_workers=2),
+                           tmp_path / "s", progress=False)  # fmt: skip
+    ro = Catalog().load(out["rollouts_ref"]).to_pylist()
+    st = SampleStore(tmp_path / "s")
+    assert len(ro) == 6
+    for r in ro:
+        assert r["correct"] is intended[(r["uid"], st.get(r["sample_key"]).seed)], r
+        assert r["verifier_version"].endswith("+sandbox")
+        assert r["grade_status"] in ("passed", "failed", "runtime_error")
