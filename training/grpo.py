@@ -353,11 +353,11 @@ def _grpo_args(config: TrainConfig, stage: Any, temperature: float, out: Path, s
         raise ConfigError(f"stage {stage.name!r}: TRL rejected the settings: {exc}") from exc
 
 
-def _load_model(config: TrainConfig) -> tuple[Any, Any]:
+def load_model(mc: Any) -> tuple[Any, Any]:
+    """(model, tokenizer) of a :class:`~training.config.ModelConfig`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    mc = config.model
     dtype = "auto" if mc.dtype == "auto" else getattr(torch, mc.dtype)
     try:
         tok = AutoTokenizer.from_pretrained(mc.name_or_path, revision=mc.revision)
@@ -459,7 +459,7 @@ def run_grpo(
     started = datetime.now(UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     torch.manual_seed(config.seed)
-    model, tok = _load_model(resolved)
+    model, tok = load_model(resolved.model)
     rewards = build_rewards(resolved.rewards, verify=resolved.verify, sandbox=resolved.sandbox)
     rnames = [r.name for r in resolved.rewards]
     state = RunState(
@@ -698,6 +698,7 @@ __all__ = [
     "RunState",
     "SluiceError",
     "TrainResult",
+    "load_model",
     "register_checkpoint",
     "resolve_pools",
     "run_grpo",

@@ -1,0 +1,107 @@
+"""The train config (one typed dataclass tree for file, CLI and library) and the refusal of
+pools without a decontamination run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from curation.errors import ConfigError
+from training.config import TrainConfig, load_train_config
+from training.pools import UncleanedPoolError, check_pools
+
+CONFIGS = Path(__file__).resolve().parents[2] / "training" / "configs"
+
+
+def _raw(**over):
+    raw = {
+        "name": "t",
+        "model": {"name_or_path": "m"},
+        "rewards": [{"name": "math_accuracy"}],
+        "stages": [{"name": "s", "pools": ["p@latest"], "epochs": 1}],
+    }
+    raw.update(over)
+    return raw
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.toml")), ids=lambda p: p.name)
+def test_shipped_configs_load(path):
+    cfg = load_train_config(path)
+    assert cfg.stages and cfg.rewards
+    assert TrainConfig.from_dict(cfg.to_dict()) == cfg  # the resolved JSON round-trips
+
+
+def test_srpo_example_is_math_then_code():
+    cfg = load_train_config(CONFIGS / "srpo_two_stage.toml")
+    assert [s.domains for s in cfg.stages] == [["math"], ["code"]]
+    assert cfg.resampling.enabled
+    lengths = [
+        s.max_completion_length for s in load_train_config(CONFIGS / "acereason_math.toml").stages
+    ]
+    assert lengths == [8192, 16384, 24576, 32768]
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        (
+            {"stages": [{"name": "s", "pools": ["p@latest"], "epochs": 1, "steps": 2}]},
+            "exactly one",
+        ),
+        ({"stages": [{"name": "s", "pools": ["p"], "epochs": 1}]}, "not name@version"),
+        (
+            {"stages": [{"name": "s", "pools": ["p@1"], "epochs": 1, "temprature": 1}]},
+            "temperature",
+        ),
+        ({"trl": {"temperature": 0.7}}, "stages[].temperature"),
+        ({"trl": {"max_steps": 3}}, "stages[].steps"),
+        ({"rewards": [{"name": "math_acc"}]}, "math_accuracy"),
+        ({"rewards": [{"name": "format"}]}, "correct_rewards"),
+        ({"trl": {"num_generations": 1}}, "num_generations"),
+    ],
+)
+def test_config_errors_name_the_fix(over, message):
+    with pytest.raises(ConfigError) as e:
+        TrainConfig.from_dict(_raw(**over))
+    assert message in str(e.value)
+
+
+def test_bad_file_names_the_file(tmp_path):
+    p = tmp_path / "bad.toml"
+    p.write_text('name = "x"\n[model]\nname_or_path = "m"\nunknown_key = 1\n')
+    with pytest.raises(ConfigError, match="bad.toml.*unknown_key"):
+        load_train_config(p)
+
+
+def test_uncleaned_pool_is_refused_unless_allowed(pool_catalog):
+    cat = pool_catalog["catalog"]
+    raw = pool_catalog["raw_math"]
+    with pytest.raises(UncleanedPoolError) as e:
+        check_pools(cat, [raw])
+    assert "no decontamination run" in str(e.value) and "--allow-uncleaned" in str(e.value)
+    (info,) = check_pools(cat, [raw], allow_uncleaned=True)
+    assert not info.cleaned and info.decontaminated_ref is None
+    (ok,) = check_pools(cat, [pool_catalog["math"].split("@")[0] + "@latest"])
+    assert ok.cleaned and ok.resolved == pool_catalog["math"]
+
+
+def test_downstream_of_a_decontaminated_version_counts_as_cleaned(pool_catalog, tmp_path):
+    """An RL pool built from a .decontaminated version (e.g. NAME.rl) traces back to its run."""
+    from curation.catalog import Catalog
+
+    cat: Catalog = pool_catalog["catalog"]
+    t = cat.load(pool_catalog["math"]).slice(0, 4)
+    v = cat.publish("gsm8k.rl-test", t, parents=[pool_catalog["math"]], step="rl_pool")
+    (info,) = check_pools(cat, [v.ref])
+    assert info.cleaned and info.decontaminated_ref == pool_catalog["math"]
+    assert info.lineage[:2] == [v.ref, pool_catalog["math"]]
+
+
+def test_a_dataset_that_is_not_a_problem_pool_is_refused(pool_catalog):
+    cat = pool_catalog["catalog"]
+    import pyarrow as pa
+
+    v = cat.publish("not-a-pool", pa.table({"x": [1]}))
+    with pytest.raises(ConfigError, match="not a problem pool"):
+        check_pools(cat, [v.ref])

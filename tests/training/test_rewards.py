@@ -1,0 +1,136 @@
+"""Rewards in TRL's signature, on real pool rows: math through the verifier's worker
+processes, code through the sandbox, with failures counted (never a silent 0)."""
+
+from __future__ import annotations
+
+import pytest
+
+from training.rewards import (
+    CodePassRateReward,
+    FormatReward,
+    LengthPenaltyReward,
+    MathAccuracyReward,
+    build_rewards,
+    extract_code,
+)
+
+
+def _chat(text):
+    return [{"role": "assistant", "content": text}]
+
+
+def test_format_reward_wants_think_then_answer():
+    f = FormatReward("format")
+    prompts = [[{"role": "user", "content": "q"}]] * 4
+    got = f(
+        prompts,
+        [
+            _chat("<think>add 2 and 2</think> The answer is 4."),
+            _chat("The answer is 4."),
+            _chat("<think>no answer after the block</think>"),
+            _chat("<think>unclosed"),
+        ],
+    )
+    assert got == [1.0, 0.0, 0.0, 0.0]
+    # a <think> opened by the chat template at the end of the prompt counts
+    assert f(["...assistant\n<think>"], ["steps</think> 4"]) == [1.0]
+    assert f.counts == {"ok": 2, "bad_format": 3}
+
+
+def test_math_accuracy_through_the_verifier_on_real_rows(pool_catalog):
+    rows = pool_catalog["catalog"].load(pool_catalog["math"]).to_pylist()[:3]
+    answers = [r["answer"] for r in rows]
+    logged = {}
+    r = MathAccuracyReward("math_accuracy")
+    try:
+        got = r(
+            [""] * 5,
+            [
+                _chat(f"<think>work</think> The answer is \\boxed{{{answers[0]}}}."),
+                _chat(
+                    f"<think>the answer is {answers[1]}</think> \\boxed{{{int(answers[1]) + 1}}}"
+                ),
+                _chat("<think>I do not know</think> no idea"),
+                _chat("\\boxed{1}"),
+                _chat("\\boxed{2}"),
+            ],
+            domain=["math", "math", "math", "math", "code"],
+            answer=[answers[0], answers[1], answers[2], None, None],
+            uid=[r["uid"] for r in rows] + ["x", "y"],
+            log_metric=lambda k, v: logged.__setitem__(k, v),
+        )
+    finally:
+        r.close()
+    # the answer after </think> counts, not a number inside the thinking
+    assert got == [1.0, 0.0, 0.0, None, None]
+    assert r.counts == {"correct": 1, "incorrect": 1, "no_answer": 1, "error": 1}
+    assert logged["rewards/math_accuracy/error"] == 1.0
+
+
+def test_math_timeout_is_none_and_counted():
+    r = MathAccuracyReward("math_accuracy", {"timeout_s": 1e-6, "workers": 1})
+    try:
+        got = r([""], ["\\boxed{\\frac{1}{2}}"], domain=["math"], answer=["0.5"])
+    finally:
+        r.close()
+    assert got == [None]
+    assert r.counts == {"timeout": 1}
+
+
+def test_code_pass_rate_runs_real_solutions_in_the_sandbox(pool_catalog):
+    rows = pool_catalog["catalog"].load(pool_catalog["code"]).to_pylist()[:2]
+    import json
+
+    sol = rows[0]["solutions"][0]
+    preamble = "from typing import *\n"
+    r = CodePassRateReward("code_pass_rate", mode="all")
+    got = r(
+        [""] * 4,
+        [
+            _chat(f"<think>hash map</think>\n```python\n{preamble}{sol}\n```"),
+            _chat(f"```python\n{preamble}class Solution:\n    pass\n```"),
+            _chat("I cannot write code."),
+            _chat("anything"),
+        ],
+        domain=["code", "code", "code", "math"],
+        tests=[json.dumps(rows[0]["tests"])] * 3 + [None],
+    )
+    assert got == [1.0, 0.0, 0.0, None]
+    assert r.counts["passed"] == 1 and r.counts["no_code"] == 1
+
+
+def test_code_fraction_mode_counts_every_test():
+    tests = [
+        {"kind": "stdin", "input": "2 3\n", "output": "5\n"},
+        {"kind": "stdin", "input": "1 1\n", "output": "2\n"},
+        {"kind": "stdin", "input": "5 5\n", "output": "10\n"},
+        {"kind": "stdin", "input": "2 2\n", "output": "4\n"},
+    ]
+    prog = "a, b = map(int, input().split())\nprint(a + b if a != 5 else 0)\n"
+    frac = CodePassRateReward("code_pass_rate", mode="fraction")
+    allr = CodePassRateReward("code_pass_rate", mode="all")
+    comp = [f"```python\n{prog}```"]
+    assert frac([""], comp, domain=["code"], tests=[tests]) == [0.75]
+    assert allr([""], comp, domain=["code"], tests=[tests]) == [0.0]
+
+
+def test_length_penalty_is_dapo_soft_overlong():
+    r = LengthPenaltyReward("length_penalty", cache=4)
+    r.max_len = 12
+    ids = [[0] * n for n in (5, 8, 10, 12)]
+    assert r([""] * 4, [""] * 4, completion_ids=ids) == [0.0, 0.0, -0.5, -1.0]
+
+
+def test_extract_code_takes_the_last_block_after_thinking():
+    text = "<think>```python\nprint(1)\n```</think>```python\nprint(2)\n```"
+    assert extract_code(text) == "print(2)\n"
+
+
+def test_custom_reward_by_import_path_and_unknown_one():
+    from curation.errors import ConfigError
+    from training.config import RewardConfig
+
+    funcs = build_rewards([RewardConfig(name="o", function="oracle_rewards:uid_oracle")])
+    assert funcs[0].__name__ == "o"
+    with pytest.raises(ConfigError, match="cannot import"):
+        build_rewards([RewardConfig(name="o", function="no_such_module:f")])

@@ -1,0 +1,225 @@
+"""Export a Sluice GRPO config for verl (``verl.trainer.main_ppo``), to move the same recipe
+to a cluster: per-stage parquet data, the reward module, one run per stage.
+
+Output folder::
+
+    data/<stage>.parquet        verl RL data: data_source, prompt, ability,
+                                reward_model{style, ground_truth}, extra_info{index, split, uid,
+                                domain, answer, tests}
+    reward.py                   copy of training/verl_reward.py (custom_reward_function.path)
+    stages/<stage>.yaml         Hydra overrides of that stage's run (the stage's model path is
+                                the previous stage's merged checkpoint)
+    run_stages.sh               the stages as successive runs, merging each checkpoint to HF
+    export.json                 consumed versions, config, what does not carry over
+
+Data adapter: the verl columns follow the RL-pool export documented in
+/work/notes/rl_pool_schema.md (``rl_pools.export.to_verl``). That module renders prompts from
+its own named templates, while a train config carries free-text prompt templates; the prompts
+here are rendered with :func:`training.pools.build_prompt_rows` so verl trains on exactly the
+prompts the TRL run used (this small adapter is ours on purpose; see docs/training.md).
+
+Not carried over (verl's main_ppo has no equivalent; listed in export.json): SRPO history
+resampling, per-stage ``mask_truncated_completions`` (verl's DAPO recipe has an overlong
+buffer instead), ``temperature = "auto"`` (run ``sluice train entropy-sweep`` first; the export
+refuses "auto").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from curation.errors import ConfigError
+
+VERL_EXPORT_VERSION = "verl_export/1"
+
+VERL_SCHEMA = pa.schema(
+    [
+        pa.field("data_source", pa.string()),
+        pa.field("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+        pa.field("ability", pa.string()),
+        pa.field(
+            "reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])
+        ),
+        pa.field(
+            "extra_info",
+            pa.struct(
+                [
+                    ("index", pa.int64()),
+                    ("split", pa.string()),
+                    ("uid", pa.string()),
+                    ("domain", pa.string()),
+                    ("answer", pa.string()),
+                    ("tests", pa.string()),
+                    ("pool", pa.string()),
+                ]
+            ),
+        ),
+    ]
+)
+
+
+def verl_table(rows: list[dict[str, Any]]) -> pa.Table:
+    """GRPO dataset rows (from :func:`training.pools.build_prompt_rows`) -> verl's RL parquet."""
+    out = []
+    for i, r in enumerate(rows):
+        truth = r["answer"] if r["domain"] == "math" else r["tests"]
+        out.append(
+            {
+                "data_source": f"sluice/{r['domain']}",
+                "prompt": r["prompt"],
+                "ability": r["domain"],
+                "reward_model": {"style": "rule", "ground_truth": truth},
+                "extra_info": {
+                    "index": i,
+                    "split": "train",
+                    "uid": r["uid"],
+                    "domain": r["domain"],
+                    "answer": r["answer"],
+                    "tests": r["tests"],
+                    "pool": r["pool"],
+                },
+            }
+        )
+    return pa.Table.from_pylist(out, schema=VERL_SCHEMA)
+
+
+def _overrides(config: Any, stage: Any, data: Path, model_path: str, reward: Path) -> list[str]:
+    trl = config.trl
+    ng = int(trl.get("num_generations", 8))
+    per_step = int(trl.get("per_device_train_batch_size", 8)) * int(
+        trl.get("gradient_accumulation_steps", 1)
+    )
+    prompts_per_step = max(1, per_step // ng)
+    beta = float(trl.get("beta", 0.0))
+    weights = {r.name: float(r.weight) for r in config.rewards}
+    code = next((r for r in config.rewards if r.name == "code_pass_rate"), None)
+    kw: dict[str, Any] = {
+        "weights": weights,
+        "code_mode": code.options.get("mode", "all") if code else "all",
+    }
+    lp = next((r for r in config.rewards if r.name == "length_penalty"), None)
+    if lp is not None:
+        cache = lp.options.get("cache") or int(
+            stage.max_completion_length * float(lp.options.get("cache_fraction", 0.25))
+        )
+        kw["length_penalty"] = {"max_len": stage.max_completion_length, "cache": cache}
+    ov = [
+        "algorithm.adv_estimator=grpo",
+        f"data.train_files={data}",
+        f"data.val_files={data}",
+        f"data.train_batch_size={prompts_per_step}",
+        "data.max_prompt_length=" + str(int(trl.get("max_prompt_length") or 1024)),
+        f"data.max_response_length={stage.max_completion_length}",
+        "data.filter_overlong_prompts=True",
+        f"actor_rollout_ref.model.path={model_path}",
+        f"actor_rollout_ref.actor.optim.lr={float(trl.get('learning_rate', 1e-6))}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={prompts_per_step}",
+        f"actor_rollout_ref.actor.use_kl_loss={'True' if beta > 0 else 'False'}",
+        f"actor_rollout_ref.actor.kl_loss_coef={beta}",
+        f"actor_rollout_ref.actor.clip_ratio_low={float(trl.get('epsilon', 0.2))}",
+        f"actor_rollout_ref.actor.clip_ratio_high={float(trl.get('epsilon_high') or trl.get('epsilon', 0.2))}",
+        "actor_rollout_ref.rollout.name=vllm",
+        f"actor_rollout_ref.rollout.n={ng}",
+        f"actor_rollout_ref.rollout.temperature={float(stage.temperature)}",
+        "actor_rollout_ref.rollout.top_p=1.0",
+        "algorithm.use_kl_in_reward=False",
+        f"custom_reward_function.path={reward}",
+        "custom_reward_function.name=compute_score",
+        "+custom_reward_function.reward_kwargs=" + json.dumps(kw, separators=(",", ":")),
+        f"trainer.project_name=sluice-{config.name}",
+        f"trainer.experiment_name={config.name}-{stage.name}",
+        f"trainer.default_local_dir=checkpoints/{stage.name}",
+        "trainer.logger=[console]",
+        "trainer.val_before_train=False",
+        f"data.seed={config.seed}",
+    ]
+    if stage.epochs is not None:
+        ov.append(f"trainer.total_epochs={stage.epochs}")
+    else:
+        ov += ["trainer.total_epochs=1000", f"trainer.total_training_steps={stage.steps}"]
+    return ov
+
+
+def export_verl(
+    config: Any,
+    out_dir: str | os.PathLike,
+    *,
+    catalog: Any = None,
+    allow_uncleaned: bool = False,
+) -> dict[str, Any]:
+    """Write the verl export of ``config`` into ``out_dir``; return what was written."""
+    from curation.catalog import Catalog, code_version
+    from training.grpo import _stage_dataset, resolve_pools
+
+    for s in config.stages:
+        if s.temperature == "auto":
+            raise ConfigError(
+                f"stage {s.name!r}: temperature = 'auto' cannot be exported to verl",
+                hint="run `sluice train entropy-sweep` and put the proposed temperature in the config",
+            )
+    cat = catalog if catalog is not None else Catalog()
+    out = Path(out_dir)
+    (out / "data").mkdir(parents=True, exist_ok=True)
+    (out / "stages").mkdir(parents=True, exist_ok=True)
+    resolved, pools = resolve_pools(config, cat, allow_uncleaned=allow_uncleaned)
+    reward = out / "reward.py"
+    shutil.copyfile(Path(__file__).with_name("verl_reward.py"), reward)
+    script = [
+        "#!/usr/bin/env bash",
+        "# Sluice GRPO recipe exported for verl: one verl.trainer.main_ppo run per stage.",
+        "# Each stage starts from the previous stage's checkpoint, merged to Hugging Face format.",
+        "set -euo pipefail",
+        'cd "$(dirname "$0")"',
+        f"MODEL={shlex.quote(resolved.model.name_or_path)}",
+    ]
+    stages = []
+    for s in resolved.stages:
+        rows = _stage_dataset(resolved, s, cat, out)
+        data = out / "data" / f"{s.name}.parquet"
+        tmp = data.with_name(f".{data.name}.tmp")
+        pq.write_table(verl_table(rows), tmp)
+        os.replace(tmp, data)
+        ov = _overrides(resolved, s, data.resolve(), "$MODEL", reward.resolve())
+        (out / "stages" / f"{s.name}.yaml").write_text(
+            "# Hydra overrides for verl.trainer.main_ppo, stage " + s.name + "\n"
+            + "".join(f"- {json.dumps(o)}\n" for o in ov)
+        )  # fmt: skip
+        args = " \\\n  ".join(shlex.quote(o).replace("'$MODEL'", '"$MODEL"') for o in ov)
+        script += [
+            "",
+            f"# stage {s.name}: max_response_length={s.max_completion_length}, T={s.temperature}",
+            f"python3 -m verl.trainer.main_ppo \\\n  {args}",
+            f"LAST=$(ls -d checkpoints/{s.name}/global_step_* | sort -t_ -k3 -n | tail -1)",
+            f'python3 -m verl.model_merger merge --backend fsdp --local_dir "$LAST/actor" '
+            f"--target_dir merged/{s.name}",
+            f"MODEL=merged/{s.name}",
+        ]
+        stages.append({"name": s.name, "data": str(data), "rows": len(rows), "overrides": ov})
+    run_script = out / "run_stages.sh"
+    run_script.write_text("\n".join(script) + "\n")
+    run_script.chmod(0o755)
+    manifest = {
+        "schema_version": VERL_EXPORT_VERSION,
+        "config": resolved.to_dict(),
+        "consumed": [p.to_dict() for p in pools],
+        "code_version": code_version(),
+        "stages": stages,
+        "not_carried_over": [
+            "SRPO history resampling (verl main_ppo samples every prompt each epoch)",
+            "per-stage mask_truncated_completions (verl DAPO recipe: overlong buffer instead)",
+            "zero-variance filtering (verl DAPO recipe: algorithm.filter_groups)",
+        ],
+    }
+    (out / "export.json").write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
+    return {"run_script": str(run_script), "stages": stages, "reward": str(reward)}
+
+
+__all__ = ["VERL_SCHEMA", "export_verl", "verl_table"]

@@ -1,0 +1,74 @@
+"""The reward of a Sluice GRPO config as a verl custom reward function.
+
+verl (``verl.trainer.main_ppo``) calls ``compute_score(data_source, solution_str, ground_truth,
+extra_info, **reward_kwargs)`` once per response; the export sets
+``custom_reward_function.path`` to this file and passes the config's reward weights as
+``reward_kwargs``. The scoring is the same code the TRL run uses (:mod:`training.rewards`):
+math through :class:`rl_pools.verify.MathVerifier` worker processes, code through
+:func:`rl_pools.sandbox.run_tests`, so Sluice must be installed in verl's environment.
+
+A verifier timeout / sandbox error scores 0 here and is reported in the returned dict
+(``status``): verl has no "no reward" value, so the failure is surfaced, not hidden.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+_REWARDS: dict[str, Any] = {}
+
+
+def _reward(name: str, **kw: Any) -> Any:
+    if name not in _REWARDS:
+        from training import rewards as r
+
+        cls = {
+            "format": r.FormatReward,
+            "math_accuracy": r.MathAccuracyReward,
+            "code_pass_rate": r.CodePassRateReward,
+        }[name]
+        _REWARDS[name] = cls(name, **kw)
+    return _REWARDS[name]
+
+
+def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: str,
+    extra_info: dict[str, Any] | None = None,
+    weights: dict[str, float] | None = None,
+    code_mode: str = "all",
+    length_penalty: dict[str, Any] | None = None,
+    **_: Any,
+) -> dict[str, Any]:
+    """Weighted sum of the config's rewards for one response (verl's custom reward API)."""
+    info = extra_info or {}
+    weights = weights or {"math_accuracy": 1.0, "code_pass_rate": 1.0}
+    domain = info.get("domain") or ("code" if info.get("tests") else "math")
+    parts: dict[str, float | None] = {}
+    status = "ok"
+    if "format" in weights:
+        parts["format"] = _reward("format")([""], [solution_str])[0]
+    if domain == "math" and "math_accuracy" in weights:
+        answer = info.get("answer") or ground_truth
+        v = _reward("math_accuracy")([""], [solution_str], domain=["math"], answer=[answer])[0]
+        if v is None:
+            status = "verify_failed"
+        parts["math_accuracy"] = v
+    if domain == "code" and "code_pass_rate" in weights:
+        tests = info.get("tests")
+        if tests is None:
+            tests = json.loads(ground_truth).get("sluice_tests", [])
+        v = _reward("code_pass_rate", mode=code_mode)(
+            [""], [solution_str], domain=["code"], tests=[tests]
+        )[0]
+        if v is None:
+            status = "sandbox_error"
+        parts["code_pass_rate"] = v
+    if length_penalty and "length_penalty" in weights:
+        n = int(info.get("response_length") or len(solution_str))
+        mx, cache = int(length_penalty["max_len"]), int(length_penalty["cache"])
+        parts["length_penalty"] = 0.0 if n <= mx - cache else max(-1.0, (mx - cache - n) / cache)
+    score = sum(weights.get(k, 0.0) * (v or 0.0) for k, v in parts.items())
+    return {"score": float(score), "status": status, **{k: v for k, v in parts.items()}}
