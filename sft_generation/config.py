@@ -83,6 +83,13 @@ class FilterConfig:
         default=True,
         metadata={"help": "math: answer inside \\boxed{}; code: exactly one code block"},
     )
+    check_language: bool = field(
+        default=True, metadata={"help": "drop responses that drift into another script"}
+    )
+    max_foreign_letter_share: float = field(
+        default=0.02,
+        metadata={"help": "largest share of letters in CJK/Cyrillic/... scripts that passes"},
+    )
     min_response_chars: int | None = field(default=None)
     max_response_chars: int | None = field(default=None)
     min_response_tokens: int | None = field(default=None)

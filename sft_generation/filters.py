@@ -11,6 +11,9 @@ Order (each a toggle in :class:`~sft_generation.config.FilterConfig`):
 2. ``truncated`` – the thinking never closed, there is no final answer, or ``finish_reason`` is
    ``length``;
 3. ``format`` – math: the final answer is inside ``\\boxed{}``; code: exactly one code block;
+3b. ``language`` – the response is written in the expected (Latin-script) language: R1-style
+   teachers drift into Chinese mid-trace; a response where more than
+   ``max_foreign_letter_share`` of the letters are of another script is dropped;
 4. ``length`` – response length bounds (characters and/or tokens);
 5. ``keep_policy`` – ``verified`` (answer verifies / tests pass), ``majority`` (agrees with the
    prompt's majority answer), ``all``;
@@ -35,6 +38,7 @@ FILTER_ORDER = (
     "generation_error",
     "truncated",
     "format",
+    "language",
     "length",
     "keep_policy",
     "near_duplicate",
@@ -89,6 +93,41 @@ def _format(r: Mapping[str, Any]) -> str | None:
         n = len(code_blocks(ans))
         return None if n == 1 else f"{n} code blocks in the answer (want exactly 1)"
     return None if has_boxed(ans) else "final answer not inside \\boxed{}"
+
+
+# Scripts R1-style teachers drift into. Greek is not here: math writes pi and theta in Greek.
+_FOREIGN_SCRIPTS = ("CJK", "HIRAGANA", "KATAKANA", "HANGUL", "CYRILLIC", "ARABIC", "HEBREW",
+                    "THAI", "DEVANAGARI")  # fmt: skip
+
+
+def foreign_letter_share(text: str | None) -> tuple[float, str | None]:
+    """Share of the letters of ``text`` written in another script, and the most common one."""
+    import unicodedata
+
+    letters = foreign = 0
+    seen: dict[str, int] = {}
+    for ch in text or "":
+        if ch.isascii():
+            letters += ch.isalpha()
+            continue
+        if not ch.isalpha():
+            continue
+        letters += 1
+        name = unicodedata.name(ch, "")
+        script = next((s for s in _FOREIGN_SCRIPTS if name.startswith(s)), None)
+        if script:
+            foreign += 1
+            seen[script] = seen.get(script, 0) + 1
+    if not letters:
+        return 0.0, None
+    return foreign / letters, (max(seen, key=seen.get) if seen else None)
+
+
+def _language(r: Mapping[str, Any], cfg: FilterConfig) -> str | None:
+    share, script = foreign_letter_share(r.get("response"))
+    if share > cfg.max_foreign_letter_share:
+        return f"{100 * share:.1f}% of the letters are {script} (language mixing)"
+    return None
 
 
 def _length(r: Mapping[str, Any], cfg: FilterConfig) -> str | None:
@@ -219,6 +258,7 @@ def apply_filters(
         "generation_error": True,
         "truncated": cfg.drop_truncated,
         "format": cfg.check_format,
+        "language": cfg.check_language,
         "length": any(
             v is not None
             for v in (
@@ -253,6 +293,8 @@ def apply_filters(
             drops = {i: w for i in idx if (w := _truncated(rows[i]))}
         elif name == "format":
             drops = {i: w for i in idx if (w := _format(rows[i]))}
+        elif name == "language":
+            drops = {i: w for i in idx if (w := _language(rows[i], cfg))}
         elif name == "length":
             drops = {i: w for i in idx if (w := _length(rows[i], cfg))}
         elif name == "keep_policy":
