@@ -1,0 +1,57 @@
+"""Pool validation on real pools: unparseable math answers and broken code tests are dropped with
+a reason, rows in = kept + dropped, and the published versions say so."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+from rl_helpers import ingest_real
+
+from curation.catalog import Catalog
+from rl_pools.build import validate_ref
+from rl_pools.validate import PoolValidationConfig, validate_pool
+
+
+def test_math_answers_must_parse(data_root, pools_dir):
+    ref = ingest_real(pools_dir, "math_deepscaler_math_train.jsonl", "m", "deepscaler_math", 40)
+    cat = Catalog()
+    t = cat.load(ref)
+    rows = t.to_pylist()
+    # two real rows with their answers broken the way scraped pools break them
+    rows[3] = {**rows[3], "answer": "\\frac{1}{"}
+    rows[7] = {**rows[7], "answer": "  "}
+    bad = cat.publish("m_bad", pa.Table.from_pylist(rows, schema=t.schema)).ref
+    out = validate_ref(bad, PoolValidationConfig(verify_workers=2))
+    assert out["rows_in"] == 40 == out["kept"] + out["dropped"]
+    drops = {r["uid"]: r for r in cat.load(out["drops_ref"]).to_pylist()}
+    assert drops[rows[3]["uid"]]["reason"] == "answer_unparseable"
+    assert drops[rows[7]["uid"]]["reason"] == "missing_answer"
+    assert out["dropped_by_reason"]["missing_answer"] == 1
+    kept = cat.load(out["ref"])
+    assert kept.schema.equals(t.schema, check_metadata=False)
+    assert set(kept.column("uid").to_pylist()) | set(drops) == {r["uid"] for r in rows}
+    v = cat.resolve(out["ref"])
+    assert v.parents == (bad,) and v.config["summary"]["kept"] == out["kept"]
+
+
+def test_code_tests_must_accept_the_reference_solution(data_root, pools_dir):
+    ref = ingest_real(pools_dir, "code_leetcodedataset_v0.2.0_train.jsonl", "c",
+                      "leetcodedataset", 4)  # fmt: skip
+    t = Catalog().load(ref)
+    rows = t.to_pylist()
+    # row 1: a test that contradicts the reference solution; row 2: no tests; row 3: no solution
+    broken = [dict(x) for x in rows[1]["tests"]]
+    broken[0]["input"] = broken[0]["input"].replace("def check(candidate):",
+                                                    "def check(candidate):\n    assert False")  # fmt: skip
+    rows[1] = {**rows[1], "tests": broken}
+    rows[2] = {**rows[2], "tests": []}
+    rows[3] = {**rows[3], "solutions": []}
+    res = validate_pool(pa.Table.from_pylist(rows, schema=t.schema),
+                        PoolValidationConfig(sandbox_workers=2))  # fmt: skip
+    reasons = {r["uid"]: r["reason"] for r in res.dropped.to_pylist()}
+    assert reasons == {rows[1]["uid"]: "reference_solution_fails", rows[2]["uid"]: "no_tests"}
+    assert res.kept.column("uid").to_pylist() == [rows[0]["uid"], rows[3]["uid"]]
+    assert res.unvalidated_code == 1 and res.rows_in == 4
+    assert json.loads(json.dumps(res.summary()))["dropped_by_reason"] == {
+        "no_tests": 1, "reference_solution_fails": 1}  # fmt: skip
