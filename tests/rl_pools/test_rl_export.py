@@ -1,0 +1,143 @@
+"""Exports loaded by their consumers: TRL's own data utilities on the GRPO dataset, verl's
+RLHFDataset steps (datasets parquet load, pop the prompt, apply the chat template, read
+reward_model / extra_info) on the verl parquet, and the project's verl ingest map reading the
+file back; push_to_hub as an offline dry run. Also the HTML report and its lineage."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from generation_helpers import tiny_tokenizer
+from rl_helpers import ingest_real
+
+from curation.catalog import Catalog
+from rl_pools.build import import_counts_ref, select_ref, validate_ref
+from rl_pools.curriculum import CurriculumConfig
+from rl_pools.export import push_to_hub, to_trl, to_verl, write_trl, write_verl
+from rl_pools.passcounts import counts_table
+from rl_pools.tiers import SelectionConfig
+
+
+@pytest.fixture()
+def rl_ref(data_root, pools_dir):
+    """A real RL pool: 12 MATH problems + 3 LeetCode problems, validated, with counts."""
+    m = ingest_real(pools_dir, "math_deepscaler_math_train.jsonl", "mix", "deepscaler_math", 12)
+    cat = Catalog()
+    c = ingest_real(pools_dir, "code_leetcodedataset_v0.2.0_train.jsonl", "mixcode",
+                    "leetcodedataset", 3)  # fmt: skip
+    import pyarrow as pa
+
+    both = pa.concat_tables([cat.load(m), cat.load(c)])
+    ref = cat.publish("mix.decontaminated", both, parents=[m, c], step="decontaminate").ref
+    val = validate_ref(ref)
+    uids = cat.load(val["ref"]).column("uid").to_pylist()
+    counts = counts_table({"uid": u, "model": "m7b", "verifier_version": "v", "k": 8,
+                           "passed": i % 9} for i, u in enumerate(uids))  # fmt: skip
+    import_counts_ref(counts, val["ref"], origin="test")
+    return select_ref(val["ref"], "m7b", SelectionConfig(preset="srpo"),
+                      curriculum=CurriculumConfig(preset="srpo"))  # fmt: skip
+
+
+def test_trl_export_is_conversational_for_trl(rl_ref, tmp_path):
+    from trl.data_utils import is_conversational, maybe_apply_chat_template
+
+    t = Catalog().load(rl_ref["ref"])
+    ds = to_trl(t)
+    assert len(ds) == t.num_rows and {"prompt", "answer", "tests", "domain"} <= set(ds.column_names)
+    tok = tiny_tokenizer(tmp_path / "tok")
+    for ex in ds:
+        assert is_conversational(ex)
+        text = maybe_apply_chat_template(ex, tok)["prompt"]
+        assert text.startswith("<|im_start|>user\n") and text.endswith("<|im_start|>assistant\n")
+        if ex["domain"] == "math":
+            assert ex["answer"] and "\\boxed{}" in ex["prompt"][-1]["content"]
+        else:
+            tests = json.loads(ex["tests"])
+            assert tests and tests[0]["kind"] == "functional"
+    import datasets
+
+    path = write_trl(t, tmp_path / "trl")
+    loaded = datasets.load_dataset("parquet", data_files=str(path), split="train")
+    assert loaded.column_names == ds.column_names and loaded[0]["prompt"] == ds[0]["prompt"]
+
+
+def test_verl_export_loads_like_rlhfdataset_and_reads_back(rl_ref, tmp_path, data_root):
+    import datasets
+
+    t = Catalog().load(rl_ref["ref"])
+    path = write_verl(t, tmp_path / "verl" / "train.parquet")
+    ds = datasets.load_dataset("parquet", data_files=str(path), split="train")
+    assert ds.column_names == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
+    tok = tiny_tokenizer(tmp_path / "tok")
+    for i, row in enumerate(ds):
+        row = dict(row)
+        messages = row.pop("prompt")  # RLHFDataset._build_messages
+        raw = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        assert raw.endswith("<|im_start|>assistant\n")
+        assert row["reward_model"]["style"] == "rule" and row["extra_info"]["index"] == i
+        assert row["ability"] in ("math", "code")
+        gt = row["reward_model"]["ground_truth"]
+        if row["ability"] == "math":
+            assert gt == row["extra_info"]["answer"]
+        else:
+            assert json.loads(gt)["sluice_tests"][0]["entry_point"]
+    # the project's own verl map (tested on real verl files) reads the math rows back
+    math_rows = t.filter(__import__("pyarrow").compute.equal(t["domain"], "math"))
+    to_verl(math_rows)
+    p = tmp_path / "verl_math.parquet"
+    write_verl(math_rows, p)
+    from curation.ingest import ingest
+
+    m = tmp_path / "verl_back.toml"
+    m.write_text('[map]\ndomain = "math"\nsource = "back"\nrequired = ["answer"]\n[fields]\n'
+                 'problem = { path = "prompt[-1].content", strip_suffix = ["\\n\\nPlease reason '
+                 'step by step, and put your final answer within \\\\boxed{}."] }\n'
+                 'answer = "reward_model.ground_truth"\n')  # fmt: skip
+    ingest(str(p), field_map=str(m), name="back")
+    back = Catalog().load("back@latest")
+    assert sorted(back.column("uid").to_pylist()) == sorted(math_rows.column("uid").to_pylist())
+
+
+def test_push_to_hub_dry_run_offline(rl_ref, tmp_path):
+    import datasets
+
+    t = Catalog().load(rl_ref["ref"])
+    plan = push_to_hub(t, "me/mix-rl", fmt="verl", out_dir=tmp_path / "hub", ref=rl_ref["ref"])
+    assert plan["dry_run"] and plan["rows"] == t.num_rows
+    assert plan["files"] == ["README.md", "data/train-00000-of-00001.parquet"]
+    ds = datasets.load_dataset("parquet", data_files=os.path.join(plan["folder"], "data", "*.parquet"),
+                               split="train")  # fmt: skip
+    assert len(ds) == t.num_rows and "reward_model" in ds.column_names
+    card = open(os.path.join(plan["folder"], "README.md")).read()
+    assert rl_ref["ref"] in card and "verl" in card
+    with pytest.raises(Exception, match="owner/name"):
+        push_to_hub(t, "noslash", out_dir=tmp_path / "hub")
+
+
+def test_rl_report_html_and_lineage(rl_ref, tmp_path, data_root):
+    env = {**os.environ, "SLUICE_DATA_ROOT": str(data_root)}
+    crep = tmp_path / "contam" / "report.html"
+    crep.parent.mkdir()
+    crep.write_text("<html>contamination</html>")
+    r = subprocess.run([sys.executable, "-m", "flows.cli", "rl", "report", rl_ref["ref"], "--out",
+                        str(tmp_path / "rep"), "--contamination-report", str(crep)],
+                       env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    html = (tmp_path / "rep" / "rl_pool.html").read_text()
+    rep = json.loads((tmp_path / "rep" / "rl_pool.json").read_text())
+    css = open("reports/templates/report.css").read()[:200]
+    assert css in html  # the contamination report's look
+    for sec in ("Tier histogram per source and model", "Pass-rate distribution",
+                "Kept and dropped by rule", "Curriculum stages", "Lineage"):  # fmt: skip
+        assert sec in html
+    assert html.count("data:image/png;base64,") == 2
+    assert rep["decontaminated"].startswith("mix.decontaminated@")
+    assert crep.resolve().as_uri() in html
+    assert rep["kept"] == rl_ref["kept"] and [s["stage"] for s in rep["stages"]] == [1, 2]
+    assert sum(rep["tier_hist"]["m7b | deepscaler_math"].values()) == 12
+    assert [s["op"] for s in rep["steps"]] == ["drop_ungraded", "drop_tiers"]
+    assert any(n["step"] == "rl.validate" for n in rep["lineage"])
