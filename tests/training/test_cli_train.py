@@ -1,0 +1,124 @@
+"""`sluice train grpo | entropy-sweep | export-verl` through the real CLI entry point."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from flows.cli import main
+
+SLUICE = str(Path(sys.executable).with_name("sluice"))
+
+
+def _write_config(path: Path, tiny_model: Path, pool: str, **stage) -> Path:
+    st = {"max_completion_length": 4, "epochs": 1, "temperature": 0.9, **stage}
+    lines = [
+        'name = "cli-tiny"',
+        "[model]",
+        f'name_or_path = "{tiny_model}"',
+        "[[rewards]]",
+        'name = "format"',
+        "[[rewards]]",
+        'name = "math_accuracy"',
+        "[[stages]]",
+        'name = "math"',
+        f'pools = ["{pool}"]',
+        *(f"{k} = {json.dumps(v)}" for k, v in st.items()),
+        "[trl]",
+        "num_generations = 2",
+        "per_device_train_batch_size = 4",
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _main(argv):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    return e.value.code
+
+
+def test_train_grpo_cli_writes_the_run_and_publishes(tiny_model, pool_catalog, tmp_path):
+    cfg = _write_config(tmp_path / "t.toml", tiny_model, pool_catalog["math"], max_prompts=4)
+    root = str(pool_catalog["root"])
+    out = tmp_path / "run"
+    assert _main(["train", "grpo", str(cfg), "--out", str(out), "--root", root]) in (0, None)
+    man = json.loads((out / "run.json").read_text())
+    assert man["checkpoint_ref"].startswith("cli-tiny.checkpoint@")
+    assert man["stages"][0]["prompts"] == 4 and man["stages"][0]["steps"] == 2
+    # a finished run directory is never overwritten
+    r = subprocess.run(
+        [SLUICE, "train", "grpo", str(cfg), "--out", str(out), "--root", root],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 2 and "already holds a finished run" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_uncleaned_pool_is_one_error_line(tiny_model, pool_catalog, tmp_path):
+    cfg = _write_config(tmp_path / "t.toml", tiny_model, pool_catalog["raw_math"])
+    r = subprocess.run(
+        [SLUICE, "train", "grpo", str(cfg), "--out", str(tmp_path / "o"),
+         "--root", str(pool_catalog["root"])],
+        capture_output=True, text=True, timeout=120, env={**os.environ},
+    )  # fmt: skip
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert "is not decontaminated" in r.stderr and "--allow-uncleaned" in r.stderr
+    assert not (tmp_path / "o" / "run.json").exists()
+
+
+def test_entropy_sweep_cli_proposes_a_temperature(tiny_model, pool_catalog, capsys):
+    code = _main(
+        ["train", "entropy-sweep", "--model", str(tiny_model), "--pool", pool_catalog["math"],
+         "--temperatures", "0.5,1.0", "--target", "0.3", "--num-prompts", "2",
+         "--max-new-tokens", "4", "--root", str(pool_catalog["root"])]
+    )  # fmt: skip
+    assert code in (0, None)
+    res = json.loads(capsys.readouterr().out)
+    assert [p["temperature"] for p in res["points"]] == [0.5, 1.0]
+    best = min(res["points"], key=lambda p: abs(p["entropy"] - 0.3))
+    assert res["proposed"] == best["temperature"] and res["target"] == 0.3
+
+
+def test_export_verl_writes_data_reward_and_stage_runs(tiny_model, pool_catalog, tmp_path):
+    cfg = _write_config(tmp_path / "t.toml", tiny_model, pool_catalog["math"])
+    out = tmp_path / "verl"
+    code = _main(
+        ["train", "export-verl", str(cfg), "--out", str(out), "--root", str(pool_catalog["root"])]
+    )
+    assert code in (0, None)
+    t = pq.read_table(out / "data" / "math.parquet")
+    assert t.num_rows == 12
+    assert set(t.column_names) == {"data_source", "prompt", "ability", "reward_model", "extra_info"}
+    row = t.to_pylist()[0]
+    src = pool_catalog["catalog"].load(pool_catalog["math"]).to_pylist()
+    by_uid = {r["uid"]: r for r in src}
+    assert row["reward_model"]["ground_truth"] == by_uid[row["extra_info"]["uid"]]["answer"]
+    assert row["prompt"][-1]["role"] == "user"
+    script = (out / "run_stages.sh").read_text()
+    assert "verl.trainer.main_ppo" in script and "data.max_response_length=4" in script
+    assert "actor_rollout_ref.rollout.n=2" in script
+    exp = json.loads((out / "export.json").read_text())
+    assert exp["consumed"][0]["resolved"] == pool_catalog["math"]
+    # the exported reward module scores with the same verifier
+    sys.path.insert(0, str(out))
+    try:
+        import reward  # type: ignore[import-not-found]
+
+        truth = row["reward_model"]["ground_truth"]
+        good = reward.compute_score(
+            row["data_source"], f"<think>x</think> \\boxed{{{truth}}}", truth, row["extra_info"],
+            weights={"format": 0.5, "math_accuracy": 1.0},
+        )  # fmt: skip
+        assert good["score"] == 1.5 and good["status"] == "ok"
+    finally:
+        sys.path.remove(str(out))
+        for r in list(reward._REWARDS.values()):
+            r.close()
