@@ -236,3 +236,40 @@ def presets() -> None:
         typer.echo(f"{name}: {p['reproduces']}")
     for name, c in CURRICULA.items():
         typer.echo(f"curriculum {name}: by {c['by']}, stages {c['stages']}")
+
+
+@app.command("run")
+def run(
+    pool: str = typer.Argument(..., help="decontaminated pool version"),
+    model: str = typer.Option(..., "--model"),
+    out: Path = typer.Option(..., "--out", help="folder for exports and the report"),
+    base_url: str | None = typer.Option(None, "--base-url"),
+    backend: str = typer.Option("openai", "--backend", help="openai | hf"),
+    k: int = typer.Option(16, "--k"),
+    preset: str = typer.Option("skywork-or1", "--preset"),
+    curriculum: str | None = typer.Option(None, "--curriculum"),
+    temperature: float = typer.Option(1.0, "--temperature"),
+    max_tokens: int = typer.Option(4096, "--max-tokens"),
+    seed: int = typer.Option(0, "--seed"),
+    cron: str | None = typer.Option(None, "--cron", help="serve on this schedule instead"),
+) -> None:
+    """The whole RL pool flow (validate, rollouts, select, exports, report) as a Prefect flow;
+    with --cron, serve it on a schedule like `sluice serve`."""
+    params = {"pool_ref": pool, "model": model, "out_dir": str(out.resolve()), "k": k,
+              "preset": preset, "curriculum": curriculum,
+              "generation": {"backend": backend, "base_url": base_url},
+              "sampling": {"temperature": temperature, "max_tokens": max_tokens, "seed": seed}}  # fmt: skip
+    from rl_pools.rollouts import RolloutConfig
+
+    RolloutConfig(k=k)
+    if cron:
+        from prefect import serve
+
+        from flows.rl_pool import rl_pool_deployment
+
+        serve(rl_pool_deployment(params, cron=cron))
+        return
+    from flows.rl_pool import rl_pool_flow
+
+    res = rl_pool_flow(**params)
+    _echo({"ref": res["select"]["ref"], "report": res["report"]["html"], **res["exports"]})

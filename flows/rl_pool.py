@@ -1,0 +1,170 @@
+"""`rl_pool_flow`: decontaminated pool -> validate -> rollouts -> tiers/keep rules (+ curriculum)
+-> exports -> report. A thin sequence of cached tasks, each a call into :mod:`rl_pools.build`.
+
+Caching, two layers: each task is cached (Prefect, results persisted under the data root) on
+its exact input versions, its config and a fingerprint of the library code, so an unchanged
+rerun runs nothing; and the rollouts themselves live in the content-keyed sample store, so
+even a cache miss (a new process without results, an edited keep rule) makes no model call for
+samples that exist. Scheduled like the curate flow: :func:`rl_pool_deployment` / ``sluice rl
+run --cron``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, task
+from prefect.cache_policies import TASK_SOURCE, CacheKeyFnPolicy
+
+from flows.tasks import (
+    _COMMON,
+    _PROJECT_ROOT,
+    _hash,
+    cached_or_rerun,
+    catalog_has,
+    code_fingerprint,
+)
+
+
+@functools.lru_cache(maxsize=1)
+def rl_fingerprint() -> str:
+    """The library code that defines an RL pool (rl_pools/ on top of the shared fingerprint)."""
+    h = hashlib.sha256(code_fingerprint().encode())
+    for f in sorted((_PROJECT_ROOT / "rl_pools").rglob("*.py")):
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _key(name: str):
+    def key_fn(ctx: Any, params: dict[str, Any]) -> str:
+        return _hash(f"rl-{name}", params, rl_fingerprint())
+
+    return TASK_SOURCE + CacheKeyFnPolicy(cache_key_fn=key_fn)
+
+
+def _cat(data_root: str):
+    from curation.catalog import Catalog
+
+    return Catalog(data_root)
+
+
+@task(name="rl-validate", cache_policy=_key("validate"), **_COMMON)
+def validate_task(pool_ref: str, validation: dict[str, Any], data_root: str) -> dict[str, Any]:
+    from rl_pools.build import validate_ref
+    from rl_pools.validate import PoolValidationConfig
+
+    return validate_ref(pool_ref, PoolValidationConfig(**validation), _cat(data_root))
+
+
+@task(name="rl-rollouts", cache_policy=_key("rollouts"), **_COMMON)
+def rollouts_task(pool_ref: str, generation: dict[str, Any], sampling: dict[str, Any],
+                  rollout: dict[str, Any], store: str, data_root: str) -> dict[str, Any]:  # fmt: skip
+    from curation.generation import GenerationConfig, SamplingParams
+    from rl_pools.build import rollouts_ref
+    from rl_pools.rollouts import RolloutConfig
+
+    return rollouts_ref(pool_ref, GenerationConfig(**generation), SamplingParams.from_dict(sampling),
+                        RolloutConfig(**rollout), store, _cat(data_root), progress=True)  # fmt: skip
+
+
+@task(name="rl-select", cache_policy=_key("select"), **_COMMON)
+def select_task(pool_ref: str, counts_ref: str, model: str, selection: dict[str, Any],
+                curriculum: str | None, data_root: str) -> dict[str, Any]:  # fmt: skip
+    from rl_pools.build import select_ref
+    from rl_pools.curriculum import CurriculumConfig
+    from rl_pools.tiers import SelectionConfig
+
+    cur = CurriculumConfig(preset=curriculum) if curriculum else None
+    return select_ref(pool_ref, model, SelectionConfig(**selection), counts_ref=counts_ref,
+                      curriculum=cur, catalog=_cat(data_root))  # fmt: skip
+
+
+@task(name="rl-export", cache_policy=_key("export"), **_COMMON)
+def export_task(rl_ref: str, out_dir: str, data_root: str) -> dict[str, str]:
+    from rl_pools.export import write_trl, write_verl
+
+    t = _cat(data_root).load(rl_ref)
+    out = Path(out_dir)
+    return {
+        "trl": str(write_trl(t, out / "trl")),
+        "verl": str(write_verl(t, out / "verl" / "train.parquet")),
+    }
+
+
+@task(name="rl-report", cache_policy=_key("report"), **_COMMON)
+def report_task(rl_ref: str, out_dir: str, contamination_report: str | None,
+                data_root: str) -> dict[str, str]:  # fmt: skip
+    from reports.rl_pool import render_rl_report
+
+    paths = render_rl_report(rl_ref, out_dir, catalog=_cat(data_root),
+                             contamination_report=contamination_report)  # fmt: skip
+    return {k: str(v) for k, v in paths.items()}
+
+
+def _files_exist(out: dict[str, str], root: str) -> bool:
+    return all(Path(p).is_file() for p in out.values())
+
+
+@flow(name="sluice-rl-pool", log_prints=True)
+def rl_pool_flow(
+    pool_ref: str,
+    model: str,
+    out_dir: str,
+    generation: dict[str, Any] | None = None,
+    sampling: dict[str, Any] | None = None,
+    k: int = 16,
+    preset: str = "skywork-or1",
+    selection: dict[str, Any] | None = None,
+    curriculum: str | None = None,
+    validation: dict[str, Any] | None = None,
+    store: str | None = None,
+    contamination_report: str | None = None,
+    data_root: str | None = None,
+) -> dict[str, Any]:
+    """Build the RL pool of ``pool_ref`` (a decontaminated version) for ``model``.
+
+    ``generation``: GenerationConfig fields (backend, base_url, ...; ``model`` is filled in);
+    ``sampling``: SamplingParams fields; ``selection``: SelectionConfig fields beside
+    ``preset``. Returns every published ref and the output paths."""
+    from curation.settings import data_root as resolve_root
+    from rl_pools.rollouts import RolloutConfig
+
+    root = resolve_root(data_root)
+    cat = _cat(root)
+    exact = cat.resolve(pool_ref).ref  # caches key on the content-addressed version
+    RolloutConfig(k=k)  # a bad k fails before anything runs
+    gen = {"backend": "openai", **(generation or {}), "model": model}
+    store = store or str(Path(root) / "rollouts" / "samples")
+    v = cached_or_rerun(validate_task, root, lambda o, r: catalog_has(r, o["ref"]),
+                        pool_ref=exact, validation=validation or {}, data_root=root)  # fmt: skip
+    ro = cached_or_rerun(rollouts_task, root,
+                         lambda o, r: catalog_has(r, o["rollouts_ref"], o["passcounts_ref"]),
+                         pool_ref=v["ref"], generation=gen, sampling=sampling or {},
+                         rollout={"k": k}, store=store, data_root=root)  # fmt: skip
+    sel = {"preset": preset, **(selection or {})}
+    s = cached_or_rerun(select_task, root, lambda o, r: catalog_has(r, o["ref"]),
+                        pool_ref=v["ref"], counts_ref=ro["passcounts_ref"], model=model,
+                        selection=sel, curriculum=curriculum, data_root=root)  # fmt: skip
+    out = Path(out_dir)
+    ex = cached_or_rerun(export_task, root, _files_exist, rl_ref=s["ref"],
+                         out_dir=str(out / "export"), data_root=root)  # fmt: skip
+    rep = cached_or_rerun(report_task, root, _files_exist, rl_ref=s["ref"],
+                          out_dir=str(out / "report"), contamination_report=contamination_report,
+                          data_root=root)  # fmt: skip
+    print(f"RL pool {s['ref']}: {s['kept']} of {s['rows_in']} prompts kept; report {rep['html']}")
+    return {"validate": v, "rollouts": ro, "select": s, "exports": ex, "report": rep}
+
+
+def rl_pool_deployment(parameters: dict[str, Any], *, name: str = "sluice-rl-pool",
+                       cron: str | None = None, interval: float | None = None) -> Any:  # fmt: skip
+    """A ``RunnerDeployment`` of :func:`rl_pool_flow` (same schedule checks as the curate flow)."""
+    from flows.deployments import check_schedule
+
+    check_schedule(cron, interval)
+    return rl_pool_flow.to_deployment(name=name, cron=cron, interval=interval,
+                                      parameters=parameters, tags=["sluice", "rl"],
+                                      description=f"Sluice RL pool: {parameters.get('pool_ref')}")  # fmt: skip

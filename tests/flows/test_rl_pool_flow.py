@@ -1,0 +1,56 @@
+"""`rl_pool_flow` on a real pool with a stand-in model: every stage publishes, and an unchanged
+rerun makes no model call (task cache), nor does a rerun after the task cache is gone (the
+sample store)."""
+
+from __future__ import annotations
+
+import shutil
+
+from generation_helpers import StandInServer
+
+from curation.catalog import Catalog
+from curation.ingest import ingest
+
+
+def test_rl_pool_flow_end_to_end_and_rerun_without_model_calls(
+    prefect_harness, pools_dir, data_root, tmp_path
+):
+    from flows.rl_pool import rl_pool_flow
+
+    ingest(str(pools_dir / "math_deepscaler_math_train.jsonl"), field_map="deepscaler_math",
+           name="flowpool", limit=10)  # fmt: skip
+    cat = Catalog()
+    dec = cat.publish("flowpool.decontaminated", cat.load("flowpool@latest"),
+                      parents=[cat.resolve("flowpool@latest").ref], step="decontaminate").ref  # fmt: skip
+    answers = {r["problem"]: r["answer"] for r in cat.load(dec).to_pylist()}
+
+    def responder(text, body):
+        prob = next(p for p in answers if p in text)
+        ok = body["seed"] % 3 != 0 and len(prob) % 2 == 0
+        return f"\\boxed{{{answers[prob] if ok else 'nope'}}}"
+
+    kw = dict(pool_ref="flowpool.decontaminated@latest", model="stand-in", k=4,
+              out_dir=str(tmp_path / "out"), preset="srpo", curriculum="easy-to-hard",
+              sampling={"temperature": 0.7, "seed": 5, "max_tokens": 64},
+              validation={"verify_workers": 1}, data_root=str(data_root))  # fmt: skip
+    with StandInServer(responder) as srv:
+        kw["generation"] = {"base_url": srv.url, "backoff_s": 0.01}
+        first = rl_pool_flow(**kw)
+        n_posts = len(srv.posts())
+        assert n_posts == 40
+        again = rl_pool_flow(**kw)
+        assert len(srv.posts()) == n_posts  # unchanged rerun: no model call
+        assert again["select"]["ref"] == first["select"]["ref"]
+        # task cache gone (fresh results folder): the sample store still answers
+        shutil.rmtree(data_root / "prefect-results")
+        third = rl_pool_flow(**kw)
+        assert len(srv.posts()) == n_posts and third["rollouts"]["generated"] == 0
+    s = first["select"]
+    assert s["rows_in"] == 10 and s["kept"] + sum(x["dropped"] for x in s["steps"]) == 10
+    rl = cat.resolve(s["ref"])
+    assert rl.config["selection"]["preset"] == "srpo"
+    assert any(n.ref == dec for n in cat.lineage(s["ref"]))
+    assert (tmp_path / "out" / "export" / "verl" / "train.parquet").is_file()
+    assert (tmp_path / "out" / "export" / "trl" / "train.parquet").is_file()
+    html = (tmp_path / "out" / "report" / "rl_pool.html").read_text()
+    assert dec in html
