@@ -114,7 +114,8 @@ def default_responder(text: str, body: dict[str, Any]) -> str:
 class StandInServer:
     """A local OpenAI-compatible server. Scripted by markers in the prompt text:
 
-    ``FAIL-500`` always HTTP 500; ``FAIL-429-ONCE`` HTTP 429 on the first request for that
+    ``FAIL-400`` always HTTP 400 (a prompt over the context limit); ``FAIL-500`` always HTTP
+    500; ``FAIL-429-ONCE`` HTTP 429 on the first request for that
     prompt+seed, then a reply; ``SLOW`` sleeps ``slow_s`` before answering; ``EMPTY`` replies
     with empty text. Otherwise ``responder(text, body)`` makes the reply (deterministic).
     ``latency_s`` adds a fixed delay to every reply (benchmarks); ``fail_all=503`` answers every
@@ -180,6 +181,8 @@ class StandInServer:
                     time.sleep(outer.latency_s)
                 if outer.fail_all:
                     return self._send(outer.fail_all, b'{"error": "scripted failure"}')
+                if "FAIL-400" in text:  # what vLLM answers a prompt over the context limit
+                    return self._send(400, b'{"error": "maximum context length exceeded"}')
                 if "FAIL-500" in text:
                     return self._send(500, b'{"error": "boom"}')
                 if "FAIL-429-ONCE" in text:

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -112,6 +113,7 @@ def test_empty_reply_dead_server_and_over_long_prompt_are_recorded(pool, tmp_pat
     tweaked = [dict(r) for r in rows]
     tweaked[0]["problem"] = "EMPTY " + tweaked[0]["problem"]
     tweaked[1]["problem"] = "FAIL-500 " + tweaked[1]["problem"]
+    tweaked[2]["problem"] = "FAIL-400 " + tweaked[2]["problem"]  # over the context limit
     import pyarrow as pa
 
     v = cat.publish("amc_bad", pa.Table.from_pylist(tweaked, schema=cat.load(ref).schema))
@@ -121,9 +123,11 @@ def test_empty_reply_dead_server_and_over_long_prompt_are_recorded(pool, tmp_pat
     by = {r["problem_uid"]: r for r in res.rows}
     assert by[tweaked[0]["uid"]]["error"] == "empty response"
     assert by[tweaked[1]["uid"]]["response"] is None and "500" in by[tweaked[1]["uid"]]["error"]
-    assert res.failed == 1 and res.empty == 1 and len(res.rows) == 6  # nothing lost
+    over = by[tweaked[2]["uid"]]
+    assert over["response"] is None and "HTTP 400" in over["error"] and "context" in over["error"]
+    assert res.failed == 2 and res.empty == 1 and len(res.rows) == 6  # nothing lost
     b = build_from_ref(res.raw_ref, out_dir=tmp_path / "run", catalog=cat)
-    assert b.counts["filters"]["dropped"]["generation_error"] == 2
+    assert b.counts["filters"]["dropped"]["generation_error"] == 3
     # an endpoint that is down: one clear error, nothing published
     from curation.errors import SluiceError
 
@@ -131,6 +135,52 @@ def test_empty_reply_dead_server_and_over_long_prompt_are_recorded(pool, tmp_pat
         generate_from_pool(ref, generation=_gen(free_port_url()), responses_per_prompt=1,
                            catalog=cat, name="down", progress=False)  # fmt: skip
     assert "down.sft_raw" not in cat.datasets()
+
+
+_SERVER = """
+import sys, time
+sys.path.insert(0, {tests!r})
+from generation_helpers import StandInServer
+with StandInServer(latency_s=0.05) as srv:
+    print(srv.url, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_server_dying_mid_run_keeps_what_was_done_and_the_rerun_finishes(pool, tmp_path):
+    cat, ref, rows = pool
+    tests = str(Path(__file__).resolve().parents[1])
+    server = subprocess.Popen([sys.executable, "-c", _SERVER.format(tests=tests)],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    url = server.stdout.readline().strip()
+    store = tmp_path / "store"
+
+    def kill_soon():  # the server process dies (SIGKILL) once 6 samples are stored
+        while not (store / "FORMAT.json").exists() or SampleStore(store).count_lines() < 6:
+            time.sleep(0.01)
+        server.kill()
+
+    import threading
+
+    threading.Thread(target=kill_soon, daemon=True).start()
+    gen = GenerationConfig(backend="openai", model="r1-stand-in", base_url=url,
+                           backoff_s=0.01, max_retries=1, timeout_s=2.0, concurrency=2)  # fmt: skip
+    try:
+        first = generate_from_pool(ref, generation=gen, responses_per_prompt=8, catalog=cat,
+                                   store_dir=store, progress=False)  # fmt: skip
+    finally:
+        server.kill()
+        server.wait()
+    # every sample after the death is recorded as a failed request; none is missing
+    done = sum(r["response"] is not None for r in first.rows)
+    assert 6 <= done < 48 and first.failed == 48 - done and len(first.rows) == 48
+    assert all(r["error"] for r in first.rows if r["response"] is None)
+    with StandInServer(teacher_responder(_answers(rows))) as srv2:
+        gen2 = GenerationConfig(backend="openai", model="r1-stand-in", base_url=srv2.url)
+        res = generate_from_pool(ref, generation=gen2, responses_per_prompt=8, catalog=cat,
+                                 store_dir=store, progress=False)  # fmt: skip
+        assert res.reused == done and res.generated == 48 - done == len(srv2.posts())
+    assert res.failed == 0 and len({r["uid"] for r in res.rows}) == 48
 
 
 def test_hf_backend_in_process_with_a_tiny_random_model(pool, tmp_path):
