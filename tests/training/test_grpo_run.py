@@ -156,3 +156,33 @@ def test_checkpoint_is_registered_with_lineage_to_the_pools(run, pool_catalog):
 
     got = hashlib.sha256((res.checkpoint_dir / "model.safetensors").read_bytes()).hexdigest()
     assert files["model.safetensors"] == got
+
+
+def test_zero_variance_filter_masks_flat_groups(tiny_model, pool_catalog, tmp_path):
+    """With only the oracle reward every group is flat (all rollouts of a prompt score the
+    same): DAPO's in-batch filter masks them all; off by default, it masks none."""
+    over = {
+        "rewards": [{"name": "oracle", "function": "oracle_rewards:uid_oracle"}],
+        "resampling": {"correct_rewards": ["oracle"], "zero_variance_filter": True},
+        "stages": [
+            {
+                "name": "math",
+                "pools": [pool_catalog["math"]],
+                "max_completion_length": 4,
+                "steps": 2,
+                "mask_truncated_completions": False,
+            }
+        ],
+    }
+    cfg = _config(tiny_model, pool_catalog, **over)
+    res = run_grpo(cfg, tmp_path / "zv", catalog=pool_catalog["catalog"])
+    steps = [
+        json.loads(ln)
+        for ln in (tmp_path / "zv" / "metrics.jsonl").read_text().splitlines()
+        if '"loss"' in ln
+    ]
+    assert [m["zero_variance/filtered_groups"] for m in steps] == [2.0, 2.0]
+    assert all(m["frac_reward_zero_std"] == 1.0 for m in steps)
+    assert res.manifest["stages"][0]["counts"]["zero_variance_groups"] == 4
+    # entropy still covers the masked completions
+    assert all(m["entropy/temperature_adjusted"] > 0 for m in steps)
