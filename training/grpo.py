@@ -429,9 +429,11 @@ def run_grpo(
     catalog: Any = None,
     allow_uncleaned: bool = False,
     command: str | None = None,
+    callbacks: list[Any] | None = None,
 ) -> TrainResult:
     """Train ``config``'s stages with TRL's GRPOTrainer; write the run dir; register the final
-    checkpoint in the catalog as ``<name>.checkpoint`` (parents: every consumed pool version)."""
+    checkpoint in the catalog as ``<name>.checkpoint`` (parents: every consumed pool version).
+    ``callbacks`` are extra ``transformers.TrainerCallback`` objects given to every trainer."""
     from curation.catalog import Catalog, code_version
 
     cat = catalog if catalog is not None else Catalog()
@@ -545,7 +547,7 @@ def run_grpo(
                     args=args,
                     train_dataset=ds,
                     processing_class=tok,
-                    callbacks=[_metrics_callback(metrics_path, state)],
+                    callbacks=[_metrics_callback(metrics_path, state), *(callbacks or [])],
                     run_state=state,
                 )
                 # optimizer steps in one pass, counted the way transformers' Trainer counts them
