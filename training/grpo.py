@@ -629,7 +629,11 @@ def run_grpo(
         "consumed": [p.to_dict() for p in pools],
         "stages": stage_records,
         "reward_counts": reward_counts(rewards),
-        "base_model": dataclasses.asdict(resolved.model),
+        "base_model": {
+            **dataclasses.asdict(resolved.model),
+            # the Hub commit the weights came from (None for a local folder)
+            "commit": getattr(model.config, "_commit_hash", None),
+        },
         "checkpoint": str(checkpoint_dir) if checkpoint_dir else None,
     }
     if checkpoint_dir is not None and resolved.publish:

@@ -84,14 +84,20 @@ class Reward:
 
 
 class FormatReward(Reward):
+    """``assume_open_think``: the chat template opens ``<think>`` itself (R1-distilled models),
+    so completions start inside the thinking block."""
+
+    def __init__(self, name: str, assume_open_think: bool = False) -> None:
+        super().__init__(name)
+        self.assume_open_think = assume_open_think
+
     def __call__(self, prompts, completions, log_metric=None, **_: Any) -> list[float | None]:
         out: list[float | None] = []
         batch: Counter[str] = Counter()
         for p, c in zip(prompts, completions, strict=True):
             text = completion_text(c)
-            if not text.lstrip().startswith("<think>") and _prompt_text(p).rstrip().endswith(
-                "<think>"
-            ):
+            opened = self.assume_open_think or _prompt_text(p).rstrip().endswith("<think>")
+            if opened and not text.lstrip().startswith("<think>"):
                 text = "<think>" + text
             ok = _THINK_RE.match(text) is not None
             batch["ok" if ok else "bad_format"] += 1
@@ -272,7 +278,7 @@ def build_rewards(
         if rc.function is not None:
             out.append(_custom(rc.name, rc.function))
         elif rc.name == "format":
-            out.append(FormatReward(rc.name))
+            out.append(FormatReward(rc.name, bool(opts.get("assume_open_think", False))))
         elif rc.name == "math_accuracy":
             out.append(MathAccuracyReward(rc.name, verify))
         elif rc.name == "code_pass_rate":

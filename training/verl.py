@@ -91,6 +91,21 @@ def verl_table(rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(out, schema=VERL_SCHEMA)
 
 
+def hydra_value(v: Any) -> str:
+    """A Python value in Hydra's override grammar (dict keys unquoted, strings quoted when
+    they are not plain identifiers)."""
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{k}:{hydra_value(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, list | tuple):
+        return "[" + ",".join(hydra_value(x) for x in v) + "]"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    s = str(v)
+    return s if s.isidentifier() else "'" + s.replace("'", "\\'") + "'"
+
+
 def _overrides(config: Any, stage: Any, data: Path, model_path: str, reward: Path) -> list[str]:
     trl = config.trl
     ng = int(trl.get("num_generations", 8))
@@ -133,7 +148,7 @@ def _overrides(config: Any, stage: Any, data: Path, model_path: str, reward: Pat
         "algorithm.use_kl_in_reward=False",
         f"custom_reward_function.path={reward}",
         "custom_reward_function.name=compute_score",
-        "+custom_reward_function.reward_kwargs=" + json.dumps(kw, separators=(",", ":")),
+        "++custom_reward_function.reward_kwargs=" + hydra_value(kw),
         f"trainer.project_name=sluice-{config.name}",
         f"trainer.experiment_name={config.name}-{stage.name}",
         f"trainer.default_local_dir=checkpoints/{stage.name}",

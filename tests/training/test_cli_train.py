@@ -105,6 +105,7 @@ def test_export_verl_writes_data_reward_and_stage_runs(tiny_model, pool_catalog,
     script = (out / "run_stages.sh").read_text()
     assert "verl.trainer.main_ppo" in script and "data.max_response_length=4" in script
     assert "actor_rollout_ref.rollout.n=2" in script
+    assert "reward_kwargs={weights:{format:1.0,math_accuracy:1.0},code_mode:all}" in script
     exp = json.loads((out / "export.json").read_text())
     assert exp["consumed"][0]["resolved"] == pool_catalog["math"]
     # the exported reward module scores with the same verifier

@@ -35,6 +35,8 @@ def test_format_reward_wants_think_then_answer():
     # a <think> opened by the chat template at the end of the prompt counts
     assert f(["...assistant\n<think>"], ["steps</think> 4"]) == [1.0]
     assert f.counts == {"ok": 2, "bad_format": 3}
+    r1 = FormatReward("format", assume_open_think=True)
+    assert r1(["q"], ["reasoning</think> 4"]) == [1.0]
 
 
 def test_math_accuracy_through_the_verifier_on_real_rows(pool_catalog):
