@@ -291,8 +291,6 @@ def build_sft(
     publish: bool = True,
     data_root: str | None = None,
     benchmarks_dir: str | Path | None = None,
-    verify_config=None,
-    sandbox_config=None,
     workers: int = 2,
     log: Callable[[str], None] | None = None,
 ) -> SFTBuildResult:
@@ -312,13 +310,7 @@ def build_sft(
     problems = problems or {}
 
     say(f"grading {len(rows)} responses")
-    grade(
-        rows,
-        problems,
-        verify_config=verify_config,
-        sandbox_config=sandbox_config,
-        workers=workers,
-    )
+    grade(rows, problems, workers=workers)
     verification = Counter(r["verification"] or "ungraded" for r in rows)
     vs_source = compare_with_source_grades(rows)
 

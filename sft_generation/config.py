@@ -16,15 +16,6 @@ from curation.errors import ConfigError, did_you_mean
 
 KEEP_POLICIES = ("verified", "all", "majority")
 
-# The user turn for each domain. The teacher's chat template wraps it (once, in the generation
-# layer); these are the instructions DeepSeek recommends for R1 on math and a one-block rule
-# for code.
-MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
-CODE_INSTRUCTION = (
-    "Write a Python 3 solution. Reason first, then give the complete program in one "
-    "```python code block."
-)
-
 
 def _check_fields(cls, data: dict[str, Any], where: str) -> None:
     allowed = {f.name for f in dataclasses.fields(cls)}
@@ -45,8 +36,13 @@ class TeacherConfig:
     top_p: float = field(default=0.95, metadata={"help": "nucleus sampling"})
     max_tokens: int = field(default=32768, metadata={"help": "response token budget"})
     seed: int = field(default=0, metadata={"help": "base seed; sample i uses seed + i"})
-    math_instruction: str = field(default=MATH_INSTRUCTION)
-    code_instruction: str = field(default=CODE_INSTRUCTION)
+    math_template: str = field(
+        default="math-boxed/1",
+        metadata={"help": "prompt template for math (rl_pools.prompts; DeepSeek's R1 suffix)"},
+    )
+    code_template: str = field(
+        default="code-python/1", metadata={"help": "prompt template for code (rl_pools.prompts)"}
+    )
     think_opened_by_template: bool = field(
         default=True,
         metadata={
@@ -56,6 +52,10 @@ class TeacherConfig:
     )
 
     def __post_init__(self) -> None:
+        from rl_pools.prompts import check_template
+
+        check_template(self.math_template)
+        check_template(self.code_template)
         if self.temperature < 0:
             raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:

@@ -37,17 +37,15 @@ class GenerateResult:
 
 
 def user_prompt(problem: Mapping[str, Any], teacher: TeacherConfig) -> str:
-    """The user turn for one problem: its statement and the domain's instruction."""
+    """The user turn for one problem: the versioned template of its domain
+    (:mod:`rl_pools.prompts`, the same templates the RL pools use)."""
+    from rl_pools.prompts import user_text
+
     text = problem.get("problem")
     if not text or not str(text).strip():
         raise InputError("empty problem text", field="problem")
-    if problem.get("domain") == "code":
-        starter = problem.get("starter_code")
-        body = f"{text}\n\n{teacher.code_instruction}"
-        if starter:
-            body += f"\n\nStart from this code:\n```python\n{starter}\n```"
-        return body
-    return f"{text}\n\n{teacher.math_instruction}"
+    code = problem.get("domain") == "code"
+    return user_text(dict(problem), teacher.code_template if code else teacher.math_template)
 
 
 def sampling_params(teacher: TeacherConfig):

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
-from sft_generation.filters import code_blocks
 from sft_generation.traces import TRACE_PARSER_VERSION, split_trace
 
 RESPONSE_SCHEMA_VERSION = "sft_response/1"
@@ -114,79 +113,56 @@ def make_row(
     }
 
 
-def extract_program(answer: str | None) -> str | None:
-    """The program in a code answer: its last fenced block (``None`` when there is none)."""
-    blocks = code_blocks(answer)
-    return blocks[-1] if blocks else None
-
-
 def grade(
     rows: list[dict[str, Any]],
     problems: Mapping[str, Mapping[str, Any]],
     *,
-    verify_config=None,
-    sandbox_config=None,
+    verify_timeout_s: float = 5.0,
+    code_time_limit_s: float = 5.0,
     workers: int = 2,
-    on_done: Callable[[int], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Grade every row in place (``verification``, ``verification_reason``, ``extracted``).
 
-    Math: the final answer (the text after ``</think>``; nothing for a truncated trace) is
-    verified against the problem's reference answer. Code: the last code block of the final
-    answer runs against the problem's tests in the sandbox; ``passed`` only when all pass.
+    The graders are the RL-pool stage's (:func:`rl_pools.rollouts.grade_math` /
+    :func:`~rl_pools.rollouts.grade_code`: one home for grading). Math: the final answer (the
+    text after ``</think>``; a truncated trace has none) is verified against the problem's
+    reference answer. Code: the last code block of the final answer runs against the problem's
+    tests in the sandbox (with the pool's import preamble); ``passed`` only when all pass.
     """
-    math_idx = [i for i, r in enumerate(rows) if r["domain"] != "code"]
-    code_idx = [i for i, r in enumerate(rows) if r["domain"] == "code"]
-    if math_idx:
-        from rl_pools.verify import MathVerifier, VerifyConfig
+    from rl_pools.rollouts import RolloutConfig, grade_code, grade_math
 
-        cfg = verify_config or VerifyConfig(workers=workers)
-        todo = [i for i in math_idx if rows[i].get("final_answer")]
-        for i in math_idx:
-            if not rows[i].get("final_answer"):
-                rows[i]["verification"] = "no_answer"
-                rows[i]["verification_reason"] = (
-                    "truncated trace: no final answer" if rows[i]["truncated"] else "empty answer"
-                )
-        refs = [rows[i].get("reference_answer") for i in todo]
-        missing = [i for i, ref in zip(todo, refs, strict=True) if not ref]
-        for i in missing:
-            rows[i]["verification"] = "error"
-            rows[i]["verification_reason"] = "the problem has no reference answer"
-        todo = [i for i in todo if rows[i].get("reference_answer")]
-        if todo:
-            with MathVerifier(cfg) as v:
-                res = v.verify(
-                    [rows[i]["final_answer"] for i in todo],
-                    [rows[i]["reference_answer"] for i in todo],
-                ).to_pylist()
-            for i, r in zip(todo, res, strict=True):
-                rows[i]["verification"] = r["status"]
-                rows[i]["verification_reason"] = r["reason"]
-                rows[i]["extracted"] = r["extracted"]
-        if on_done:
-            on_done(len(math_idx))
-    if code_idx:
-        from rl_pools.sandbox import run_many
-
-        jobs, where = [], []
-        for i in code_idx:
-            prog = extract_program(rows[i].get("final_answer"))
-            tests = (problems.get(rows[i]["problem_uid"]) or {}).get("tests") or []
-            if prog is None:
-                rows[i]["verification"] = "no_answer"
-                rows[i]["verification_reason"] = "no code block in the answer"
-                continue
-            rows[i]["extracted"] = prog
-            jobs.append((prog, tests))
-            where.append(i)
-        if jobs:
-            results = run_many(jobs, sandbox_config, workers=workers)
-            for i, r in zip(where, results, strict=True):
-                rows[i]["verification"] = r.status
-                rows[i]["verification_reason"] = r.reason or f"{r.n_passed}/{r.n_tests} tests"
-        if on_done:
-            on_done(len(code_idx))
+    cfg = RolloutConfig(verify_workers=workers, sandbox_workers=workers,
+                        verify_timeout_s=verify_timeout_s, code_time_limit_s=code_time_limit_s)  # fmt: skip
+    todo_m, todo_c = [], []
+    for i, r in enumerate(rows):
+        if not r.get("final_answer"):
+            r["verification"] = "no_answer"
+            r["verification_reason"] = (
+                "truncated trace: no final answer" if r["truncated"] else "empty answer"
+            )
+        elif r["domain"] == "code":
+            if r["problem_uid"] not in problems:
+                r["verification"] = "error"
+                r["verification_reason"] = "the problem (and its tests) is not in the pool"
+            else:
+                todo_c.append(i)
+        elif not r.get("reference_answer"):
+            r["verification"] = "error"
+            r["verification_reason"] = "the problem has no reference answer"
+        else:
+            todo_m.append(i)
+    if todo_m:
+        res = grade_math([rows[i]["final_answer"] for i in todo_m],
+                         [rows[i]["reference_answer"] for i in todo_m], cfg)  # fmt: skip
+        for i, g in zip(todo_m, res, strict=True):
+            rows[i].update(verification=g["status"], verification_reason=g["reason"],
+                           extracted=g["extracted"])  # fmt: skip
+    if todo_c:
+        res = grade_code([rows[i]["final_answer"] for i in todo_c],
+                         [dict(problems[rows[i]["problem_uid"]]) for i in todo_c], cfg)  # fmt: skip
+        for i, g in zip(todo_c, res, strict=True):
+            rows[i].update(verification=g["status"], verification_reason=g["reason"],
+                           extracted=g["extracted"])  # fmt: skip
     return rows
 
 

@@ -232,3 +232,35 @@ def test_sigkill_mid_run_then_rerun_loses_and_duplicates_nothing(pool, tmp_path,
     assert len(keys) == len(set(keys)) == 48  # no sample written twice, none lost
     raw = cat.load("amc6.sft_raw@latest")
     assert raw.num_rows == 48 and len(set(raw["uid"].to_pylist())) == 48
+
+
+def test_code_responses_are_graded_in_the_sandbox(pools_dir, data_root, tmp_path):
+    """Real LeetCode problems with their reference solutions: the stand-in teacher answers with
+    the reference (even seeds) or a broken program (odd seeds); the sandbox decides."""
+    cat = Catalog(data_root)
+    res = ingest(str(pools_dir / "code_leetcodedataset_v0.2.0_train.jsonl"),
+                 field_map="leetcodedataset", name="lc", catalog=cat, limit=3)  # fmt: skip
+    rows = cat.load(res.ref).to_pylist()
+    assert all(r["solutions"] and r["tests"] for r in rows)
+    sol = {r["problem"]: r["solutions"][0] for r in rows}
+
+    def reply(text, body):
+        ref = next(s for p, s in sol.items() if p in text)
+        if (body.get("seed") or 0) % 2:
+            ref = ref.replace("return ", "return None and ", 1)
+        return f"I will write it.</think>\n\n```python\n{ref}\n```"
+
+    with StandInServer(reply) as srv:
+        gen = generate_from_pool(res.ref, generation=_gen(srv.url), responses_per_prompt=4,
+                                 catalog=cat, progress=False)  # fmt: skip
+        assert "```python" in srv.posts()[0]["body"]["messages"][-1]["content"]
+    from sft_generation.config import FilterConfig
+
+    cfg = FilterConfig(near_dup_threshold=None, decontaminate=False)
+    b = build_from_ref(gen.raw_ref, out_dir=tmp_path / "run", catalog=cat, filters=cfg)
+    out = pq.read_table(tmp_path / "run" / "responses.parquet").to_pylist()
+    seeds = {r["uid"]: json.loads(r["metadata"])["seed"] for r in out}
+    for r in out:
+        assert r["verification"] == ("failed" if seeds[r["uid"]] % 2 else "passed"), r
+    assert b.counts["kept"] == sum(1 for s in seeds.values() if s % 2 == 0)
+    assert 0 < b.counts["kept"] < 12  # both kinds were drawn
