@@ -10,7 +10,11 @@ On disk, under the data root (``settings.data_root()``, a local folder or any fs
     <root>/catalog.duckdb                       metadata (local roots only, see below)
     <root>/catalog.lock                         fcntl lock serialising catalog access
     <root>/objects/<hash[:2]>/<hash>.parquet    one immutable file per distinct content
+    <root>/objects/<hash[:2]>/<hash>.check.json size + SHA-256 of that file's bytes (cheap check)
+    <root>/objects/<hash[:2]>/<hash>.versions/  one manifest per version stored in that object:
+                                                its full record, so the catalog can be rebuilt
     <root>/objects/tmp/                         in-flight writes (garbage after a crash)
+    <root>/staging/                             steps' scratch folders (collected when stale)
 
 For a non-local root (``s3://...``, ``gs://...``, ``memory://...``) the Parquet objects live
 at the URL and the DuckDB file + lock live in a local cache folder
@@ -19,6 +23,11 @@ at the URL and the DuckDB file + lock live in a local cache folder
 Crash safety: an object is written to a temporary name, fsynced and renamed into place before
 the metadata row is inserted in one DuckDB transaction; a catalog row therefore never points to
 a missing or partial file. A crash leaves at worst an unreferenced object (garbage).
+Integrity: ``load``/``scan`` check the file's bytes against its ``.check.json`` (size + SHA-256,
+one read) before decoding; ``verify`` re-derives the content hash. Publishing re-checks an
+existing object before reusing it and replaces a damaged one. A damaged or missing
+``catalog.duckdb`` is an :class:`IntegrityError` naming ``sluice datasets rebuild``, which
+restores it from the manifests (:meth:`Catalog.rebuild`).
 Concurrency: every catalog access holds ``fcntl.flock`` on the lock file (shared for reads,
 exclusive for writes) and opens DuckDB only for the duration of that access, because DuckDB
 allows a single writing process per file.
@@ -35,7 +44,9 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -58,7 +69,13 @@ HASH_ALGO = f"sha256/arrow-ipc-v5/chunk{CHUNK_ROWS}/v1"
 VERSION_LEN = 16  # hex characters of the content hash used as the version id
 MIN_PREFIX = 4  # shortest version prefix accepted in a ref
 PARQUET_COMPRESSION = "zstd"
+MANIFEST_FORMAT = "sluice-version-manifest/1"
 
+# What to do about a damaged or missing object file (publishing re-checks and replaces it).
+_REPAIR_HINT = (
+    "the file was modified or damaged outside Sluice; re-run the step that published it "
+    "(publishing the same content replaces a damaged object) or restore it from a backup"
+)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/]*$")
 # Schema metadata keys written by tools (pandas version, Arrow's own copy of the schema)
 # vary across machines and say nothing about the content: they are dropped before hashing.
@@ -136,6 +153,26 @@ class DatasetVersion:
             "metadata": self.metadata,
             "path": self.path,
         }
+
+
+@dataclass(frozen=True)
+class StagedVersion:
+    """A version whose object is written but not yet recorded (see :meth:`Catalog.stage`)."""
+
+    name: str
+    version: str
+    content_hash: str
+    num_rows: int
+    num_bytes: int
+    schema: tuple[dict[str, Any], ...]
+    parents: tuple[str, ...]
+    step: str
+    config: dict[str, Any]
+    metadata: dict[str, Any]
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"
 
 
 @dataclass(frozen=True)
@@ -559,10 +596,15 @@ class Catalog:
 
     @contextlib.contextmanager
     def _connect(self, write: bool) -> Iterator[Any]:
-        """A DuckDB connection held under the catalog lock (None: no catalog yet, read only)."""
+        """A DuckDB connection held under the catalog lock (None: no catalog yet, read only).
+
+        A catalog file DuckDB cannot read, or a missing one while version manifests exist, is an
+        :class:`IntegrityError` that names ``sluice datasets rebuild``.
+        """
         import duckdb
 
         if not write and not self.db_path.exists():
+            self._refuse_if_lost()
             yield None
             return
         with contextlib.ExitStack() as stack:
@@ -576,19 +618,48 @@ class Catalog:
             if lock is not None:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_EX if write else fcntl.LOCK_SH)
                 stack.callback(fcntl.flock, lock.fileno(), fcntl.LOCK_UN)
-            if not write and not self.db_path.exists():
-                yield None
-                return
-            con = duckdb.connect(str(self.db_path), read_only=not write)
-            stack.callback(con.close)
-            if write:
-                for stmt in _DDL:
-                    con.execute(stmt)
-                con.execute(
-                    "INSERT OR IGNORE INTO catalog_info VALUES ('schema_version', ?)",
-                    [str(CATALOG_SCHEMA_VERSION)],
-                )
-            yield con
+            if not self.db_path.exists():
+                self._refuse_if_lost()
+                if not write:
+                    yield None
+                    return
+            try:
+                con = duckdb.connect(str(self.db_path), read_only=not write)
+                stack.callback(con.close)
+                if write:
+                    for stmt in _DDL:
+                        con.execute(stmt)
+                    con.execute(
+                        "INSERT OR IGNORE INTO catalog_info VALUES ('schema_version', ?)",
+                        [str(CATALOG_SCHEMA_VERSION)],
+                    )
+                    self._backfill_manifests(con)
+                else:
+                    con.execute("SELECT count(*) FROM versions").fetchone()
+            except duckdb.Error as exc:
+                raise self._damaged(exc) from None
+            try:
+                yield con
+            except duckdb.Error as exc:
+                raise self._damaged(exc) from None
+
+    def _damaged(self, exc: Exception) -> IntegrityError:
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        return IntegrityError(
+            f"the catalog file {self.db_path} is damaged ({type(exc).__name__}: {first})",
+            hint=f"run `sluice datasets rebuild --root {self.root}` to restore it from the "
+            "version manifests stored next to the objects",
+        )
+
+    def _refuse_if_lost(self) -> None:
+        """No catalog file, but manifests say versions exist: never answer 'no datasets'."""
+        if self._has_manifests():
+            raise IntegrityError(
+                f"the catalog file {self.db_path} is missing but the data root {self.root} "
+                "holds published versions",
+                hint=f"run `sluice datasets rebuild --root {self.root}` to restore it from the "
+                "version manifests stored next to the objects",
+            )
 
     def _row_to_version(self, row: tuple) -> DatasetVersion:
         (name, version, digest, algo, nrows, nbytes, schema_j, parents_j, step, config_j,
@@ -707,38 +778,140 @@ class Catalog:
         return self._read(v, columns)
 
     def _read(self, v: DatasetVersion, columns: list[str] | None = None) -> pa.Table:
-        p = self._abs(self._object_rel(v.content_hash))
+        """Read a version after checking its file's bytes against the recorded size + SHA-256."""
+        data = self._checked_bytes(v)
         try:
-            return pq.read_table(p, columns=columns, filesystem=self.fs)
-        except FileNotFoundError as exc:
-            raise IntegrityError(
-                f"the file of {v.ref} is missing: {v.path}",
-                hint="the data root was modified outside Sluice; republish the dataset",
-            ) from exc
+            return pq.read_table(pa.BufferReader(data), columns=columns)
+        except (OSError, pa.ArrowException) as exc:
+            raise self._undecodable(v, exc) from None
 
     def scan(self, ref: str, batch_size: int = CHUNK_ROWS) -> Iterator[pa.RecordBatch]:
-        """Stream a version batch by batch (for tables larger than memory)."""
+        """Stream a version batch by batch (for tables larger than memory).
+
+        The file's bytes are checked against the recorded size + SHA-256 first (one streaming
+        read), so a modified file is refused before any row is returned.
+        """
         v = self.resolve(ref)
-        with self.fs.open(self._abs(self._object_rel(v.content_hash)), "rb") as f:
-            yield from pq.ParquetFile(f).iter_batches(batch_size=batch_size)
+        self._checked_bytes(v, keep=False)
+        try:
+            with self.fs.open(self._abs(self._object_rel(v.content_hash)), "rb") as f:
+                yield from pq.ParquetFile(f).iter_batches(batch_size=batch_size)
+        except (OSError, pa.ArrowException) as exc:
+            raise self._undecodable(v, exc) from None
 
     def verify(self, ref: str) -> DatasetVersion:
         """Re-hash a version's file; raise IntegrityError unless rows and hash match the record."""
         v = self.resolve(ref)
         p = self._abs(self._object_rel(v.content_hash))
         if not self.fs.exists(p):
-            raise IntegrityError(f"the file of {v.ref} is missing: {v.path}")
-        with self.fs.open(p, "rb") as f:
-            pf = pq.ParquetFile(f)
-            rows = pf.metadata.num_rows
-            digest = content_hash(pf.iter_batches(batch_size=CHUNK_ROWS), pf.schema_arrow)
+            raise IntegrityError(f"the file of {v.ref} is missing: {v.path}", hint=_REPAIR_HINT)
+        try:
+            with self.fs.open(p, "rb") as f:
+                pf = pq.ParquetFile(f)
+                rows = pf.metadata.num_rows
+                digest = content_hash(pf.iter_batches(batch_size=CHUNK_ROWS), pf.schema_arrow)
+        except (OSError, pa.ArrowException) as exc:
+            raise self._undecodable(v, exc) from None
         if rows != v.num_rows or digest != v.content_hash:
             raise IntegrityError(
                 f"{v.ref} does not match its record: {rows} rows / hash {digest[:16]}"
                 f" on disk, {v.num_rows} rows / hash {v.content_hash[:16]} recorded",
-                hint="the object file was modified outside Sluice; republish the dataset",
+                hint=_REPAIR_HINT,
             )
+        # The content is right: (re)record the file's bytes for the cheap check of load/scan.
+        self._write_check(v.content_hash, v.num_rows)
         return v
+
+    # ---- integrity of object files ------------------------------------------------------
+
+    def _check_rel(self, digest: str) -> str:
+        return f"objects/{digest[:2]}/{digest}.check.json"
+
+    def _file_digest(self, path: str, keep: bool = False) -> tuple[int, str, bytes | None]:
+        """(size, sha256 hex, the bytes when ``keep``) of a file, in one streaming read."""
+        h = hashlib.sha256()
+        parts: list[bytes] = []
+        size = 0
+        with self.fs.open(path, "rb") as f:
+            while chunk := f.read(8 << 20):
+                h.update(chunk)
+                size += len(chunk)
+                if keep:
+                    parts.append(chunk)
+        return size, h.hexdigest(), (b"".join(parts) if keep else None)
+
+    def _read_check(self, digest: str) -> dict[str, Any] | None:
+        try:
+            with self.fs.open(self._abs(self._check_rel(digest)), "rb") as f:
+                rec = json.loads(f.read())
+            return rec if isinstance(rec, dict) and rec.get("content_hash") == digest else None
+        except (OSError, ValueError):
+            return None
+
+    def _write_check(self, digest: str, nrows: int) -> None:
+        """Record size + SHA-256 of an object whose content hash was just established."""
+        try:
+            size, sha, _ = self._file_digest(self._abs(self._object_rel(digest)))
+            rec = {
+                "format": "sluice-object-check/1",
+                "content_hash": digest,
+                "num_rows": nrows,
+                "size": size,
+                "sha256": sha,
+            }
+            self._put_small(self._check_rel(digest), _json(rec).encode())
+        except OSError:
+            pass  # a read-only root: load() falls back to the full content hash
+
+    def _checked_bytes(self, v: DatasetVersion, keep: bool = True) -> bytes:
+        """The file of ``v`` (when ``keep``), refused unless it matches its recorded bytes."""
+        p = self._abs(self._object_rel(v.content_hash))
+        if not self.fs.exists(p):
+            raise IntegrityError(f"the file of {v.ref} is missing: {v.path}", hint=_REPAIR_HINT)
+        check = self._read_check(v.content_hash)
+        if check is None:
+            # An object written before checks existed (or its check file was lost): establish
+            # the content hash the slow way once, then record the cheap check.
+            self.verify(v.ref)
+            check = self._read_check(v.content_hash)
+            if check is None:  # could not be written (read-only root): verified just now
+                return self._file_digest(p, keep=keep)[2] or b""
+        size, sha, data = self._file_digest(p, keep=keep)
+        if size != check.get("size") or sha != check.get("sha256"):
+            raise IntegrityError(
+                f"the file of {v.ref} no longer matches its recorded hash ({size} bytes, sha256 "
+                f"{sha[:16]} on disk; {check.get('size')} bytes, sha256 "
+                f"{str(check.get('sha256'))[:16]} recorded): {v.path}",
+                hint=_REPAIR_HINT,
+            )
+        return data or b""
+
+    def _undecodable(self, v: DatasetVersion, exc: Exception) -> IntegrityError:
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        return IntegrityError(
+            f"the file of {v.ref} is damaged and cannot be decoded "
+            f"({type(exc).__name__}: {first}): {v.path}",
+            hint=_REPAIR_HINT,
+        )
+
+    def _put_small(self, rel: str, data: bytes) -> None:
+        """Write a small file atomically (local: temp name + fsync + rename)."""
+        path = self._abs(rel)
+        if not self.is_local:
+            self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+            self.fs.pipe_file(path, data)
+            return
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def lineage(self, ref: str) -> list[LineageNode]:
         """Walk the ancestor DAG breadth-first from ``ref``; each ancestor appears once."""
@@ -889,6 +1062,28 @@ class Catalog:
         changes nothing; publishing content of an older version records a new publication
         event, which makes that version the latest again.
         """
+        staged = self.stage(
+            name, table, parents=parents, step=step, config=config, metadata=metadata, schema=schema
+        )
+        return self.commit([staged])[0]
+
+    def stage(
+        self,
+        name: str,
+        table: pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch] | str | os.PathLike,
+        *,
+        parents: Iterable[str] = (),
+        step: str = "",
+        config: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+        schema: pa.Schema | None = None,
+    ) -> StagedVersion:
+        """First half of :meth:`publish`: write the object, return what :meth:`commit` records.
+
+        Nothing is visible until ``commit``; its ``ref`` is already final, so one staged version
+        can name another in its metadata. Several staged versions committed together are
+        published together or not at all (ingest's NAME, NAME.rejects, NAME.duplicates).
+        """
         if not isinstance(name, str) or not _NAME_RE.match(name):
             raise ConfigError(
                 f"invalid dataset name {name!r}",
@@ -897,6 +1092,8 @@ class Catalog:
         for label, obj in (("config", config), ("metadata", metadata)):
             if obj is not None and not isinstance(obj, dict):
                 raise ConfigError(f"{label} must be a dict, got {type(obj).__name__}")
+        if not self.db_path.exists():
+            self._refuse_if_lost()  # before writing anything
         parent_refs = [parents] if isinstance(parents, str) else list(parents)
         if parent_refs:
             with self._connect(write=False) as con:
@@ -907,61 +1104,302 @@ class Catalog:
 
         canon, batches = _as_batches(table, schema)
         digest, nrows, nbytes = self._write_object(canon, batches)
-        version = digest[:VERSION_LEN]
-        rel = self._object_rel(digest)
+        return StagedVersion(
+            name=name,
+            version=digest[:VERSION_LEN],
+            content_hash=digest,
+            num_rows=nrows,
+            num_bytes=nbytes,
+            schema=tuple(_schema_to_json(canon)),
+            parents=tuple(resolved),
+            step=step or "",
+            config=config or {},
+            metadata=metadata or {},
+        )
 
+    def commit(self, staged: list[StagedVersion]) -> list[DatasetVersion]:
+        """Record staged versions in one transaction: all become visible, or none does.
+
+        Each version's record is also written as a manifest next to its object before the
+        transaction commits (see :meth:`rebuild`); a group's manifests name every member, so a
+        rebuild restores a group only when all its members are there.
+        """
+        if not staged:
+            return []
+        group = (
+            {"id": uuid.uuid4().hex, "members": [s.ref for s in staged]}
+            if len(staged) > 1
+            else None
+        )
         with self._connect(write=True) as con:
             con.execute("BEGIN TRANSACTION")
             try:
-                existing = con.execute(
-                    "SELECT content_hash FROM versions WHERE name = ? AND version = ?",
-                    [name, version],
-                ).fetchone()
-                if existing and existing[0] != digest:
-                    raise IntegrityError(
-                        f"version id collision for {name}@{version}: two different contents "
-                        "share the first 16 hex characters of their hash",
-                        hint="report this; the catalog was not changed",
-                    )
-                latest = con.execute(
-                    "SELECT version FROM publications WHERE name = ? ORDER BY seq DESC LIMIT 1",
-                    [name],
-                ).fetchone()
-                now = _now()
-                if not existing:
-                    con.execute(
-                        "INSERT INTO versions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        [
-                            name,
-                            version,
-                            digest,
-                            HASH_ALGO,
-                            nrows,
-                            nbytes,
-                            _json(_schema_to_json(canon)),
-                            _json(resolved),
-                            step or "",
-                            _json(config or {}),
-                            _json(code_version()),
-                            _json(metadata or {}),
-                            rel,
-                            now,
-                        ],
-                    )
-                if not existing or (latest and latest[0] != version):
-                    seq = con.execute(
-                        "SELECT coalesce(max(seq), 0) + 1 FROM publications"
-                    ).fetchone()[0]
-                    con.execute(
-                        "INSERT INTO publications VALUES (?, ?, ?, ?)", [seq, name, version, now]
-                    )
+                for s in staged:
+                    self._insert(con, s)
+                for s in staged:
+                    self._write_manifest(con, s.name, s.version, group)
                 _test_hook("in-transaction")
                 con.execute("COMMIT")
             except BaseException:
                 con.execute("ROLLBACK")
+                for s in staged:  # manifests follow the catalog again
+                    with contextlib.suppress(Exception):
+                        self._write_manifest(con, s.name, s.version, None)
                 raise
             con.execute("CHECKPOINT")
-            return self._resolve(con, f"{name}@{version}")
+            return [self._resolve(con, s.ref) for s in staged]
+
+    def _insert(self, con: Any, s: StagedVersion) -> None:
+        existing = con.execute(
+            "SELECT content_hash FROM versions WHERE name = ? AND version = ?",
+            [s.name, s.version],
+        ).fetchone()
+        if existing and existing[0] != s.content_hash:
+            raise IntegrityError(
+                f"version id collision for {s.ref}: two different contents "
+                "share the first 16 hex characters of their hash",
+                hint="report this; the catalog was not changed",
+            )
+        latest = con.execute(
+            "SELECT version FROM publications WHERE name = ? ORDER BY seq DESC LIMIT 1",
+            [s.name],
+        ).fetchone()
+        now = _now()
+        if not existing:
+            con.execute(
+                "INSERT INTO versions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    s.name,
+                    s.version,
+                    s.content_hash,
+                    HASH_ALGO,
+                    s.num_rows,
+                    s.num_bytes,
+                    _json(list(s.schema)),
+                    _json(list(s.parents)),
+                    s.step,
+                    _json(s.config),
+                    _json(code_version()),
+                    _json(s.metadata),
+                    self._object_rel(s.content_hash),
+                    now,
+                ],
+            )
+        if not existing or (latest and latest[0] != s.version):
+            seq = con.execute("SELECT coalesce(max(seq), 0) + 1 FROM publications").fetchone()[0]
+            con.execute(
+                "INSERT INTO publications VALUES (?, ?, ?, ?)", [seq, s.name, s.version, now]
+            )
+
+    # ---- manifests and rebuild -----------------------------------------------------------
+
+    def _manifest_rel(self, digest: str, name: str) -> str:
+        return f"objects/{digest[:2]}/{digest}.versions/{urllib.parse.quote(name, safe='')}.json"
+
+    def _write_manifest(self, con: Any, name: str, version: str, group: dict | None) -> None:
+        """Write (or remove) the manifest of ``name@version`` from what ``con`` sees now."""
+        row = con.execute(
+            "SELECT * FROM versions WHERE name = ? AND version = ?", [name, version]
+        ).fetchone()
+        if row is None:
+            digest = con.execute(
+                "SELECT content_hash FROM versions WHERE version = ? LIMIT 1", [version]
+            ).fetchone()
+            return self._drop_manifest(name, version, digest[0] if digest else None)
+        cols = [d[0] for d in con.description]
+        rec = dict(zip(cols, row, strict=True))
+        pubs = con.execute(
+            "SELECT seq, published_at FROM publications WHERE name = ? AND version = ? "
+            "ORDER BY seq",
+            [name, version],
+        ).fetchall()
+        rel = self._manifest_rel(rec["content_hash"], name)
+        old = self._read_json(rel)
+        if old and old.get("version") == version and old.get("group"):
+            group = old["group"]  # the group of the version's first publication
+        manifest = {
+            "format": MANIFEST_FORMAT,
+            "name": name,
+            "version": version,
+            "content_hash": rec["content_hash"],
+            "hash_algo": rec["hash_algo"],
+            "num_rows": int(rec["num_rows"]),
+            "num_bytes": int(rec["num_bytes"]),
+            "schema": json.loads(rec["schema_json"]),
+            "parents": json.loads(rec["parents_json"]),
+            "step": rec["step"],
+            "config": json.loads(rec["config_json"]),
+            "code_version": json.loads(rec["code_version_json"]),
+            "metadata": json.loads(rec["metadata_json"]),
+            "object_path": rec["object_path"],
+            "created_at": rec["created_at"],
+            "publications": [[int(q), t] for q, t in pubs],
+            "group": group,
+        }
+        self._put_small(rel, _json(manifest).encode())
+        return None
+
+    def _drop_manifest(self, name: str, version: str, digest: str | None) -> None:
+        if digest is None:
+            return
+        rel = self._manifest_rel(digest, name)
+        old = self._read_json(rel)
+        if old and old.get("version") == version:
+            with contextlib.suppress(OSError):
+                self.fs.rm_file(self._abs(rel))
+
+    def _read_json(self, rel: str) -> dict[str, Any] | None:
+        try:
+            with self.fs.open(self._abs(rel), "rb") as f:
+                obj = json.loads(f.read())
+            return obj if isinstance(obj, dict) else None
+        except (OSError, ValueError):
+            return None
+
+    def _manifest_paths(self) -> Iterator[str]:
+        base = self._abs("objects")
+        if self.is_local:
+            for p in Path(base).glob("*/*.versions/*.json"):
+                yield str(p)
+        elif self.fs.exists(base):
+            yield from self.fs.glob(f"{base}/*/*.versions/*.json")
+
+    def _has_manifests(self) -> bool:
+        return next(self._manifest_paths(), None) is not None
+
+    def _backfill_manifests(self, con: Any) -> None:
+        """Once per catalog: manifests for versions published before manifests existed."""
+        done = con.execute("SELECT value FROM catalog_info WHERE key = 'manifests'").fetchone()
+        if done:
+            return
+        for name, version in con.execute("SELECT name, version FROM versions").fetchall():
+            self._write_manifest(con, name, version, None)
+        con.execute("INSERT OR REPLACE INTO catalog_info VALUES ('manifests', '1')")
+
+    def rebuild(self) -> dict[str, Any]:
+        """Recreate ``catalog.duckdb`` from the version manifests next to the objects.
+
+        The old file, if any, is moved aside (``catalog.duckdb.damaged-<time>``). A version is
+        restored when its object file exists with the recorded size; a version published as
+        part of a group (ingest) only when every member of the group is restored. Publication
+        order (what ``latest`` means) comes from the recorded publication sequence.
+        """
+        import duckdb
+
+        self._meta_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.lock_path, "a+b") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            manifests: dict[str, dict[str, Any]] = {}
+            skipped: list[str] = []
+            for p in sorted(self._manifest_paths()):
+                try:
+                    with self.fs.open(p, "rb") as f:
+                        m = json.loads(f.read())
+                    if m.get("format") != MANIFEST_FORMAT:
+                        raise ValueError("unknown format")
+                    ref = f"{m['name']}@{m['version']}"
+                except (OSError, ValueError, KeyError, TypeError) as exc:
+                    skipped.append(f"{p}: unreadable manifest ({exc})")
+                    continue
+                obj = self._abs(m["object_path"])
+                check = self._read_check(m["content_hash"])
+                if not self.fs.exists(obj):
+                    skipped.append(f"{ref}: object file missing")
+                elif check is not None and self.fs.size(obj) != check.get("size"):
+                    skipped.append(f"{ref}: object file has the wrong size")
+                else:
+                    manifests[ref] = m
+            for ref, m in list(manifests.items()):
+                g = m.get("group")
+                if g and not all(r in manifests for r in g.get("members", [])):
+                    skipped.append(f"{ref}: published with {g['members']}, not all restorable")
+                    del manifests[ref]
+            moved = None
+            if self.db_path.exists():
+                moved = self.db_path.with_name(
+                    f"{self.db_path.name}.damaged-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
+                )
+                os.replace(self.db_path, moved)
+            wal = self.db_path.with_name(self.db_path.name + ".wal")
+            if wal.exists():
+                os.replace(wal, Path(str(moved or self.db_path) + ".wal"))
+            con = duckdb.connect(str(self.db_path))
+            try:
+                for stmt in _DDL:
+                    con.execute(stmt)
+                con.execute("BEGIN TRANSACTION")
+                pubs = []
+                for m in manifests.values():
+                    con.execute(
+                        "INSERT INTO versions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        [
+                            m["name"], m["version"], m["content_hash"], m["hash_algo"],
+                            m["num_rows"], m["num_bytes"], _json(m["schema"]),
+                            _json(m["parents"]), m["step"], _json(m["config"]),
+                            _json(m["code_version"]), _json(m["metadata"]), m["object_path"],
+                            m["created_at"],
+                        ],
+                    )  # fmt: skip
+                    pubs += [(q, t, m["name"], m["version"]) for q, t in m["publications"]]
+                for seq, (_, t, name, version) in enumerate(sorted(pubs), start=1):
+                    con.execute(
+                        "INSERT INTO publications VALUES (?, ?, ?, ?)", [seq, name, version, t]
+                    )
+                con.execute(
+                    "INSERT INTO catalog_info VALUES ('schema_version', ?), ('manifests', '1')",
+                    [str(CATALOG_SCHEMA_VERSION)],
+                )
+                con.execute("COMMIT")
+                con.execute("CHECKPOINT")
+            finally:
+                con.close()
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+        return {
+            "restored": sorted(manifests),
+            "publications": len(pubs),
+            "skipped": skipped,
+            "moved_aside": str(moved) if moved else None,
+        }
+
+    # ---- staging folders ------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def staging(self, prefix: str) -> Iterator[Path]:
+        """A scratch folder under the data root for a step's intermediate files, removed after.
+
+        A folder left by a killed process is collected by the next call (its lock is free).
+        """
+        base = self._meta_dir / "staging"
+        base.mkdir(parents=True, exist_ok=True)
+        self.collect_staging()
+        d = Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=base))
+        lock = open(d / ".lock", "a+b")  # noqa: SIM115 - held for the folder's lifetime
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            yield d
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+            lock.close()
+
+    def collect_staging(self, min_age_s: float = 60.0) -> list[str]:
+        """Remove staging folders whose owner is gone (lock free, older than ``min_age_s``)."""
+        base = self._meta_dir / "staging"
+        removed: list[str] = []
+        if not base.is_dir():
+            return removed
+        for d in base.iterdir():
+            try:
+                if time.time() - d.stat().st_mtime < min_age_s:
+                    continue  # its creator may not have taken the lock yet
+                with open(d / ".lock", "a+b") as f:
+                    fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    shutil.rmtree(d, ignore_errors=True)
+                    removed.append(str(d))
+            except BlockingIOError:
+                continue  # in use
+            except OSError:
+                continue
+        return removed
 
     def _write_object(
         self, schema: pa.Schema, batches: Iterable[pa.RecordBatch]
@@ -1002,44 +1440,71 @@ class Catalog:
             nbytes = tmp.stat().st_size
             _test_hook("object-written")
             final = self._abs(self._object_rel(digest))
-            if self.is_local:
-                if not self._object_ok(final, nrows):
+            if not self._object_ok(final, digest, nrows):
+                if self.is_local:
                     Path(final).parent.mkdir(parents=True, exist_ok=True)
                     os.replace(tmp, final)
                     _fsync_dir(Path(final).parent)
-            elif not self._object_ok(final, nrows):
-                self.fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
-                self.fs.put_file(str(tmp), final)
+                else:
+                    self.fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
+                    self.fs.put_file(str(tmp), final)
+                self._write_check(digest, nrows)
             _test_hook("object-placed")
             return digest, nrows, nbytes
         finally:
             tmp.unlink(missing_ok=True)
 
-    def _object_ok(self, path: str, nrows: int) -> bool:
-        """True when a complete object with ``nrows`` rows is already at ``path``."""
+    def _object_ok(self, path: str, digest: str, nrows: int) -> bool:
+        """True when an intact object of this content is already at ``path``.
+
+        Re-checked before reuse, never trusted by name: the file's bytes against its check file
+        (size + SHA-256), else its content hash re-derived. A damaged object is replaced.
+        """
         try:
             if not self.fs.exists(path):
                 return False
+            check = self._read_check(digest)
+            if check is not None:
+                size, sha, _ = self._file_digest(path)
+                if size == check.get("size") and sha == check.get("sha256"):
+                    return True
             with self.fs.open(path, "rb") as f:
-                return pq.ParquetFile(f).metadata.num_rows == nrows
-        except Exception:  # unreadable = not ok; it gets replaced
+                pf = pq.ParquetFile(f)
+                if pf.metadata.num_rows != nrows:
+                    return False
+                ok = content_hash(pf.iter_batches(batch_size=CHUNK_ROWS), pf.schema_arrow) == digest
+        except Exception:  # noqa: BLE001 - unreadable = not ok; it gets replaced
             return False
+        if ok:
+            self._write_check(digest, nrows)
+        return ok
 
     def garbage(self) -> list[str]:
-        """Object files (and in-flight temp files) that no version refers to."""
+        """Object files (with their check files) and in-flight temp files nothing refers to.
+
+        An object is in use when a catalog row or a version manifest claims it, so a lost or
+        damaged catalog never turns published data into garbage (a damaged one raises).
+        """
         with self._connect(write=False) as con:
             used = (
                 {r[0] for r in con.execute("SELECT object_path FROM versions").fetchall()}
                 if con is not None
                 else set()
             )
+        for p in self._manifest_paths():
+            m = self._read_json(p[len(self._base) + 1 :]) or {}
+            if isinstance(m.get("object_path"), str):
+                used.add(m["object_path"])
         base = self._abs("objects")
         if not self.fs.exists(base):
             return []
         out = []
         for p in self.fs.find(base):
             rel = p[len(self._base) + 1 :] if p.startswith(self._base + "/") else p
-            if rel not in used:
+            if ".versions/" in rel:
+                continue  # manifests are records, never garbage
+            obj = rel[: -len(".check.json")] + ".parquet" if rel.endswith(".check.json") else rel
+            if obj not in used:
                 out.append(self._display(rel))
         return sorted(out)
 
@@ -1089,6 +1554,7 @@ def resolve(ref: str) -> DatasetVersion:
 
 __all__ = [
     "Catalog",
+    "StagedVersion",
     "DatasetDiff",
     "DatasetVersion",
     "LineageNode",

@@ -16,8 +16,6 @@ accepted rows go to a Parquet writer incrementally, dedup keeps one dict entry p
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -416,8 +414,9 @@ def ingest(
     spec = parse_source(source)
     fmap = select_map(field_map, spec)
     cat = catalog if catalog is not None else Catalog()
-    staging = Path(tempfile.mkdtemp(prefix="sluice-ingest-"))
-    try:
+    # Scratch files live under the data root (not $TMPDIR) and a killed run's folder is
+    # collected by the next one; the three (four) datasets are committed together or not at all.
+    with cat.staging("ingest") as staging:
         if progress:
             files = _with_progress(spec, fmap, staging, max_row_bytes, limit, batch_size)
         else:
@@ -441,7 +440,7 @@ def ingest(
             "counts": files.counts.to_dict(),
         }
         t_publish = time.perf_counter()
-        rejects_v = cat.publish(
+        rejects_v = cat.stage(
             f"{name}.rejects",
             str(files.rejects),
             step="ingest.rejects",
@@ -449,7 +448,7 @@ def ingest(
             metadata={**base_md, "schema": "rejects/1"},
             schema=REJECTS_SCHEMA,
         )
-        dups_v = cat.publish(
+        dups_v = cat.stage(
             f"{name}.duplicates",
             str(files.duplicates),
             step="ingest.duplicates",
@@ -464,14 +463,14 @@ def ingest(
             from curation.dedup import near_duplicates
 
             accepted = pq.read_table(files.accepted, columns=["uid", "problem"])
-            near_v = cat.publish(
+            near_v = cat.stage(
                 f"{name}.near_duplicates",
                 near_duplicates(accepted, threshold=near_dup_threshold),
                 step="ingest.near_duplicates",
                 config=config,
                 metadata={**base_md, "schema": "near_duplicates/1"},
             )
-        main_v = cat.publish(
+        main_v = cat.stage(
             name,
             str(files.accepted),
             step="ingest",
@@ -485,8 +484,8 @@ def ingest(
             },
             schema=files.schema,
         )
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        staged = [rejects_v, dups_v, *([near_v] if near_v else []), main_v]
+        cat.commit(staged)
     return IngestResult(
         ref=main_v.ref,
         rejects_ref=rejects_v.ref,

@@ -196,3 +196,16 @@ def verify(
     """Re-hash a version's file and check it against the recorded row count and hash."""
     v = _catalog(root).verify(ref)
     typer.echo(f"ok: {v.ref} ({v.num_rows:,} rows, sha256 {v.content_hash})")
+
+
+@app.command("rebuild")
+def rebuild(root: str = _root_option()) -> None:
+    """Restore a damaged or lost catalog.duckdb from the version manifests next to the objects."""
+    res = _catalog(root).rebuild()
+    if res["moved_aside"]:
+        typer.echo(f"old catalog file moved aside: {res['moved_aside']}")
+    for line in res["skipped"]:
+        typer.echo(f"not restored: {line}", err=True)
+    typer.echo(
+        f"rebuilt: {len(res['restored'])} versions, {res['publications']} publications restored"
+    )

@@ -603,3 +603,119 @@ def test_docs_snippets_run(data_root, monkeypatch, tmp_path):
     ns: dict = {}
     for block in blocks:
         exec(compile(block, "docs/catalog.md", "exec"), ns)
+
+
+# ---------------------------------------------------------------------------------------------
+# faults: damaged objects, damaged or lost catalog files (issue 15 items 4-6)
+# ---------------------------------------------------------------------------------------------
+
+
+def _sluice(*args: str, root: Path) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).with_name("sluice")
+    return subprocess.run(
+        [str(exe), *args, "--root", str(root)], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_object_edited_in_place_is_refused_by_load_and_replaced_by_republish(data_root):
+    cat = Catalog(data_root)
+    good = make_problems(50)
+    v = cat.publish("pool", good)
+    # same row count, other rows: what an in-place edit of the Parquet file looks like
+    os.chmod(v.path, 0o644)
+    pq.write_table(make_problems(50, start=7), v.path, compression="zstd")
+    with pytest.raises(IntegrityError, match="no longer matches its recorded hash") as exc:
+        cat.load("pool")
+    assert v.ref in str(exc.value) and "re-run the step" in str(exc.value)
+    with pytest.raises(IntegrityError, match="recorded hash"):
+        next(iter(cat.scan("pool")))
+    # re-publishing the content re-checks the existing object and replaces the bad one
+    again = cat.publish("pool", good)
+    assert again.version == v.version
+    assert cat.load("pool").equals(good)
+    cat.verify("pool")
+
+
+def test_flipped_byte_in_a_compressed_page_is_an_integrity_error(data_root):
+    cat = Catalog(data_root)
+    v = cat.publish("pool", make_problems(2000))
+    md = pq.ParquetFile(v.path).metadata
+    col = md.row_group(0).column(4)  # 'problem': a large zstd page
+    off = col.data_page_offset + col.total_compressed_size // 2
+    raw = bytearray(Path(v.path).read_bytes())
+    raw[off] ^= 0xFF
+    os.chmod(v.path, 0o644)
+    Path(v.path).write_bytes(bytes(raw))
+    with pytest.raises(IntegrityError) as exc:
+        cat.verify("pool")
+    assert v.ref in str(exc.value) and "re-run the step" in str(exc.value)
+    with pytest.raises(IntegrityError):
+        cat.load("pool")
+    p = _sluice("datasets", "verify", "pool", root=data_root)
+    assert p.returncode == 2 and "Traceback" not in p.stderr + p.stdout, p.stderr
+    assert v.ref in p.stderr + p.stdout
+
+
+def test_truncated_catalog_names_rebuild_and_rebuild_restores_it(data_root):
+    cat = Catalog(data_root)
+    a1 = cat.publish("a", make_problems(10, tag="a1"), step="s1", metadata={"k": 1})
+    cat.publish("b", make_problems(20, tag="b"), parents=[a1.ref])
+    a2 = cat.publish("a", make_problems(11, tag="a2"))
+    a1_again = cat.publish("a", make_problems(10, tag="a1"))  # a1 is latest again
+    assert a1_again.version == a1.version
+    before = {v.ref: v.to_dict() for n in cat.datasets() for v in cat.versions(n)}
+
+    size = cat.db_path.stat().st_size
+    with open(cat.db_path, "r+b") as f:
+        f.truncate(size // 3)
+    for args in (["datasets", "list"], ["datasets", "show", "a"]):
+        p = _sluice(*args, root=data_root)
+        assert p.returncode == 2, p.stdout + p.stderr
+        out = p.stdout + p.stderr
+        assert "Traceback" not in out and "sluice datasets rebuild" in out, out
+        assert len([ln for ln in out.splitlines() if ln.strip()]) <= 2  # one line (+ wrap)
+    with pytest.raises(IntegrityError, match="rebuild"):
+        cat.garbage()
+
+    p = _sluice("datasets", "rebuild", root=data_root)
+    assert p.returncode == 0, p.stderr
+    after = {v.ref: v.to_dict() for n in cat.datasets() for v in cat.versions(n)}
+    assert after == before  # every field, lineage and publication order included
+    assert cat.resolve("a").version == a1.version
+    assert [v.version for v in cat.versions("a")] == [a1.version, a2.version]
+    assert cat.resolve("b").parents == (a1.ref,)
+    assert cat.load("b").equals(make_problems(20, tag="b"))
+    assert cat.garbage() == []
+    assert list(data_root.glob("catalog.duckdb.damaged-*"))  # the old file is kept aside
+
+
+def test_deleted_catalog_is_not_an_empty_one_and_gc_keeps_claimed_objects(data_root):
+    cat = Catalog(data_root)
+    v = cat.publish("pool", make_problems(30))
+    os.remove(cat.db_path)
+    with pytest.raises(IntegrityError, match="rebuild"):
+        cat.datasets()
+    with pytest.raises(IntegrityError, match="rebuild"):
+        cat.publish("other", make_problems(3, tag="o"))  # would hide the lost versions
+    # a truly unreferenced object is still garbage; a claimed one never is
+    stray = data_root / "objects" / "ab" / ("ab" * 32 + ".parquet")
+    stray.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(make_problems(2, tag="stray"), stray)
+    cat.rebuild()
+    assert [x.ref for x in cat.list()] == [v.ref]
+    assert cat.garbage() == [str(stray)]
+    assert v.path not in cat.garbage()
+
+
+def test_catalogs_from_before_manifests_get_them_on_the_next_write(data_root):
+    cat = Catalog(data_root)
+    v = cat.publish("old", make_problems(5, tag="old"))
+    for m in data_root.glob("objects/*/*.versions/*.json"):
+        m.unlink()
+    con = duckdb.connect(str(cat.db_path))
+    con.execute("DELETE FROM catalog_info WHERE key = 'manifests'")
+    con.close()
+    cat.publish("new", make_problems(5, tag="new"))  # first write backfills
+    os.remove(cat.db_path)
+    cat.rebuild()
+    assert sorted(x.ref for x in cat.list()) == sorted([v.ref, cat.resolve("new").ref])

@@ -178,3 +178,70 @@ def test_bad_tests_and_stringified_fields_are_rejects_not_tracebacks(tmp_path):
     assert [(r["row"], r["field"]) for r in rejects] == [(1, "tests"), (2, "tests"), (3, "tests")]
     assert "differ in length" in rejects[0]["reason"]
     assert res.counts.accepted == 1 and res.counts.balanced
+
+
+# -- faults during publishing (issue 15 item 8) -----------------------------------------------
+
+
+def test_a_failure_while_publishing_leaves_none_of_the_three(tmp_path, data_root, monkeypatch):
+    """The old ingest committed NAME.rejects and NAME.duplicates, then wrote NAME: a crash in
+    between left them published without NAME. A fault while writing NAME's object must now
+    leave nothing (the three are committed in one transaction)."""
+    src = _broken_pool(tmp_path)
+    calls = {"n": 0}
+    real = Catalog._write_object
+
+    def failing_third_object(self, schema, batches):
+        calls["n"] += 1
+        if calls["n"] == 3:  # NAME's accepted rows: rejects and duplicates come first
+            raise OSError(28, "No space left on device")
+        return real(self, schema, batches)
+
+    monkeypatch.setattr(Catalog, "_write_object", failing_third_object)
+    with pytest.raises(OSError):
+        ingest(str(src), field_map="generic_math", name="broken", max_row_bytes=1000)
+    assert calls["n"] == 3
+    assert Catalog().datasets() == []
+    monkeypatch.setattr(Catalog, "_write_object", real)
+    res = ingest(str(src), field_map="generic_math", name="broken", max_row_bytes=1000)
+    assert Catalog().datasets() == ["broken", "broken.duplicates", "broken.rejects"]
+    assert Catalog().resolve("broken").metadata["rejects"] == res.rejects_ref
+
+
+def test_sigkill_inside_the_commit_publishes_nothing_and_staging_is_collected(tmp_path, data_root):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    src = _broken_pool(tmp_path)
+    marker = tmp_path / "reached"
+    env = {
+        **os.environ,
+        "SLUICE_DATA_ROOT": str(data_root),
+        "SLUICE_CATALOG_TEST_HOOK": "in-transaction",
+        "SLUICE_CATALOG_TEST_HOOK_MARKER": str(marker),
+    }
+    sluice = Path(sys.executable).with_name("sluice")
+    cmd = [str(sluice), "ingest", str(src), "--map", "generic_math", "--name", "broken"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120  # a guard against hanging, not a timed assertion
+    while not marker.exists():
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    cat = Catalog(data_root)
+    assert cat.datasets() == []  # none of NAME, NAME.rejects, NAME.duplicates
+    left = list((data_root / "staging").iterdir())
+    assert len(left) == 1 and left[0].name.startswith("ingest-")  # under the root, not $TMPDIR
+    old = time.time() - 3600
+    os.utime(left[0], (old, old))
+    del env["SLUICE_CATALOG_TEST_HOOK"]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert list((data_root / "staging").iterdir()) == []  # the dead run's folder is collected
+    assert cat.datasets() == ["broken", "broken.duplicates", "broken.rejects"]

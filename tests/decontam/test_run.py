@@ -247,3 +247,33 @@ def test_detector_caches_live_under_the_runs_data_root(pools_dir, tmp_path, monk
     assert res.counts["contaminated"] == 5
     assert list((root / "cache" / "embeddings").rglob("*")), "no embedding cache under the root"
     assert not (elsewhere / "cache" / "embeddings").exists()
+
+
+def test_catalog_input_whose_file_changed_is_refused_before_the_scan(pools_dir, tmp_path):
+    """Issue 15 item 7: the run scanned a modified file and published lineage to the recorded
+    hash. The input is now checked (size + SHA-256 of the file) before anything is scanned."""
+    import os
+
+    import pyarrow.json as pajson
+
+    from curation.catalog import Catalog
+
+    root = tmp_path / "root"
+    cat = Catalog(root)
+    table = pajson.read_json(pools_dir / "math_ttrl_aime24_as_train.jsonl")
+    v = cat.publish("aime_pool", table)
+    edited = table.set_column(
+        table.column_names.index("prompt"), "prompt", pa.array(["edited"] * table.num_rows)
+    )
+    os.chmod(v.path, 0o644)
+    pq.write_table(edited, v.path, compression="zstd")
+    out = tmp_path / "run"
+    r = _sluice(
+        "decontam", "run", "aime_pool", "--text-field", "prompt", "--id-field", "id",
+        "--benchmarks", "aime24", "--detectors", "ngram", "--out", str(out),
+        env_root=root,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and v.ref in r.stderr and "recorded hash" in r.stderr
+    assert not out.exists() or not any(out.iterdir())
+    assert cat.datasets() == ["aime_pool"]  # nothing published with lineage to it
