@@ -285,6 +285,8 @@ def resolve_pools(
 
 
 def _stage_dataset(config: TrainConfig, stage: Any, catalog: Any, run_dir: Path) -> list[dict]:
+    """The stage's GRPO rows (unique uids, sorted); every row left out goes to
+    skipped_rows.jsonl with its reason."""
     rows: list[dict[str, Any]] = []
     for ref in stage.pools:
         t = catalog.load(ref)
@@ -451,6 +453,11 @@ def run_grpo(
         json.dumps(resolved.to_dict(), indent=2, sort_keys=True)
     )
     datasets_by_stage = {s.name: _stage_dataset(resolved, s, cat, run_dir) for s in resolved.stages}
+    skipped_by_stage: dict[str, int] = {}
+    if (run_dir / "skipped_rows.jsonl").exists():
+        for ln in (run_dir / "skipped_rows.jsonl").read_text().splitlines():
+            st_name = json.loads(ln)["stage"]
+            skipped_by_stage[st_name] = skipped_by_stage.get(st_name, 0) + 1
 
     import torch
     from datasets import Dataset
@@ -595,6 +602,7 @@ def run_grpo(
                     "index": si,
                     "pools": stage.pools,
                     "prompts": len(rows),
+                    "skipped_rows": skipped_by_stage.get(stage.name, 0),
                     "max_completion_length": stage.max_completion_length,
                     "temperature": float(temperature),
                     "temperature_source": "entropy_sweep" if sweep else "config",

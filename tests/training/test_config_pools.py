@@ -105,3 +105,38 @@ def test_a_dataset_that_is_not_a_problem_pool_is_refused(pool_catalog):
     v = cat.publish("not-a-pool", pa.table({"x": [1]}))
     with pytest.raises(ConfigError, match="not a problem pool"):
         check_pools(cat, [v.ref])
+
+
+def test_rows_left_out_are_recorded_with_the_reason(pool_catalog, tmp_path):
+    from training.config import PromptConfig, StageConfig
+    from training.grpo import _stage_dataset
+    from training.pools import build_prompt_rows
+
+    cat = pool_catalog["catalog"]
+    math = cat.load(pool_catalog["math"])
+    # a math row without an answer cannot be scored: left out, with its uid and reason
+    broken = math.set_column(
+        math.schema.get_field_index("answer"),
+        "answer",
+        pa_array([None] + math["answer"].to_pylist()[1:]),
+    )
+    rows, skipped = build_prompt_rows(broken, PromptConfig(), pool_ref="p@1")
+    assert len(rows) == math.num_rows - 1
+    assert skipped == [
+        {"uid": math["uid"][0].as_py(), "pool": "p@1", "reason": "math row without answer"}
+    ]
+    assert rows[0]["prompt"][-1]["content"].startswith(math["problem"][1].as_py())
+    # a stage whose domains filter removes every row: one error naming the skipped-rows file
+    cfg = TrainConfig.from_dict(_raw())
+    stage = StageConfig(name="s", pools=[pool_catalog["code"]], epochs=1, domains=["math"])
+    with pytest.raises(ConfigError, match="no trainable rows.*skipped_rows.jsonl"):
+        _stage_dataset(cfg, stage, cat, tmp_path)
+    lines = (tmp_path / "skipped_rows.jsonl").read_text().splitlines()
+    assert len(lines) == cat.resolve(pool_catalog["code"]).num_rows
+    assert all("domain code not in stage" in ln for ln in lines)
+
+
+def pa_array(values):
+    import pyarrow as pa
+
+    return pa.array(values, pa.string())
