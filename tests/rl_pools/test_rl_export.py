@@ -141,3 +141,25 @@ def test_rl_report_html_and_lineage(rl_ref, tmp_path, data_root):
     assert sum(rep["tier_hist"]["m7b | deepscaler_math"].values()) == 12
     assert [s["op"] for s in rep["steps"]] == ["drop_ungraded", "drop_tiers"]
     assert any(n["step"] == "rl.validate" for n in rep["lineage"])
+
+
+def test_verl_export_with_verls_own_rlhfdataset(rl_ref, tmp_path):
+    """verl is not a Sluice dependency: this runs where verl imports (checked with verl 0.9.1,
+    `pip download verl --no-deps` + omegaconf/tensordict on PYTHONPATH), else it is skipped."""
+    rl_dataset = pytest.importorskip("verl.utils.dataset.rl_dataset")
+    from omegaconf import OmegaConf
+
+    t = Catalog().load(rl_ref["ref"])
+    path = write_verl(t, tmp_path / "train.parquet")
+    tok = tiny_tokenizer(tmp_path / "tok")
+    cfg = OmegaConf.create({"cache_dir": str(tmp_path / "cache"), "max_prompt_length": 8192,
+                            "filter_overlong_prompts": True,
+                            "filter_overlong_prompts_workers": 1})  # fmt: skip
+    ds = rl_dataset.RLHFDataset(data_files=[str(path)], tokenizer=tok, config=cfg)
+    assert len(ds) == t.num_rows  # nothing filtered as overlong or malformed
+    expect = to_verl(t).to_pylist()
+    for i in range(len(ds)):
+        item = ds[i]
+        assert list(item["raw_prompt"]) == expect[i]["prompt"]
+        assert item["index"] == i and item["data_source"] == expect[i]["data_source"]
+        assert item["reward_model"]["ground_truth"] == expect[i]["reward_model"]["ground_truth"]
