@@ -13,3 +13,9 @@ def solved(uid: str) -> bool:
 
 def uid_oracle(prompts, completions, uid, **_):
     return [1.0 if solved(u) else 0.0 for u in uid]
+
+
+def length_parity(prompts, completions, completion_ids, **_):
+    """Parity of the sum of the generated token ids: varies within a group (sampled rollouts
+    differ), so GRPO advantages are not all zero and an unmasked stage updates the weights."""
+    return [float(sum(ids) % 2) for ids in completion_ids]

@@ -26,6 +26,7 @@ def _config(tiny_model, pools, **over) -> TrainConfig:
             {"name": "math_accuracy"},
             {"name": "code_pass_rate"},
             {"name": "oracle", "function": "oracle_rewards:uid_oracle"},
+            {"name": "parity", "function": "oracle_rewards:length_parity"},
         ],
         "resampling": {"correct_rewards": ["oracle"]},
         "stages": [
@@ -186,3 +187,19 @@ def test_zero_variance_filter_masks_flat_groups(tiny_model, pool_catalog, tmp_pa
     assert res.manifest["stages"][0]["counts"]["zero_variance_groups"] == 4
     # entropy still covers the masked completions
     assert all(m["entropy/temperature_adjusted"] > 0 for m in steps)
+
+
+def test_unmasked_stage_updates_the_weights_masked_one_does_not(run, tiny_model):
+    """A random model never ends before the budget: with overlong masking every completion is
+    masked, so the math stage leaves the weights as they were; the code stage (no masking, a
+    reward that varies within groups) changes them."""
+    from safetensors.torch import load_file
+
+    res, metrics = run
+    base = load_file(str(tiny_model / "model.safetensors"))
+    after_math = load_file(str(res.run_dir / "checkpoints/math/model.safetensors"))
+    after_code = load_file(str(res.run_dir / "checkpoints/code/model.safetensors"))
+    assert all((base[k] == after_math[k]).all() for k in base)
+    assert any((after_math[k] != after_code[k]).any() for k in base)
+    assert all(m["grad_norm"] == 0 for m in _steps(metrics, "math"))
+    assert any(m["grad_norm"] > 0 for m in _steps(metrics, "code"))
