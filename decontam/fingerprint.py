@@ -220,11 +220,13 @@ class FingerprintDetector(Detector):
         tokens only (``stmt``: sample I/O tokens left out); the item's weight comes from fit."""
         cfg: FingerprintConfig = self.config
         ifp = self._fps[j]
-        ok = {
+        # a list in the text's token order, not a set: the weight sums below then add in the
+        # same order on every run (set order of strings changes with the process's hash seed)
+        ok = [
             t
             for t in fp
             if not (stmt and t.startswith("io:")) and self.idf.get(t, 0.0) >= cfg.min_idf
-        }
+        ]
         shared = {t: min(fp[t], ifp[t]) for t in ok if t in ifp}
         sw = sum(c * self.idf[t] for t, c in shared.items())
         ws = sum(fp[t] * self.idf[t] for t in ok)
@@ -247,7 +249,9 @@ class FingerprintDetector(Detector):
             "shared_weight": round(sw, 3),
             "sample_weight": round(ws, 3),
             "item_weight": round(wi, 3),
-            "shared": sorted(shared, key=lambda t: -self.idf[t])[:20],
+            # rarest first; ties by token, so the evidence is the same bytes on every run
+            # (set order of strings changes with the process's hash seed)
+            "shared": sorted(shared, key=lambda t: (-self.idf[t], t))[:20],
         }
 
     def top_items(self, text: str, k: int, min_score: float) -> list[tuple[int, float, dict]]:

@@ -104,3 +104,35 @@ def test_statement_tokens_do_not_depend_on_the_samples_on_real_lcb_items(benchma
         if full != cut:
             differ.append(iid)
     assert len(differ) <= 0.02 * len(texts), differ[:10]
+
+
+_PROBE = """
+import json, sys
+sys.path.insert(0, {tests!r})
+from semantic_data import dev_slice, small_benchmarks, texts_of
+from decontam.fingerprint import FingerprintDetector
+det = FingerprintDetector()
+det.fit(small_benchmarks({bdir!r}))
+m = det.score(texts_of(dev_slice({dev!r}))).to_pylist()
+print(json.dumps([(r["sample_uid"], r["benchmark_item"], r["score"], r["overlap_text"],
+                   r["details"]) for r in m]))
+"""
+
+
+def test_evidence_is_the_same_bytes_whatever_the_hash_seed(benchmarks_dir, contam_dev_path):
+    """Set order of strings changes with PYTHONHASHSEED; scores and the shared-token evidence
+    must not (matches.parquet is byte-reproducible between identical runs)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = _PROBE.format(tests=str(Path(__file__).resolve().parent), bdir=str(benchmarks_dir),
+                         dev=str(contam_dev_path))  # fmt: skip
+    outs = set()
+    for seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr[-2000:]
+        outs.add(r.stdout)
+    assert len(outs) == 1
