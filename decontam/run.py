@@ -177,6 +177,15 @@ def _file_hash(path: Path) -> str:
     return h.hexdigest()
 
 
+def _file_stem(name: str) -> str:
+    """The file's name without its data suffix, whole otherwise: ``pool_v0.2.0_train.jsonl``
+    is ``pool_v0.2.0_train`` (not cut at the first dot)."""
+    for suffix in (".jsonl.gz", ".jsonl", ".json", ".parquet"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
 def read_input(input: str, *, catalog=None) -> InputData:
     """Resolve INPUT: an existing JSONL/Parquet file, else a catalog reference."""
     p = Path(input)
@@ -189,7 +198,7 @@ def read_input(input: str, *, catalog=None) -> InputData:
             raise ConfigError(
                 f"unsupported input file type: {p.name}", hint="use .jsonl, .jsonl.gz or .parquet"
             )
-        return InputData(table, None, str(p.resolve()), p.name.split(".")[0], None, _file_hash(p))
+        return InputData(table, None, str(p.resolve()), _file_stem(p.name), None, _file_hash(p))
     if p.suffix in (".jsonl", ".parquet", ".gz", ".json") or os.sep in input:
         raise NotFoundError(
             f"input file {input} not found", hint="give an existing file or a catalog name@version"
