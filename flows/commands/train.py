@@ -16,7 +16,7 @@ def _catalog(root: str | None):
 @app.command("grpo")
 def grpo(
     config: str = typer.Argument(..., help="train config (.toml / .yaml)"),
-    out: str = typer.Option(..., "--out", help="run directory to write (must not hold a run)"),
+    out: str = typer.Option("", "--out", help="run directory to write (must not hold a run)"),
     allow_uncleaned: bool = typer.Option(
         False,
         "--allow-uncleaned",
@@ -25,17 +25,33 @@ def grpo(
     root: str | None = typer.Option(
         None, "--root", help="data root (default $SLUICE_DATA_ROOT or ./.sluice)"
     ),
+    check: bool = typer.Option(
+        False, "--check", help="only pin and check the pools; print them as JSON, train nothing"
+    ),
 ) -> None:
     """Run CONFIG's stages with TRL's GRPOTrainer; register the checkpoint in the catalog."""
+    import json
     import shlex
     import sys
 
     from rich.console import Console
 
     from training.config import load_train_config
-    from training.grpo import run_grpo
+    from training.grpo import resolve_pools, run_grpo
 
     cfg = load_train_config(config)
+    if check:
+        from curation.catalog import Catalog
+
+        cat = _catalog(root) or Catalog()
+        resolved, pools = resolve_pools(cfg, cat, allow_uncleaned=allow_uncleaned)
+        info = {"config_hash": resolved.hash(), "pools": [p.to_dict() for p in pools]}
+        typer.echo(json.dumps(info, indent=2, default=str))
+        return
+    if not out:
+        from curation.errors import ConfigError
+
+        raise ConfigError("--out is required to train", hint="e.g. --out runs/my-run")
     cmd = shlex.join(["sluice", *sys.argv[1:]]) if sys.argv else None
     res = run_grpo(cfg, out, catalog=_catalog(root), allow_uncleaned=allow_uncleaned, command=cmd)
     console = Console(stderr=True)

@@ -74,6 +74,25 @@ def test_uncleaned_pool_is_one_error_line(tiny_model, pool_catalog, tmp_path):
     assert not (tmp_path / "o" / "run.json").exists()
 
 
+def test_check_pins_pools_and_records_allowed_uncleaned(tiny_model, pool_catalog, tmp_path, capsys):
+    cfg = _write_config(
+        tmp_path / "t.toml", tiny_model, pool_catalog["raw_math"].split("@")[0] + "@latest"
+    )
+    argv = [
+        "train",
+        "grpo",
+        str(cfg),
+        "--check",
+        "--allow-uncleaned",
+        "--root",
+        str(pool_catalog["root"]),
+    ]
+    assert _main(argv) in (0, None)
+    (pool,) = json.loads(capsys.readouterr().out)["pools"]
+    assert pool["resolved"] == pool_catalog["raw_math"] and pool["cleaned"] is False
+    assert "no decontamination run" in pool["problem"]
+
+
 def test_entropy_sweep_cli_proposes_a_temperature(tiny_model, pool_catalog, capsys):
     code = _main(
         ["train", "entropy-sweep", "--model", str(tiny_model), "--pool", pool_catalog["math"],
