@@ -138,7 +138,10 @@ def rl_pool_flow(
     exact = cat.resolve(pool_ref).ref  # caches key on the content-addressed version
     RolloutConfig(k=k)  # a bad k fails before anything runs
     gen = {"backend": "openai", **(generation or {}), "model": model}
-    store = store or str(Path(root) / "rollouts" / "samples")
+    if store is None:
+        from rl_pools.build import _slug
+
+        store = str(Path(root) / "rollouts" / "samples" / _slug(model))
     v = cached_or_rerun(validate_task, root, lambda o, r: catalog_has(r, o["ref"]),
                         pool_ref=exact, validation=validation or {}, data_root=root)  # fmt: skip
     ro = cached_or_rerun(rollouts_task, root,

@@ -27,6 +27,14 @@ def base_name(name: str) -> str:
     return name
 
 
+def _slug(model: str) -> str:
+    import hashlib
+    import re
+
+    tail = re.sub(r"[^A-Za-z0-9._-]+", "_", model.rstrip("/").split("/")[-1])[:40]
+    return f"{tail}-{hashlib.sha256(model.encode()).hexdigest()[:8]}"
+
+
 def validate_ref(ref: str, config: Any = None, catalog: Catalog | None = None) -> dict[str, Any]:
     from rl_pools.validate import PoolValidationConfig, validate_pool
 
@@ -60,7 +68,11 @@ def rollouts_ref(
     cat = catalog or Catalog()
     v = cat.resolve(ref)
     table = cat.load(v.ref)
-    store = Path(store_dir or Path(settings.data_root()) / "rollouts" / "samples")
+    # one store per model by default: runs of different models can go on at the same time
+    # (a store has one writer); the sample keys hold the model anyway
+    store = Path(
+        store_dir or Path(settings.data_root()) / "rollouts" / "samples" / _slug(gen.model)
+    )
     res = run_rollouts(table, gen, params, config, store, progress=progress, backend=backend)
     conf = {"generation": {k: val for k, val in gen.to_dict().items() if k != "api_key_env"},
             "sampling": params.to_dict(), "rollout": config.to_dict(), "store": str(store)}  # fmt: skip

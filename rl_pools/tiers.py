@@ -152,6 +152,9 @@ class SelectionConfig:
     steps: list[dict[str, Any]] | None = field(
         default=None, metadata={"help": "explicit steps (instead of / after the preset's)"}
     )
+    balance_tiers: bool = field(
+        default=False, metadata={"help": "add a step: equal rows per tier (downsampling)"}
+    )
     balance_sources: bool = field(
         default=False, metadata={"help": "add a final step: equal rows per source"}
     )
@@ -173,6 +176,8 @@ class SelectionConfig:
     def resolved_steps(self) -> list[dict[str, Any]]:
         steps = copy.deepcopy(PRESETS[self.preset]["steps"]) if self.preset else []
         steps += copy.deepcopy(self.steps or [])
+        if self.balance_tiers:
+            steps.append({"op": "balance", "by": "tier", "weights": "equal"})
         if self.balance_sources:
             steps.append({"op": "balance", "by": "source", "weights": "equal"})
         if self.cap_per_source is not None:

@@ -132,6 +132,7 @@ def select(
         None, "--config", help="TOML with [selection] steps (and [tiers], [curriculum])"
     ),  # fmt: skip
     bands: str | None = typer.Option(None, "--bands", help="tier cut points, e.g. 0.33,0.67"),
+    balance_tiers: bool = typer.Option(False, "--balance-tiers", help="equal rows per tier"),
     balance_sources: bool = typer.Option(False, "--balance-sources", help="equal rows/source"),
     cap_per_source: int | None = typer.Option(None, "--cap-per-source", help="max rows/source"),
     curriculum: str | None = typer.Option(None, "--curriculum", help="srpo | easy-to-hard"),
@@ -160,6 +161,7 @@ def select(
                          if len(cuts) != 2 else ["hard", "medium", "easy"])  # fmt: skip
     sel_cfg = SelectionConfig(
         preset=preset or sel.get("preset"), steps=sel.get("steps"),
+        balance_tiers=balance_tiers or sel.get("balance_tiers", False),
         balance_sources=balance_sources or sel.get("balance_sources", False),
         cap_per_source=cap_per_source or sel.get("cap_per_source"), seed=seed,
         tiers=TierConfig(**tiers),

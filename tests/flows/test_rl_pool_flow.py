@@ -54,3 +54,16 @@ def test_rl_pool_flow_end_to_end_and_rerun_without_model_calls(
     assert (tmp_path / "out" / "export" / "trl" / "train.parquet").is_file()
     html = (tmp_path / "out" / "report" / "rl_pool.html").read_text()
     assert dec in html
+
+
+def test_rl_pool_deployment_is_scheduled_like_curate():
+    import pytest
+
+    from curation.errors import ConfigError
+    from flows.rl_pool import rl_pool_deployment
+
+    params = {"pool_ref": "p.decontaminated@latest", "model": "m", "out_dir": "/tmp/o"}
+    d = rl_pool_deployment(params, cron="0 4 * * *")
+    assert d.parameters == params and d.schedules[0].schedule.cron == "0 4 * * *"
+    with pytest.raises(ConfigError, match="invalid cron"):
+        rl_pool_deployment(params, cron="every day")

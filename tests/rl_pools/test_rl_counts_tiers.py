@@ -184,6 +184,9 @@ def test_presets_drop_counts_balance_and_caps():
     assert (
         a.kept.column("uid").to_pylist() == select_rows(tiered, cfg).kept.column("uid").to_pylist()
     )
+    bt = select_rows(tiered, SelectionConfig(preset="srpo", balance_tiers=True))
+    assert Counter(bt.kept.column("tier").to_pylist()) == {"unsolved": 3, "hard": 3, "medium": 3,
+                                                           "easy": 3}  # fmt: skip
     with pytest.raises(Exception, match="did you mean 'srpo'"):
         SelectionConfig(preset="srp")
     with pytest.raises(Exception, match="unknown keep-rule step op"):
