@@ -28,7 +28,17 @@ _CONFIG_SECTIONS = (
     "config",
     "command",
 )
-_VOLATILE = {"created_at", "path", "run_dir"}
+# keys that differ between machines or runs without changing a result: timestamps and machine
+# paths (the cache root, a data root, where a file was read from)
+_VOLATILE = {"created_at", "path", "run_dir", "cache_root", "cache_dir", "data_root"}
+
+
+def _machine_neutral(v: Any) -> Any:
+    """A local benchmark copy is named by its file, not by the folder it sits in on this
+    machine (its content hash is compared separately)."""
+    if isinstance(v, str) and v.startswith("local:"):
+        return "local:" + Path(v[len("local:") :]).name
+    return v
 
 
 @dataclass
@@ -173,7 +183,7 @@ def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
                 continue
             out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
         return out
-    return {prefix: obj}
+    return {prefix: _machine_neutral(obj)}
 
 
 def _by_name(items: list[dict[str, Any]] | None) -> dict[str, dict[str, Any]]:

@@ -108,6 +108,24 @@ def test_score_change_is_reported(runs, tmp_path):
     ]
 
 
+def test_machine_paths_are_not_differences(runs, tmp_path):
+    """The same run on another machine: another cache root and benchmark folder, same results."""
+    a, _ = runs
+    c = _copy(a, tmp_path / "moved")
+    m = json.loads((c / "run.json").read_text())
+    for d in m["detectors"]:
+        d["config"]["cache_root"] = "/elsewhere/.sluice"
+    for b in m["benchmarks"]:
+        if str(b.get("source", "")).startswith("local:"):
+            b["source"] = "local:/mnt/other/benchmarks/" + b["source"].rsplit("/", 1)[-1]
+    (c / "run.json").write_text(json.dumps(m))
+    assert diff_runs(a, c).identical
+    b0 = m["benchmarks"][0]
+    b0["source"] = "hub:MathArena/aime_2024"  # a different source is a difference
+    (c / "run.json").write_text(json.dumps(m))
+    assert [x.key for x in diff_runs(a, c).benchmark_changes] == ["aime24.source"]
+
+
 def test_identical_runs_have_no_differences(runs):
     a, _ = runs
     d = diff_runs(a, a)
