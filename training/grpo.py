@@ -169,10 +169,17 @@ def _trainer_class() -> type:
             pos = torch.arange(width, device=dev).unsqueeze(0)
             gen = (pos < torch.tensor(lengths, device=dev).unsqueeze(1)).int()
             extra = torch.zeros(cm.shape[0], 2, device=dev)
-            idx = ((cm.sum(1) == 0) & (gen.sum(1) > 0)).nonzero().squeeze(1)
-            if idx.numel():
-                ids = torch.cat([out["prompt_ids"][idx], out["completion_ids"][idx]], dim=1)
-                attn = torch.cat([out["prompt_mask"][idx], gen[idx]], dim=1)
+            excluded = (cm.sum(1) == 0) & (gen.sum(1) > 0)
+            idx = excluded.nonzero().squeeze(1)
+            run = idx
+            if self.accelerator.num_processes > 1:
+                # sharded models (FSDP, ZeRO-3) need every rank in every forward: when any rank
+                # has excluded rows, all ranks run over all their (equally many) local rows
+                n_any = self.accelerator.reduce(excluded.sum().float(), reduction="sum").item()
+                run = torch.arange(cm.shape[0], device=dev) if n_any > 0 else idx[:0]
+            if run.numel():
+                ids = torch.cat([out["prompt_ids"][run], out["completion_ids"][run]], dim=1)
+                attn = torch.cat([out["prompt_mask"][run], gen[run]], dim=1)
                 with torch.no_grad():
                     _, ent, _ = self._get_per_token_logps_and_entropies(
                         self.model,
@@ -182,9 +189,10 @@ def _trainer_class() -> type:
                         batch_size=self.args.per_device_train_batch_size,
                         compute_entropy=True,
                     )
-                g = gen[idx].float()
-                extra[idx, 0] = (ent.float() * g).sum(1)
-                extra[idx, 1] = g.sum(1)
+                g = gen[run].float()
+                keep = excluded[run].float()
+                extra[run, 0] = (ent.float() * g).sum(1) * keep
+                extra[run, 1] = g.sum(1) * keep
             return extra
 
         def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):  # type: ignore[override]
