@@ -5,18 +5,17 @@ Output folder::
 
     data/<stage>.parquet        verl RL data: data_source, prompt, ability,
                                 reward_model{style, ground_truth}, extra_info{index, split, uid,
-                                domain, answer, tests}
+                                source, pass_rate, tier, stage, answer, tests}
     reward.py                   copy of training/verl_reward.py (custom_reward_function.path)
     stages/<stage>.yaml         Hydra overrides of that stage's run (the stage's model path is
                                 the previous stage's merged checkpoint)
     run_stages.sh               the stages as successive runs, merging each checkpoint to HF
     export.json                 consumed versions, config, what does not carry over
 
-Data adapter: the verl columns follow the RL-pool export documented in
-/work/notes/rl_pool_schema.md (``rl_pools.export.to_verl``). That module renders prompts from
-its own named templates, while a train config carries free-text prompt templates; the prompts
-here are rendered with :func:`training.pools.build_prompt_rows` so verl trains on exactly the
-prompts the TRL run used (this small adapter is ours on purpose; see docs/training.md).
+Data: the columns are the RL-pool stage's verl export (:func:`rl_pools.export.to_verl`, the
+same ``ground_truth`` encoding for math answers and code tests), for exactly the rows the TRL
+run trains on; only ``prompt`` is replaced by the prompts rendered from the train config's
+``[prompt]`` templates, so verl trains on the prompts the TRL run used.
 
 Not carried over (verl's main_ppo has no equivalent; listed in export.json): SRPO history
 resampling, per-stage ``mask_truncated_completions`` (verl's DAPO recipe has an overlong
@@ -40,55 +39,19 @@ from curation.errors import ConfigError
 
 VERL_EXPORT_VERSION = "verl_export/1"
 
-VERL_SCHEMA = pa.schema(
-    [
-        pa.field("data_source", pa.string()),
-        pa.field("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
-        pa.field("ability", pa.string()),
-        pa.field(
-            "reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])
-        ),
-        pa.field(
-            "extra_info",
-            pa.struct(
-                [
-                    ("index", pa.int64()),
-                    ("split", pa.string()),
-                    ("uid", pa.string()),
-                    ("domain", pa.string()),
-                    ("answer", pa.string()),
-                    ("tests", pa.string()),
-                    ("pool", pa.string()),
-                ]
-            ),
-        ),
-    ]
-)
 
+def verl_table(rows: list[dict[str, Any]], catalog: Any, pools: list[str]) -> pa.Table:
+    """The RL-pool stage's verl layout (:func:`rl_pools.export.to_verl`) for exactly the rows
+    the TRL run trains on, in its order, with ``prompt`` replaced by the run's own prompts."""
+    from rl_pools.export import to_verl
 
-def verl_table(rows: list[dict[str, Any]]) -> pa.Table:
-    """GRPO dataset rows (from :func:`training.pools.build_prompt_rows`) -> verl's RL parquet."""
-    out = []
-    for i, r in enumerate(rows):
-        truth = r["answer"] if r["domain"] == "math" else r["tests"]
-        out.append(
-            {
-                "data_source": f"sluice/{r['domain']}",
-                "prompt": r["prompt"],
-                "ability": r["domain"],
-                "reward_model": {"style": "rule", "ground_truth": truth},
-                "extra_info": {
-                    "index": i,
-                    "split": "train",
-                    "uid": r["uid"],
-                    "domain": r["domain"],
-                    "answer": r["answer"],
-                    "tests": r["tests"],
-                    "pool": r["pool"],
-                },
-            }
-        )
-    return pa.Table.from_pylist(out, schema=VERL_SCHEMA)
+    src = pa.concat_tables([catalog.load(ref) for ref in pools], promote_options="permissive")
+    first: dict[str, int] = {}
+    for i, u in enumerate(src["uid"].to_pylist()):
+        first.setdefault(u, i)
+    table = to_verl(src.take([first[r["uid"]] for r in rows]))
+    prompts = pa.array([r["prompt"] for r in rows], type=table.schema.field("prompt").type)
+    return table.set_column(table.schema.get_field_index("prompt"), "prompt", prompts)
 
 
 def hydra_value(v: Any) -> str:
@@ -200,7 +163,7 @@ def export_verl(
         rows = _stage_dataset(resolved, s, cat, out)
         data = out / "data" / f"{s.name}.parquet"
         tmp = data.with_name(f".{data.name}.tmp")
-        pq.write_table(verl_table(rows), tmp)
+        pq.write_table(verl_table(rows, cat, s.pools), tmp)
         os.replace(tmp, data)
         ov = _overrides(resolved, s, data.resolve(), "$MODEL", reward.resolve())
         (out / "stages" / f"{s.name}.yaml").write_text(
@@ -237,4 +200,4 @@ def export_verl(
     return {"run_script": str(run_script), "stages": stages, "reward": str(reward)}
 
 
-__all__ = ["VERL_SCHEMA", "export_verl", "verl_table"]
+__all__ = ["export_verl", "hydra_value", "verl_table"]

@@ -142,3 +142,35 @@ def test_export_verl_writes_data_reward_and_stage_runs(tiny_model, pool_catalog,
         sys.path.remove(str(out))
         for r in list(reward._REWARDS.values()):
             r.close()
+
+
+def test_export_verl_code_stage_is_scored_in_the_sandbox(tiny_model, pool_catalog, tmp_path):
+    cfg = _write_config(tmp_path / "t.toml", tiny_model, pool_catalog["code"])
+    cfg.write_text(cfg.read_text().replace('name = "math_accuracy"', 'name = "code_pass_rate"'))
+    out = tmp_path / "verl"
+    root = str(pool_catalog["root"])
+    assert _main(["train", "export-verl", str(cfg), "--out", str(out), "--root", root]) in (0, None)
+    rows = pq.read_table(out / "data" / "math.parquet").to_pylist()
+    src = {r["uid"]: r for r in pool_catalog["catalog"].load(pool_catalog["code"]).to_pylist()}
+    assert {r["extra_info"]["uid"] for r in rows} == set(src)
+    row = rows[0]
+    assert row["ability"] == "code" and json.loads(row["extra_info"]["tests"])
+    sol = "from typing import *\n" + src[row["extra_info"]["uid"]]["solutions"][0]
+    sys.path.insert(0, str(out))
+    try:
+        import importlib
+
+        reward = importlib.import_module("reward")
+        importlib.reload(reward)
+        kw = {"weights": {"code_pass_rate": 1.0}}
+        good = reward.compute_score(
+            row["data_source"], f"```python\n{sol}\n```", row["reward_model"]["ground_truth"],
+            row["extra_info"], **kw,
+        )  # fmt: skip
+        bad = reward.compute_score(
+            row["data_source"], "no code", row["reward_model"]["ground_truth"], row["extra_info"],
+            **kw,
+        )  # fmt: skip
+        assert (good["score"], bad["score"]) == (1.0, 0.0)
+    finally:
+        sys.path.remove(str(out))
