@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 from bisect import bisect_left
 from collections import Counter, defaultdict
 from datetime import UTC, datetime
@@ -49,6 +50,9 @@ EVIDENCE_SCHEMA = pa.schema(
         pa.field("sample_uid", pa.string()),
         pa.field("source", pa.string()),
         pa.field("benchmark", pa.string()),
+        # every release that holds this problem (LCB v6 repeats v5's items): one pair per
+        # (row, problem), all releases named
+        pa.field("benchmarks", pa.list_(pa.string())),
         pa.field("benchmark_item", pa.string()),
         pa.field("benchmark_variant", pa.string()),
         pa.field("field", pa.string()),
@@ -57,7 +61,9 @@ EVIDENCE_SCHEMA = pa.schema(
         pa.field("contaminated", pa.bool_()),
         pa.field("detectors_over", pa.list_(pa.string())),
         pa.field("decided_by", pa.list_(pa.string())),
-        pa.field("max_score", pa.float64()),
+        # the largest margin (score - threshold) among the detectors that decided; null when only a
+        # policy rule decided. Scores of different detectors are not comparable, so no "max".
+        pa.field("best_margin", pa.float64()),
         pa.field(
             "scores",
             pa.list_(
@@ -85,7 +91,7 @@ EVIDENCE_SCHEMA = pa.schema(
             ),
         ),
     ],
-    metadata={b"sluice.schema": b"evidence/1"},
+    metadata={b"sluice.schema": b"evidence/2"},
 )
 
 
@@ -298,7 +304,8 @@ def _summary(run: RunData, pairs: dict[tuple[str, str, str], Pair]) -> dict[str,
         "flagged_share": _share(len(flagged), total),
         "removed": len(flagged),
         "kept": run.decisions.num_rows - len(flagged),
-        "flagged_pairs": len(flagged_pairs),
+        # one per (row, problem): LCB v5 and v6 carry the same items
+        "flagged_pairs": len({problem_key(*p.key) for p in flagged_pairs}),
         "consistency_note": note,
         "by_benchmark": [
             {"benchmark": b, "flagged": n, "share_of_pool": _share(n, total)}
@@ -323,6 +330,56 @@ def _summary(run: RunData, pairs: dict[tuple[str, str, str], Pair]) -> dict[str,
             for k in sorted(reason_samples)
         ],
     }
+
+
+_RELEASE = re.compile(r"_v\d+$")
+
+
+def problem_key(sample_uid: str, benchmark: str, item: str) -> tuple[str, str, str]:
+    """(row, problem): releases of one benchmark (``lcb_v5``, ``lcb_v6``) that carry the same
+    item id are one problem."""
+    return (sample_uid, _RELEASE.sub("", benchmark), item)
+
+
+def _merge_releases(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One evidence row per (row, problem): the same item found in several releases of a
+    benchmark is shown once, naming every release, with each detector's best score."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(
+            problem_key(r["sample_uid"], r["benchmark"], r["benchmark_item"]), []
+        ).append(r)
+    out = []
+    for members in groups.values():
+        members.sort(key=lambda r: r["benchmark"])
+        first = dict(members[0])
+        if len(members) > 1:
+            scores: dict[str, dict[str, Any]] = {}
+            for m in members:
+                for sc in m["scores"]:
+                    cur = scores.get(sc["detector"])
+                    if cur is None or sc["score"] > cur["score"]:
+                        scores[sc["detector"]] = sc
+            first["scores"] = [scores[d] for d in sorted(scores)]
+            first["detectors_over"] = sorted({d for m in members for d in m["detectors_over"]})
+            first["decided_by"] = sorted({d for m in members for d in m["decided_by"]})
+            first["contaminated"] = any(m["contaminated"] for m in members)
+            first["best_margin"] = max(
+                (m["best_margin"] for m in members if m["best_margin"] is not None), default=None
+            )
+            with_spans = next((m for m in members if m["spans"]), None)
+            if with_spans is not None:
+                for k in (
+                    "field",
+                    "benchmark_variant",
+                    "highlight_detector",
+                    "overlap_text",
+                    "spans",
+                ):
+                    first[k] = with_spans[k]
+        first["benchmarks"] = [m["benchmark"] for m in members]
+        out.append(first)
+    return out
 
 
 def _best_rows(run: RunData) -> dict[tuple[str, str, str], dict[str, Any]]:
@@ -398,7 +455,10 @@ def _evidence(
                 "contaminated": bool(d.get("contaminated")),
                 "detectors_over": p.detectors_over,
                 "decided_by": sorted(p.decided_by),
-                "max_score": _r(p.max_score, 6),
+                "best_margin": _r(
+                    max((s.score - s.threshold for s in p.scores.values() if s.over), default=None),
+                    6,
+                ),
                 "scores": [
                     {
                         "detector": s.detector,
@@ -414,12 +474,13 @@ def _evidence(
                 ],
             }
         )
-    # removed first, then most detectors agreeing, then highest score; ties by id (stable output)
+    rows = _merge_releases(rows)
+    # removed first, then most detectors agreeing, then the widest margin; ties by id (stable)
     rows.sort(
         key=lambda r: (
             not r["contaminated"],
             -len(r["detectors_over"]),
-            -(r["max_score"] or 0.0),
+            -(r["best_margin"] or 0.0),
             r["sample_uid"],
             r["benchmark"],
             r["benchmark_item"],

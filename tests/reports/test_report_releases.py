@@ -1,0 +1,54 @@
+"""A problem that two releases of one benchmark carry (LCB v6 repeats v5's items) is one pair
+in the report, naming both releases; tiles say what they count."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from decontam.benchmarks import load_benchmark
+from decontam.run import run_decontamination
+from reports.contamination import render_report
+
+pytestmark = pytest.mark.shared_data
+
+
+def test_lcb_v5_and_v6_copy_is_one_pair(tmp_path, benchmarks_dir, data_root):
+    v5, _ = load_benchmark("lcb_v5", benchmarks_dir=benchmarks_dir, include_variants=False)
+    v6, _ = load_benchmark("lcb_v6", benchmarks_dir=benchmarks_dir, include_variants=False)
+    only_v6 = sorted(set(v6["item_id"].to_pylist()) - set(v5["item_id"].to_pylist()))
+    both = v5.slice(7, 1).to_pylist()[0]
+    late = next(r for r in v6.to_pylist() if r["item_id"] == only_v6[0])
+    pool = tmp_path / "pool.jsonl"
+    rows = [
+        {"id": "copy-of-both", "problem": both["text"]},
+        {"id": "copy-of-v6-only", "problem": late["text"]},
+        {"id": "clean", "problem": "Count the even numbers between 1 and 10 inclusive."},
+    ]
+    pool.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = run_decontamination(str(pool), text_fields=["problem"], id_field="id",
+                              benchmarks=["lcb_v5", "lcb_v6"], detectors=["ngram"],
+                              out_dir=tmp_path / "run", benchmarks_dir=benchmarks_dir,
+                              publish=False)  # fmt: skip
+    assert run.counts["contaminated"] == 2
+    paths = render_report(tmp_path / "run", tmp_path / "report")
+    rep = json.loads(paths.json.read_text())
+    ev = {r["sample_uid"]: r for r in rep["evidence"]["rows"]}
+    assert set(ev) == {"copy-of-both", "copy-of-v6-only"}  # one row each, not three
+    assert ev["copy-of-both"]["benchmarks"] == ["lcb_v5", "lcb_v6"]
+    assert ev["copy-of-both"]["benchmark_item"] == both["item_id"]
+    assert ev["copy-of-v6-only"]["benchmarks"] == ["lcb_v6"]
+    assert rep["summary"]["flagged_pairs"] == 2
+    by_b = {b["benchmark"]: b["flagged"] for b in rep["summary"]["by_benchmark"]}
+    assert by_b == {"lcb_v5": 1, "lcb_v6": 2}  # per benchmark, each release still counts
+    assert pq.read_table(tmp_path / "report" / "evidence.parquet").num_rows == 2
+    html = paths.html.read_text()
+    assert "lcb_v5 + lcb_v6" in html
+    assert "decided or not" in html  # the "rows with any recorded match" tile says what it counts
+    m = ev["copy-of-both"]
+    over = [s for s in m["scores"] if s["detector"] in m["detectors_over"]]
+    assert m["best_margin"] == pytest.approx(
+        max(s["score"] - s["threshold"] for s in over), abs=1e-6
+    )
