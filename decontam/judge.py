@@ -5,10 +5,11 @@ Candidates: the embedding top-k whose cosine is in ``band`` (above it the embedd
 its own), plus the fingerprint detector's best items (``fingerprint_min``), which reach story
 rewrites and translations that an English sentence encoder ranks too low.
 
-Never required: without a configured endpoint the detector is simply not used. It talks to any
-OpenAI-compatible ``/chat/completions`` endpoint through httpx (a ``vllm serve MODEL`` server,
-a hosted API, ...), with timeouts, retries and exponential backoff. ``backend="vllm"`` runs vLLM
-in-process on a GPU instead (lazy import; untested in this project's CI, which has no GPU).
+Never required: without a configured endpoint the detector is simply not used. It samples
+through the one generation layer (:mod:`curation.generation`, shared with RL rollouts and the
+SFT teacher): any OpenAI-compatible ``/chat/completions`` endpoint (a ``vllm serve MODEL``
+server, a hosted API, ...), with timeouts, retries and exponential backoff, or ``backend="hf"``
+for ``transformers`` in process.
 
 Math and code use separate prompts (math: ignore names and wording, same mathematics and answer;
 code: same task, inputs and outputs). Verdicts are cached in SQLite under the data root, keyed by
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from curation.errors import ConfigError, require
+from curation.errors import ConfigError
 from decontam.base import Detector, DetectorConfig, empty_matches, matches_from_rows
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -74,7 +75,11 @@ class JudgeConfig(DetectorConfig):
     threshold: float = field(
         default=0.5, metadata={"help": "1.0 = judged same, 0.0 = different; flags at >= this"}
     )
-    backend: str = field(default="http", metadata={"help": "http (OpenAI-compatible) | vllm"})
+    backend: str = field(
+        default="http",
+        metadata={"help": "http (any OpenAI-compatible endpoint, e.g. vllm serve) | hf "
+                  "(transformers in process)"},
+    )  # fmt: skip
     base_url: str | None = field(
         default=None,
         metadata={
@@ -121,8 +126,13 @@ class JudgeConfig(DetectorConfig):
 
     def __post_init__(self) -> None:
         self.band = tuple(self.band)  # TOML/JSON give lists
-        if self.backend not in ("http", "vllm"):
-            raise ConfigError(f"unknown judge backend {self.backend!r}", hint="use http or vllm")
+        if self.backend == "vllm":
+            raise ConfigError(
+                "the judge talks to vLLM through its server",
+                hint="run `vllm serve MODEL` and use backend http with its base URL (README: GPU)",
+            )
+        if self.backend not in ("http", "hf"):
+            raise ConfigError(f"unknown judge backend {self.backend!r}", hint="use http or hf")
         if len(self.band) != 2 or not 0.0 <= self.band[0] <= self.band[1] <= 1.0:
             raise ConfigError(f"judge band must be (lo, hi) with 0 <= lo <= hi <= 1: {self.band}")
         for p in (self.math_prompt, self.code_prompt):
@@ -203,14 +213,18 @@ class VerdictCache:
             )
 
 
-class HttpChat:
-    """Minimal OpenAI-compatible chat-completions client (httpx; retries with backoff)."""
+class JudgeChat:
+    """The judge's model calls, through the one generation layer (:mod:`curation.generation`):
+    an OpenAI-compatible endpoint (``http``: ``vllm serve``, SGLang, hosted; retries with
+    backoff on 429/5xx, a request timeout) or ``transformers`` in process (``hf``). Greedy,
+    one sample per pair. (In-process vLLM is not offered: vLLM runs behind ``vllm serve``, see
+    README "GPU".)"""
 
     def __init__(self, config: JudgeConfig) -> None:
-        import httpx
+        from curation.generation import GenerationConfig, SamplingParams, make_backend
 
-        base, model, key = config.resolved()
-        if not base or not model:
+        base, model, _ = config.resolved()
+        if not model or (config.backend == "http" and not base):
             raise ConfigError(
                 "the LLM judge needs an endpoint and a model",
                 hint="pass --judge-base-url http://localhost:8000/v1 and --judge-model NAME "
@@ -218,60 +232,33 @@ class HttpChat:
             )
         self.config = config
         self.model = model
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self.client = httpx.Client(
-            base_url=base.rstrip("/"), headers=headers, timeout=config.timeout_s
+        gen = GenerationConfig(
+            backend="openai" if config.backend == "http" else "hf",
+            model=model,
+            base_url=base if config.backend == "http" else None,
+            api_key_env=config.api_key_env,
+            timeout_s=config.timeout_s,
+            max_retries=config.max_retries,
+            backoff_s=config.backoff_s,
+            concurrency=1,
         )
-        self.calls = 0
+        self.backend = make_backend(gen)
+        self.params = SamplingParams(temperature=0.0, max_tokens=config.max_tokens)
+
+    @property
+    def calls(self) -> int:
+        return getattr(self.backend, "calls", 0)
 
     def complete(self, system: str, user: str) -> str:
-        import httpx
+        from curation.generation import Request, prompt_hash
 
-        payload = {
-            "model": self.model,
-            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
-            "temperature": 0.0,
-            "max_tokens": self.config.max_tokens,
-        }
-        delay = self.config.backoff_s
-        last = ""
-        for attempt in range(self.config.max_retries + 1):
-            self.calls += 1
-            try:
-                r = self.client.post("/chat/completions", json=payload)
-                if r.status_code == 200:
-                    return r.json()["choices"][0]["message"]["content"]
-                last = f"HTTP {r.status_code}: {r.text[:200]}"
-                if r.status_code < 500 and r.status_code != 429:
-                    break  # a client error will not fix itself
-            except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
-                last = f"{type(exc).__name__}: {exc}"
-            if attempt < self.config.max_retries:
-                time.sleep(delay)
-                delay *= 2
-        raise JudgeError(last)
-
-
-class VllmChat:  # pragma: no cover - needs a GPU and vllm; untested here
-    """In-process vLLM backend (lazy import: ``pip install 'sluice-data[gpu]'`` plus vllm)."""
-
-    def __init__(self, config: JudgeConfig) -> None:
-        vllm = require("vllm", extra="gpu")
-        _, model, _ = config.resolved()
-        if not model:
-            raise ConfigError("the vLLM judge needs a model", hint="pass --judge-model NAME")
-        self.model = model
-        self.llm = vllm.LLM(model=model)
-        self.params = vllm.SamplingParams(temperature=0.0, max_tokens=config.max_tokens)
-        self.calls = 0
-
-    def complete(self, system: str, user: str) -> str:
-        self.calls += 1
-        out = self.llm.chat(
-            [{"role": "system", "content": system}, {"role": "user", "content": user}],
-            self.params,
-        )
-        return out[0].outputs[0].text
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        got = []
+        self.backend.run([Request(messages, prompt_hash(messages), [0])], self.params, got.extend)
+        s = got[0]
+        if s.failed:
+            raise JudgeError(s.error or "the request failed")
+        return s.text or ""
 
 
 class JudgeDetector(Detector):
@@ -281,7 +268,7 @@ class JudgeDetector(Detector):
 
     def __init__(self, config: JudgeConfig | None = None) -> None:
         super().__init__(config)
-        self.chat: HttpChat | VllmChat | None = None
+        self.chat: JudgeChat | None = None
         self._index = None
         self._emb_config = None
         self._cache: VerdictCache | None = None
@@ -293,7 +280,7 @@ class JudgeDetector(Detector):
 
         cfg: JudgeConfig = self.config
         if chat:
-            self.chat = VllmChat(cfg) if cfg.backend == "vllm" else HttpChat(cfg)
+            self.chat = JudgeChat(cfg)
         self._emb_config = EmbeddingConfig(**{"top_k": cfg.top_k, **cfg.embedding})
         self._index = shared_index(benchmarks, self._emb_config)
         self._fingerprint = None

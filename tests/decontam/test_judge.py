@@ -199,3 +199,30 @@ def test_fingerprint_candidates_reach_pairs_the_embedding_band_excludes(server, 
     assert d["candidate_from"] == ["fingerprint"] and d["fingerprint"] >= 0.3
     off = _detector(server, tmp_path, fillers=True, band=(1.0, 1.0), fingerprint_min=None)
     assert off.score(texts).num_rows == 0
+
+
+def test_judge_samples_through_the_shared_generation_layer(server, tmp_path):
+    """One home for model calls: the judge's requests go through curation.generation's
+    OpenAI backend (its retry/timeout settings come from the judge config)."""
+    from curation.generation import OpenAIBackend
+
+    det = _detector(server, tmp_path, max_retries=1, timeout_s=7.0)
+    assert isinstance(det.chat.backend, OpenAIBackend)
+    assert det.chat.backend.config.max_retries == 1 and det.chat.backend.config.timeout_s == 7.0
+    with pytest.raises(ConfigError, match="vllm serve"):
+        JudgeConfig(backend="vllm")
+
+
+def test_hf_judge_runs_a_local_model_in_process(tmp_path):
+    """backend hf: transformers in process (a tiny random model answers nonsense, which is
+    recorded as a judge error, never as a verdict)."""
+    from generation_helpers import tiny_model_dir
+
+    model = tiny_model_dir(tmp_path / "m")
+    cfg = JudgeConfig(backend="hf", model=str(model), max_tokens=4, cache=False,
+                      band=(0.0, 1.0), fingerprint_min=None,
+                      embedding={"cache_root": cache_root()})  # fmt: skip
+    det = JudgeDetector(cfg)
+    det.fit(_bench())
+    d = det.judge_pair(MATH, MATH + " again", "math")
+    assert d["model"] == str(model) and d["same"] is None and "judge_error" in d
