@@ -5,7 +5,8 @@ Two tasks, passing refs and paths only: :func:`check_training_pools` pins every 
 exact ``name@version`` and refuses uncleaned pools; :func:`train_stages` runs all stages (they
 share one in-memory model; each stage's checkpoint is written to the run directory) and
 registers the final checkpoint. A retried or rerun flow whose run directory already holds a
-finished run of the same resolved config returns that run instead of training again.
+finished run of the same resolved config returns that run instead of training again; an
+interrupted one resumes after its last finished stage.
 """
 
 from __future__ import annotations

@@ -454,9 +454,10 @@ def run_grpo(
             f"{run_dir} already holds a finished run (run.json)",
             hint="give a new --out directory; runs are never overwritten",
         )
-    for stale in ("metrics.jsonl", "skipped_rows.jsonl"):
-        (run_dir / stale).unlink(missing_ok=True)
     resolved, pools = resolve_pools(config, cat, allow_uncleaned=allow_uncleaned)
+    done = _finished_stages(run_dir, resolved)
+    _keep_metrics_of(run_dir / "metrics.jsonl", {d["name"] for d in done})
+    (run_dir / "skipped_rows.jsonl").unlink(missing_ok=True)
     (run_dir / "config.resolved.json").write_text(
         json.dumps(resolved.to_dict(), indent=2, sort_keys=True)
     )
@@ -476,7 +477,17 @@ def run_grpo(
     started = datetime.now(UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     torch.manual_seed(config.seed)
-    model, tok = load_model(resolved.model)
+    if done:  # resume after the last finished stage, from its checkpoint
+        last = dataclasses.replace(
+            resolved.model, name_or_path=done[-1]["checkpoint"], revision=None
+        )
+        model, tok = load_model(last)
+        # TRL builds the reference model (beta > 0) from config._name_or_path: keep it the base
+        # model, as in a run that was never interrupted
+        model.config._name_or_path = resolved.model.name_or_path
+        log.info("resuming %s after stage %s", run_dir, done[-1]["name"])
+    else:
+        model, tok = load_model(resolved.model)
     rewards = build_rewards(resolved.rewards, verify=resolved.verify, sandbox=resolved.sandbox)
     rnames = [r.name for r in resolved.rewards]
     state = RunState(
@@ -488,11 +499,14 @@ def run_grpo(
     )
     trainer_cls = _trainer_class()
     metrics_path = run_dir / "metrics.jsonl"
-    stage_records: list[dict[str, Any]] = []
-    checkpoint_dir: Path | None = None
+    stage_records: list[dict[str, Any]] = list(done)
+    checkpoint_dir: Path | None = Path(done[-1]["checkpoint"]) if done else None
     try:
         for si, stage in enumerate(resolved.stages):
+            if si < len(done):
+                continue
             rows = datasets_by_stage[stage.name]
+            counts_before = reward_counts(rewards)
             stage_dir = run_dir / "stages" / stage.name
             stage_dir.mkdir(parents=True, exist_ok=True)
             sweep = None
@@ -618,14 +632,17 @@ def run_grpo(
                     "epochs": epochs,
                     "steps": stage_steps,
                     "stopped": stop_reason,
-                    "checkpoint": str(ckpt) if ckpt else None,
+                    "checkpoint": str(ckpt.resolve()) if ckpt else None,
                     "counts": {
                         k.split("/", 1)[1]: v
                         for k, v in state.totals.items()
                         if k.startswith(stage.name + "/")
                     },
+                    "reward_counts": _count_delta(counts_before, reward_counts(rewards)),
                 }
             )
+            if ckpt is not None:  # the stage is finished: a rerun resumes after it
+                _write_json(stage_dir / "stage.json", stage_records[-1])
     finally:
         close_rewards(rewards)
 
@@ -644,7 +661,8 @@ def run_grpo(
         "allow_uncleaned": allow_uncleaned,
         "consumed": [p.to_dict() for p in pools],
         "stages": stage_records,
-        "reward_counts": reward_counts(rewards),
+        "reward_counts": _sum_counts([r["reward_counts"] for r in stage_records]),
+        "resumed_after_stages": [d["name"] for d in done],
         "base_model": {
             **dataclasses.asdict(resolved.model),
             # the Hub commit the weights came from (None for a local folder)
@@ -659,6 +677,66 @@ def run_grpo(
     tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=_json_default))
     os.replace(tmp, run_dir / "run.json")
     return TrainResult(run_dir, manifest, checkpoint_dir, checkpoint_ref)
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=_json_default))
+    os.replace(tmp, path)
+
+
+def _finished_stages(run_dir: Path, resolved: TrainConfig) -> list[dict[str, Any]]:
+    """Records of the leading stages a previous, interrupted run of the same resolved config
+    finished (stage.json + checkpoint present); a different config in ``run_dir`` is refused."""
+    prev = run_dir / "config.resolved.json"
+    if not prev.exists():
+        return []
+    if TrainConfig.from_dict(json.loads(prev.read_text())).hash() != resolved.hash():
+        raise ConfigError(
+            f"{run_dir} holds an unfinished run of a different config",
+            hint="give a new --out directory, or the same config (same pool versions) to resume",
+        )
+    done = []
+    for s in resolved.stages:
+        f = run_dir / "stages" / s.name / "stage.json"
+        if not f.exists():
+            break
+        rec = json.loads(f.read_text())
+        if not rec.get("checkpoint") or not Path(rec["checkpoint"]).is_dir():
+            break
+        done.append(rec)
+    return done
+
+
+def _keep_metrics_of(path: Path, stages: set[str]) -> None:
+    """Drop metrics.jsonl lines of stages that will be (re)run."""
+    if not path.exists():
+        return
+    kept = [ln for ln in path.read_text().splitlines() if json.loads(ln).get("stage") in stages]
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(ln + "\n" for ln in kept))
+    os.replace(tmp, path)
+
+
+def _count_delta(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> dict:
+    return {
+        name: {
+            k: v - before.get(name, {}).get(k, 0)
+            for k, v in c.items()
+            if v - before.get(name, {}).get(k, 0)
+        }
+        for name, c in after.items()
+    }
+
+
+def _sum_counts(items: list[dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for d in items:
+        for name, c in d.items():
+            tgt = out.setdefault(name, {})
+            for k, v in c.items():
+                tgt[k] = tgt.get(k, 0) + v
+    return out
 
 
 def register_checkpoint(catalog: Any, checkpoint_dir: Path, manifest: dict[str, Any]) -> str:

@@ -19,3 +19,13 @@ def length_parity(prompts, completions, completion_ids, **_):
     """Parity of the sum of the generated token ids: varies within a group (sampled rollouts
     differ), so GRPO advantages are not all zero and an unmasked stage updates the weights."""
     return [float(sum(ids) % 2) for ids in completion_ids]
+
+
+def tripwire(prompts, completions, domain, **_):
+    """Raises on rows of the domain named by $SLUICE_TEST_TRIPWIRE (a crash mid-run)."""
+    import os
+
+    bad = os.environ.get("SLUICE_TEST_TRIPWIRE")
+    if bad and bad in domain:
+        raise RuntimeError(f"tripwire: {bad} row")
+    return [None] * len(completions)

@@ -203,3 +203,46 @@ def test_unmasked_stage_updates_the_weights_masked_one_does_not(run, tiny_model)
     assert any((after_math[k] != after_code[k]).any() for k in base)
     assert all(m["grad_norm"] == 0 for m in _steps(metrics, "math"))
     assert any(m["grad_norm"] > 0 for m in _steps(metrics, "code"))
+
+
+def test_interrupted_run_resumes_after_its_last_finished_stage(
+    tiny_model, pool_catalog, tmp_path, monkeypatch
+):
+    from curation.errors import ConfigError
+
+    stage = {"max_completion_length": 4, "steps": 1, "max_prompts": 4, "temperature": 1.0}
+    over = {
+        "rewards": [
+            {"name": "math_accuracy"},
+            {"name": "tripwire", "function": "oracle_rewards:tripwire"},
+        ],
+        "resampling": {"correct_rewards": ["math_accuracy"]},
+        "stages": [
+            {"name": "math", "pools": [pool_catalog["math"]], **stage},
+            {"name": "code", "pools": [pool_catalog["code"]], **stage},
+        ],
+    }
+    cfg = _config(tiny_model, pool_catalog, **over)
+    out = tmp_path / "resume"
+    monkeypatch.setenv("SLUICE_TEST_TRIPWIRE", "code")
+    with pytest.raises(RuntimeError, match="tripwire"):
+        run_grpo(cfg, out, catalog=pool_catalog["catalog"])
+    assert (out / "stages/math/stage.json").exists() and not (out / "run.json").exists()
+    ckpt = out / "checkpoints/math/model.safetensors"
+    mtime = ckpt.stat().st_mtime_ns
+    monkeypatch.delenv("SLUICE_TEST_TRIPWIRE")
+    res = run_grpo(cfg, out, catalog=pool_catalog["catalog"])
+    assert res.manifest["resumed_after_stages"] == ["math"]
+    assert ckpt.stat().st_mtime_ns == mtime  # the finished stage was not trained again
+    metrics = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in _steps(metrics, "math")] == [1]
+    assert [m["step"] for m in _steps(metrics, "code")] == [2]  # run-wide step continues
+    # reward counts of the finished stage survive the restart (1 step x 4 completions)
+    assert sum(res.manifest["reward_counts"]["math_accuracy"].values()) == 4
+    # an unfinished run dir of another config is refused
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.resolved.json").write_text((out / "config.resolved.json").read_text())
+    changed = _config(tiny_model, pool_catalog, **{**over, "seed": 1})
+    with pytest.raises(ConfigError, match="different config"):
+        run_grpo(changed, other, catalog=pool_catalog["catalog"])
