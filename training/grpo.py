@@ -280,6 +280,23 @@ def versions() -> dict[str, str]:
     return out
 
 
+def environment() -> dict[str, Any]:
+    """Where the run ran: Python, OS, accelerator."""
+    import platform
+
+    import torch
+
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cuda": torch.version.cuda,
+        "devices": [],
+    }
+    if torch.cuda.is_available():
+        env["devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return env
+
+
 def resolve_pools(
     config: TrainConfig, catalog: Any, *, allow_uncleaned: bool = False
 ) -> tuple[TrainConfig, list[PoolInfo]]:
@@ -658,6 +675,7 @@ def run_grpo(
         "config": resolved.to_dict(),
         "code_version": code_version(),
         "versions": versions(),
+        "environment": environment(),
         "allow_uncleaned": allow_uncleaned,
         "consumed": [p.to_dict() for p in pools],
         "stages": stage_records,

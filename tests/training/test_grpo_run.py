@@ -135,6 +135,8 @@ def test_run_records_consumed_versions_config_and_versions(run, pool_catalog):
     import trl
 
     assert man["versions"]["trl"] == trl.__version__
+    assert man["versions"]["torch"] and man["environment"]["python"]
+    assert man["config_hash"] == TrainConfig.from_dict(man["config"]).hash()
     assert man["code_version"]["sluice"]
     resolved = json.loads((res.run_dir / "config.resolved.json").read_text())
     assert resolved["stages"][0]["pools"] == [pool_catalog["math"]]
