@@ -19,12 +19,14 @@ import hashlib
 import json
 import os
 import re
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from curation.errors import ConfigError
 from curation.generation import (
@@ -100,13 +102,16 @@ class RolloutConfig:
     )
     code_time_limit_s: float = field(default=5.0, metadata={"help": "per test execution"})
     grade_chunk: int = field(default=256, metadata={"help": "samples graded per durable chunk"})
+    chunk_prompts: int = field(
+        default=1024, metadata={"help": "prompts generated and graded per step (bounds memory)"}
+    )
 
     def __post_init__(self) -> None:
         if self.k < 1:
             raise ConfigError(f"--k must be at least 1, got {self.k}", hint="pass --k 16 (or 8)")
         prompt_templates.check_template(self.math_template)
         prompt_templates.check_template(self.code_template)
-        if self.verify_workers < 1 or self.sandbox_workers < 1 or self.grade_chunk < 1:
+        if min(self.verify_workers, self.sandbox_workers, self.grade_chunk, self.chunk_prompts) < 1:
             raise ConfigError("workers and grade_chunk must be >= 1")
 
     def to_dict(self) -> dict[str, Any]:
@@ -117,18 +122,23 @@ class RolloutConfig:
 
 @dataclass
 class RolloutResult:
-    rollouts: pa.Table
+    rollouts_path: Path  # the graded rows (ROLLOUT_SCHEMA), a Parquet file in the store folder
     passcounts: pa.Table
     generated: int = 0
     reused: int = 0
     graded: int = 0
     grades_reused: int = 0
     statuses: dict[str, int] = field(default_factory=dict)
+    samples: int = 0
+
+    @property
+    def rollouts(self) -> pa.Table:
+        return pq.read_table(self.rollouts_path)
 
     def summary(self) -> dict[str, Any]:
         return {
             "prompts": self.passcounts.num_rows,
-            "samples": self.rollouts.num_rows,
+            "samples": self.samples,
             "generated": self.generated,
             "reused": self.reused,
             "graded": self.graded,
@@ -172,7 +182,10 @@ def grade_math(responses: list[str | None], answers: list[str], cfg: RolloutConf
 
     vc = VerifyConfig(timeout_s=cfg.verify_timeout_s, workers=cfg.verify_workers)
     with MathVerifier(vc) as v:
-        res = v.verify(responses, answers).to_pylist()
+        return _math_grades(v.verify(responses, answers).to_pylist())
+
+
+def _math_grades(res: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for r in res:
         st = r["status"]
@@ -255,74 +268,128 @@ def run_rollouts(
     progress: bool | None = None,
 ) -> RolloutResult:
     """Generate ``config.k`` samples per pool row (only the missing ones) and grade them (only
-    the ungraded ones). Raises before anything is returned when samples failed to generate or
-    the model answered nothing at all."""
+    the ungraded ones), ``config.chunk_prompts`` prompts at a time, streaming the graded rows to
+    a Parquet file (memory stays bounded by one chunk). Raises, after generating everything it
+    can, when samples failed to generate or the model answered nothing at all."""
     require_columns(table)
     if table.num_rows == 0:
         raise ConfigError("the pool is empty: nothing to roll out")
     rows = table.to_pylist()
     tmpl = {"math": config.math_template, "code": config.code_template}
-    prompts = [prompt_templates.messages(r, tmpl.get(r["domain"])) for r in rows]
     store_dir = Path(store_dir)
     own_backend = backend is None
     backend = backend or make_backend(gen)
-    k = config.k
+    k, total = config.k, len(rows) * config.k
     show = progress is not False
+    out_path = store_dir / f".rollouts-{os.getpid()}-{time.time_ns()}.parquet"
+    st = {"generated": 0, "reused": 0, "failed": 0, "empty": 0, "graded": 0, "grades_reused": 0}
+    errors: list[str] = []
+    counts: dict[tuple[str, str], dict[str, Any]] = {}
+    statuses: Counter[str] = Counter()
+    writer = None
+    written = 0
     try:
-        with SampleStore(store_dir) as store:
-            bar = Progress(len(rows) * k, f"rollouts {gen.model}") if show else None
-            res = generate(prompts, k, params, backend, store, progress=bar or False)
-            if bar is not None:
-                bar.close()
-            total = len(rows) * k
-            if res.failed:
-                raise GenerationError(
-                    f"{res.failed} of {total} samples failed to generate "
-                    f"(first error: {res.errors[0] if res.errors else '?'})",
-                    hint="fix the endpoint and rerun: the finished samples are kept and only "
-                    "the failed ones are asked again; nothing was published",
-                )
-            if res.empty == total:
-                raise GenerationError(
-                    f"model {gen.model!r} returned empty text for all {total} samples",
-                    hint="check the model, its chat template and max_tokens; nothing was published",
-                )
-            grades, graded, reused = _grade_all(rows, res.samples, config, store_dir, show)
+        with SampleStore(store_dir) as store, _Grader(config) as grader:
+            gbar = Progress(total, f"rollouts {gen.model}") if show else None
+            rbar = Progress(total, "grade") if show else None
+            log = _GradeLog(store_dir / "grades.jsonl")
+            writer = pq.ParquetWriter(out_path, ROLLOUT_SCHEMA)
+            for start in range(0, len(rows), config.chunk_prompts):
+                chunk = rows[start : start + config.chunk_prompts]
+                prompts = [prompt_templates.messages(r, tmpl.get(r["domain"])) for r in chunk]
+                res = generate(prompts, k, params, backend, store, progress=gbar or False)
+                for key in ("generated", "reused", "failed", "empty"):
+                    st[key] += getattr(res, key)
+                errors += [e for e in res.errors if e not in errors][:5]
+                if res.failed:
+                    continue  # graded on the rerun that completes them
+                grades, n_graded = grader.grade(chunk, res.samples, log)
+                st["graded"] += n_graded
+                st["grades_reused"] += len(chunk) * k - n_graded
+                if rbar is not None:
+                    rbar.update(len(chunk) * k)
+                out = _rows_of(chunk, res.samples, grades, params, backend.model_id, tmpl, k,
+                               counts, statuses)  # fmt: skip
+                writer.write_table(pa.Table.from_pylist(out, schema=ROLLOUT_SCHEMA))
+                written += len(out)
+            for bar in (gbar, rbar):
+                if bar is not None:
+                    bar.close()
+            writer.close()
+            writer = None
+        if st["failed"]:
+            raise GenerationError(
+                f"{st['failed']} of {total} samples failed to generate "
+                f"(first error: {errors[0] if errors else '?'})",
+                hint="fix the endpoint and rerun: the finished samples are kept and only "
+                "the failed ones are asked again; nothing was published",
+            )
+        if st["empty"] == total:
+            raise GenerationError(
+                f"model {gen.model!r} returned empty text for all {total} samples",
+                hint="check the model, its chat template and max_tokens; nothing was published",
+            )
+    except BaseException:
+        if writer is not None:
+            writer.close()
+        out_path.unlink(missing_ok=True)
+        raise
     finally:
         if own_backend:
             backend.close()
-    return _assemble(rows, res, grades, params, backend.model_id, tmpl, graded, reused, k)
+    return RolloutResult(out_path, counts_table(counts.values()), st["generated"], st["reused"],
+                         st["graded"], st["grades_reused"], dict(statuses), written)  # fmt: skip
 
 
-def _grade_all(rows, samples, config: RolloutConfig, store_dir: Path, show: bool):
-    log = _GradeLog(store_dir / "grades.jsonl")
-    todo: list[tuple[int, int]] = []
-    for p, row in enumerate(rows):
-        vv = verifier_version(row["domain"])
-        for s in samples[p]:
-            if _grade_key(s.key, vv, row) not in log.grades:
-                todo.append((p, s.sample_index))
-    reused = len(rows) * config.k - len(todo)
-    bar = Progress(len(todo), "grade", unit="sample") if show and todo else None
-    for start in range(0, len(todo), config.grade_chunk):
-        chunk = todo[start : start + config.grade_chunk]
-        math_part = [(p, i) for p, i in chunk if rows[p]["domain"] == "math"]
-        code_part = [(p, i) for p, i in chunk if rows[p]["domain"] == "code"]
-        new: list[dict[str, Any]] = []
-        if math_part:
-            gs = grade_math([samples[p][i].text for p, i in math_part],
-                            [rows[p]["answer"] for p, _ in math_part], config)  # fmt: skip
-            new += [_grade_rec(samples[p][i].key, rows[p], g) for (p, i), g in zip(math_part, gs, strict=True)]  # fmt: skip
-        if code_part:
-            gs = grade_code([samples[p][i].text for p, i in code_part],
-                            [rows[p] for p, _ in code_part], config)  # fmt: skip
-            new += [_grade_rec(samples[p][i].key, rows[p], g) for (p, i), g in zip(code_part, gs, strict=True)]  # fmt: skip
-        log.append(new)
-        if bar is not None:
-            bar.update(len(chunk))
-    if bar is not None:
-        bar.close()
-    return log.grades, len(todo), reused
+class _Grader:
+    """Grades chunks of samples; keeps one math-verify worker pool for the whole run."""
+
+    def __init__(self, config: RolloutConfig) -> None:
+        self.config = config
+        self._verifier = None
+
+    def __enter__(self) -> _Grader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._verifier is not None:
+            self._verifier.close()
+
+    def _math(self, responses: list[str | None], answers: list[str]) -> list[dict[str, Any]]:
+        from rl_pools.verify import MathVerifier, VerifyConfig
+
+        if self._verifier is None:
+            c = self.config
+            self._verifier = MathVerifier(VerifyConfig(timeout_s=c.verify_timeout_s,
+                                                       workers=c.verify_workers))  # fmt: skip
+        return _math_grades(self._verifier.verify(responses, answers).to_pylist())
+
+    def grade(self, rows, samples, log: _GradeLog) -> tuple[dict[str, dict[str, Any]], int]:
+        """Grades of every sample of ``rows`` (from the log, or computed and appended to it)."""
+        todo: list[tuple[int, int]] = []
+        for p, row in enumerate(rows):
+            vv = verifier_version(row["domain"])
+            for s in samples[p]:
+                if _grade_key(s.key, vv, row) not in log.grades:
+                    todo.append((p, s.sample_index))
+        step = self.config.grade_chunk
+        for start in range(0, len(todo), step):
+            part = todo[start : start + step]
+            mp = [(p, i) for p, i in part if rows[p]["domain"] == "math"]
+            cp = [(p, i) for p, i in part if rows[p]["domain"] == "code"]
+            new: list[dict[str, Any]] = []
+            if mp:
+                gs = self._math(
+                    [samples[p][i].text for p, i in mp], [rows[p]["answer"] for p, _ in mp]
+                )
+                new += [_grade_rec(samples[p][i].key, rows[p], g) for (p, i), g in zip(mp, gs, strict=True)]  # fmt: skip
+            if cp:
+                gs = grade_code(
+                    [samples[p][i].text for p, i in cp], [rows[p] for p, _ in cp], self.config
+                )
+                new += [_grade_rec(samples[p][i].key, rows[p], g) for (p, i), g in zip(cp, gs, strict=True)]  # fmt: skip
+            log.append(new)
+        return log.grades, len(todo)
 
 
 def _grade_key(sample_key: str, vv: str, row: dict[str, Any]) -> str:
@@ -341,14 +408,13 @@ def _grade_rec(sample_key: str, row: dict[str, Any], g: dict[str, Any]) -> dict[
     return {"key": _grade_key(sample_key, vv, row), "sample_key": sample_key, **g}
 
 
-def _assemble(rows, res, grades, params: SamplingParams, model: str, tmpl, graded, reused, k):
-    out, counts = [], []
-    statuses: Counter[str] = Counter()
+def _rows_of(rows, samples, grades, params: SamplingParams, model: str, tmpl, k, counts, statuses):
+    out = []
     pk, ph = params.key(), params.key_hash()
     for p, row in enumerate(rows):
         vv = verifier_version(row["domain"])
         passed = invalid = 0
-        for s in res.samples[p]:
+        for s in samples[p]:
             g = grades[_grade_key(s.key, vv, row)]
             statuses[g["status"]] += 1
             if g["correct"] is None:
@@ -364,20 +430,11 @@ def _assemble(rows, res, grades, params: SamplingParams, model: str, tmpl, grade
                 "gen_error": s.error, "grade_status": g["status"], "grade_reason": g["reason"],
                 "extracted": g["extracted"], "correct": g["correct"],
             })  # fmt: skip
-        counts.append({"uid": row["uid"], "model": model, "params_hash": ph,
-                       "verifier_version": vv, "sampling_params": pk, "k": k, "passed": passed,
-                       "n_invalid": invalid, "origin": "rollouts"})  # fmt: skip
-    # the same uid twice in a pool (should not happen after dedup) keeps one count row
-    uniq = {(c["uid"], c["verifier_version"]): c for c in counts}
-    return RolloutResult(
-        pa.Table.from_pylist(out, schema=ROLLOUT_SCHEMA),
-        counts_table(uniq.values()),
-        res.generated,
-        res.reused,
-        graded,
-        reused,
-        dict(statuses),
-    )
+        # the same uid twice in a pool (should not happen after dedup) keeps one count row
+        counts[(row["uid"], vv)] = {"uid": row["uid"], "model": model, "params_hash": ph,
+                                    "verifier_version": vv, "sampling_params": pk, "k": k,
+                                    "passed": passed, "n_invalid": invalid, "origin": "rollouts"}  # fmt: skip
+    return out
 
 
 def publish_rollouts(catalog: Any, pool_ref: str, result: RolloutResult, config: dict[str, Any]):
@@ -385,14 +442,16 @@ def publish_rollouts(catalog: Any, pool_ref: str, result: RolloutResult, config:
     from rl_pools.passcounts import publish_counts
 
     pool = catalog.resolve(pool_ref)
+    summary = result.summary()
     rv = catalog.publish(
         f"{pool.name}.rollouts",
-        result.rollouts,
+        str(result.rollouts_path),  # streamed from the file
         parents=[pool.ref],
         step="rl.rollouts",
         config=config,
-        metadata={"summary": result.summary()},
+        metadata={"summary": summary},
     )
+    result.rollouts_path.unlink(missing_ok=True)
     cv = publish_counts(catalog, f"{pool.name}.passcounts", result.passcounts,
                         parents=[rv.ref, pool.ref], config=config)  # fmt: skip
     return rv, cv

@@ -22,7 +22,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -146,7 +146,8 @@ class SampleStore:
         self._lock = threading.Lock()
         self._lock_fd: int | None = None
         self._last_sync = time.monotonic()
-        self._index: dict[str, Sample] | None = None
+        self._index: dict[str, tuple[bool, int, int, int]] | None = None
+        self._readers: dict[int, int] = {}
 
     # ------------------------------------------------------------------ writing
     def __enter__(self) -> SampleStore:
@@ -178,6 +179,9 @@ class SampleStore:
                 os.fsync(fd)
                 os.close(fd)
             self._fds = {}
+            for fd in self._readers.values():
+                os.close(fd)
+            self._readers = {}
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -208,23 +212,27 @@ class SampleStore:
             raise ConfigError(
                 "open the sample store (with SampleStore(...) as s:) before appending"
             )
-        by_shard: dict[int, list[bytes]] = {}
+        by_shard: dict[int, list[tuple[Sample, bytes]]] = {}
         for s in samples:
             line = json.dumps(s.to_dict(), ensure_ascii=False, separators=(",", ":"))
-            by_shard.setdefault(self.shard_of(s.prompt_hash), []).append(line.encode() + b"\n")
-            if self._index is not None:
-                self._remember(self._index, s)
+            by_shard.setdefault(self.shard_of(s.prompt_hash), []).append((s, line.encode() + b"\n"))
         with self._lock:
-            for shard, lines in by_shard.items():
+            for shard, items in by_shard.items():
                 fd = self._fds.get(shard)
                 if fd is None:
                     fd = os.open(self._shard_path(shard), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
                     self._fds[shard] = fd
-                data = b"".join(lines)
+                # one writer process (the flock) and this lock: the file ends where we write
+                offset = os.fstat(fd).st_size
+                data = b"".join(line for _, line in items)
                 view = memoryview(data)
                 while view:
                     n = os.write(fd, view)
                     view = view[n:]
+                if self._index is not None:
+                    for smp, line in items:
+                        self._remember(self._index, smp.key, (smp.failed, shard, offset, len(line)))
+                        offset += len(line)
             now = time.monotonic()
             if now - self._last_sync >= self.fsync_every_s:  # against power loss; a kill is
                 for fd in self._fds.values():  # already covered by write()
@@ -232,51 +240,94 @@ class SampleStore:
                 self._last_sync = now
 
     # ------------------------------------------------------------------ reading
+    # The index holds (failed, shard, offset, length) per key, not the samples: a store of
+    # millions of long responses is indexed in a few hundred MB; texts are read on demand.
     @staticmethod
-    def _remember(index: dict[str, Sample], s: Sample) -> None:
-        old = index.get(s.key)
-        if old is None or old.failed:  # a success is final; a newer failure replaces an older
-            index[s.key] = s
+    def _remember(index: dict[str, tuple], key: str, entry: tuple) -> None:
+        old = index.get(key)
+        if old is None or old[0]:  # a success is final; a newer failure replaces an older
+            index[key] = entry
 
-    def iter_records(self) -> Iterator[Sample]:
-        """Every complete record in every shard (duplicates and failures included)."""
+    def _scan(self) -> Iterator[tuple[bytes, int, int]]:
+        """(line, shard, offset) of every complete line in every shard."""
         for i in range(self.n_shards):
             p = self._shard_path(i)
             if not p.exists():
                 continue
             with open(p, "rb") as f:
+                offset = 0
                 for line in f:
                     if not line.endswith(b"\n"):
                         break  # torn tail
-                    try:
-                        yield Sample(**json.loads(line))
-                    except (json.JSONDecodeError, TypeError):
-                        continue
+                    yield line, i, offset
+                    offset += len(line)
 
-    def index(self) -> dict[str, Sample]:
-        """key -> best record (a success over a failure). Loaded once, kept current by append."""
+    def iter_records(self) -> Iterator[Sample]:
+        """Every complete record in every shard (duplicates and failures included)."""
+        for line, _, _ in self._scan():
+            try:
+                yield Sample(**json.loads(line))
+            except (json.JSONDecodeError, TypeError):
+                continue
+
+    def _entries(self) -> dict[str, tuple[bool, int, int, int]]:
+        """key -> (failed, shard, offset, length) of its best record (a success over a
+        failure). Loaded once, kept current by append."""
         if self._index is None:
-            idx: dict[str, Sample] = {}
-            for s in self.iter_records():
-                self._remember(idx, s)
+            idx: dict[str, tuple[bool, int, int, int]] = {}
+            for line, shard, offset in self._scan():
+                try:
+                    d = json.loads(line)
+                    key, failed = d["key"], d.get("text") is None
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue
+                self._remember(idx, key, (failed, shard, offset, len(line)))
             self._index = idx
         return self._index
 
+    def index(self) -> Mapping[str, Sample]:
+        """key -> best :class:`Sample` (read from disk when accessed)."""
+        return _LazyIndex(self)
+
     def get(self, key: str) -> Sample | None:
-        return self.index().get(key)
+        e = self._entries().get(key)
+        if e is None:
+            return None
+        _, shard, offset, length = e
+        fd = self._readers.get(shard)
+        if fd is None:
+            fd = self._readers[shard] = os.open(self._shard_path(shard), os.O_RDONLY)
+        return Sample(**json.loads(os.pread(fd, length, offset)))
 
     def done(self, key: str) -> bool:
-        s = self.index().get(key)
-        return s is not None and not s.failed
+        e = self._entries().get(key)
+        return e is not None and not e[0]
 
     def to_table(self, keys: Iterable[str] | None = None) -> pa.Table:
-        idx = self.index()
-        rows = [idx[k] for k in keys if k in idx] if keys is not None else list(idx.values())
-        return samples_table(rows)
+        idx = self._entries()
+        keys = list(idx) if keys is None else [k for k in keys if k in idx]
+        return samples_table(s for k in keys if (s := self.get(k)) is not None)
 
     def count_lines(self) -> int:
         """Complete records on disk, duplicates included (tests use it to prove none)."""
-        return sum(1 for _ in self.iter_records())
+        return sum(1 for _ in self._scan())
+
+
+class _LazyIndex(Mapping):
+    def __init__(self, store: SampleStore) -> None:
+        self._store = store
+
+    def __getitem__(self, key: str) -> Sample:
+        s = self._store.get(key)
+        if s is None:
+            raise KeyError(key)
+        return s
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._store._entries()))
+
+    def __len__(self) -> int:
+        return len(self._store._entries())
 
 
 def samples_table(samples: Iterable[Sample]) -> pa.Table:

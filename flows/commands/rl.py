@@ -65,6 +65,7 @@ def rollouts(
     ),  # fmt: skip
     verify_workers: int | None = typer.Option(None, "--verify-workers", help="default: cores"),
     sandbox_workers: int | None = typer.Option(None, "--sandbox-workers", help="default: cores"),
+    chunk_prompts: int = typer.Option(1024, "--chunk-prompts", help="prompts per step"),
 ) -> None:
     """Sample K responses per prompt, grade each (math-verify / sandbox), publish BASE.rollouts
     and merge the pass counts into BASE.passcounts. Resumable: rerun after a crash."""
@@ -77,7 +78,9 @@ def rollouts(
         extra["verify_workers"] = verify_workers
     if sandbox_workers:
         extra["sandbox_workers"] = sandbox_workers
-    rcfg = RolloutConfig(k=k, **extra)  # checks --k first: no model call for a bad k
+    rcfg = RolloutConfig(
+        k=k, chunk_prompts=chunk_prompts, **extra
+    )  # checks --k first: no model call for a bad k
     gen = GenerationConfig(backend=backend, model=model, mode=mode, base_url=base_url,
                            concurrency=concurrency, timeout_s=timeout, max_retries=max_retries,
                            batch_size=batch_size, device=device)  # fmt: skip

@@ -36,7 +36,7 @@ def _gen(url, **kw):
 def test_rollouts_grade_against_oracle_publish_and_unchanged_rerun(math_ref, data_root, tmp_path):
     cat = Catalog()
     oracle = MathOracle(cat.load(math_ref))
-    cfg = RolloutConfig(k=4, verify_workers=2)
+    cfg = RolloutConfig(k=4, verify_workers=2, chunk_prompts=3)  # 3 chunks: 3 + 3 + 2 prompts
     with StandInServer(oracle) as srv:
         out = rollouts_ref(math_ref, _gen(srv.url), PARAMS, cfg, tmp_path / "store", progress=False)
         assert out["samples"] == 32 and out["generated"] == 32 and len(srv.posts()) == 32
@@ -95,7 +95,7 @@ def test_sigkill_mid_run_then_rerun_loses_and_duplicates_nothing(math_ref, data_
     with StandInServer(oracle, latency_s=0.05) as srv:
         args = ["rl", "rollouts", math_ref, "--model", "stand-in-7b", "--k", "8", "--base-url",
                 srv.url, "--concurrency", "2", "--store", str(store), "--verify-workers", "1",
-                "--max-retries", "0"]  # fmt: skip
+                "--max-retries", "0", "--chunk-prompts", "3"]  # fmt: skip
         proc = subprocess.Popen([sys.executable, "-m", "flows.cli", *args], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
         deadline = time.time() + 120
@@ -107,6 +107,9 @@ def test_sigkill_mid_run_then_rerun_loses_and_duplicates_nothing(math_ref, data_
         proc.wait()
         assert proc.returncode == -signal.SIGKILL
         at_kill = SampleStore(store).count_lines()
+        grades = store / "grades.jsonl"
+        graded_at_kill = grades.read_bytes().count(b"\n") if grades.exists() else 0
+        assert graded_at_kill % 24 == 0  # whole chunks (3 prompts x 8) of grades
         assert 20 <= at_kill < 64, at_kill  # really killed mid-run
         posts_at_kill = len(srv.posts())
         assert "mathpool.rollouts" not in Catalog().datasets()  # nothing published
@@ -115,6 +118,9 @@ def test_sigkill_mid_run_then_rerun_loses_and_duplicates_nothing(math_ref, data_
         assert "samples/s" in r.stderr and "ETA" in r.stderr  # progress without a terminal
     out = json.loads(r.stdout)
     assert out["reused"] == at_kill and out["generated"] == 64 - at_kill
+    # chunks graded before the kill are not graded again, and no grade is written twice
+    assert out["grades_reused"] == graded_at_kill and out["graded"] == 64 - graded_at_kill
+    assert len((store / "grades.jsonl").read_text().splitlines()) == 64
     # no sample lost or duplicated: 64 distinct keys, 64 lines on disk, one request per new one
     st = SampleStore(store)
     assert st.count_lines() == 64 and len(st.index()) == 64
@@ -126,9 +132,10 @@ def test_sigkill_mid_run_then_rerun_loses_and_duplicates_nothing(math_ref, data_
     assert sorted(ro.column("sample_index").to_pylist()) == sorted(list(range(8)) * 8)
 
 
-def _one_error(stderr: str) -> None:
-    errors = [x for x in stderr.splitlines() if x.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in stderr, stderr
+def _one_error(r, msg: str) -> None:
+    errors = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+    assert r.returncode == 2 and msg in r.stderr, (r.returncode, r.stdout, r.stderr)
+    assert len(errors) == 1 and "Traceback" not in r.stderr, r.stderr
 
 
 def test_bad_inputs_one_error_line_nothing_published(math_ref, data_root, tmp_path):
@@ -141,29 +148,24 @@ def test_bad_inputs_one_error_line_nothing_published(math_ref, data_root, tmp_pa
     before = sorted(cat.datasets())
     base = ["--model", "m", "--store", str(tmp_path / "s"), "--verify-workers", "1"]
     r = _sluice(["rl", "rollouts", bad, "--base-url", free_port_url(), *base], env)
-    assert r.returncode == 2 and "no 'answer' column" in r.stderr
-    _one_error(r.stderr)
+    _one_error(r, "no 'answer' column")
     # --k 0
     r = _sluice(["rl", "rollouts", math_ref, "--k", "0", "--base-url", "http://x/v1", *base], env)
-    assert r.returncode == 2 and "--k must be at least 1" in r.stderr
-    _one_error(r.stderr)
+    _one_error(r, "--k must be at least 1")
     # an endpoint that is down
     r = _sluice(["rl", "rollouts", math_ref, "--k", "2", "--base-url", free_port_url(), *base], env)
-    assert r.returncode == 2 and "cannot reach the generation endpoint" in r.stderr
-    _one_error(r.stderr)
+    _one_error(r, "cannot reach the generation endpoint")
     # a model that returns empty text
     with StandInServer(lambda text, body: "") as srv:
         r = _sluice(["rl", "rollouts", math_ref, "--k", "2", "--base-url", srv.url, *base], env)
-    assert r.returncode == 2 and "returned empty text for all 16 samples" in r.stderr
-    _one_error(r.stderr)
+    _one_error(r, "returned empty text for all 16 samples")
     # a failing endpoint: the samples are recorded as failures, the run stops, nothing published
     base[3] = str(tmp_path / "s2")
     with StandInServer(fail_all=503) as srv:
         r = _sluice(["rl", "rollouts", math_ref, "--k", "1", "--base-url", srv.url,
                      "--max-retries", "0", *base], env)  # fmt: skip
         assert len(srv.posts()) == 8
-    assert r.returncode == 2 and "samples failed to generate" in r.stderr
-    _one_error(r.stderr)
+    _one_error(r, "samples failed to generate")
     assert "HTTP 503" in r.stderr
     assert sorted(Catalog().datasets()) == before
 
