@@ -100,7 +100,7 @@ def excerpt(raw: bytes | str | Any, n: int = EXCERPT_CHARS) -> str:
 def kind_of(path: Path) -> str | None:
     """The reader kind for a file name (jsonl | json | parquet), or None."""
     name = path.name.lower()
-    if name.endswith(".jsonl.gz") or name.endswith(".jsonl"):
+    if name.endswith((".jsonl.gz", ".jsonl", ".ndjson")):
         return "jsonl"
     if name.endswith(".json.gz") or name.endswith(".json"):
         return "json"
@@ -318,3 +318,69 @@ def _read_hf_hub(spec: SourceSpec, batch_size: int) -> Iterator[RowBatch]:
         rows = [dict(zip(keys, vals, strict=True)) for vals in zip(*cols.values(), strict=True)]
         yield RowBatch(label, rows, list(range(row + 1, row + len(rows) + 1)))
         row += len(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# Strict reading: for inputs that must be read whole or not at all (a decontamination input,
+# benchmark copies, labelled sets, background corpora). Ingest turns a bad row into a reject;
+# these callers refuse the file instead, naming the file, row and field.
+# ---------------------------------------------------------------------------------------------
+
+
+def iter_records(source: str | Path, *, batch_size: int = DEFAULT_BATCH_SIZE):
+    """Every row of a JSONL / JSON / Parquet source with its 1-based row number, as
+    ``(row, dict)``; the first unreadable row raises :class:`~curation.errors.InputError`."""
+    from curation.errors import InputError
+
+    p = Path(source)
+    if not p.exists():
+        raise NotFoundError(f"file {p} not found", hint="give an existing JSONL/JSON/Parquet file")
+    if kind_of(p) is None:
+        raise InputError(
+            f"unsupported file type {p.name!r}",
+            file=str(p),
+            hint="use .jsonl, .jsonl.gz, .json or .parquet",
+        )
+    for batch in read_batches(str(p), batch_size=batch_size):
+        if batch.errors:
+            e = batch.errors[0]
+            raise InputError(
+                e.reason, file=e.file, row=e.row, field=None if e.field == "<line>" else e.field
+            )
+        yield from zip(batch.row_numbers, batch.rows, strict=True)
+
+
+def read_records(source: str | Path) -> list[dict[str, Any]]:
+    """All rows of ``source`` (strict: see :func:`iter_records`)."""
+    return [r for _, r in iter_records(source)]
+
+
+def rows_to_table(rows: list[dict[str, Any]]):
+    """A pyarrow table of ``rows``: the columns are the union of every row's keys (not the first
+    row's only), and a column whose values have mixed types keeps every value, non-strings as
+    JSON text."""
+    import pyarrow as pa
+
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    cols = {}
+    for k in keys:
+        values = [r.get(k) for r in rows]
+        try:
+            cols[k] = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            cols[k] = pa.array(
+                [None if v is None else v if isinstance(v, str) else json.dumps(v) for v in values],
+                pa.string(),
+            )
+    return pa.table(cols) if cols else pa.table({})
+
+
+def read_table(source: str | Path):
+    """A whole file as a pyarrow table (Parquet as it is; JSON rows through
+    :func:`rows_to_table`); strict like :func:`iter_records`."""
+    p = Path(source)
+    if p.exists() and kind_of(p) == "parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(p)
+    return rows_to_table(read_records(p))

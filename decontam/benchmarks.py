@@ -440,45 +440,18 @@ def get_definition(name: str, definition_files: Sequence[str | os.PathLike] = ()
 
 
 def _read_rows(path: Path) -> list[dict]:
-    """Rows of a local JSONL / JSON / Parquet file, with errors naming file and row."""
-    suffix = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
-    if suffix == ".parquet":
-        import pyarrow.parquet as pq
+    """Rows of a local JSONL / JSON / Parquet file, through the project's one reader
+    (:func:`curation.readers.read_records`: a bad row is an error naming file and row)."""
+    from curation.readers import kind_of, read_records
 
-        return pq.read_table(path).to_pylist()
-    if suffix == ".json":
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise InputError(f"invalid JSON: {exc.msg}", file=str(path)) from None
-        if not isinstance(data, list):
-            raise InputError("expected a JSON list of objects", file=str(path))
-        return data
-    if suffix not in (".jsonl", ".ndjson", ".jsonl.gz"):
+    if kind_of(path) is None:
+        suffix = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
         raise InputError(
             f"unsupported benchmark file type {suffix!r}",
             file=str(path),
             hint="use .jsonl, .jsonl.gz, .json or .parquet",
         )
-    rows = []
-    if suffix.endswith(".gz"):
-        import gzip
-
-        opener = gzip.open(path, "rt", encoding="utf-8")
-    else:
-        opener = open(path, encoding="utf-8")
-    with opener as f:
-        for i, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"invalid JSON: {exc.msg}", file=str(path), row=i) from None
-            if not isinstance(row, dict):
-                raise InputError("expected a JSON object per line", file=str(path), row=i)
-            rows.append(row)
-    return rows
+    return read_records(path)
 
 
 def _as_str(v: object) -> str | None:

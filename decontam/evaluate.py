@@ -103,39 +103,34 @@ def load_labels(path: str | Path) -> list[dict[str, Any]]:
     p = Path(path)
     if not p.is_file():
         raise NotFoundError(f"labels file {p} not found")
+    from curation.readers import iter_records
+
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
-    with open(p, encoding="utf-8") as f:
-        for i, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"not valid JSON: {exc.msg}", file=str(p), row=i) from exc
-            for k in LABEL_FIELDS:
-                if k not in r:
-                    raise InputError("missing field", file=str(p), row=i, field=k)
-            if r["label"] not in ("contaminated", "clean"):
-                raise InputError(
-                    f"label must be 'contaminated' or 'clean', got {r['label']!r}",
-                    file=str(p),
-                    row=i,
-                    field="label",
-                )
-            if not isinstance(r["text"], str):
-                raise InputError("text must be a string", file=str(p), row=i, field="text")
-            if r["label"] == "contaminated" and not r["benchmark_item"]:
-                raise InputError(
-                    "a contaminated row needs its benchmark_item",
-                    file=str(p),
-                    row=i,
-                    field="benchmark_item",
-                )
-            if r["uid"] in seen:
-                raise InputError(f"duplicate uid {r['uid']!r}", file=str(p), row=i, field="uid")
-            seen.add(r["uid"])
-            rows.append(r)
+    for i, r in iter_records(p):  # the project's one reader: bad JSON names file and row
+        for k in LABEL_FIELDS:
+            if k not in r:
+                raise InputError("missing field", file=str(p), row=i, field=k)
+        if r["label"] not in ("contaminated", "clean"):
+            raise InputError(
+                f"label must be 'contaminated' or 'clean', got {r['label']!r}",
+                file=str(p),
+                row=i,
+                field="label",
+            )
+        if not isinstance(r["text"], str):
+            raise InputError("text must be a string", file=str(p), row=i, field="text")
+        if r["label"] == "contaminated" and not r["benchmark_item"]:
+            raise InputError(
+                "a contaminated row needs its benchmark_item",
+                file=str(p),
+                row=i,
+                field="benchmark_item",
+            )
+        if r["uid"] in seen:
+            raise InputError(f"duplicate uid {r['uid']!r}", file=str(p), row=i, field="uid")
+        seen.add(r["uid"])
+        rows.append(r)
     if not rows:
         raise InputError("no labelled rows", file=str(p))
     return rows

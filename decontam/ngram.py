@@ -86,6 +86,10 @@ class NGramConfig(DetectorConfig):
             "help": "text column of the background files (default: first of text/problem/prompt/question/query)"
         },
     )
+    data_root: str | None = field(
+        default=None,
+        metadata={"help": "data root whose catalog resolves background refs (default: the run's)"},
+    )
     background_min_docs: int = field(
         default=2,
         metadata={"help": "an n-gram in at least this many background documents gets weight 0"},
@@ -796,7 +800,7 @@ def _orig_span(
 def _background_batches(cfg: NGramConfig, batch: int = 5000):
     """Yield lists of texts from the configured background corpora."""
     for ref in cfg.background:
-        table = _read_background(ref)
+        table = _read_background(ref, cfg.data_root)
         col = cfg.background_field
         if col is None:
             col = next((c for c in _BACKGROUND_FIELDS if c in table.column_names), None)
@@ -813,29 +817,19 @@ def _background_batches(cfg: NGramConfig, batch: int = 5000):
             ]
 
 
-def _read_background(ref: str) -> pa.Table:
+def _read_background(ref: str, data_root: str | None = None) -> pa.Table:
+    """A background corpus: a JSONL/JSON/Parquet file (through the project's one reader) or a
+    catalog ref resolved in the run's catalog (``data_root``), not the default one."""
+    from curation.readers import kind_of, read_table
+
     p = Path(ref)
-    if p.suffix in (".jsonl", ".json", ".parquet") or p.exists():
+    if kind_of(p) is not None or p.exists():
         if not p.exists():
             raise NotFoundError(
                 f"ngram: background file {ref} not found",
                 hint="give an existing JSONL/Parquet file or a catalog ref",
             )
-        if p.suffix == ".parquet":
-            import pyarrow.parquet as pq
-
-            return pq.read_table(p)
-        rows = []
-        with p.open(encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError as exc:
-                        raise InputError(
-                            f"invalid JSON: {exc.msg}", file=str(p), row=lineno
-                        ) from None
-        return pa.Table.from_pylist(rows)
+        return read_table(p)
     from curation.catalog import Catalog
 
-    return Catalog().load(ref)
+    return Catalog(data_root).load(ref)

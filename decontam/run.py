@@ -324,6 +324,10 @@ def build_detectors(
         has_cache_root = any(f.name == "cache_root" for f in dataclasses.fields(cls.config_cls))
         if data_root and has_cache_root and not overrides.get("cache_root"):
             overrides["cache_root"] = data_root
+        # detectors that read the catalog (ngram background refs) read the run's
+        has_data_root = any(f.name == "data_root" for f in dataclasses.fields(cls.config_cls))
+        if data_root and has_data_root and not overrides.get("data_root"):
+            overrides["data_root"] = data_root
         try:
             det_cfg = cls.config_cls(**overrides)
         except TypeError as exc:
