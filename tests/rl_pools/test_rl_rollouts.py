@@ -194,3 +194,27 @@ def test_code_rollouts_graded_in_the_sandbox(data_root, pools_dir, tmp_path):
         assert r["correct"] is intended[(r["uid"], st.get(r["sample_key"]).seed)], r
         assert r["verifier_version"].endswith("+sandbox")
         assert r["grade_status"] in ("passed", "failed", "runtime_error")
+
+
+def test_verifier_timeout_is_recorded_not_a_zero(math_ref, data_root, tmp_path):
+    from rl_pools.passcounts import select
+    from rl_pools.tiers import assign_tiers
+
+    cat = Catalog()
+    oracle = MathOracle(cat.load(math_ref))
+    # a deadline no comparison can meet: every graded answer times out in the worker pool
+    cfg = RolloutConfig(k=2, verify_workers=1, verify_timeout_s=1e-6)
+    with StandInServer(oracle) as srv:
+        out = rollouts_ref(math_ref, _gen(srv.url), PARAMS, cfg, tmp_path / "s", progress=False)
+    ro = cat.load(out["rollouts_ref"]).to_pylist()
+    answered = [r for r in ro if r["grade_status"] != "no_answer"]
+    assert answered and all(r["grade_status"] == "timeout" and r["correct"] is None
+                            for r in answered)  # fmt: skip
+    assert "exceeded" in answered[0]["grade_reason"]
+    counts = select(cat.load(out["passcounts_ref"]), "stand-in-7b").to_pylist()
+    for c in counts:
+        n_timeout = sum(r["grade_status"] == "timeout" for r in ro if r["uid"] == c["uid"])
+        assert c["n_invalid"] == n_timeout and c["passed"] == 0
+        assert c["pass_rate"] is None if n_timeout == 2 else c["pass_rate"] == 0.0
+    tiers = assign_tiers(cat.load(math_ref), cat.load(out["passcounts_ref"]))
+    assert "ungraded" in set(tiers.column("tier").to_pylist())
