@@ -449,6 +449,155 @@ def _file_sha256(p: Path) -> str:
     return h.hexdigest()
 
 
+@dataclass
+class _StageContext:
+    """What every stage of one run shares."""
+
+    config: TrainConfig
+    run_dir: Path
+    model: Any
+    tok: Any
+    rewards: list[Any]
+    state: RunState
+    trainer_cls: type
+    callbacks: list[Any]
+    metrics_path: Path
+
+
+def _train_stage(
+    ctx: _StageContext, index: int, stage: Any, rows: list[dict[str, Any]], step_offset: int
+) -> dict[str, Any]:
+    """Run one stage: temperature (or its sweep), then epochs of GRPOTrainer.train() over the
+    prompts history resampling keeps; save its checkpoint; return its record."""
+    from datasets import Dataset
+
+    from training.entropy import entropy_sweep
+    from training.rewards import LengthPenaltyReward
+
+    cfg, run_dir, state = ctx.config, ctx.run_dir, ctx.state
+    stage_dir = run_dir / "stages" / stage.name
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    sweep = None
+    temperature = stage.temperature
+    if temperature == "auto":
+        ec = cfg.entropy
+        sweep = entropy_sweep(
+            ctx.model,
+            ctx.tok,
+            [r["prompt"] for r in rows[: ec.num_prompts]],
+            ec.temperatures,
+            target=ec.target,
+            max_new_tokens=min(ec.max_new_tokens, stage.max_completion_length),
+            samples_per_prompt=ec.samples_per_prompt,
+            seed=cfg.seed,
+        )
+        temperature = sweep.proposed
+        _write_json(stage_dir / "entropy_sweep.json", sweep.to_dict())
+        _append_jsonl(
+            ctx.metrics_path, {"event": "entropy_sweep", "stage": stage.name, **sweep.to_dict()}
+        )
+    for r in ctx.rewards:
+        if isinstance(r, LengthPenaltyReward):
+            r.max_len = stage.max_completion_length
+    tracker = HistoryTracker([r["uid"] for r in rows], enabled=cfg.resampling.enabled)
+    state.stage, state.tracker = stage.name, tracker
+    state.max_completion_length = stage.max_completion_length
+    state.temperature = float(temperature)
+    by_uid = {r["uid"]: r for r in rows}
+    optimizer = scheduler = None
+    stage_steps = 0
+    epochs: list[dict[str, Any]] = []
+    stop_reason = ""
+    epoch = 0
+    while True:
+        if stage.epochs is not None and epoch >= stage.epochs:
+            stop_reason = f"{stage.epochs} epoch(s) done"
+            break
+        if stage.steps is not None and stage_steps >= stage.steps:
+            stop_reason = f"{stage.steps} step(s) done"
+            break
+        active = tracker.active
+        args = _grpo_args(
+            cfg,
+            stage,
+            float(temperature),
+            run_dir / "trl" / stage.name / f"epoch-{epoch:03d}",
+            cfg.seed + epoch,
+        )
+        prompts_per_gen = args.generation_batch_size // args.num_generations
+        if len(active) < prompts_per_gen:
+            stop_reason = (
+                f"{len(active)} prompt(s) kept, fewer than one generation batch ({prompts_per_gen})"
+            )
+            break
+        state.epoch = epoch
+        state.step_offset = step_offset + stage_steps
+        trainer = ctx.trainer_cls(
+            model=ctx.model,
+            reward_funcs=ctx.rewards,
+            args=args,
+            train_dataset=Dataset.from_list([by_uid[u] for u in active]),
+            processing_class=ctx.tok,
+            callbacks=[_metrics_callback(ctx.metrics_path, state), *ctx.callbacks],
+            run_state=state,
+        )
+        # optimizer steps in one pass, counted the way transformers' Trainer counts them
+        n_batches = len(trainer.get_train_dataloader())
+        ga = args.gradient_accumulation_steps
+        per_pass = n_batches // ga + int(n_batches % ga > 0)
+        if optimizer is None:  # one optimizer and LR schedule for the whole stage
+            planned = stage.steps if stage.steps is not None else per_pass * stage.epochs
+            optimizer, scheduler = _stage_optimizer(ctx.model, args, max(1, planned))
+        trainer.optimizer, trainer.lr_scheduler = optimizer, scheduler
+        if stage.steps is not None:
+            trainer.args.max_steps = min(per_pass, stage.steps - stage_steps)
+        te = time.perf_counter()
+        trainer.train()
+        steps_done = trainer.state.global_step
+        _release(trainer, ctx.model)
+        del trainer
+        stage_steps += steps_done
+        summary: EpochSummary = tracker.end_epoch(stage.name, epoch)
+        write_epoch_summary(run_dir, summary)
+        rec = {
+            **summary.to_dict(),
+            "steps": steps_done,
+            "wall_s": round(time.perf_counter() - te, 3),
+        }
+        epochs.append(rec)
+        _append_jsonl(ctx.metrics_path, {"event": "history_resampling", **rec})
+        log.info(
+            "stage %s epoch %d: seen %d, dropped %d, kept %d",
+            stage.name, epoch, summary.seen, summary.dropped, summary.kept,
+        )  # fmt: skip
+        epoch += 1
+        if steps_done == 0:
+            stop_reason = "an epoch made no optimizer step"
+            break
+    ckpt = None
+    if cfg.save_model:
+        ckpt = run_dir / "checkpoints" / stage.name
+        ctx.model.save_pretrained(ckpt)
+        ctx.tok.save_pretrained(ckpt)
+    return {
+        "name": stage.name,
+        "index": index,
+        "pools": stage.pools,
+        "prompts": len(rows),
+        "max_completion_length": stage.max_completion_length,
+        "temperature": float(temperature),
+        "temperature_source": "entropy_sweep" if sweep else "config",
+        "mask_truncated_completions": stage.mask_truncated_completions,
+        "epochs": epochs,
+        "steps": stage_steps,
+        "stopped": stop_reason,
+        "checkpoint": str(ckpt.resolve()) if ckpt else None,
+        "counts": {
+            k.split("/", 1)[1]: v for k, v in state.totals.items() if k.startswith(stage.name + "/")
+        },
+    }
+
+
 def run_grpo(
     config: TrainConfig,
     out_dir: str | os.PathLike,
@@ -486,10 +635,8 @@ def run_grpo(
             skipped_by_stage[st_name] = skipped_by_stage.get(st_name, 0) + 1
 
     import torch
-    from datasets import Dataset
 
-    from training.entropy import entropy_sweep
-    from training.rewards import LengthPenaltyReward, build_rewards, close_rewards, reward_counts
+    from training.rewards import build_rewards, close_rewards, reward_counts
 
     started = datetime.now(UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
@@ -514,152 +661,38 @@ def run_grpo(
             rnames.index(n) for n in resolved.resampling.correct_rewards if n in rnames
         ],
     )
-    trainer_cls = _trainer_class()
-    metrics_path = run_dir / "metrics.jsonl"
+    # the Hub commit the base weights came from (None for a local folder)
+    base_commit = (
+        done[-1].get("base_commit") if done else getattr(model.config, "_commit_hash", None)
+    )
     stage_records: list[dict[str, Any]] = list(done)
     checkpoint_dir: Path | None = Path(done[-1]["checkpoint"]) if done else None
+    ctx = _StageContext(
+        config=resolved,
+        run_dir=run_dir,
+        model=model,
+        tok=tok,
+        rewards=rewards,
+        state=state,
+        trainer_cls=_trainer_class(),
+        callbacks=list(callbacks or []),
+        metrics_path=run_dir / "metrics.jsonl",
+    )
     try:
         for si, stage in enumerate(resolved.stages):
             if si < len(done):
                 continue
-            rows = datasets_by_stage[stage.name]
             counts_before = reward_counts(rewards)
-            stage_dir = run_dir / "stages" / stage.name
-            stage_dir.mkdir(parents=True, exist_ok=True)
-            sweep = None
-            temperature = stage.temperature
-            if temperature == "auto":
-                ec = resolved.entropy
-                sweep = entropy_sweep(
-                    model,
-                    tok,
-                    [r["prompt"] for r in rows[: ec.num_prompts]],
-                    ec.temperatures,
-                    target=ec.target,
-                    max_new_tokens=min(ec.max_new_tokens, stage.max_completion_length),
-                    samples_per_prompt=ec.samples_per_prompt,
-                    seed=resolved.seed,
-                )
-                temperature = sweep.proposed
-                (stage_dir / "entropy_sweep.json").write_text(
-                    json.dumps(sweep.to_dict(), indent=2, sort_keys=True)
-                )
-                _append_jsonl(
-                    metrics_path, {"event": "entropy_sweep", "stage": stage.name, **sweep.to_dict()}
-                )
-            for r in rewards:
-                if isinstance(r, LengthPenaltyReward):
-                    r.max_len = stage.max_completion_length
-            tracker = HistoryTracker([r["uid"] for r in rows], enabled=resolved.resampling.enabled)
-            state.stage, state.tracker = stage.name, tracker
-            state.max_completion_length, state.temperature = (
-                stage.max_completion_length,
-                float(temperature),
-            )
-            by_uid = {r["uid"]: r for r in rows}
-            optimizer = scheduler = None
-            stage_steps = 0
-            epochs: list[dict[str, Any]] = []
-            stop_reason = ""
-            epoch = 0
-            while True:
-                if stage.epochs is not None and epoch >= stage.epochs:
-                    stop_reason = f"{stage.epochs} epoch(s) done"
-                    break
-                if stage.steps is not None and stage_steps >= stage.steps:
-                    stop_reason = f"{stage.steps} step(s) done"
-                    break
-                active = tracker.active
-                ds = Dataset.from_list([by_uid[u] for u in active])
-                args = _grpo_args(
-                    resolved,
-                    stage,
-                    float(temperature),
-                    run_dir / "trl" / stage.name / f"epoch-{epoch:03d}",
-                    resolved.seed + epoch,
-                )
-                prompts_per_gen = args.generation_batch_size // args.num_generations
-                if len(active) < prompts_per_gen:
-                    stop_reason = (
-                        f"{len(active)} prompt(s) kept, fewer than one generation batch "
-                        f"({prompts_per_gen})"
-                    )
-                    break
-                state.epoch = epoch
-                state.step_offset = sum(r["steps"] for r in stage_records) + stage_steps
-                trainer = trainer_cls(
-                    model=model,
-                    reward_funcs=rewards,
-                    args=args,
-                    train_dataset=ds,
-                    processing_class=tok,
-                    callbacks=[_metrics_callback(metrics_path, state), *(callbacks or [])],
-                    run_state=state,
-                )
-                # optimizer steps in one pass, counted the way transformers' Trainer counts them
-                n_batches = len(trainer.get_train_dataloader())
-                ga = args.gradient_accumulation_steps
-                per_pass = n_batches // ga + int(n_batches % ga > 0)
-                if optimizer is None:
-                    planned = stage.steps if stage.steps is not None else per_pass * stage.epochs
-                    optimizer, scheduler = _stage_optimizer(model, args, max(1, planned))
-                trainer.optimizer, trainer.lr_scheduler = optimizer, scheduler
-                if stage.steps is not None:
-                    trainer.args.max_steps = min(per_pass, stage.steps - stage_steps)
-                te = time.perf_counter()
-                trainer.train()
-                steps_done = trainer.state.global_step
-                _release(trainer, model)
-                del trainer
-                stage_steps += steps_done
-                summary: EpochSummary = tracker.end_epoch(stage.name, epoch)
-                write_epoch_summary(run_dir, summary)
-                rec = {
-                    **summary.to_dict(),
-                    "steps": steps_done,
-                    "wall_s": round(time.perf_counter() - te, 3),
-                }
-                epochs.append(rec)
-                _append_jsonl(metrics_path, {"event": "history_resampling", **rec})
-                log.info(
-                    "stage %s epoch %d: seen %d, dropped %d, kept %d",
-                    stage.name, epoch, summary.seen, summary.dropped, summary.kept,
-                )  # fmt: skip
-                epoch += 1
-                if steps_done == 0:
-                    stop_reason = "an epoch made no optimizer step"
-                    break
-            ckpt = None
-            if resolved.save_model:
-                ckpt = run_dir / "checkpoints" / stage.name
-                model.save_pretrained(ckpt)
-                tok.save_pretrained(ckpt)
-                checkpoint_dir = ckpt
-            stage_records.append(
-                {
-                    "name": stage.name,
-                    "index": si,
-                    "pools": stage.pools,
-                    "prompts": len(rows),
-                    "skipped_rows": skipped_by_stage.get(stage.name, 0),
-                    "max_completion_length": stage.max_completion_length,
-                    "temperature": float(temperature),
-                    "temperature_source": "entropy_sweep" if sweep else "config",
-                    "mask_truncated_completions": stage.mask_truncated_completions,
-                    "epochs": epochs,
-                    "steps": stage_steps,
-                    "stopped": stop_reason,
-                    "checkpoint": str(ckpt.resolve()) if ckpt else None,
-                    "counts": {
-                        k.split("/", 1)[1]: v
-                        for k, v in state.totals.items()
-                        if k.startswith(stage.name + "/")
-                    },
-                    "reward_counts": _count_delta(counts_before, reward_counts(rewards)),
-                }
-            )
-            if ckpt is not None:  # the stage is finished: a rerun resumes after it
-                _write_json(stage_dir / "stage.json", stage_records[-1])
+            offset = sum(r["steps"] for r in stage_records)
+            rec = _train_stage(ctx, si, stage, datasets_by_stage[stage.name], offset)
+            rec["skipped_rows"] = skipped_by_stage.get(stage.name, 0)
+            rec["reward_counts"] = _count_delta(counts_before, reward_counts(rewards))
+            rec["base_commit"] = base_commit
+            stage_records.append(rec)
+            if rec["checkpoint"]:
+                checkpoint_dir = Path(rec["checkpoint"])
+                # the stage is finished: a rerun of this config resumes after it
+                _write_json(run_dir / "stages" / stage.name / "stage.json", rec)
     finally:
         close_rewards(rewards)
 
@@ -681,11 +714,7 @@ def run_grpo(
         "stages": stage_records,
         "reward_counts": _sum_counts([r["reward_counts"] for r in stage_records]),
         "resumed_after_stages": [d["name"] for d in done],
-        "base_model": {
-            **dataclasses.asdict(resolved.model),
-            # the Hub commit the weights came from (None for a local folder)
-            "commit": getattr(model.config, "_commit_hash", None),
-        },
+        "base_model": {**dataclasses.asdict(resolved.model), "commit": base_commit},
         "checkpoint": str(checkpoint_dir) if checkpoint_dir else None,
     }
     if checkpoint_dir is not None and resolved.publish:
