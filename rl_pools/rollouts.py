@@ -439,12 +439,14 @@ def _rows_of(rows, samples, grades, params: SamplingParams, model: str, tmpl, k,
 
 def publish_rollouts(catalog: Any, pool_ref: str, result: RolloutResult, config: dict[str, Any]):
     """Publish ``NAME.rollouts`` and merge the counts into ``NAME.passcounts``; return both."""
+    from rl_pools.build import base_name
     from rl_pools.passcounts import publish_counts
 
     pool = catalog.resolve(pool_ref)
+    base = base_name(pool.name)
     summary = result.summary()
     rv = catalog.publish(
-        f"{pool.name}.rollouts",
+        f"{base}.rollouts",
         str(result.rollouts_path),  # streamed from the file
         parents=[pool.ref],
         step="rl.rollouts",
@@ -452,6 +454,6 @@ def publish_rollouts(catalog: Any, pool_ref: str, result: RolloutResult, config:
         metadata={"summary": summary},
     )
     result.rollouts_path.unlink(missing_ok=True)
-    cv = publish_counts(catalog, f"{pool.name}.passcounts", result.passcounts,
+    cv = publish_counts(catalog, f"{base}.passcounts", result.passcounts,
                         parents=[rv.ref, pool.ref], config=config)  # fmt: skip
     return rv, cv

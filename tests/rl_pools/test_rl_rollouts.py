@@ -72,15 +72,24 @@ def test_rollouts_grade_against_oracle_publish_and_unchanged_rerun(math_ref, dat
 
 
 def test_hf_backend_rollouts_with_tiny_random_model(math_ref, tmp_path):
+    from rl_pools.build import select_ref, validate_ref
+    from rl_pools.tiers import SelectionConfig
+
     d = tiny_model_dir(tmp_path / "tiny")
     gen = GenerationConfig(backend="hf", model=str(d), device="cpu", batch_size=8)
-    out = rollouts_ref(math_ref, gen, SamplingParams(temperature=1.0, max_tokens=8, seed=0),
+    validated = validate_ref(math_ref)["ref"]
+    out = rollouts_ref(validated, gen, SamplingParams(temperature=1.0, max_tokens=8, seed=0),
                        RolloutConfig(k=2, verify_workers=1), tmp_path / "s", progress=False)  # fmt: skip
     ro = Catalog().load(out["rollouts_ref"]).to_pylist()
     assert len(ro) == 16 and all(r["completion_tokens"] <= 8 for r in ro)
     assert all(r["finish_reason"] in ("stop", "length") and r["prompt_tokens"] > 0 for r in ro)
     assert all(r["correct"] is not None for r in ro)  # graded, no verifier error
     assert sum(out["statuses"].values()) == 16
+    # names follow the pool's base name, so validate -> rollouts -> select chain by default
+    assert out["rollouts_ref"].startswith("mathpool.rollouts@")
+    assert out["passcounts_ref"].startswith("mathpool.passcounts@")
+    sel = select_ref(validated, str(d), SelectionConfig(preset="srpo"))
+    assert sel["ref"].startswith("mathpool.rl@") and sel["rows_in"] == 8
 
 
 def _sluice(args, env, **kw):
