@@ -135,6 +135,7 @@ class StandInServer:
         self.slow_s = slow_s
         self.latency_s = latency_s
         self.requests: list[dict[str, Any]] = []
+        self.reasoning: str | None = None  # set: chat replies carry it as reasoning_content
         self.in_flight = 0
         self.max_in_flight = 0
         self._seen: set[str] = set()
@@ -201,6 +202,8 @@ class StandInServer:
                 choice: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
                 if chat:
                     choice["message"] = {"role": "assistant", "content": reply}
+                    if outer.reasoning is not None:
+                        choice["message"]["reasoning_content"] = outer.reasoning
                 else:
                     choice["text"] = reply
                 self._send(200, {"id": "x", "object": "chat.completion" if chat else

@@ -237,11 +237,10 @@ class OpenAIBackend(Backend):
             body = self.payload(req.prompt, params, seed)
             data = self._post(body)
             choice = data["choices"][0]
-            text = (
-                (choice.get("message") or {}).get("content")
-                if self.config.mode == "chat"
-                else choice.get("text")
-            )
+            msg = choice.get("message") or {}
+            text = msg.get("content") if self.config.mode == "chat" else choice.get("text")
+            # vLLM/SGLang with a reasoning parser put the thinking beside the answer
+            reasoning = msg.get("reasoning_content") or msg.get("reasoning")
             usage = data.get("usage") or {}
             return Sample(
                 text=text if text is not None else "",
@@ -249,6 +248,7 @@ class OpenAIBackend(Backend):
                 prompt_tokens=usage.get("prompt_tokens"),
                 completion_tokens=usage.get("completion_tokens"),
                 latency_s=round(time.perf_counter() - t0, 4),
+                reasoning=reasoning,
                 **common,
             )
         except (_RequestFailed, KeyError, IndexError, TypeError, AttributeError) as exc:

@@ -51,6 +51,7 @@ SAMPLE_SCHEMA = pa.schema(
         pa.field("error", pa.string()),  # null, "empty response", or the request failure
         pa.field("latency_s", pa.float64()),
         pa.field("created_at", pa.float64()),
+        pa.field("reasoning", pa.string()),  # server-side parsed reasoning (vLLM reasoning parser)
     ],
     metadata={b"sluice.schema": SAMPLE_SCHEMA_VERSION.encode()},
 )
@@ -90,6 +91,7 @@ class Sample:
     created_at: float = field(default_factory=time.time)
     key: str = ""
     params_hash: str = ""
+    reasoning: str | None = None  # ``reasoning_content`` of a server with a reasoning parser
 
     def __post_init__(self) -> None:
         if not self.key:

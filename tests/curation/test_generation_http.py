@@ -105,3 +105,13 @@ def test_endpoint_down_is_one_clear_error(tmp_path):
             generate(["hi"], 2, P, b, st, progress=False)
         assert "vllm serve" in str(e.value) and "\n" not in str(e.value)
         assert st.count_lines() == 0
+
+
+def test_reasoning_content_is_kept_beside_the_answer(tmp_path):
+    """A server with a reasoning parser (vLLM --reasoning-parser) returns the thinking apart."""
+    with StandInServer() as srv, SampleStore(tmp_path / "s") as st:
+        srv.reasoning = "Let me think: 2+2 is 4."
+        r = generate(["What is 2+2?"], 1, P, _backend(srv.url), st, progress=False)
+        s = r.samples[0][0]
+        assert s.reasoning == "Let me think: 2+2 is 4." and s.text.startswith("stand-in reply")
+        assert r.table().column("reasoning").to_pylist() == ["Let me think: 2+2 is 4."]
