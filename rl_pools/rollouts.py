@@ -294,24 +294,32 @@ def run_rollouts(
             rbar = Progress(total, "grade") if show else None
             log = _GradeLog(store_dir / "grades.jsonl")
             writer = pq.ParquetWriter(out_path, ROLLOUT_SCHEMA)
-            for start in range(0, len(rows), config.chunk_prompts):
-                chunk = rows[start : start + config.chunk_prompts]
-                prompts = [prompt_templates.messages(r, tmpl.get(r["domain"])) for r in chunk]
-                res = generate(prompts, k, params, backend, store, progress=gbar or False)
-                for key in ("generated", "reused", "failed", "empty"):
-                    st[key] += getattr(res, key)
-                errors += [e for e in res.errors if e not in errors][:5]
-                if res.failed:
-                    continue  # graded on the rerun that completes them
-                grades, n_graded = grader.grade(chunk, res.samples, log)
+
+            def grade_chunk(chunk, samples) -> None:  # runs on the grading thread
+                nonlocal written
+                grades, n_graded = grader.grade(chunk, samples, log)
                 st["graded"] += n_graded
                 st["grades_reused"] += len(chunk) * k - n_graded
                 if rbar is not None:
                     rbar.update(len(chunk) * k)
-                out = _rows_of(chunk, res.samples, grades, params, backend.model_id, tmpl, k,
+                out = _rows_of(chunk, samples, grades, params, backend.model_id, tmpl, k,
                                counts, statuses)  # fmt: skip
                 writer.write_table(pa.Table.from_pylist(out, schema=ROLLOUT_SCHEMA))
                 written += len(out)
+
+            # Grading chunk i overlaps generating chunk i+1 (the verifier and the sandbox work
+            # in other processes, generation waits on the server or on torch); the queue holds
+            # one chunk, so at most two chunks are in memory.
+            with _Pipeline(grade_chunk) as pipe:
+                for start in range(0, len(rows), config.chunk_prompts):
+                    chunk = rows[start : start + config.chunk_prompts]
+                    prompts = [prompt_templates.messages(r, tmpl.get(r["domain"])) for r in chunk]
+                    res = generate(prompts, k, params, backend, store, progress=gbar or False)
+                    for key in ("generated", "reused", "failed", "empty"):
+                        st[key] += getattr(res, key)
+                    errors += [e for e in res.errors if e not in errors][:5]
+                    if not res.failed:  # else graded on the rerun that completes them
+                        pipe.put(chunk, res.samples)
             for bar in (gbar, rbar):
                 if bar is not None:
                     bar.close()
@@ -339,6 +347,45 @@ def run_rollouts(
             backend.close()
     return RolloutResult(out_path, counts_table(counts.values()), st["generated"], st["reused"],
                          st["graded"], st["grades_reused"], dict(statuses), written)  # fmt: skip
+
+
+class _Pipeline:
+    """One background thread running ``fn(*item)`` for each queued item, in order. An error
+    there is raised in the caller at the next ``put`` or at exit."""
+
+    def __init__(self, fn) -> None:
+        import queue
+        import threading
+
+        self.fn = fn
+        self.q: queue.Queue = queue.Queue(maxsize=1)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="sluice-grade", daemon=True)
+
+    def _run(self) -> None:
+        while (item := self.q.get()) is not None:
+            if self.error is None:
+                try:
+                    self.fn(*item)
+                except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+                    self.error = exc
+
+    def __enter__(self) -> _Pipeline:
+        self.thread.start()
+        return self
+
+    def put(self, *item: Any) -> None:
+        if self.error is not None:
+            raise self.error
+        self.q.put(item)
+
+    def __exit__(self, exc_type, *exc: object) -> None:
+        if exc_type is not None and not issubclass(exc_type, Exception):
+            return  # KeyboardInterrupt and the like: do not wait for the grading thread
+        self.q.put(None)
+        self.thread.join()
+        if exc_type is None and self.error is not None:
+            raise self.error
 
 
 class _Grader:

@@ -227,3 +227,23 @@ def test_verifier_timeout_is_recorded_not_a_zero(math_ref, data_root, tmp_path):
         assert c["pass_rate"] is None if n_timeout == 2 else c["pass_rate"] == 0.0
     tiers = assign_tiers(cat.load(math_ref), cat.load(out["passcounts_ref"]))
     assert "ungraded" in set(tiers.column("tier").to_pylist())
+
+
+def test_grading_thread_errors_reach_the_caller():
+    from rl_pools.rollouts import _Pipeline
+
+    done = []
+
+    def fn(x):
+        if x == 2:
+            raise RuntimeError("sandbox broke")
+        done.append(x)
+
+    with pytest.raises(RuntimeError, match="sandbox broke"):
+        with _Pipeline(fn) as p:
+            for x in range(6):
+                p.put(x)
+    assert done == [0, 1]  # in order; nothing after the failure
+    with _Pipeline(done.append) as p:
+        p.put(7)
+    assert done == [0, 1, 7]
