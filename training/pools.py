@@ -40,6 +40,7 @@ class PoolInfo:
     decontam_input_ref: str | None  # what that run scanned (the ancestor's parent)
     decontam_config: dict[str, Any] | None
     cleaned: bool
+    excluded_ref: str | None = None  # the same run's <name>.excluded (rows removed + reasons)
     problem: str | None = None  # why it is not cleaned
     lineage: list[str] = field(default_factory=list)
 
@@ -82,6 +83,7 @@ def check_pool(catalog: Any, ref: str) -> PoolInfo:
             f"among {', '.join(lineage)})"
         )
         return info
+    info.excluded_ref = _excluded_sibling(catalog, decon)
     cfg = (decon.config or {}).get("decontam") or {}
     if not cfg.get("benchmarks") or not cfg.get("detectors"):
         info.problem = f"{decon.ref} records no benchmarks/detectors: its run is incomplete"
@@ -93,6 +95,22 @@ def check_pool(catalog: Any, ref: str) -> PoolInfo:
         return info
     info.cleaned = True
     return info
+
+
+def _excluded_sibling(catalog: Any, decon: Any) -> str | None:
+    """The ``<name>.excluded`` version the same decontamination run published (same parents and
+    run config): the evidence of what was removed and why."""
+    from curation.errors import NotFoundError
+
+    name = decon.name[: -len(".decontaminated")] + ".excluded"
+    try:
+        versions = catalog.versions(name)
+    except NotFoundError:
+        return None
+    for v in versions:
+        if v.parents == decon.parents and v.config == decon.config and v.step == decon.step:
+            return v.ref
+    return None
 
 
 def check_pools(catalog: Any, refs: list[str], *, allow_uncleaned: bool = False) -> list[PoolInfo]:

@@ -132,6 +132,8 @@ def test_run_records_consumed_versions_config_and_versions(run, pool_catalog):
     assert c["cleaned"] and c["decontaminated_ref"] == pool_catalog["math"]
     assert c["decontam_input_ref"] == pool_catalog["raw_math"]
     assert c["decontam_config"]["decontam"]["benchmarks"] == ["aime24"]
+    excluded = pool_catalog["catalog"].resolve(c["excluded_ref"])  # the run's evidence
+    assert excluded.name == "gsm8k.excluded" and excluded.parents == (pool_catalog["raw_math"],)
     import trl
 
     assert man["versions"]["trl"] == trl.__version__
