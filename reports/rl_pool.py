@@ -124,8 +124,10 @@ def build_rl_report(ref: str, catalog: Any = None, contamination_report: str | N
         "excluded": excluded,
         "contamination_report": contamination_report,
         "selection": cfg.get("selection"),
-        "_plots": {"tiers": tier_histogram_png({k: dict(c) for k, c in hist.items()}, tiers),
-                   "rates": pass_rate_png(rates)},  # fmt: skip
+        "_plots": {
+            "tiers": tier_histogram_png({k: dict(c) for k, c in hist.items()}, tiers),
+            "rates": pass_rate_png(rates),
+        },  # fmt: skip
     }
 
 
@@ -146,7 +148,10 @@ def render_rl_report(ref: str, out_dir: str | Path, *, catalog: Any = None,
     css = (TEMPLATES / "report.css").read_text(encoding="utf-8")
     html = _env().get_template("rl_pool.html.j2").render(r=r, css=css, imgs=imgs)
     paths = {"html": out / "rl_pool.html", "json": out / "rl_pool.json"}
-    for key, text in (("html", html), ("json", json.dumps(r, indent=2, sort_keys=True, default=str))):
+    for key, text in (
+        ("html", html),
+        ("json", json.dumps(r, indent=2, sort_keys=True, default=str)),
+    ):
         tmp = paths[key].with_suffix(".tmp")
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(paths[key])
