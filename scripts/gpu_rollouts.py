@@ -19,6 +19,7 @@ that every request produces exactly max_tokens.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -82,21 +83,50 @@ def vllm_bench(vllm: str, url: str, model: str, prompts, k: int, max_tokens: int
             "completed": r["completed"]}  # fmt: skip
 
 
-def sluice_rollouts(url: str, model: str, prompts, k: int, max_tokens: int, conc: int):
-    from curation.generation import (
-        GenerationConfig,
-        OpenAIBackend,
-        SampleStore,
-        SamplingParams,
-        generate,
-    )
+def ignore_eos_backend(url: str, model: str, conc: int):
+    """Sluice's OpenAI backend sending ``ignore_eos`` (the request shape of vllm bench
+    --ignore-eos), so both sides produce exactly max_tokens per request."""
+    from curation.generation import GenerationConfig, OpenAIBackend
 
-    class _IgnoreEos(OpenAIBackend):  # same request shape as vllm bench (--ignore-eos)
+    class _IgnoreEos(OpenAIBackend):
         def payload(self, prompt, params, seed):
             return {**super().payload(prompt, params, seed), "ignore_eos": True}
 
-    backend = _IgnoreEos(GenerationConfig(backend="openai", model=model, base_url=url,
-                                          concurrency=conc, timeout_s=1800))  # fmt: skip
+    return _IgnoreEos(GenerationConfig(backend="openai", model=model, base_url=url,
+                                       concurrency=conc, timeout_s=3600))  # fmt: skip
+
+
+@contextlib.contextmanager
+def serving(a):
+    """The server to measure: a stand-in (``--self-check``), a running one (``--server-url``),
+    or ``vllm serve MODEL`` started here and stopped after. Yields its base URL."""
+    server = stand_in = None
+    try:
+        if a.self_check:
+            from generation_helpers import StandInServer
+
+            stand_in = StandInServer(latency_s=0.01).__enter__()
+            url = stand_in.url
+        elif a.server_url:
+            url = a.server_url
+        else:
+            url = f"http://127.0.0.1:{a.port}/v1"
+            server = subprocess.Popen([a.vllm, "serve", a.model, "--port", str(a.port),
+                                       "--disable-log-requests"])  # fmt: skip
+            _wait(url, 900)
+        yield url
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=60)
+        if stand_in is not None:
+            stand_in.__exit__(None, None, None)
+
+
+def sluice_rollouts(url: str, model: str, prompts, k: int, max_tokens: int, conc: int):
+    from curation.generation import SampleStore, SamplingParams, generate
+
+    backend = ignore_eos_backend(url, model, conc)
     params = SamplingParams(temperature=1.0, max_tokens=max_tokens, seed=0)
     with tempfile.TemporaryDirectory() as d, SampleStore(Path(d) / "s") as store:
         t0 = time.perf_counter()
@@ -120,21 +150,7 @@ def main() -> None:
     ap.add_argument("--self-check", action="store_true", help="stand-in server, no vLLM (CPU)")
     a = ap.parse_args()
     prompts = _prompts(a.prompts)
-    server = None
-    stand_in = None
-    try:
-        if a.self_check:
-            from generation_helpers import StandInServer
-
-            stand_in = StandInServer(latency_s=0.01).__enter__()
-            url = stand_in.url
-        elif a.server_url:
-            url = a.server_url
-        else:
-            url = f"http://127.0.0.1:{a.port}/v1"
-            server = subprocess.Popen([a.vllm, "serve", a.model, "--port", str(a.port),
-                                       "--disable-log-requests"])  # fmt: skip
-            _wait(url, 900)
+    with serving(a) as url:
         base = None
         if not a.self_check:
             base = vllm_bench(a.vllm, url, a.model, prompts, a.k, a.max_tokens, a.concurrency)
@@ -144,12 +160,6 @@ def main() -> None:
         if base:
             print(f"sluice / vllm bench: requests/s {ours['requests_per_s'] / base['requests_per_s']:.3f}, "
                   f"output tokens/s {ours['output_tokens_per_s'] / base['output_tokens_per_s']:.3f}")  # fmt: skip
-    finally:
-        if server is not None:
-            server.terminate()
-            server.wait(timeout=60)
-        if stand_in is not None:
-            stand_in.__exit__(None, None, None)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 
 def main() -> None:
-    from gpu_rollouts import _wait, vllm_bench
+    from gpu_rollouts import ignore_eos_backend, serving, vllm_bench
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B")
@@ -48,7 +48,6 @@ def main() -> None:
     a = ap.parse_args()
 
     from curation.catalog import Catalog
-    from curation.generation import GenerationConfig, OpenAIBackend
     from curation.ingest import ingest
     from curation.settings import shared_dir
     from rl_pools.prompts import messages
@@ -64,34 +63,16 @@ def main() -> None:
                   field_map="deepscaler_math", name="gpu_sft", catalog=cat, limit=a.prompts)  # fmt: skip
     rows = cat.load(pool.ref).to_pylist()
     prompts = [messages(r) for r in rows]
-    server = stand_in = None
-    try:
-        if a.self_check:
-            from generation_helpers import StandInServer
-
-            stand_in = StandInServer(latency_s=0.01).__enter__()
-            url = stand_in.url
-        elif a.server_url:
-            url = a.server_url
-        else:
-            url = f"http://127.0.0.1:{a.port}/v1"
-            server = subprocess.Popen([a.vllm, "serve", a.model, "--port", str(a.port)])
-            _wait(url, 900)
+    with serving(a) as url:
         if not a.self_check:
             base = vllm_bench(a.vllm, url, a.model, prompts, a.n, a.max_tokens, a.concurrency)
             print("vllm bench serve:", json.dumps(base), flush=True)
-
-        class _IgnoreEos(OpenAIBackend):  # the request shape of vllm bench --ignore-eos
-            def payload(self, prompt, params, seed):
-                return {**super().payload(prompt, params, seed), "ignore_eos": True}
-
-        gen = GenerationConfig(backend="openai", model=a.model, base_url=url,
-                               concurrency=a.concurrency, timeout_s=3600)  # fmt: skip
+        backend = ignore_eos_backend(url, a.model, a.concurrency)
         teacher = TeacherConfig(model=a.model, max_tokens=a.max_tokens)
         t0 = time.perf_counter()
-        res = generate_from_pool(pool.ref, generation=gen, teacher=teacher,
-                                 responses_per_prompt=a.n, catalog=cat,
-                                 backend=_IgnoreEos(gen), progress=True)  # fmt: skip
+        res = generate_from_pool(pool.ref, generation=backend.config, teacher=teacher,
+                                 responses_per_prompt=a.n, catalog=cat, backend=backend,
+                                 progress=True)  # fmt: skip
         el = time.perf_counter() - t0
         toks = sum(r["response_tokens"] or 0 for r in res.rows)
         ours = {"requests_per_s": len(res.rows) / el, "output_tokens_per_s": toks / el,
@@ -109,12 +90,6 @@ def main() -> None:
                                   "--format=csv"], capture_output=True, text=True).stdout)  # fmt: skip
         except FileNotFoundError:
             pass
-    finally:
-        if stand_in is not None:
-            stand_in.__exit__()
-        if server is not None:
-            server.terminate()
-            server.wait(timeout=60)
 
 
 if __name__ == "__main__":

@@ -36,23 +36,13 @@ from sft_generation.responses import RESPONSE_SCHEMA, grade, make_row, to_table
 
 SFT_RUN_SCHEMA_VERSION = "sft_build/1"
 
+# One SFT set version: the kept responses, with the fields a trainer and an auditor need (a
+# projection of the response record, plus the response length).
+_SET_FIELDS = ("uid", "problem_uid", "source", "domain", "prompt", "response", "reasoning",
+               "final_answer", "generator_model", "sampling_params", "sample_index",
+               "verification", "response_tokens")  # fmt: skip
 SFT_SET_SCHEMA = pa.schema(
-    [
-        pa.field("uid", pa.string(), nullable=False),
-        pa.field("problem_uid", pa.string()),
-        pa.field("source", pa.string()),
-        pa.field("domain", pa.string()),
-        pa.field("prompt", pa.string()),
-        pa.field("response", pa.string()),
-        pa.field("reasoning", pa.string()),
-        pa.field("final_answer", pa.string()),
-        pa.field("generator_model", pa.string()),
-        pa.field("sampling_params", pa.string()),
-        pa.field("sample_index", pa.int64()),
-        pa.field("verification", pa.string()),
-        pa.field("response_tokens", pa.int64()),
-        pa.field("response_chars", pa.int64()),
-    ],
+    [RESPONSE_SCHEMA.field(n) for n in _SET_FIELDS] + [pa.field("response_chars", pa.int64())],
     metadata={b"sluice.schema": b"sft_set/1"},
 )
 

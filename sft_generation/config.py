@@ -56,12 +56,18 @@ class TeacherConfig:
 
         check_template(self.math_template)
         check_template(self.code_template)
-        if self.temperature < 0:
-            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.max_tokens < 1:
-            raise ConfigError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        self.sampling_params()  # the generation layer's own checks (temperature, top_p, ...)
+
+    def sampling_params(self):
+        """The teacher's :class:`curation.generation.SamplingParams`."""
+        from curation.generation import SamplingParams
+
+        return SamplingParams(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_tokens=self.max_tokens,
+            seed=self.seed,
+        )
 
 
 @dataclass

@@ -48,17 +48,6 @@ def user_prompt(problem: Mapping[str, Any], teacher: TeacherConfig) -> str:
     return user_text(dict(problem), teacher.code_template if code else teacher.math_template)
 
 
-def sampling_params(teacher: TeacherConfig):
-    from curation.generation import SamplingParams
-
-    return SamplingParams(
-        temperature=teacher.temperature,
-        top_p=teacher.top_p,
-        max_tokens=teacher.max_tokens,
-        seed=teacher.seed,
-    )
-
-
 def pool_problems(table: pa.Table, source: str) -> list[dict[str, Any]]:
     """The problems of a pool version, checked: a pool needs uid, domain and problem columns."""
     missing = [c for c in ("uid", "domain", "problem") if c not in table.column_names]
@@ -95,7 +84,7 @@ def generate_responses(
         )
     if not problems:
         raise InputError("the pool has no problems", hint="check the pool version")
-    params = sampling_params(teacher)
+    params = teacher.sampling_params()
     texts = [user_prompt(p, teacher) for p in problems]
     prompts = [[{"role": "user", "content": t}] for t in texts]
     if generation.mode == "completions" and backend is None and not generation.tokenizer:
