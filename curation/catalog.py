@@ -59,7 +59,14 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from curation import settings
-from curation.errors import ConfigError, IntegrityError, NotFoundError, did_you_mean
+from curation.errors import (
+    ConfigError,
+    IntegrityError,
+    NotFoundError,
+    did_you_mean,
+    storage_error,
+    writing_to,
+)
 
 CATALOG_SCHEMA_VERSION = 1
 # Rows per canonical chunk. The content hash depends on it, so it is part of HASH_ALGO and
@@ -637,11 +644,11 @@ class Catalog:
                 else:
                     con.execute("SELECT count(*) FROM versions").fetchone()
             except duckdb.Error as exc:
-                raise self._damaged(exc) from None
+                raise storage_error(exc, str(self.db_path)) or self._damaged(exc) from None
             try:
                 yield con
             except duckdb.Error as exc:
-                raise self._damaged(exc) from None
+                raise storage_error(exc, str(self.db_path)) or self._damaged(exc) from None
 
     def _damaged(self, exc: Exception) -> IntegrityError:
         first = (str(exc).strip().splitlines() or [""])[0][:200]
@@ -1103,7 +1110,8 @@ class Catalog:
         resolved = list(dict.fromkeys(resolved))
 
         canon, batches = _as_batches(table, schema)
-        digest, nrows, nbytes = self._write_object(canon, batches)
+        with writing_to(f"the data root {self.root}"):
+            digest, nrows, nbytes = self._write_object(canon, batches)
         return StagedVersion(
             name=name,
             version=digest[:VERSION_LEN],
@@ -1131,7 +1139,7 @@ class Catalog:
             if len(staged) > 1
             else None
         )
-        with self._connect(write=True) as con:
+        with writing_to(f"the data root {self.root}"), self._connect(write=True) as con:
             con.execute("BEGIN TRANSACTION")
             try:
                 for s in staged:
@@ -1370,9 +1378,10 @@ class Catalog:
         A folder left by a killed process is collected by the next call (its lock is free).
         """
         base = self._meta_dir / "staging"
-        base.mkdir(parents=True, exist_ok=True)
-        self.collect_staging()
-        d = Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=base))
+        with writing_to(str(base)):
+            base.mkdir(parents=True, exist_ok=True)
+            self.collect_staging()
+            d = Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=base))
         lock = open(d / ".lock", "a+b")  # noqa: SIM115 - held for the folder's lifetime
         try:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)

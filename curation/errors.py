@@ -7,6 +7,9 @@ shows a traceback for these.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 
 class SluiceError(Exception):
     """Base class for errors the user can act on."""
@@ -55,6 +58,74 @@ class InputError(SluiceError):
 
 class IntegrityError(SluiceError):
     """A copy of data does not match its pinned counts or hashes."""
+
+
+class StorageError(SluiceError):
+    """The file system refused a write: full, read-only, no permission, or a file in the way."""
+
+
+# errno -> (what happened, what to do). Matched by errno, or by the C library's message when a
+# library (pyarrow, DuckDB) reports the failure as text only.
+_STORAGE_ERRNOS = {
+    28: ("no space left on the device", "free space there or point --root/--out elsewhere"),
+    122: ("disk quota exceeded", "free space there or point --root/--out elsewhere"),
+    30: (
+        "the file system is read-only",
+        "use a writable --root/--out (reading a read-only data root works)",
+    ),
+    13: ("permission denied", "make it writable for this user or point --root/--out elsewhere"),
+    1: (
+        "operation not permitted",
+        "make it writable for this user or point --root/--out elsewhere",
+    ),
+    20: ("a file is in the way of a folder", "give a folder path, or remove/rename that file"),
+    17: ("a file is in the way of a folder", "give a folder path, or remove/rename that file"),
+    21: ("a folder is in the way of a file", "give another path, or remove/rename that folder"),
+}
+_STORAGE_MESSAGES = {
+    "No space left on device": 28,
+    "Disk quota exceeded": 122,
+    "Read-only file system": 30,
+    "Permission denied": 13,
+    "Not a directory": 20,
+    "File exists": 17,
+    "Is a directory": 21,
+}
+
+
+def storage_error(exc: BaseException, path: str | None = None) -> StorageError | None:
+    """A one-line :class:`StorageError` naming the path and the fix, when ``exc`` is a
+    file-system refusal (``OSError`` with a known errno, or a library error whose message carries
+    the C library's text); ``None`` for anything else."""
+    import re
+
+    code = getattr(exc, "errno", None)
+    text = str(exc)
+    if code not in _STORAGE_ERRNOS:
+        code = next((c for m, c in _STORAGE_MESSAGES.items() if m in text), None)
+    if code is None:
+        return None
+    what, fix = _STORAGE_ERRNOS[code]
+    where = path or getattr(exc, "filename", None)
+    if not where:
+        quoted = re.search(r"['\"](/[^'\"]+)['\"]", text) or re.search(r"(/[\w./\-]+)", text)
+        where = quoted.group(1) if quoted else None
+    msg = f"cannot write {where}: {what}" if where else f"cannot write: {what}"
+    return StorageError(msg, hint=fix)
+
+
+@contextlib.contextmanager
+def writing_to(where: str) -> Iterator[None]:
+    """Turn a file-system refusal inside the block into a :class:`StorageError` naming ``where``."""
+    try:
+        yield
+    except SluiceError:
+        raise
+    except Exception as exc:
+        err = storage_error(exc, where)
+        if err is None:
+            raise
+        raise err from None
 
 
 class MissingDependencyError(SluiceError, ImportError):

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from curation.dedup import DUPLICATES_SCHEMA, ExactDeduper, Location, duplicate_row
-from curation.errors import ConfigError, IntegrityError
+from curation.errors import ConfigError, InputError, IntegrityError, writing_to
 from curation.fieldmaps import FieldError, FieldMap, available_maps, load_map
 from curation.normalize import NORMALIZER_VERSION
 from curation.readers import (
@@ -402,12 +402,17 @@ def ingest(
     limit: int | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     near_dup_threshold: float | None = None,
+    allow_empty: bool = False,
 ) -> IngestResult:
     """Ingest ``source`` with ``field_map`` (a shipped map name, a .toml path, or ``"auto"``)
     and publish ``name``, ``name.rejects`` and ``name.duplicates`` to ``catalog``.
 
     With ``near_dup_threshold`` (e.g. 0.8), MinHash near-duplicate clusters of the accepted rows
-    are also published as ``name.near_duplicates`` (evidence; no row is dropped)."""
+    are also published as ``name.near_duplicates`` (evidence; no row is dropped).
+
+    A source that yields no usable row (empty, or every row rejected or a duplicate) is an
+    :class:`InputError` naming the most common reject reason, and nothing is published, unless
+    ``allow_empty``."""
     from curation.catalog import Catalog
 
     t0 = time.perf_counter()
@@ -416,12 +421,22 @@ def ingest(
     cat = catalog if catalog is not None else Catalog()
     # Scratch files live under the data root (not $TMPDIR) and a killed run's folder is
     # collected by the next one; the three (four) datasets are committed together or not at all.
-    with cat.staging("ingest") as staging:
+    with cat.staging("ingest") as staging, writing_to(f"the data root {cat.root}"):
         if progress:
             files = _with_progress(spec, fmap, staging, max_row_bytes, limit, batch_size)
         else:
             files = ingest_to_files(
                 spec, fmap, staging, max_row_bytes=max_row_bytes, limit=limit, batch_size=batch_size
+            )
+        c = files.counts
+        if c.accepted == 0 and not allow_empty:
+            top = max(c.reject_reasons.items(), key=lambda kv: kv[1], default=None)
+            why = f"; most common reject: {top[0]} ({top[1]} rows)" if top else ""
+            raise InputError(
+                f"{source}: no usable rows (read {c.read}, rejected {c.rejected}, "
+                f"duplicates {c.duplicates}){why}",
+                hint="check the source and the field map (--map), or pass --allow-empty to "
+                "publish an empty dataset",
             )
         config = {
             "source": source,

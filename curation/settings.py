@@ -42,3 +42,31 @@ def benchmarks_dir(explicit: str | os.PathLike | None = None) -> Path | None:
     if sd and (sd / "benchmarks").is_dir():
         return sd / "benchmarks"
     return None
+
+
+def cache_root(root: str) -> str:
+    """Where a step run against data root ``root`` keeps its caches: the root itself, or, when
+    the root is a read-only local folder, a per-user folder (reads on a read-only root work;
+    the caches are an optimisation, never a reason to fail). Logs a warning when it moves."""
+    import hashlib
+    import logging
+
+    if "://" in root:
+        return root
+    p = Path(root)
+    probe = p
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if os.access(probe, os.W_OK | os.X_OK):
+        return root
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    alt = (
+        base
+        / "sluice"
+        / "read-only-roots"
+        / hashlib.sha256(str(p.resolve()).encode()).hexdigest()[:16]
+    )
+    logging.getLogger("sluice").warning(
+        "warning: data root %s is not writable; keeping caches in %s instead", root, alt
+    )
+    return str(alt)

@@ -161,12 +161,28 @@ def _read_rows(path: Path) -> pa.Table:
         try:
             cols[k] = pa.array(values)
         except (pa.ArrowInvalid, pa.ArrowTypeError):
-            # Mixed types across rows: keep every value, non-strings as JSON text.
-            cols[k] = pa.array(
+            # Mixed types across rows: keep every value, non-strings as JSON text, and note the
+            # first non-string row so that scanning this column as text is refused (not guessed).
+            arr = pa.array(
                 [None if v is None else v if isinstance(v, str) else json.dumps(v) for v in values],
                 pa.string(),
             )
-    return pa.table(cols) if cols else pa.table({})
+            first = next(
+                i for i, v in enumerate(values, 1) if v is not None and not isinstance(v, str)
+            )
+            note = json.dumps([first, type(values[first - 1]).__name__]).encode()
+            cols[k] = (arr, {_NON_TEXT: note})
+    if not cols:
+        return pa.table({})
+    fields = [
+        pa.field(k, c[0].type, metadata=c[1]) if isinstance(c, tuple) else pa.field(k, c.type)
+        for k, c in cols.items()
+    ]
+    arrays = [c[0] if isinstance(c, tuple) else c for c in cols.values()]
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+_NON_TEXT = b"sluice.first_non_text_row"
 
 
 def _file_hash(path: Path) -> str:
@@ -212,7 +228,7 @@ def read_input(input: str, *, catalog=None) -> InputData:
 
 
 def _as_text(value: Any) -> str | None:
-    """Text of one field value: strings as they are; chat lists joined; other values as JSON."""
+    """Text of one field value: strings as they are; chat and string lists joined; TypeError else."""
     if value is None:
         return None
     if isinstance(value, str):
@@ -225,7 +241,8 @@ def _as_text(value: Any) -> str | None:
         return "\n".join(str(m.get("content") or "") for m in value)
     if isinstance(value, list) and all(isinstance(x, str) for x in value):
         return "\n\n".join(value)
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    # a number, bool, dict or mixed list is not text: scanning its JSON would be a silent guess
+    raise TypeError(type(value).__name__)
 
 
 def sample_uids(table: pa.Table, id_field: str | None, *, source: str = "input") -> pa.Array:
@@ -279,10 +296,29 @@ def prepare_text_table(
     uids = sample_uids(table, id_field, source=source).to_pylist()
     out_uid, out_field, out_text = [], [], []
     for f in text_fields:
+        note = (table.schema.field(f).metadata or {}).get(_NON_TEXT)
+        if note:  # a mixed column that _read_rows stringified
+            row, kind = json.loads(note)
+            raise InputError(
+                f"wrong type: expected text (or a chat / list of strings), got {kind}",
+                file=source,
+                row=row,
+                field=f,
+                hint="fix that row, or choose text fields with --text-field",
+            )
         col = table[f]
         values = col.to_pylist()
-        for uid, v in zip(uids, values, strict=True):
-            t = _as_text(v)
+        for row, (uid, v) in enumerate(zip(uids, values, strict=True), start=1):
+            try:
+                t = _as_text(v)
+            except TypeError as exc:
+                raise InputError(
+                    f"wrong type: expected text (or a chat / list of strings), got {exc}",
+                    file=source,
+                    row=row,
+                    field=f,
+                    hint="fix that row, or choose text fields with --text-field",
+                ) from None
             if t is None or not t.strip():
                 continue
             out_uid.append(uid)
@@ -490,9 +526,29 @@ def finalize(
     publish_as: str | None = None,
     scan_stats: dict[str, int] | None = None,
 ) -> RunResult:
-    """Apply the policy, write the run directory and publish the clean/excluded datasets."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    """Apply the policy, write the run directory and publish the clean/excluded datasets.
+
+    The files go to a temporary sibling of ``out_dir`` that is renamed into place at the end
+    (:mod:`curation.rundir`): a failed rerun leaves the previous run directory as it was."""
+    from curation import rundir
+
+    final = Path(out_dir)
+    out = rundir.start(final)
+    try:
+        return _write_run(
+            inp, texts, matches, uids, detectors, benchmarks, config, out, final, text_fields,
+            id_field, command, catalog, publish, publish_as, scan_stats,
+        )  # fmt: skip
+    finally:
+        rundir.abandon(out)  # gone after finish(); removes the partial folder on failure
+
+
+def _write_run(
+    inp, texts, matches, uids, detectors, benchmarks, config, out, final, text_fields, id_field,
+    command, catalog, publish, publish_as, scan_stats,
+) -> RunResult:  # fmt: skip
+    from curation import rundir
+
     decisions = decide(matches, uids, config.policy)
     if "source" in inp.table.column_names:
         decisions = decisions.append_column("source", pc.cast(inp.table["source"], pa.string()))
@@ -607,10 +663,10 @@ def finalize(
         "config": config.to_dict(),
         "counts": counts,
         "outputs": {"clean": clean_ref, "excluded": excluded_ref},
+        "files": rundir.describe_files(out, RUN_PARQUET_FILES),
     }
-    tmp = out / ".run.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
-    os.replace(tmp, out / "run.json")
+    (out / "run.json").write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
+    out = rundir.finish(out, final)
     return RunResult(
         out,
         out / "matches.parquet",
@@ -623,6 +679,15 @@ def finalize(
 
 
 # ----------------------------------------------------------------------------- all together
+
+
+RUN_PARQUET_FILES = (
+    "matches.parquet",
+    "decisions.parquet",
+    "texts.parquet",
+    "benchmark_items.parquet",
+    "excluded.parquet",
+)
 
 
 def _reproduce_command(input, text_fields, id_field, config: DecontamConfig, out_dir) -> str:
@@ -676,6 +741,9 @@ def run_decontamination(
             raise ConfigError(
                 f"unknown benchmark {bad[0]!r}", hint=did_you_mean(bad[0], list(known))
             )
+    from curation.rundir import check_out_dir
+
+    check_out_dir(out_dir)  # before reading or scanning anything
     inp = read_input(input, catalog=catalog)
     source = inp.ref or inp.path or input
     texts = prepare_text_table(inp.table, text_fields, id_field, source=source)
@@ -683,7 +751,9 @@ def run_decontamination(
     bset = load_benchmark_set(
         config, benchmarks_dir=benchmarks_dir, allow_mismatch=allow_benchmark_mismatch
     )
-    root = resolve_root(data_root)
+    from curation.settings import cache_root
+
+    root = cache_root(resolve_root(data_root))  # a read-only root: caches go elsewhere
     dets = build_detectors(config.detectors, config, bset, data_root=root)
     import contextlib
 

@@ -81,6 +81,16 @@ def main(argv: list[str] | None = None) -> None:
     except SluiceError as exc:
         Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
+    except Exception as exc:
+        # A full disk, a read-only data root, an --out that is a file: one line naming the path
+        # and the fix, like any other user-fixable error (anything else keeps its traceback).
+        from curation.errors import storage_error
+
+        err = storage_error(exc)
+        if err is None:
+            raise
+        Console(stderr=True).print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+        sys.exit(2)
 
 
 if __name__ == "__main__":  # pragma: no cover

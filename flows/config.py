@@ -76,6 +76,22 @@ class BenchmarksConfig:
             not isinstance(self.names, list) or not all(isinstance(n, str) for n in self.names)
         ):
             raise ConfigError("[benchmarks] names must be a list of benchmark names")
+        if self.names is not None:
+            # checked here, before Prefect starts or anything is ingested
+            from decontam.benchmarks import available_benchmarks
+
+            known = available_benchmarks()
+            if not self.names:
+                raise ConfigError(
+                    "[benchmarks] names is empty",
+                    hint="name at least one benchmark, or leave names out for all of them",
+                )
+            for name in self.names:
+                if name not in known:
+                    raise ConfigError(
+                        f"unknown benchmark {name!r} in [benchmarks]",
+                        hint=did_you_mean(name, known),
+                    )
         if isinstance(self.window, list):
             if len(self.window) != 2:
                 raise ConfigError(

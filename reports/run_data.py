@@ -164,6 +164,10 @@ def load_run(run_dir: str | Path) -> RunData:
         ) from None
     if not isinstance(manifest, dict):
         raise InputError("run.json must hold a JSON object", file=str(d / "run.json"))
+    if isinstance(manifest.get("files"), dict):  # runs since run.json records its files
+        from curation.rundir import check_files
+
+        check_files(d, manifest["files"], "run.json")
     matches = _read_parquet(d / "matches.parquet", (*_MATCH_COLUMNS, "detector_version"))
     decisions = _read_parquet(d / "decisions.parquet", ("sample_uid", "contaminated", "reasons"))
     texts = (

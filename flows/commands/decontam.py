@@ -94,6 +94,14 @@ def run(
     from decontam.run import DecontamConfig, load_config_file, run_decontamination
 
     console = Console(stderr=True)
+    from curation.errors import ConfigError
+
+    for flag, value in (("--benchmarks", benchmarks), ("--detectors", detectors)):
+        if value is not None and not _split([value]):  # `--benchmarks ,` is not "all of them"
+            raise ConfigError(
+                f"{flag} {value!r} names nothing",
+                hint=f"give comma-separated names, or leave {flag} out for the default set",
+            )
     cfg = load_config_file(config_file) if config_file else DecontamConfig()
     if policy_file:
         cfg = dataclasses.replace(cfg, policy=PolicyConfig.from_file(policy_file))

@@ -42,6 +42,11 @@ def ingest_command(
         "--near-dups",
         help="Also publish NAME.near_duplicates: MinHash clusters at this Jaccard (e.g. 0.8).",
     ),
+    allow_empty: bool = typer.Option(
+        False,
+        "--allow-empty",
+        help="Publish even when no row is usable (default: that is an error).",
+    ),
 ) -> None:
     """Ingest SOURCE with a field map: publish NAME, NAME.rejects and NAME.duplicates."""
     from rich.console import Console
@@ -84,6 +89,7 @@ def ingest_command(
         max_row_bytes=max_row_bytes,
         limit=limit,
         near_dup_threshold=near_dups,
+        allow_empty=allow_empty,
     )
     c = res.counts
     t = Table(title=f"ingest {source} (map {res.field_map})")

@@ -104,12 +104,16 @@ def run_pipeline(
     """Run :func:`flows.curate.curate_flow` on CONFIG with embedded defaults."""
     from flows.config import load_config, prefect_env_defaults
 
-    cfg = load_config(config)
+    cfg = load_config(config)  # validated before anything starts
     prefect_env_defaults(data_root or cfg.resolved_data_root())
-    from flows.curate import curate_flow
+    from flows.prefect_server import temporary_server
 
-    return curate_flow(
-        config_path=str(Path(config).expanduser().resolve()),
-        data_root=data_root,
-        ray_address=ray_address,
-    )
+    # without PREFECT_API_URL: a temporary server that dies with this process (no orphan)
+    with temporary_server():
+        from flows.curate import curate_flow
+
+        return curate_flow(
+            config_path=str(Path(config).expanduser().resolve()),
+            data_root=data_root,
+            ray_address=ray_address,
+        )

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from curation.catalog import Catalog
-from curation.errors import ConfigError, NotFoundError
+from curation.errors import ConfigError, NotFoundError, StorageError
 from curation.fieldmaps import load_map
 from curation.ingest import ingest, ingest_to_files, select_map
 from curation.sample_pool import write_sample_pool
@@ -198,7 +198,7 @@ def test_a_failure_while_publishing_leaves_none_of_the_three(tmp_path, data_root
         return real(self, schema, batches)
 
     monkeypatch.setattr(Catalog, "_write_object", failing_third_object)
-    with pytest.raises(OSError):
+    with pytest.raises(StorageError, match="no space left"):  # one line naming the data root
         ingest(str(src), field_map="generic_math", name="broken", max_row_bytes=1000)
     assert calls["n"] == 3
     assert Catalog().datasets() == []

@@ -18,6 +18,7 @@ import pytest
 from fixture_run import build_fixture_run
 
 from curation.errors import InputError, NotFoundError
+from curation.rundir import reseal
 from reports.contamination import (
     REPORT_SCHEMA_VERSION,
     build_report,
@@ -217,6 +218,7 @@ def test_a_clean_run_gives_an_empty_but_complete_report(run_dir, tmp_path):
     dec = dec.set_column(1, "contaminated", pa.array([False] * n))
     dec = dec.set_column(2, "reasons", pa.array([[]] * n, pa.list_(pa.string())))
     pq.write_table(dec, clean / "decisions.parquet")
+    reseal(clean)  # run.json records its files' hashes; a report refuses edited files
     paths = render_report(clean, tmp_path / "out")
     report = json.loads(paths.json.read_text())
     assert report["summary"]["flagged"] == 0 and report["summary"]["kept"] == n
@@ -278,6 +280,7 @@ def test_hostile_texts_are_escaped_in_html_and_markdown(run_dir, tmp_path):
     src = [s + "|<b>x</b>" for s in dec.column("source").to_pylist()]
     dec = dec.set_column(dec.schema.get_field_index("source"), "source", pa.array(src, pa.string()))
     pq.write_table(dec, hostile / "decisions.parquet")
+    reseal(hostile)
 
     paths = render_report(hostile, tmp_path / "out")
     html = paths.html.read_text()
@@ -356,7 +359,10 @@ def real_evaluation(tmp_path_factory, contam_dev_path, benchmarks_dir) -> Path:
     labels.write_text("".join(json.dumps(r) + "\n" for r in pos + neg))
     cfg = EvalConfig(detectors=["ngram", "minhash"], benchmarks=["aime24"])
     bench = load_benchmarks(["aime24"], benchmarks_dir=benchmarks_dir, include_variants=True)
-    write_outputs(evaluate(labels, cfg, benchmarks=bench), base / "out")
+    # the fixture run's policy (the detectors' own thresholds), so the evaluation measures it
+    from decontam.policy import PolicyConfig
+
+    write_outputs(evaluate(labels, cfg, benchmarks=bench, policy=PolicyConfig()), base / "out")
     return base / "out"
 
 

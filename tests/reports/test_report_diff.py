@@ -101,6 +101,9 @@ def test_score_change_is_reported(runs, tmp_path):
     pq.write_table(
         m.set_column(m.schema.get_field_index("score"), "score", scores), c / "matches.parquet"
     )
+    from curation.rundir import reseal
+
+    reseal(c)  # run.json records its files' hashes
     d = diff_runs(a, c)
     assert not d.new and not d.resolved and not d.config
     assert [(x.sample_uid, x.what) for x in d.changed] == [

@@ -1,0 +1,138 @@
+"""Output directories that appear complete or not at all, and that say what they hold.
+
+A step that writes several files into ``--out`` (a decontamination run: ``run.json`` plus its
+Parquet files) writes them into a temporary sibling folder and renames it into place at the end,
+so a failed or killed rerun never leaves new files beside an old ``run.json``. The manifest
+records each file's size, row count and SHA-256 (:func:`describe_files`), and a reader refuses a
+folder whose files disagree with it (:func:`check_files`).
+
+Hand-written (no library does this): it is a rename protocol on one file system, a few lines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from curation.errors import IntegrityError, StorageError, writing_to
+
+_PARTIAL = ".partial-"
+_OLD = ".old-"
+
+
+def check_out_dir(out: str | os.PathLike) -> Path:
+    """Refuse an ``--out`` that cannot become a folder, before any work is done."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise StorageError(
+            f"--out {out} is a file, not a folder",
+            hint="give a folder path (it is created), or remove/rename that file",
+        )
+    parent = out.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise StorageError(
+            f"cannot create --out {out}: {parent} is a file, not a folder",
+            hint="give a folder path whose parents are folders",
+        )
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise StorageError(
+            f"cannot write --out {out}: {parent} is not writable (read-only or no permission)",
+            hint="point --out to a writable folder",
+        )
+    return out
+
+
+def start(out: str | os.PathLike) -> Path:
+    """A fresh temporary sibling of ``out`` to write into (removed by :func:`abandon`)."""
+    out = check_out_dir(out)
+    with writing_to(str(out)):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.parent / f".{out.name}{_PARTIAL}{uuid.uuid4().hex[:12]}"
+        tmp.mkdir()
+    return tmp
+
+
+def finish(tmp: Path, out: str | os.PathLike) -> Path:
+    """Move the complete folder ``tmp`` into place at ``out`` (replacing an older one)."""
+    out = Path(out)
+    with writing_to(str(out)):
+        for f in tmp.iterdir():
+            if f.is_file():
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
+        old = None
+        if out.exists():
+            old = out.parent / f".{out.name}{_OLD}{uuid.uuid4().hex[:12]}"
+            os.replace(out, old)
+        os.replace(tmp, out)
+        fd = os.open(out.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    return out
+
+
+def abandon(tmp: Path) -> None:
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(8 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def describe_files(folder: Path, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """``{name: {"bytes", "sha256", "rows"}}`` for the files of a run (rows for Parquet)."""
+    import pyarrow.parquet as pq
+
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        p = folder / name
+        rec: dict[str, Any] = {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+        if name.endswith(".parquet"):
+            rec["rows"] = pq.ParquetFile(p).metadata.num_rows
+        out[name] = rec
+    return out
+
+
+def check_files(folder: Path, described: dict[str, dict[str, Any]], manifest_name: str) -> None:
+    """Raise unless every file ``described`` is in ``folder`` with its recorded size and hash."""
+    for name, rec in described.items():
+        p = folder / name
+        if not p.is_file():
+            problem = "is missing"
+        elif p.stat().st_size != rec.get("bytes") or _sha256(p) != rec.get("sha256"):
+            problem = "is not the file its manifest describes"
+        else:
+            continue
+        raise IntegrityError(
+            f"run directory {folder} is inconsistent: {name} {problem} ({manifest_name} "
+            "records its size and SHA-256; another run or an edit changed it)",
+            hint="re-run the command recorded in run.json to write the directory again",
+        )
+
+
+def reseal(folder: str | os.PathLike, manifest_name: str = "run.json") -> None:
+    """Re-record the size and hash of the files a manifest lists (after a deliberate edit,
+    e.g. a test building a variant of a run; a reader refuses the folder otherwise)."""
+    import json
+
+    folder = Path(folder)
+    path = folder / manifest_name
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(manifest.get("files"), dict):
+        manifest["files"] = describe_files(folder, list(manifest["files"]))
+        path.write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")
