@@ -481,14 +481,16 @@ def evaluate(
     uids = [r["uid"] for r in labels]
     scores = best_scores(matches, labels, names)
 
+    # the policy that runs use (the shipped, calibrated one) unless another is given; each
+    # detector alone is measured at that policy's threshold for it, as a run would apply it
+    default_policy = policy or PolicyConfig.default()
     per_detector = {}
     for d in dets:
         one = matches.filter(pc.equal(matches.column("detector"), d.name))
         per_detector[d.name] = {
-            "threshold": d.config.threshold,
-            **metrics(flagged_items(decide(one, uids, PolicyConfig())), labels),
+            "threshold": default_policy.thresholds.get(d.name, d.config.threshold),
+            **metrics(flagged_items(decide(one, uids, default_policy)), labels),
         }
-    default_policy = policy or PolicyConfig()
     # the flags the judge ceiling builds on: the calibrated policy's when calibrating
     flags = flagged_items(decide(matches, uids, default_policy))
     result: dict[str, Any] = {

@@ -52,3 +52,11 @@ def test_lcb_v5_and_v6_copy_is_one_pair(tmp_path, benchmarks_dir, data_root):
     assert m["best_margin"] == pytest.approx(
         max(s["score"] - s["threshold"] for s in over), abs=1e-6
     )
+    # no --evaluation: the evaluation shipped with the package, compared with this run
+    q = rep["measured_quality"]
+    assert q["source"] == "shipped" and q["status"] == "different_configuration"
+    applies = {r["scope"]: r["applies"] for r in q["metrics"]}
+    assert applies["ngram alone"] is True  # same detector version, same policy threshold
+    assert applies["combined (evaluated policy)"] is False  # the run used ngram only
+    assert "detector embedding was evaluated but is not in this run" in q["differences"]
+    assert "shipped with Sluice" in html

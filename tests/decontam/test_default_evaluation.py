@@ -1,0 +1,34 @@
+"""The evaluation shipped with the package describes the shipped policy: same thresholds, same
+detector versions, same labelled set. Recalibrating or bumping a detector without re-evaluating
+fails here, so a report never shows figures of another configuration as the default's."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import decontam
+from decontam.policy import PolicyConfig
+from decontam.registry import DEFAULT_DETECTORS, detector_class
+
+SHIPPED = Path(decontam.__file__).with_name("default_evaluation.json")
+
+
+def test_shipped_evaluation_matches_the_shipped_policy():
+    ev = json.loads(SHIPPED.read_text())
+    pol = PolicyConfig.default()
+    assert ev["policy"]["thresholds"] == pol.thresholds
+    versions = {d["name"]: d["version"] for d in ev["detectors"]}
+    assert set(versions) == set(DEFAULT_DETECTORS)
+    for name, v in versions.items():
+        assert detector_class(name).version == v, f"{name}: re-run the shipped evaluation"
+    for name, d in ev["per_detector"].items():
+        assert d["threshold"] == pol.thresholds[name]
+    assert "/work" not in SHIPPED.read_text() and ev["labels"]["path"] == "contam_dev.jsonl"
+
+
+def test_shipped_evaluation_is_of_the_dev_set(contam_dev_path):
+    ev = json.loads(SHIPPED.read_text())
+    assert ev["labels"]["sha256"] == hashlib.sha256(contam_dev_path.read_bytes()).hexdigest()
+    assert ev["labels"]["rows"] == sum(1 for line in contam_dev_path.open() if line.strip())
