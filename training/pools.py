@@ -142,7 +142,10 @@ def _user_message(row: dict[str, Any], prompt_cfg: Any) -> str:
 
 
 def _tests_of(row: dict[str, Any]) -> list[dict[str, Any]]:
-    return [dict(t) for t in (row.get("tests") or [])]
+    tests = row.get("tests") or []
+    if isinstance(tests, str):  # an export that already holds the tests as JSON
+        tests = json.loads(tests)
+    return [dict(t) for t in tests]
 
 
 def build_prompt_rows(
