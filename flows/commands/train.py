@@ -69,17 +69,24 @@ def grpo(
 
 @app.command("entropy-sweep")
 def entropy_sweep_cmd(
-    model: str = typer.Option(..., "--model", help="model folder or Hub id"),
-    pool: str = typer.Option(
-        ..., "--pool", help="pool version (name@version) to take prompts from"
+    model: str | None = typer.Option(None, "--model", help="model folder or Hub id"),
+    pool: str | None = typer.Option(
+        None, "--pool", help="pool version (name@version) to take prompts from"
     ),
-    temperatures: str = typer.Option(
-        "0.6,0.7,0.8,0.9,1.0,1.1,1.2", "--temperatures", help="comma-separated temperatures"
+    config: str | None = typer.Option(
+        None,
+        "--config",
+        help="train config: its model, [prompt] templates and [entropy] settings, and the "
+        "pools of --stage (explicit options win)",
     ),
-    target: float = typer.Option(0.3, "--target", help="temperature-adjusted entropy to aim at"),
-    num_prompts: int = typer.Option(8, "--num-prompts", help="prompts sampled"),
-    samples_per_prompt: int = typer.Option(2, "--samples", help="completions per prompt"),
-    max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="tokens per completion"),
+    stage: str | None = typer.Option(None, "--stage", help="stage of --config (default: first)"),
+    temperatures: str | None = typer.Option(
+        None, "--temperatures", help="comma-separated (default 0.6,0.7,...,1.2)"
+    ),
+    target: float | None = typer.Option(None, "--target", help="entropy to aim at (0.3)"),
+    num_prompts: int | None = typer.Option(None, "--num-prompts", help="prompts sampled (8)"),
+    samples_per_prompt: int | None = typer.Option(None, "--samples", help="per prompt (2)"),
+    max_new_tokens: int | None = typer.Option(None, "--max-new-tokens", help="per sample (256)"),
     seed: int = typer.Option(0, "--seed"),
     root: str | None = typer.Option(None, "--root", help="data root"),
 ) -> None:
@@ -88,31 +95,51 @@ def entropy_sweep_cmd(
     import json
 
     from curation.catalog import Catalog
-    from curation.errors import ConfigError
-    from training.config import ModelConfig, PromptConfig
+    from curation.errors import ConfigError, did_you_mean
+    from training.config import EntropyConfig, ModelConfig, PromptConfig, load_train_config
     from training.entropy import entropy_sweep
     from training.grpo import load_model
     from training.pools import build_prompt_rows
 
+    ent, prompt_cfg, pools, model_cfg = EntropyConfig(), PromptConfig(), [], None
+    if config:
+        cfg = load_train_config(config)
+        names = [s.name for s in cfg.stages]
+        if stage is not None and stage not in names:
+            raise ConfigError(f"no stage {stage!r} in {config}", hint=did_you_mean(stage, names))
+        st = cfg.stages[names.index(stage)] if stage else cfg.stages[0]
+        ent, prompt_cfg, pools, model_cfg = cfg.entropy, cfg.prompt, st.pools, cfg.model
+    if model:
+        model_cfg = ModelConfig(name_or_path=model)
+    if pool:
+        pools = [pool]
+    if model_cfg is None or not pools:
+        raise ConfigError("give --model and --pool, or --config (and --stage)")
     try:
-        temps = [float(t) for t in temperatures.split(",") if t.strip()]
+        temps = (
+            [float(t) for t in temperatures.split(",") if t.strip()]
+            if temperatures
+            else ent.temperatures
+        )
     except ValueError as exc:
         raise ConfigError(f"--temperatures {temperatures!r} is not a list of numbers") from exc
     cat = Catalog(root)
-    table = cat.load(pool)
-    rows, _ = build_prompt_rows(table, PromptConfig(), pool_ref=cat.resolve(pool).ref)
-    rows = sorted(rows, key=lambda r: r["uid"])[:num_prompts]
+    rows = []
+    for ref in pools:
+        r, _ = build_prompt_rows(cat.load(ref), prompt_cfg, pool_ref=cat.resolve(ref).ref)
+        rows.extend(r)
+    rows = sorted(rows, key=lambda r: r["uid"])[: num_prompts or ent.num_prompts]
     if not rows:
-        raise ConfigError(f"pool {pool} has no trainable rows")
-    m, tok = load_model(ModelConfig(name_or_path=model))
+        raise ConfigError(f"no trainable rows in {', '.join(pools)}")
+    m, tok = load_model(model_cfg)
     res = entropy_sweep(
         m,
         tok,
         [r["prompt"] for r in rows],
         temps,
-        target=target,
-        max_new_tokens=max_new_tokens,
-        samples_per_prompt=samples_per_prompt,
+        target=target if target is not None else ent.target,
+        max_new_tokens=max_new_tokens or ent.max_new_tokens,
+        samples_per_prompt=samples_per_prompt or ent.samples_per_prompt,
         seed=seed,
     )
     typer.echo(json.dumps(res.to_dict(), indent=2))
