@@ -411,6 +411,13 @@ def _bwrap_argv(
     return args + argv
 
 
+def _readable(fd: int, timeout_s: float) -> bool:
+    """poll(), not select(): works for descriptors above FD_SETSIZE in busy processes."""
+    p = select.poll()
+    p.register(fd, select.POLLIN)
+    return bool(p.poll(max(0, int(timeout_s * 1000))))
+
+
 class _Namespace:
     """The sandbox's pid 1, held by a pidfd (no pid-reuse race), from bwrap's ``--info-fd``."""
 
@@ -421,7 +428,7 @@ class _Namespace:
         dec = json.JSONDecoder()
         while True:  # bwrap writes {"child-pid": N, ...} once the namespace exists
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([info_r], [], [], left)[0]:
+            if left <= 0 or not _readable(info_r, left):
                 self.error = "bwrap did not report its child pid in time"
                 return
             chunk = os.read(info_r, 4096)
@@ -466,7 +473,7 @@ class _Namespace:
         if self.pidfd is None:
             return True
         self.kill()
-        done = bool(select.select([self.pidfd], [], [], timeout_s)[0])
+        done = _readable(self.pidfd, timeout_s)
         os.close(self.pidfd)
         self.pidfd = None
         return done
