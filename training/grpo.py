@@ -429,6 +429,19 @@ def _stage_optimizer(model: Any, args: Any, total_steps: int) -> tuple[Any, Any]
 def _release(trainer: Any, model: Any) -> None:
     """Undo what one GRPOTrainer did to the shared model object and free its engine."""
     model.__dict__.pop("forward", None)  # TRL's fused LM head patch (re-added by the next one)
+    gen = getattr(trainer, "vllm_generation", None)
+    if gen is not None and getattr(gen, "llm", None) is not None:
+        # a colocated vLLM engine holds GPU memory until its parallel state is torn down; the
+        # next epoch's trainer builds a new one (and syncs the policy weights into it first)
+        with contextlib.suppress(Exception):
+            from vllm.distributed.parallel_state import (
+                destroy_distributed_environment,
+                destroy_model_parallel,
+            )
+
+            del gen.llm
+            destroy_model_parallel()
+            destroy_distributed_environment()
     for attr in ("vllm_generation", "llm"):
         if hasattr(trainer, attr):
             with contextlib.suppress(Exception):
