@@ -430,7 +430,9 @@ def _release(trainer: Any, model: Any) -> None:
     """Undo what one GRPOTrainer did to the shared model object and free its engine."""
     model.__dict__.pop("forward", None)  # TRL's fused LM head patch (re-added by the next one)
     gen = getattr(trainer, "vllm_generation", None)
-    if gen is not None and getattr(gen, "llm", None) is not None:
+    single = getattr(getattr(trainer, "accelerator", None), "num_processes", 1) == 1
+    if gen is not None and getattr(gen, "llm", None) is not None and single:
+        # (multi-process runs share torch.distributed with accelerate: references only)
         # a colocated vLLM engine holds GPU memory until its parallel state is torn down; the
         # next epoch's trainer builds a new one (and syncs the policy weights into it first)
         with contextlib.suppress(Exception):
