@@ -432,9 +432,9 @@ def _release(trainer: Any, model: Any) -> None:
     gen = getattr(trainer, "vllm_generation", None)
     single = getattr(getattr(trainer, "accelerator", None), "num_processes", 1) == 1
     if gen is not None and getattr(gen, "llm", None) is not None and single:
-        # (multi-process runs share torch.distributed with accelerate: references only)
         # a colocated vLLM engine holds GPU memory until its parallel state is torn down; the
-        # next epoch's trainer builds a new one (and syncs the policy weights into it first)
+        # next epoch's trainer builds a new one (and syncs the policy weights into it first).
+        # Multi-process runs share torch.distributed with accelerate: references only there.
         with contextlib.suppress(Exception):
             from vllm.distributed.parallel_state import (
                 destroy_distributed_environment,
