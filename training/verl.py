@@ -109,9 +109,10 @@ def _overrides(config: Any, stage: Any, data: Path, model_path: str, reward: Pat
         f"actor_rollout_ref.rollout.temperature={float(stage.temperature)}",
         "actor_rollout_ref.rollout.top_p=1.0",
         "algorithm.use_kl_in_reward=False",
-        f"custom_reward_function.path={reward}",
-        "custom_reward_function.name=compute_score",
-        "++custom_reward_function.reward_kwargs=" + hydra_value(kw),
+        # verl >= 0.7 reads reward.custom_reward_function (the top-level key is the legacy one)
+        f"reward.custom_reward_function.path={reward}",
+        "reward.custom_reward_function.name=compute_score",
+        "++reward.custom_reward_function.reward_kwargs=" + hydra_value(kw),
         f"trainer.project_name=sluice-{config.name}",
         f"trainer.experiment_name={config.name}-{stage.name}",
         f"trainer.default_local_dir=checkpoints/{stage.name}",

@@ -143,7 +143,10 @@ def test_export_verl_writes_data_reward_and_stage_runs(tiny_model, pool_catalog,
     script = (out / "run_stages.sh").read_text()
     assert "verl.trainer.main_ppo" in script and "data.max_response_length=4" in script
     assert "actor_rollout_ref.rollout.n=2" in script
-    assert "reward_kwargs={weights:{format:1.0,math_accuracy:1.0},code_mode:all}" in script
+    assert (
+        "reward.custom_reward_function.reward_kwargs={weights:{format:1.0,math_accuracy:1.0},code_mode:all}"
+        in script
+    )
     exp = json.loads((out / "export.json").read_text())
     assert exp["consumed"][0]["resolved"] == pool_catalog["math"]
     # the exported reward module scores with the same verifier
@@ -193,3 +196,28 @@ def test_export_verl_code_stage_is_scored_in_the_sandbox(tiny_model, pool_catalo
         assert (good["score"], bad["score"]) == (1.0, 0.0)
     finally:
         sys.path.remove(str(out))
+
+
+def test_verl_overrides_name_keys_of_verls_own_config(tiny_model, pool_catalog, tmp_path):
+    """verl is not a Sluice dependency: this runs where verl imports (checked by hand against
+    verl 0.9.1's _generated_ppo_trainer.yaml), else it is skipped."""
+    pytest.importorskip("verl")
+    import importlib.resources
+
+    import yaml
+
+    from training.config import load_train_config
+    from training.verl import export_verl
+
+    gen = importlib.resources.files("verl.trainer.config") / "_generated_ppo_trainer.yaml"
+    verl_cfg = yaml.safe_load(gen.read_text())
+    cfg = load_train_config(_write_config(tmp_path / "t.toml", tiny_model, pool_catalog["math"]))
+    res = export_verl(cfg, tmp_path / "v", catalog=pool_catalog["catalog"])
+    for o in res["stages"][0]["overrides"]:
+        key = o.split("=", 1)[0]
+        if key.startswith("+"):
+            continue  # added on purpose
+        cur = verl_cfg
+        for part in key.split("."):
+            assert isinstance(cur, dict) and part in cur, f"verl has no config key {key}"
+            cur = cur[part]
