@@ -118,6 +118,10 @@ def _overrides(config: Any, stage: Any, data: Path, model_path: str, reward: Pat
         f"trainer.default_local_dir=checkpoints/{stage.name}",
         "trainer.logger=[console]",
         "trainer.val_before_train=False",
+        "trainer.test_freq=-1",
+        # verl saves only when save_freq > 0 (and always at the last step then): the next stage
+        # starts from that checkpoint
+        "trainer.save_freq=1000000",
         f"data.seed={config.seed}",
     ]
     if stage.epochs is not None:
@@ -125,6 +129,13 @@ def _overrides(config: Any, stage: Any, data: Path, model_path: str, reward: Pat
     else:
         ov += ["trainer.total_epochs=1000", f"trainer.total_training_steps={stage.steps}"]
     return ov
+
+
+def _shell_arg(override: str) -> str:
+    """One override as a shell word; ``$MODEL`` (the previous stage's checkpoint) expands."""
+    if override.endswith("=$MODEL"):
+        return shlex.quote(override[: -len("$MODEL")]) + '"$MODEL"'
+    return shlex.quote(override)
 
 
 def export_verl(
@@ -171,12 +182,13 @@ def export_verl(
             "# Hydra overrides for verl.trainer.main_ppo, stage " + s.name + "\n"
             + "".join(f"- {json.dumps(o)}\n" for o in ov)
         )  # fmt: skip
-        args = " \\\n  ".join(shlex.quote(o).replace("'$MODEL'", '"$MODEL"') for o in ov)
+        args = " \\\n  ".join(_shell_arg(o) for o in ov)
         script += [
             "",
             f"# stage {s.name}: max_response_length={s.max_completion_length}, T={s.temperature}",
             f"python3 -m verl.trainer.main_ppo \\\n  {args}",
-            f"LAST=$(ls -d checkpoints/{s.name}/global_step_* | sort -t_ -k3 -n | tail -1)",
+            f"LAST=checkpoints/{s.name}/global_step_$(cat checkpoints/{s.name}/"
+            "latest_checkpointed_iteration.txt)",
             f'python3 -m verl.model_merger merge --backend fsdp --local_dir "$LAST/actor" '
             f"--target_dir merged/{s.name}",
             f"MODEL=merged/{s.name}",

@@ -143,6 +143,15 @@ def test_export_verl_writes_data_reward_and_stage_runs(tiny_model, pool_catalog,
     script = (out / "run_stages.sh").read_text()
     assert "verl.trainer.main_ppo" in script and "data.max_response_length=4" in script
     assert "actor_rollout_ref.rollout.n=2" in script
+    assert "trainer.save_freq=1000000" in script  # else verl saves no checkpoint for stage 2
+    # the model path is the shell variable (base model, then each stage's merged checkpoint)
+    r = subprocess.run(
+        ["bash", "-c", f'MODEL=/m; set -- $(sed -n "s/.*model.path=//p" {out}/run_stages.sh); '
+         'eval echo "$1"'],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert r.stdout.strip() == "/m"
+    assert subprocess.run(["bash", "-n", str(out / "run_stages.sh")]).returncode == 0
     assert (
         "reward.custom_reward_function.reward_kwargs={weights:{format:1.0,math_accuracy:1.0},code_mode:all}"
         in script
