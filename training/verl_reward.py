@@ -14,12 +14,23 @@ A verifier timeout / sandbox error scores 0 here and is reported in the returned
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 _REWARDS: dict[str, Any] = {}
+# verl calls a synchronous compute_score from executor threads: one MathVerifier pool is not
+# safe to share between threads (comparisons take milliseconds, so they are serialised); sandbox
+# runs are separate processes and run concurrently.
+_LOCK = threading.Lock()
+_MATH_LOCK = threading.Lock()
 
 
 def _reward(name: str, **kw: Any) -> Any:
+    with _LOCK:
+        return _get(name, **kw)
+
+
+def _get(name: str, **kw: Any) -> Any:
     if name not in _REWARDS:
         from training import rewards as r
 
@@ -52,7 +63,8 @@ def compute_score(
         parts["format"] = _reward("format")([""], [solution_str])[0]
     if domain == "math" and "math_accuracy" in weights:
         answer = info.get("answer") or ground_truth
-        v = _reward("math_accuracy")([""], [solution_str], domain=["math"], answer=[answer])[0]
+        with _MATH_LOCK:
+            v = _reward("math_accuracy")([""], [solution_str], domain=["math"], answer=[answer])[0]
         if v is None:
             status = "verify_failed"
         parts["math_accuracy"] = v

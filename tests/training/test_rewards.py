@@ -136,3 +136,22 @@ def test_custom_reward_by_import_path_and_unknown_one():
     assert funcs[0].__name__ == "o"
     with pytest.raises(ConfigError, match="cannot import"):
         build_rewards([RewardConfig(name="o", function="no_such_module:f")])
+
+
+def test_verl_reward_is_safe_from_verls_executor_threads():
+    """verl runs a synchronous compute_score in executor threads: answers must not cross."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from training import verl_reward as vr
+
+    def one(i):
+        ref = str(i if i % 2 else i + 1)  # odd i: correct, even i: wrong
+        text = f"<think>x</think> \\boxed{{{i}}}"
+        return vr.compute_score("s", text, ref, {}, weights={"math_accuracy": 1.0})["score"]
+
+    try:
+        with ThreadPoolExecutor(8) as ex:
+            got = list(ex.map(one, range(40)))
+    finally:
+        vr._REWARDS.pop("math_accuracy").close()
+    assert got == [float(i % 2) for i in range(40)]
