@@ -171,7 +171,7 @@ class MinHashDetector(Detector):
         self._groups = {}
         for name, rows in sorted(by_norm.items()):
             norm = get_normalizer(name)
-            units = [_shingle_units(norm(r["text"]), cfg) for r in rows]
+            units = [_shingle_units(t, cfg) for t in norm.batch([r["text"] for r in rows])]
             shingle_lists = [_shingles(u, cfg.shingle_size, self._sep) for u in units]
             sets = [set(s) for s in shingle_lists]
             sigs = mh.signatures(sets)
@@ -221,8 +221,8 @@ class MinHashDetector(Detector):
         win_sets: list[set[bytes]] = []
         win_row: list[int] = []
         row_shingles: list[list[bytes]] = []
-        for r, text in enumerate(raw):
-            units = _shingle_units(g.normalizer(text), cfg)
+        for r, norm_text in enumerate(g.normalizer.batch(raw)):
+            units = _shingle_units(norm_text, cfg)
             sh = _shingles(units, k, self._sep)
             row_shingles.append(sh)
             n_sh = len(sh)

@@ -32,6 +32,13 @@ match records and reports record it):
   LaTeX), and powers of ten are expanded to digits (``10^5``, ``10^{18}``, ``2\\times 10^5``,
   ``2 * 10^5``, ``1e18``), so ``1 \\leq N \\leq 10^5`` and ``1<= N<= 100000`` meet.
 
+Batches (:meth:`Normalizer.batch`) are normalized column-wise with polars string kernels (Rust
+``regex``) and Arrow's NFKC, with no Python per text, to exactly the same strings (tested on
+every real pool and benchmark text). Rows the compiled path cannot treat exactly like Python
+(characters whose Rust lowercase differs from ``casefold``, or unassigned in Python's Unicode
+database) take the per-text path, and ``code``'s power-of-ten rule runs in Python on the rows
+that may contain one; both are counted.
+
 Tokens (:func:`tokenize`): maximal runs of Unicode letters/digits (``[^\\W_]+``) in normalized
 text. For ASCII input this is exactly "runs of ``[a-z0-9]``"; letters of other scripts stay
 inside words instead of being dropped.
@@ -42,6 +49,7 @@ detectors can score the statement without the boilerplate I/O.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
@@ -101,6 +109,10 @@ class _Rules:
     repeat: int = 1
     # an equivalent single-call implementation for the untracked path (tests check it agrees)
     fast: Callable[[str], str] | None = None
+    # the columnar equivalent (:func:`_batch_apply`); None = rows that may match go through
+    # ``apply`` in Python (``batch_candidates``: a Rust regex that every such row matches)
+    batch: tuple[_RustRule, ...] | None = None
+    batch_candidates: str | None = None
 
     def apply(self, text: str) -> str:
         if self.fast is not None:
@@ -306,6 +318,23 @@ def _r(pattern: str, repl: Replacement, flags: int = 0, needs: Needs = None) -> 
 _BS = ("\\",)  # needs a backslash
 
 
+@dataclass(frozen=True)
+class _RustRule:
+    """One rewrite of the columnar path (:func:`_batch_apply`), in Rust ``regex`` syntax.
+
+    ``<S>``, ``<D>`` and ``<ALNUM>`` in a pattern stand for the exact code point sets of
+    Python's ``\\s``, ``\\d`` and ``[^\\W_]`` (Rust's Unicode classes differ from Python's)."""
+
+    pattern: str
+    repl: str
+    passes: int = 1
+    kind: str = "regex"  # "regex" | "literal" | "strip" (strip spaces at both ends)
+
+
+def _rx(pattern: str, repl: str, passes: int = 1) -> _RustRule:
+    return _RustRule(pattern, repl, passes)
+
+
 _BR = r"\{([^{}]*)\}"  # one brace group without nested braces (rules repeat, innermost first)
 
 # Plain text: every run of non-alphanumerics (punctuation, symbols, whitespace, "_") -> " ".
@@ -322,7 +351,11 @@ def _alnum_words(text: str) -> str:
     return " ".join(_ALNUM_RUN.findall(text))
 
 
-_TEXT_RULES = _Rules((_r(r"[\W_]+", " "), _r(r"^ | $", "")), fast=_alnum_words)
+_TEXT_RULES = _Rules(
+    (_r(r"[\W_]+", " "), _r(r"^ | $", "")),
+    fast=_alnum_words,
+    batch=(_rx(r"[^<ALNUM>]+", " "), _RustRule("", "", kind="strip")),
+)
 
 _DIAGRAM_RULES = _Rules(
     (
@@ -330,7 +363,13 @@ _DIAGRAM_RULES = _Rules(
         _r(r"\[asy\].*?\[/asy\]", " ", re.S | re.I),
         _r(r"\\begin\{asy\}.*?\\end\{asy\}", " ", re.S),
         _r(r"\\begin\{tikzpicture\}.*?\\end\{tikzpicture\}", " ", re.S),
-    )
+    ),
+    batch=(
+        _rx(r"(?si)<asy>.*?</asy>", " "),
+        _rx(r"(?si)\[asy\].*?\[/asy\]", " "),
+        _rx(r"(?s)\\begin\{asy\}.*?\\end\{asy\}", " "),
+        _rx(r"(?s)\\begin\{tikzpicture\}.*?\\end\{tikzpicture\}", " "),
+    ),
 )
 
 _TEXT_COMMANDS = (
@@ -361,7 +400,37 @@ _LATEX_FLAT = _Rules(
         _r(r"\\\\|\\[,;:! ]|~", " ", needs=(*_BS, "~")),  # line breaks and spacing commands
         _r(r"\\\(|\\\)|\\\[|\\\]|\$", " ", needs=(*_BS, "$")),  # math delimiters
         _r(r"√", " sqrt ", needs=("√",)),
-    )
+    ),
+    # Rust's regex has no lookahead: "(?![a-zA-Z])" becomes a consumed "([^a-zA-Z]|$)" that the
+    # replacement puts back, and the rule runs twice (a match whose first char was consumed as
+    # the previous match's lookahead is found on the second pass; no replacement can make a new
+    # match). An alternation of such a command with plain symbols is split, symbols first: the
+    # two kinds of match never overlap, and a replaced symbol keeps the lookahead's verdict.
+    batch=(
+        _rx(r"\\[dt]frac([^a-zA-Z]|$)", r"\frac${1}", passes=2),
+        _rx(r"\\(?:[lcv]?dots[bcimo]?|ddots)([^a-zA-Z]|$)", " ${1}", passes=2),
+        _rx(r"([<D>])\{,\}([<D>])", "${1}${2}"),
+        _rx(r"<=|≤|⩽", " <= "),
+        _rx(r"\\(?:leqslant|leq|le)([^a-zA-Z]|$)", " <= ${1}", passes=2),
+        _rx(r">=|≥|⩾", " >= "),
+        _rx(r"\\(?:geqslant|geq|ge)([^a-zA-Z]|$)", " >= ${1}", passes=2),
+        _rx(r"!=|≠", " != "),
+        _rx(r"\\(?:neq|ne)([^a-zA-Z]|$)", " != ${1}", passes=2),
+        _rx(r"\\lt([^a-zA-Z]|$)", " < ${1}", passes=2),
+        _rx(r"\\gt([^a-zA-Z]|$)", " > ${1}", passes=2),
+        _rx(r"[×·⋅∙]", " * "),
+        _rx(r"\\(?:cdot|times|ast)([^a-zA-Z]|$)", " * ${1}", passes=2),
+        _rx(
+            r"\\(?:left|right|bigl|bigr|Bigl|Bigr|biggl|biggr|big|Big|bigg|Bigg|displaystyle|"
+            r"textstyle|limits|nolimits|quad|qquad)([^a-zA-Z]|$)",
+            " ${1}",
+            passes=2,
+        ),
+        _rx(r"\\begin\{[a-zA-Z*]*\}|\\end\{[a-zA-Z*]*\}", " "),
+        _rx(r"\\\\|\\[,;:! ]|~", " "),
+        _rx(r"\\\(|\\\)|\\\[|\\\]|\$", " "),
+        _rx(r"√", " sqrt "),
+    ),
 )
 
 _LATEX_NESTED = _Rules(
@@ -375,25 +444,49 @@ _LATEX_NESTED = _Rules(
         _r(r"_\s*" + _BR, r"_\1 ", needs=("_",)),
     ),
     repeat=8,
+    # the text commands' lookahead is implied by the "\s*{" that must follow
+    batch=(
+        _rx(r"\\(?:" + _TEXT_COMMANDS + r")[<S>]*" + _BR, " ${1} "),
+        _rx(r"\\sqrt[<S>]*\[([^\[\]]*)\][<S>]*" + _BR, " sqrt[${1}](${2})"),
+        _rx(r"\\sqrt[<S>]*" + _BR, " sqrt(${1})"),
+        _rx(r"\\frac[<S>]*" + _BR + r"[<S>]*" + _BR, " ${1} / ${2} "),
+        _rx(r"\^[<S>]*" + _BR, "^${1} "),
+        _rx(r"_[<S>]*" + _BR, "_${1} "),
+    ),
 )
 
 _LATEX_TAIL = _Rules(
     (
         _r(r"\\sqrt\s*(\d+|[a-zA-Z])", r" sqrt(\1)", needs=_BS),
         _r(r"\\frac\s*(\d)\s*(\d)", r" \1 / \2 ", needs=_BS),  # \frac12
-    )
+    ),
+    batch=(
+        _rx(r"\\sqrt[<S>]*([<D>]+|[a-zA-Z])", " sqrt(${1})"),
+        _rx(r"\\frac[<S>]*([<D>])[<S>]*([<D>])", " ${1} / ${2} "),
+    ),
 )
 
+_ENTITIES = {"lt": "<", "gt": ">", "le": "≤", "ge": "≥", "amp": "&", "quot": '"', "nbsp": " ",
+             "#39": "'"}  # fmt: skip
 _MARKDOWN_RULES = _Rules(
     (
         _r(r"```[\w+#.-]*", " ", needs=("```",)),  # code fences, with their language tag
         _r(r"^[ \t]{0,3}#{1,6}[ \t]+", " ", re.M, needs=("#",)),  # headings
         _r(r"\*\*|__|`", " ", needs=("**", "__", "`")),
         _r(r"&(lt|gt|le|ge|amp|quot|nbsp|#39);", lambda m: _ENTITIES[m.group(1)], needs=("&",)),
-    )
+    ),
+    # entities one literal at a time, "&amp;" last: matches never overlap and no other
+    # replacement contains "&" or ";", so this equals the one-pass substitution
+    batch=(
+        _rx(r"```[<ALNUM>_+#.\-]*", " "),
+        _rx(r"(?m)^[ \t]{0,3}#{1,6}[ \t]+", " "),
+        _rx(r"\*\*|__|`", " "),
+        *(
+            _RustRule(f"&{k};", v, kind="literal")
+            for k, v in sorted(_ENTITIES.items(), key=lambda kv: kv[0] == "amp")
+        ),
+    ),
 )
-_ENTITIES = {"lt": "<", "gt": ">", "le": "≤", "ge": "≥", "amp": "&", "quot": '"', "nbsp": " ",
-             "#39": "'"}  # fmt: skip
 
 
 def _decimal_to_digits(value: Decimal) -> str | None:
@@ -448,7 +541,10 @@ _CODE_NUMBER_RULES = _Rules(
             _expand_mantissa,
             needs=re.compile(r"\d[eE]"),
         ),  # 1e18
-    )
+    ),
+    # no columnar form yet (the mantissa arithmetic and the number-start check are callbacks):
+    # rows that may match go through ``apply``; every match contains "10^" or "<digit>e<digit>"
+    batch_candidates=r"10[<S>]*\^|[<D>][eE]\+?[<D>]",
 )
 
 # --------------------------------------------------------------------------------------------
@@ -476,6 +572,15 @@ class Normalizer:
         for step in self.steps:
             text, offs = step.apply_tracked(text, offs)
         return text, np.asarray(offs, dtype=np.int64)
+
+    def batch(self, texts: Sequence[str], stats: dict[str, int] | None = None) -> list[str]:
+        """``[self(t) for t in texts]``, computed column-wise with polars string kernels.
+
+        Rows with characters the compiled path cannot treat exactly as Python does (see
+        :func:`_unsafe_patterns`) go through ``self`` whole; rules without a columnar form
+        (``code``'s powers of ten) run in Python on the rows that may match. ``stats``, when
+        given, counts ``rows``, ``python_rows`` and ``python_step_rows``."""
+        return _batch_normalize(self, texts, stats if stats is not None else {})
 
     def tokens(self, text: str) -> list[str]:
         """The word tokens of ``text`` after normalization."""
@@ -512,6 +617,164 @@ CODE = Normalizer(
 )
 
 NORMALIZERS: dict[str, Normalizer] = {n.name: n for n in (TEXT, LATEX, CODE)}
+
+
+# --------------------------------------------------------------------------------------------
+# Columnar path: whole batches through polars string kernels (Rust ``regex``), no Python per
+# text. Written here because the rules are Sluice's own; the kernels are polars'.
+# --------------------------------------------------------------------------------------------
+
+
+def _code_point_ranges(chars: Sequence[int]) -> str:
+    """A Rust regex class body (no brackets) for the sorted code points ``chars``."""
+    out: list[str] = []
+    start = prev = None
+    for c in chars:
+        if prev is not None and c == prev + 1:
+            prev = c
+            continue
+        if start is not None:
+            out.append(f"\\x{{{start:X}}}" + (f"-\\x{{{prev:X}}}" if prev != start else ""))
+        start = prev = c
+    if start is not None:
+        out.append(f"\\x{{{start:X}}}" + (f"-\\x{{{prev:X}}}" if prev != start else ""))
+    return "".join(out)
+
+
+def _all_code_points() -> list[int]:
+    return [*range(0xD800), *range(0xE000, 0x110000)]  # every scalar value (no surrogates)
+
+
+@functools.cache
+def _classes() -> dict[str, str]:
+    """Python's ``\\s``, ``\\d`` and ``[^\\W_]`` as explicit code point sets for Rust patterns
+    (Rust's ``\\w`` counts combining marks and not ``No``; its ``\\s`` lacks U+001C..U+001F)."""
+    cps = _all_code_points()
+    classes = {}
+    for key, pat in (("<S>", r"\s"), ("<D>", r"\d"), ("<ALNUM>", r"[^\W_]")):
+        rx = re.compile(pat)
+        classes[key] = _code_point_ranges([c for c in cps if rx.match(chr(c))])
+    return classes
+
+
+@functools.cache
+def _rust_pattern(pattern: str) -> str:
+    for key, body in _classes().items():
+        pattern = pattern.replace(key, body)
+    return pattern
+
+
+@functools.cache
+def _unsafe_patterns() -> tuple[str, str]:
+    """Rust classes of the characters the compiled path cannot treat exactly like Python:
+    (1) NFKC: characters unassigned in Python's Unicode database (polars' may be newer) or
+    that polars normalizes differently on their own; (2) case: characters whose Rust
+    lowercase differs from Python's casefold (``ß`` -> ``ss``, ``ς`` -> ``σ``, Cherokee...)
+    and ``Σ``, whose Rust lowercase depends on its neighbours. Rows holding one take the
+    Python path."""
+    import polars as pl
+
+    cps = _all_code_points()
+    chars = [chr(c) for c in cps]
+    ser = pl.Series(chars, dtype=pl.String)
+    rust_nfkc = _nfkc_column(ser).to_list()
+    rust_lower = ser.str.to_lowercase().to_list()
+    nfkc_bad, case_bad = [], []
+    for c, ch, nf, lo in zip(cps, chars, rust_nfkc, rust_lower, strict=True):
+        if unicodedata.category(ch) == "Cn" or nf != unicodedata.normalize("NFKC", ch):
+            nfkc_bad.append(c)
+        if lo != ch.casefold() or ch == "Σ":
+            case_bad.append(c)
+    return f"[{_code_point_ranges(nfkc_bad)}]", f"[{_code_point_ranges(case_bad)}]"
+
+
+def _nfkc_column(ser):
+    """NFKC of a polars string Series with Arrow's kernel (utf8proc; 10x polars' own)."""
+    import polars as pl
+    import pyarrow.compute as pc
+
+    return pl.Series(pc.utf8_normalize(ser.to_arrow(), "NFKC"))
+
+
+def _rust_rules(ser, rules: tuple[_RustRule, ...]):
+    for rule in rules:
+        for _ in range(rule.passes):
+            if rule.kind == "strip":
+                ser = ser.str.strip_chars(" ")
+            elif rule.kind == "literal":
+                ser = ser.str.replace_all(rule.pattern, rule.repl, literal=True)
+            else:
+                ser = ser.str.replace_all(_rust_pattern(rule.pattern), rule.repl)
+    return ser
+
+
+def _batch_step(step: _Step, ser, stats: dict[str, int]):
+    """One normalizer step over a polars string Series, exactly as ``step.apply`` per text."""
+    import polars as pl
+
+    if isinstance(step, _Unicode):
+        return _nfkc_column(ser) if step.kind == "nfkc" else ser.str.to_lowercase()
+    if step.batch is None:  # Python on the rows that may match, in place
+        idx = ser.str.contains(_rust_pattern(step.batch_candidates or ".")).arg_true()
+        if len(idx):
+            stats["python_step_rows"] = stats.get("python_step_rows", 0) + len(idx)
+            new = [step.apply(t) for t in ser.gather(idx).to_list()]
+            ser = ser.scatter(idx, pl.Series(new, dtype=pl.String))
+        return ser
+    if step.repeat == 1:
+        return _rust_rules(ser, step.batch)
+    # repeated until a row stops changing (as ``apply``: one unchanged round is a fixed point)
+    active = None
+    for _ in range(step.repeat):
+        sub = ser if active is None else ser.gather(active)
+        new = _rust_rules(sub, step.batch)
+        changed = (new != sub).arg_true()
+        if active is None:
+            ser, active = new, changed
+        else:
+            ser = ser.scatter(active, new)
+            active = active.gather(changed)
+        if not len(active):
+            break
+    return ser
+
+
+def _batch_normalize(norm: Normalizer, texts: Sequence[str], stats: dict[str, int]) -> list[str]:
+    import polars as pl
+
+    n = len(texts)
+    stats["rows"] = stats.get("rows", 0) + n
+    try:
+        ser = pl.Series(list(texts), dtype=pl.String)
+    except Exception:  # lone surrogates are not UTF-8: the batch goes through Python
+        stats["python_rows"] = stats.get("python_rows", 0) + n
+        return [norm(t) for t in texts]
+    if ser.null_count():
+        raise TypeError("Normalizer.batch: every text must be a str")
+    nfkc_bad, case_bad = _unsafe_patterns()
+    steps = norm.steps
+    bad = ser.str.contains(nfkc_bad)
+    if steps and isinstance(steps[0], _Unicode) and steps[0].kind == "nfkc":
+        ser = _nfkc_column(ser)
+        steps = steps[1:]
+    if any(isinstance(s, _Unicode) and s.kind == "casefold" for s in steps):
+        # the rules add only ASCII (and the entities' ≤ ≥), so the NFKC text decides
+        bad = bad | ser.str.contains(case_bad)
+    bad_idx = bad.arg_true().to_list()
+    if bad_idx:
+        stats["python_rows"] = stats.get("python_rows", 0) + len(bad_idx)
+        ser = ser.filter(~bad)
+    for step in steps:
+        ser = _batch_step(step, ser, stats)
+    good = ser.to_list()
+    if not bad_idx:
+        return good
+    out: list[str] = []
+    it = iter(good)
+    bad_set = set(bad_idx)
+    for i, t in enumerate(texts):
+        out.append(norm(t) if i in bad_set else next(it))
+    return out
 
 
 def get_normalizer(name: str) -> Normalizer:
