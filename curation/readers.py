@@ -355,24 +355,37 @@ def read_records(source: str | Path) -> list[dict[str, Any]]:
     return [r for _, r in iter_records(source)]
 
 
-def rows_to_table(rows: list[dict[str, Any]]):
+# field metadata of a mixed-type column: JSON ``[row, type name]`` of its first non-string value
+FIRST_NON_TEXT_ROW = b"sluice.first_non_text_row"
+
+
+def rows_to_table(rows: list[dict[str, Any]], row_numbers: list[int] | None = None):
     """A pyarrow table of ``rows``: the columns are the union of every row's keys (not the first
     row's only), and a column whose values have mixed types keeps every value, non-strings as
-    JSON text."""
+    JSON text, with its first non-string row (``row_numbers[i]``, else ``i + 1``) in the field's
+    :data:`FIRST_NON_TEXT_ROW` metadata, so a caller that needs text can refuse that row."""
     import pyarrow as pa
 
     keys = list(dict.fromkeys(k for r in rows for k in r))
-    cols = {}
+    fields, arrays = [], []
     for k in keys:
         values = [r.get(k) for r in rows]
         try:
-            cols[k] = pa.array(values)
+            arr = pa.array(values)
+            fields.append(pa.field(k, arr.type))
         except (pa.ArrowInvalid, pa.ArrowTypeError):
-            cols[k] = pa.array(
+            arr = pa.array(
                 [None if v is None else v if isinstance(v, str) else json.dumps(v) for v in values],
                 pa.string(),
             )
-    return pa.table(cols) if cols else pa.table({})
+            i = next(i for i, v in enumerate(values) if v is not None and not isinstance(v, str))
+            row = row_numbers[i] if row_numbers is not None else i + 1
+            note = json.dumps([row, type(values[i]).__name__]).encode()
+            fields.append(pa.field(k, pa.string(), metadata={FIRST_NON_TEXT_ROW: note}))
+        arrays.append(arr)
+    if not arrays:
+        return pa.table({})
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
 def read_table(source: str | Path):
@@ -384,3 +397,36 @@ def read_table(source: str | Path):
 
         return pq.read_table(p)
     return rows_to_table(read_records(p))
+
+
+def iter_tables(source: str | Path, *, batch_size: int = DEFAULT_BATCH_SIZE):
+    """``(table, row_numbers)`` chunks of at most ``batch_size`` rows of a JSONL / JSON /
+    Parquet file (JSON rows through :func:`rows_to_table`, Parquet as Arrow batches); strict
+    like :func:`iter_records`: the first unreadable row raises, naming file and row."""
+    from curation.errors import InputError
+
+    p = Path(source)
+    if not p.exists():
+        raise NotFoundError(f"file {p} not found", hint="give an existing JSONL/JSON/Parquet file")
+    if kind_of(p) == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        row = 0
+        for rb in pq.ParquetFile(p).iter_batches(batch_size=batch_size):
+            yield pa.Table.from_batches([rb]), list(range(row + 1, row + rb.num_rows + 1))
+            row += rb.num_rows
+        return
+    if kind_of(p) is None:
+        raise InputError(
+            f"unsupported file type {p.name!r}",
+            file=str(p),
+            hint="use .jsonl, .jsonl.gz, .json or .parquet",
+        )
+    for batch in read_batches(str(p), batch_size=batch_size):
+        if batch.errors:
+            e = batch.errors[0]
+            raise InputError(
+                e.reason, file=e.file, row=e.row, field=None if e.field == "<line>" else e.field
+            )
+        yield rows_to_table(batch.rows, batch.row_numbers), batch.row_numbers

@@ -93,6 +93,13 @@ class DecontamConfig:
     )
     batch_size: int = field(default=2000, metadata={"help": "texts per detector batch"})
     use_cache: bool = field(default=True, metadata={"help": "reuse per-text scan results"})
+    stream_rows: int = field(
+        default=50_000,
+        metadata={
+            "help": "a file input with an id field is read, scanned and decided this many rows "
+            "at a time (memory flat in pool size); 0 reads it whole"
+        },
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.policy, dict):
@@ -105,6 +112,8 @@ class DecontamConfig:
             )
         if self.batch_size < 1:
             raise ConfigError("batch_size must be >= 1")
+        if self.stream_rows < 0:
+            raise ConfigError("stream_rows must be >= 0 (0 reads the input whole)")
         for name in self.detectors:
             detector_class(name)  # validates the name, with a did-you-mean
 
@@ -139,50 +148,17 @@ class RunResult:
 
 
 def _read_rows(path: Path) -> pa.Table:
-    """A JSON Lines / JSON file as a table, through :func:`curation.readers.read_batches`.
+    """A JSON Lines / JSON file as a table, through :func:`curation.readers.read_table` (the
+    project's one reader). Unlike ingest (which turns bad rows into rejects), a decontamination
+    input with a bad row is refused: scanning must not silently skip data. A column of mixed
+    types keeps its first non-string row in its metadata, so scanning it as text is refused
+    (not guessed)."""
+    from curation.readers import read_table
 
-    Unlike ingest (which turns bad rows into rejects), a decontamination input with a bad row
-    is refused: scanning must not silently skip data.
-    """
-    from curation.readers import read_batches
-
-    rows: list[dict[str, Any]] = []
-    for batch in read_batches(str(path)):
-        if batch.errors:
-            e = batch.errors[0]
-            field_name = None if e.field == "<line>" else e.field
-            raise InputError(e.reason, file=e.file, row=e.row, field=field_name)
-        rows.extend(batch.rows)
-    # Columns are the union of every row's keys (from_pylist would take the first row's only).
-    keys = list(dict.fromkeys(k for r in rows for k in r))
-    cols = {}
-    for k in keys:
-        values = [r.get(k) for r in rows]
-        try:
-            cols[k] = pa.array(values)
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
-            # Mixed types across rows: keep every value, non-strings as JSON text, and note the
-            # first non-string row so that scanning this column as text is refused (not guessed).
-            arr = pa.array(
-                [None if v is None else v if isinstance(v, str) else json.dumps(v) for v in values],
-                pa.string(),
-            )
-            first = next(
-                i for i, v in enumerate(values, 1) if v is not None and not isinstance(v, str)
-            )
-            note = json.dumps([first, type(values[first - 1]).__name__]).encode()
-            cols[k] = (arr, {_NON_TEXT: note})
-    if not cols:
-        return pa.table({})
-    fields = [
-        pa.field(k, c[0].type, metadata=c[1]) if isinstance(c, tuple) else pa.field(k, c.type)
-        for k, c in cols.items()
-    ]
-    arrays = [c[0] if isinstance(c, tuple) else c for c in cols.values()]
-    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+    return read_table(path)
 
 
-_NON_TEXT = b"sluice.first_non_text_row"
+_NON_TEXT = b"sluice.first_non_text_row"  # = curation.readers.FIRST_NON_TEXT_ROW
 
 
 def _file_hash(path: Path) -> str:
@@ -245,8 +221,19 @@ def _as_text(value: Any) -> str | None:
     raise TypeError(type(value).__name__)
 
 
-def sample_uids(table: pa.Table, id_field: str | None, *, source: str = "input") -> pa.Array:
-    """One string id per row: the id field's value, else ``uid`` when present, else row-N."""
+def sample_uids(
+    table: pa.Table,
+    id_field: str | None,
+    *,
+    source: str = "input",
+    row_numbers: Sequence[int] | None = None,
+) -> pa.Array:
+    """One string id per row: the id field's value, else ``uid`` when present, else row-N.
+    ``row_numbers``: the file's row number of each row (a batch of a streamed file)."""
+
+    def row_of(i: int) -> int:  # 0-based index in ``table`` -> row number in the file
+        return row_numbers[i] if row_numbers is not None else i + 1
+
     if id_field is not None:
         if id_field not in table.column_names:
             raise ConfigError(
@@ -255,24 +242,28 @@ def sample_uids(table: pa.Table, id_field: str | None, *, source: str = "input")
             )
         ids = pc.cast(table[id_field], pa.string()).combine_chunks()
         if ids.null_count:
-            row = pc.index(pc.is_null(ids), True).as_py() + 1
+            row = row_of(pc.index(pc.is_null(ids), True).as_py())
             raise InputError("id is missing", file=source, row=row, field=id_field)
         if pc.count_distinct(ids).as_py() != len(ids):
             seen: dict[str, int] = {}
-            for i, v in enumerate(ids.to_pylist(), 1):
+            for i, v in enumerate(ids.to_pylist()):
                 if v in seen:
-                    raise InputError(
-                        f"duplicate id {v!r} (first at row {seen[v]})",
-                        file=source,
-                        row=i,
-                        field=id_field,
-                        hint="ids must be unique; pick another --id-field or dedup the input first",
-                    )
-                seen[v] = i
+                    raise _duplicate_id(v, seen[v], row_of(i), source, id_field)
+                seen[v] = row_of(i)
         return ids
     if "uid" in table.column_names and pc.count_distinct(table["uid"]).as_py() == table.num_rows:
         return pc.cast(table["uid"], pa.string()).combine_chunks()
     return pa.array([f"row-{i}" for i in range(1, table.num_rows + 1)], pa.string())
+
+
+def _duplicate_id(v: str, first: int, row: int, source: str, id_field: str) -> InputError:
+    return InputError(
+        f"duplicate id {v!r} (first at row {first})",
+        file=source,
+        row=row,
+        field=id_field,
+        hint="ids must be unique; pick another --id-field or dedup the input first",
+    )
 
 
 def prepare_text_table(
@@ -281,8 +272,10 @@ def prepare_text_table(
     id_field: str | None = None,
     *,
     source: str = "input",
+    row_numbers: Sequence[int] | None = None,
 ) -> pa.Table:
-    """Melt ``text_fields`` into a :data:`TEXT_TABLE_SCHEMA` table (empty/missing texts skipped)."""
+    """Melt ``text_fields`` into a :data:`TEXT_TABLE_SCHEMA` table (empty/missing texts skipped).
+    ``row_numbers``: the file's row number of each row (a batch of a streamed file)."""
     if not text_fields:
         raise ConfigError(
             "no text fields given", hint="e.g. --text-field problem --text-field response"
@@ -293,7 +286,7 @@ def prepare_text_table(
             f"text field {missing[0]!r} is not a column of {source}",
             hint=did_you_mean(missing[0], table.column_names),
         )
-    uids = sample_uids(table, id_field, source=source).to_pylist()
+    uids = sample_uids(table, id_field, source=source, row_numbers=row_numbers).to_pylist()
     out_uid, out_field, out_text = [], [], []
     for f in text_fields:
         note = (table.schema.field(f).metadata or {}).get(_NON_TEXT)
@@ -308,7 +301,8 @@ def prepare_text_table(
             )
         col = table[f]
         values = col.to_pylist()
-        for row, (uid, v) in enumerate(zip(uids, values, strict=True), start=1):
+        for i, (uid, v) in enumerate(zip(uids, values, strict=True)):
+            row = row_numbers[i] if row_numbers is not None else i + 1
             try:
                 t = _as_text(v)
             except TypeError as exc:
@@ -435,17 +429,21 @@ def cached_scan(
     batch_size: int = 2000,
     use_cache: bool = True,
     on_batch: Callable[[int], None] | None = None,
+    cache=None,
 ) -> tuple[pa.Table, dict[str, int]]:
     """:func:`scan` through the per-text cache: only texts never scanned under the same
-    definition are scored. Returns (matches, {"texts", "texts_scanned", "texts_cached"})."""
-    from decontam.scan_cache import ScanCache, cache_key, text_hash
+    definition are scored. Returns (matches, {"texts", "texts_scanned", "texts_cached"}).
+    ``cache``: the :class:`~decontam.scan_cache.ScanCache` to use (a streamed run passes one
+    for all its batches, so the known texts are read once)."""
+    from decontam.scan_cache import CACHED_MATCH_SCHEMA, ScanCache, cache_key, text_hash
 
     hashes = [text_hash(t) for t in texts["text"].to_pylist()]
     root = data_root
     if not use_cache or root is None or "://" in str(root):
         m = scan(texts, detectors, batch_size=batch_size, on_batch=on_batch)
         return m, {"texts": texts.num_rows, "texts_scanned": texts.num_rows, "texts_cached": 0}
-    cache = ScanCache(root, cache_key(_scan_key(detectors, benchmarks)))
+    if cache is None:
+        cache = ScanCache(root, cache_key(_scan_key(detectors, benchmarks)))
     known = cache.known()
     new_idx = [i for i, h in enumerate(hashes) if h not in known]
     # scan each distinct new text once
@@ -453,6 +451,7 @@ def cached_scan(
     for i in new_idx:
         first.setdefault(hashes[i], i)
     todo_idx = sorted(first.values())
+    fresh_c = None
     if todo_idx:
         todo = texts.take(pa.array(todo_idx, pa.int64()))
         todo = todo.set_column(
@@ -465,7 +464,12 @@ def cached_scan(
         cache.add([hashes[i] for i in todo_idx], fresh_c.drop_columns(["field"]))
     if on_batch and len(texts) - len(todo_idx):
         on_batch(len(texts) - len(todo_idx))
-    cached = cache.matches_for(set(hashes))
+    # texts scanned just now: their matches are at hand; only the others are read back
+    old = set(hashes) - {hashes[i] for i in todo_idx}
+    cached = cache.matches_for(old) if old else CACHED_MATCH_SCHEMA.empty_table()
+    if fresh_c is not None and fresh_c.num_rows:
+        fresh_c = fresh_c.select(CACHED_MATCH_SCHEMA.names).cast(CACHED_MATCH_SCHEMA)
+        cached = pa.concat_tables([cached, fresh_c]) if cached.num_rows else fresh_c
     # re-attach sample ids and fields
     by_hash: dict[str, list[int]] = {}
     for i, h in enumerate(hashes):
@@ -547,43 +551,19 @@ def _write_run(
     inp, texts, matches, uids, detectors, benchmarks, config, out, final, text_fields, id_field,
     command, catalog, publish, publish_as, scan_stats,
 ) -> RunResult:  # fmt: skip
-    from curation import rundir
-
     decisions = decide(matches, uids, config.policy)
     if "source" in inp.table.column_names:
         decisions = decisions.append_column("source", pc.cast(inp.table["source"], pa.string()))
 
     contaminated = decisions["contaminated"]
     clean_tbl = inp.table.filter(pc.invert(contaminated))
-    excl = inp.table.filter(contaminated)
-    excl_dec = decisions.filter(contaminated)
-    excl = (
-        excl.append_column("sluice_sample_uid", excl_dec["sample_uid"])
-        .append_column("sluice_reasons", excl_dec["reasons"])
-        .append_column("sluice_benchmarks", excl_dec["benchmarks"])
-    )
+    excl = _excluded_rows(inp.table, decisions)
 
     matched_uids = (
         pc.unique(matches["sample_uid"]) if matches.num_rows else pa.array([], pa.string())
     )
     texts_out = texts.filter(pc.is_in(texts["sample_uid"], value_set=matched_uids))
-    items = benchmarks.items
-    if matches.num_rows:
-        keys = {
-            (b, i)
-            for b, i in zip(
-                matches["benchmark"].to_pylist(), matches["benchmark_item"].to_pylist(), strict=True
-            )
-        }
-        mask = [
-            (b, i) in keys
-            for b, i in zip(
-                items["benchmark"].to_pylist(), items["item_id"].to_pylist(), strict=True
-            )
-        ]
-        items_out = items.filter(pa.array(mask, pa.bool_()))
-    else:
-        items_out = items.slice(0, 0)
+    items_out = _matched_items(matches, benchmarks.items)
 
     _write_parquet(matches, out / "matches.parquet")
     _write_parquet(decisions, out / "decisions.parquet")
@@ -622,6 +602,37 @@ def _write_run(
     for bl in decisions.filter(contaminated)["benchmarks"].to_pylist():
         for b in bl:
             per_bench[b] = per_bench.get(b, 0) + 1
+    return _finish_run(
+        out, final, inp=inp, n_rows=inp.table.num_rows, n_texts=texts.num_rows, matches=matches,
+        n_contam=n_contam, per_bench=per_bench, detectors=detectors, benchmarks=benchmarks,
+        config=config, text_fields=text_fields, id_field=id_field, command=command,
+        clean_ref=clean_ref, excluded_ref=excluded_ref, scan_stats=scan_stats,
+    )  # fmt: skip
+
+
+def _finish_run(
+    out: Path,
+    final: Path,
+    *,
+    inp: InputData,
+    n_rows: int,
+    n_texts: int,
+    matches: pa.Table,
+    n_contam: int,
+    per_bench: dict[str, int],
+    detectors: Sequence[Detector],
+    benchmarks,
+    config: DecontamConfig,
+    text_fields: Sequence[str],
+    id_field: str | None,
+    command: str | None,
+    clean_ref: str | None,
+    excluded_ref: str | None,
+    scan_stats: dict[str, Any] | None,
+) -> RunResult:
+    """Counts and ``run.json`` of a run whose Parquet files are written; moves it into place."""
+    from curation import rundir
+
     # samples each detector flags under the *policy's* thresholds (what decided the run)
     per_det: dict[str, int] = {}
     for det in sorted(set(matches["detector"].to_pylist())):
@@ -633,11 +644,11 @@ def _write_run(
         over = pc.greater_equal(sel["score"], thr if thr is not None else sel["threshold"])
         per_det[det] = len(set(sel.filter(over)["sample_uid"].to_pylist()))
     counts = {
-        "rows": inp.table.num_rows,
-        "texts": texts.num_rows,
+        "rows": n_rows,
+        "texts": n_texts,
         "matches": matches.num_rows,
         "contaminated": n_contam,
-        "clean": inp.table.num_rows - n_contam,
+        "clean": n_rows - n_contam,
         "flagged_by_benchmark": per_bench,
         "flagged_by_detector": per_det,
         **(scan_stats or {}),
@@ -653,7 +664,7 @@ def _write_run(
             "name": inp.name,
             "version": inp.version,
             "content_hash": inp.content_hash,
-            "rows": inp.table.num_rows,
+            "rows": n_rows,
         },
         "text_fields": list(text_fields),
         "id_field": id_field,
@@ -676,6 +687,155 @@ def _write_run(
         counts,
         manifest,
     )
+
+
+def _matched_items(matches: pa.Table, items: pa.Table) -> pa.Table:
+    """The benchmark items that have a match record."""
+    if not matches.num_rows:
+        return items.slice(0, 0)
+    keys = set(
+        zip(matches["benchmark"].to_pylist(), matches["benchmark_item"].to_pylist(), strict=True)
+    )
+    mask = [
+        (b, i) in keys
+        for b, i in zip(items["benchmark"].to_pylist(), items["item_id"].to_pylist(), strict=True)
+    ]
+    return items.filter(pa.array(mask, pa.bool_()))
+
+
+def _excluded_rows(rows: pa.Table, decisions: pa.Table) -> pa.Table:
+    """The contaminated rows of ``rows`` with their sample id, reasons and benchmarks."""
+    contaminated = decisions["contaminated"]
+    excl_dec = decisions.filter(contaminated)
+    return (
+        rows.filter(contaminated)
+        .append_column("sluice_sample_uid", excl_dec["sample_uid"])
+        .append_column("sluice_reasons", excl_dec["reasons"])
+        .append_column("sluice_benchmarks", excl_dec["benchmarks"])
+    )
+
+
+def _concat_rows(parts: list[pa.Table]) -> pa.Table:
+    """Row batches of one file as one table. Each batch's types were inferred from its own
+    rows: promote them (null -> string, int -> double); a column still at odds keeps every
+    value, non-strings as JSON text (as :func:`curation.readers.rows_to_table` does)."""
+    try:
+        return pa.concat_tables(parts, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        from curation.readers import rows_to_table
+
+        return rows_to_table([r for t in parts for r in t.to_pylist()])
+
+
+def _run_streamed(
+    path: Path,
+    *,
+    text_fields: Sequence[str],
+    id_field: str,
+    detectors: Sequence[Detector],
+    benchmarks,
+    config: DecontamConfig,
+    out_dir: str | Path,
+    data_root: str | None,
+    command: str | None,
+    on_batch: Callable[[int], None] | None = None,
+) -> RunResult:
+    """A file input read, scanned, decided and written ``config.stream_rows`` rows at a time:
+    only the match records, the excluded rows and one id per row (to refuse duplicates across
+    batches) are held for the whole run, so memory is flat in pool size. The run directory is
+    the one the whole-table path writes (tested)."""
+    import polars as pl
+
+    from curation import rundir
+    from curation.readers import iter_tables
+    from decontam.scan_cache import ScanCache, cache_key
+
+    source = str(path.resolve())
+    inp = InputData(pa.table({}), None, source, _file_stem(path.name), None, _file_hash(path))
+    cache = None
+    if config.use_cache and data_root is not None and "://" not in str(data_root):
+        cache = ScanCache(data_root, cache_key(_scan_key(detectors, benchmarks)))
+    final = Path(out_dir)
+    out = rundir.start(final)
+    try:
+        writer = None
+        match_parts, text_parts, excl_parts, id_parts, row_parts = [], [], [], [], []
+        n_rows = n_texts = n_contam = 0
+        per_bench: dict[str, int] = {}
+        stats: dict[str, int] = {"texts": 0, "texts_scanned": 0, "texts_cached": 0}
+        for tbl, rows in iter_tables(path, batch_size=config.stream_rows):
+            if id_field not in tbl.column_names:  # a later batch may have it: decide on all
+                raise ConfigError(
+                    f"--id-field {id_field!r} is not a column of {source} (rows {rows[0]}-"
+                    f"{rows[-1]} have none)",
+                    hint=did_you_mean(id_field, tbl.column_names),
+                )
+            texts = prepare_text_table(tbl, text_fields, id_field, source=source, row_numbers=rows)
+            uids = sample_uids(tbl, id_field, source=source, row_numbers=rows)
+            matches, st = cached_scan(
+                texts, detectors, benchmarks, data_root=data_root, batch_size=config.batch_size,
+                use_cache=cache is not None, on_batch=on_batch, cache=cache,
+            )  # fmt: skip
+            for k in stats:
+                stats[k] += st[k]
+            meta = scan_metadata(tbl, uids, detectors)
+            if meta.num_rows:
+                matches = pa.concat_tables([matches, meta])
+            decisions = decide(matches, uids, config.policy)
+            if "source" in tbl.column_names:
+                decisions = decisions.append_column("source", pc.cast(tbl["source"], pa.string()))
+            if writer is None:
+                import pyarrow.parquet as pq
+
+                schema = decisions.schema
+                writer = pq.ParquetWriter(out / ".decisions.parquet.tmp", schema)
+            writer.write_table(decisions.cast(schema))
+            excl = _excluded_rows(tbl, decisions)
+            if excl.num_rows:
+                excl_parts.append(excl)
+                for bl in excl["sluice_benchmarks"].to_pylist():
+                    for b in bl:
+                        per_bench[b] = per_bench.get(b, 0) + 1
+            if matches.num_rows:
+                match_parts.append(matches)
+                matched = pc.unique(matches["sample_uid"])
+                text_parts.append(texts.filter(pc.is_in(texts["sample_uid"], value_set=matched)))
+            id_parts.append(uids)
+            row_parts.append(pa.array(rows, pa.int64()))
+            n_rows += tbl.num_rows
+            n_texts += texts.num_rows
+            n_contam += excl.num_rows
+        if writer is None:
+            raise InputError("the input has no rows", file=source)
+        writer.close()
+        ids = pl.Series(pa.chunked_array(id_parts, pa.string()))
+        if ids.n_unique() != len(ids):  # a duplicate across batches (one batch checks its own)
+            dup = ids.is_duplicated().arg_true()
+            row_of = pa.chunked_array(row_parts).to_numpy()
+            v = ids[int(dup[0])]
+            first, second = (int(row_of[i]) for i in dup.filter(ids.gather(dup) == v)[:2])
+            raise _duplicate_id(v, first, second, source, id_field)
+        del ids, id_parts, row_parts
+        os.replace(out / ".decisions.parquet.tmp", out / "decisions.parquet")
+        matches = (
+            pa.concat_tables(match_parts).sort_by(_MATCH_SORT) if match_parts else empty_matches()
+        )
+        texts_out = pa.concat_tables(text_parts) if text_parts else TEXT_TABLE_SCHEMA.empty_table()
+        excl = _concat_rows(excl_parts) if excl_parts else _excluded_rows(
+            tbl.slice(0, 0), decisions.slice(0, 0)
+        )  # fmt: skip
+        _write_parquet(matches, out / "matches.parquet")
+        _write_parquet(texts_out, out / "texts.parquet")
+        _write_parquet(_matched_items(matches, benchmarks.items), out / "benchmark_items.parquet")
+        _write_parquet(excl, out / "excluded.parquet")
+        return _finish_run(
+            out, final, inp=inp, n_rows=n_rows, n_texts=n_texts, matches=matches,
+            n_contam=n_contam, per_bench=per_bench, detectors=detectors, benchmarks=benchmarks,
+            config=config, text_fields=text_fields, id_field=id_field, command=command,
+            clean_ref=None, excluded_ref=None, scan_stats=stats,
+        )  # fmt: skip
+    finally:
+        rundir.abandon(out)  # gone after finish(); removes the partial folder on failure
 
 
 # ----------------------------------------------------------------------------- all together
@@ -744,6 +904,24 @@ def run_decontamination(
     from curation.rundir import check_out_dir
 
     check_out_dir(out_dir)  # before reading or scanning anything
+    in_path = Path(input)
+    # a file that is not published as a catalog version streams (its ids must be known per
+    # batch, hence --id-field); otherwise the whole table is read
+    streamed = (
+        config.stream_rows > 0
+        and id_field is not None
+        and in_path.is_file()
+        and _file_stem(in_path.name) != in_path.name
+        and not (publish and publish_as)
+    )
+    if streamed:
+        return _run_streamed_cli(
+            in_path, text_fields=text_fields, id_field=id_field, config=config, out_dir=out_dir,
+            benchmarks_dir=benchmarks_dir, allow_benchmark_mismatch=allow_benchmark_mismatch,
+            data_root=data_root, progress=progress,
+            command=command if command is not None
+            else _reproduce_command(input, text_fields, id_field, config, out_dir),
+        )  # fmt: skip
     inp = read_input(input, catalog=catalog)
     source = inp.ref or inp.path or input
     texts = prepare_text_table(inp.table, text_fields, id_field, source=source)
@@ -806,6 +984,55 @@ def run_decontamination(
         publish_as=publish_as,
         scan_stats=stats,
     )
+
+
+def _run_streamed_cli(
+    path: Path,
+    *,
+    text_fields: Sequence[str],
+    id_field: str,
+    config: DecontamConfig,
+    out_dir: str | Path,
+    benchmarks_dir,
+    allow_benchmark_mismatch: bool,
+    data_root: str | None,
+    progress: bool,
+    command: str,
+) -> RunResult:
+    """:func:`run_decontamination` for a streamed file input (benchmarks, detectors, then
+    :func:`_run_streamed`)."""
+    import contextlib
+
+    from curation.settings import cache_root
+    from curation.settings import data_root as resolve_root
+
+    bset = load_benchmark_set(
+        config, benchmarks_dir=benchmarks_dir, allow_mismatch=allow_benchmark_mismatch
+    )
+    root = cache_root(resolve_root(data_root))  # a read-only root: caches go elsewhere
+    dets = build_detectors(config.detectors, config, bset, data_root=root)
+    with contextlib.ExitStack() as stack:
+        on_batch = None
+        if progress:
+            from rich.progress import BarColumn, Progress, TimeElapsedColumn
+
+            prog = stack.enter_context(
+                Progress(
+                    "[progress.description]{task.description}",
+                    BarColumn(),
+                    "{task.completed} texts",
+                    TimeElapsedColumn(),
+                )
+            )
+            task = prog.add_task("scanning texts", total=None)
+
+            def on_batch(n: int) -> None:
+                prog.advance(task, n)
+
+        return _run_streamed(
+            path, text_fields=text_fields, id_field=id_field, detectors=dets, benchmarks=bset,
+            config=config, out_dir=out_dir, data_root=root, command=command, on_batch=on_batch,
+        )  # fmt: skip
 
 
 def load_config_file(path: str | Path) -> DecontamConfig:

@@ -1,0 +1,106 @@
+"""A file input is read, scanned, decided and written in bounded batches (issue 16 item 2): the
+run directory is the one the whole-table path writes, and errors still name file and row."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from curation.errors import InputError
+from decontam.run import RUN_PARQUET_FILES, DecontamConfig, run_decontamination
+
+pytestmark = pytest.mark.shared_data
+
+
+def _pool(pools_dir: Path, dst: Path) -> Path:
+    """The 30 AIME 2024 rows of TTRL's file (contaminated) among 1,500 MATH train problems,
+    with a source column, a uid, and a metadata column whose type varies between rows."""
+    rows = []
+    for i, line in enumerate(open(pools_dir / "math_deepscaler_math_train.jsonl")):
+        if i >= 1500:
+            break
+        r = json.loads(line)
+        rows.append({"uid": f"math-{i}", "text": r["problem"], "source": "math", "level": i % 5})
+    for j, line in enumerate(open(pools_dir / "math_ttrl_aime24_as_train.jsonl")):
+        r = json.loads(line)
+        extra = {"note": "copied"} if j % 2 else {}
+        rows.insert(37 * j, {"uid": f"ttrl-{j}", "text": r["prompt"], "source": "ttrl", **extra})
+    dst.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return dst
+
+
+def _run(src: Path, out: Path, root: Path, stream_rows: int, detectors=("ngram", "minhash")):
+    cfg = DecontamConfig(
+        benchmarks=["aime24", "aime25"], detectors=list(detectors), stream_rows=stream_rows
+    )
+    return run_decontamination(
+        str(src),
+        text_fields=["text"],
+        id_field="uid",
+        config=cfg,
+        out_dir=out,
+        data_root=str(root),
+        publish=False,
+    )
+
+
+def test_streamed_run_equals_whole_table_run(pools_dir, tmp_path, monkeypatch):
+    import decontam.run as run_mod
+
+    src = _pool(pools_dir, tmp_path / "pool.jsonl")
+    whole = _run(src, tmp_path / "whole", tmp_path / "r1", stream_rows=0)
+
+    def whole_read(*a, **k):
+        raise AssertionError("a streamed run must not read the whole input")
+
+    monkeypatch.setattr(run_mod, "read_input", whole_read)
+    streamed = _run(src, tmp_path / "streamed", tmp_path / "r2", stream_rows=400)
+    assert whole.counts["contaminated"] == 30 and whole.counts["rows"] == 1530
+    for name in RUN_PARQUET_FILES:
+        a = pq.read_table(whole.out_dir / name)
+        b = pq.read_table(streamed.out_dir / name)
+        assert a.num_rows == b.num_rows, name
+        assert a.to_pylist() == b.to_pylist(), name
+    drop = ("created_at", "command", "files", "config", "detectors")
+    ma = {k: v for k, v in whole.manifest.items() if k not in drop}
+    mb = {k: v for k, v in streamed.manifest.items() if k not in drop}
+    assert ma == mb
+    roots = ("cache_root", "data_root")  # the two runs use two data roots
+    for da, db in zip(whole.manifest["detectors"], streamed.manifest["detectors"], strict=True):
+        da, db = dict(da), dict(db)
+        da["config"] = {k: v for k, v in da["config"].items() if k not in roots}
+        db["config"] = {k: v for k, v in db["config"].items() if k not in roots}
+        assert da == db
+    # a warm rerun in batches reads every text from the cache and gives the same evidence
+    again = _run(src, tmp_path / "again", tmp_path / "r2", stream_rows=400)
+    assert again.counts["texts_cached"] == 1530
+    assert pq.read_table(again.out_dir / "matches.parquet").equals(
+        pq.read_table(streamed.out_dir / "matches.parquet")
+    )
+
+
+def test_streamed_run_names_file_and_row_of_a_bad_line_or_duplicate_id(pools_dir, tmp_path):
+    src = _pool(pools_dir, tmp_path / "pool.jsonl")
+    lines = src.read_text().splitlines()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join([*lines[:1200], '{"uid": "x", "text": oops}', *lines[1200:]]) + "\n")
+    with pytest.raises(InputError) as e:
+        _run(bad, tmp_path / "o1", tmp_path / "r", stream_rows=400, detectors=("ngram",))
+    assert e.value.file.endswith("bad.jsonl") and e.value.row == 1201
+    assert not (tmp_path / "o1").exists()
+    dup = tmp_path / "dup.jsonl"
+    row5 = json.loads(lines[4])
+    dup.write_text("\n".join([*lines, json.dumps({**row5, "text": "another text"})]) + "\n")
+    with pytest.raises(InputError, match=f"duplicate id '{row5['uid']}' \\(first at row 5\\)") as e:
+        _run(dup, tmp_path / "o2", tmp_path / "r", stream_rows=400, detectors=("ngram",))
+    assert e.value.row == len(lines) + 1
+    assert not (tmp_path / "o2").exists()
+    # a later batch whose text field holds a number: refused with its row, not scanned as JSON
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("\n".join([*lines, json.dumps({"uid": "n-1", "text": 42})]) + "\n")
+    with pytest.raises(InputError, match="expected text") as e:
+        _run(mixed, tmp_path / "o3", tmp_path / "r", stream_rows=400, detectors=("ngram",))
+    assert e.value.row == len(lines) + 1
