@@ -377,13 +377,22 @@ def scan(
     *,
     batch_size: int = 2000,
     on_batch: Callable[[int], None] | None = None,
+    timings: dict[str, dict[str, float]] | None = None,
 ) -> pa.Table:
-    """Score every text with every detector. Pure: the same texts give the same sorted matches."""
+    """Score every text with every detector. Pure: the same texts give the same sorted matches.
+    ``timings``, when given, gets each detector's wall seconds and texts added."""
+    import time
+
     parts = []
     for start in range(0, texts.num_rows, batch_size):
         batch = texts.slice(start, batch_size)
         for det in detectors:
+            t0 = time.perf_counter()
             m = det.score(batch)
+            if timings is not None:
+                t = timings.setdefault(det.name, {"seconds": 0.0, "texts": 0})
+                t["seconds"] += time.perf_counter() - t0
+                t["texts"] += batch.num_rows
             if m.num_rows:
                 parts.append(m.select(MATCH_SCHEMA.names).cast(MATCH_SCHEMA))
         if on_batch:
@@ -435,13 +444,22 @@ def cached_scan(
     definition are scored. Returns (matches, {"texts", "texts_scanned", "texts_cached"}).
     ``cache``: the :class:`~decontam.scan_cache.ScanCache` to use (a streamed run passes one
     for all its batches, so the known texts are read once)."""
+    import time
+
     from decontam.scan_cache import CACHED_MATCH_SCHEMA, ScanCache, cache_key, text_hash
+
+    t_start = time.perf_counter()
+    per_det: dict[str, dict[str, float]] = {d.name: {"seconds": 0.0, "texts": 0} for d in detectors}
+
+    def timings() -> dict[str, Any]:
+        return {"scan_s": time.perf_counter() - t_start, "detectors": per_det}
 
     hashes = [text_hash(t) for t in texts["text"].to_pylist()]
     root = data_root
     if not use_cache or root is None or "://" in str(root):
-        m = scan(texts, detectors, batch_size=batch_size, on_batch=on_batch)
-        return m, {"texts": texts.num_rows, "texts_scanned": texts.num_rows, "texts_cached": 0}
+        m = scan(texts, detectors, batch_size=batch_size, on_batch=on_batch, timings=per_det)
+        n = texts.num_rows
+        return m, {"texts": n, "texts_scanned": n, "texts_cached": 0, "timings": timings()}
     if cache is None:
         cache = ScanCache(root, cache_key(_scan_key(detectors, benchmarks)))
     known = cache.known()
@@ -457,7 +475,7 @@ def cached_scan(
         todo = todo.set_column(
             0, "sample_uid", pa.array([hashes[i] for i in todo_idx], pa.string())
         )
-        fresh = scan(todo, detectors, batch_size=batch_size, on_batch=on_batch)
+        fresh = scan(todo, detectors, batch_size=batch_size, on_batch=on_batch, timings=per_det)
         fresh_c = fresh.rename_columns(
             ["text_hash" if c == "sample_uid" else c for c in fresh.column_names]
         )
@@ -493,6 +511,7 @@ def cached_scan(
         "texts": texts.num_rows,
         "texts_scanned": len(new_idx),
         "texts_cached": texts.num_rows - len(new_idx),
+        "timings": timings(),
     }
     return matches, stats
 
@@ -585,20 +604,15 @@ def _write_run(
         }
         if inp.path:
             run_cfg["input_file"] = {"path": inp.path, "sha256": inp.content_hash}
-        # the clean and excluded halves are published together or not at all
-        cv, ev = cat.commit(
-            [
-                cat.stage(
-                    f"{name}.decontaminated",
-                    clean_tbl,
-                    parents=parents,
-                    step="decontaminate",
-                    config=run_cfg,
-                ),
-                cat.stage(
-                    f"{name}.excluded", excl, parents=parents, step="decontaminate", config=run_cfg
-                ),
-            ]
+        cv = cat.publish(
+            f"{name}.decontaminated",
+            clean_tbl,
+            parents=parents,
+            step="decontaminate",
+            config=run_cfg,
+        )
+        ev = cat.publish(
+            f"{name}.excluded", excl, parents=parents, step="decontaminate", config=run_cfg
         )
         clean_ref, excluded_ref = f"{cv.name}@{cv.version}", f"{ev.name}@{ev.version}"
 
@@ -637,6 +651,9 @@ def _finish_run(
 ) -> RunResult:
     """Counts and ``run.json`` of a run whose Parquet files are written; moves it into place."""
     from curation import rundir
+
+    scan_stats = dict(scan_stats or {})
+    timings = _timing_summary(scan_stats.pop("timings", None))
 
     # samples each detector flags under the *policy's* thresholds (what decided the run)
     per_det: dict[str, int] = {}
@@ -680,6 +697,7 @@ def _finish_run(
         "counts": counts,
         "outputs": {"clean": clean_ref, "excluded": excluded_ref},
         "files": rundir.describe_files(out, RUN_PARQUET_FILES),
+        "timings": timings,
     }
     (out / "run.json").write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
     out = rundir.finish(out, final)
@@ -692,6 +710,36 @@ def _finish_run(
         counts,
         manifest,
     )
+
+
+def _merge_timings(acc: dict[str, Any] | None, new: dict[str, Any] | None) -> dict[str, Any]:
+    """Scan timings of several batches (or stages) added up."""
+    acc = acc if acc is not None else {"scan_s": 0.0, "detectors": {}}
+    for k, v in (new or {}).items():
+        if k == "detectors":
+            for name, t in v.items():
+                a = acc["detectors"].setdefault(name, {"seconds": 0.0, "texts": 0})
+                a["seconds"] += t["seconds"]
+                a["texts"] += t["texts"]
+        else:
+            acc[k] = acc.get(k, 0.0) + v
+    return acc
+
+
+def _timing_summary(t: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Wall seconds per stage and per detector, with each detector's texts/s (run.json)."""
+    if not t:
+        return None
+    out = {k: round(v, 3) for k, v in t.items() if k != "detectors"}
+    out["detectors"] = {
+        name: {
+            "seconds": round(d["seconds"], 3),
+            "texts": int(d["texts"]),
+            "texts_per_s": round(d["texts"] / d["seconds"], 1) if d["seconds"] > 0 else None,
+        }
+        for name, d in sorted(t.get("detectors", {}).items())
+    }
+    return out
 
 
 def _matched_items(matches: pa.Table, items: pa.Table) -> pa.Table:
@@ -743,12 +791,15 @@ def _run_streamed(
     out_dir: str | Path,
     data_root: str | None,
     command: str | None,
-    on_batch: Callable[[int], None] | None = None,
+    on_rows: Callable[[int], None] | None = None,
+    fit_s: float = 0.0,
 ) -> RunResult:
     """A file input read, scanned, decided and written ``config.stream_rows`` rows at a time:
     only the match records, the excluded rows and one id per row (to refuse duplicates across
     batches) are held for the whole run, so memory is flat in pool size. The run directory is
     the one the whole-table path writes (tested)."""
+    import time
+
     import polars as pl
 
     from curation import rundir
@@ -767,8 +818,11 @@ def _run_streamed(
         match_parts, text_parts, excl_parts, id_parts, row_parts = [], [], [], [], []
         n_rows = n_texts = n_contam = 0
         per_bench: dict[str, int] = {}
-        stats: dict[str, int] = {"texts": 0, "texts_scanned": 0, "texts_cached": 0}
+        stats: dict[str, Any] = {"texts": 0, "texts_scanned": 0, "texts_cached": 0}
+        timings = _merge_timings(None, {"fit_s": fit_s})
+        t_read = time.perf_counter()
         for tbl, rows in iter_tables(path, batch_size=config.stream_rows):
+            timings["read_s"] = timings.get("read_s", 0.0) + time.perf_counter() - t_read
             if id_field not in tbl.column_names:  # a later batch may have it: decide on all
                 raise ConfigError(
                     f"--id-field {id_field!r} is not a column of {source} (rows {rows[0]}-"
@@ -779,10 +833,11 @@ def _run_streamed(
             uids = sample_uids(tbl, id_field, source=source, row_numbers=rows)
             matches, st = cached_scan(
                 texts, detectors, benchmarks, data_root=data_root, batch_size=config.batch_size,
-                use_cache=cache is not None, on_batch=on_batch, cache=cache,
+                use_cache=cache is not None, cache=cache,
             )  # fmt: skip
             for k in stats:
                 stats[k] += st[k]
+            timings = _merge_timings(timings, st["timings"])
             meta = scan_metadata(tbl, uids, detectors)
             if meta.num_rows:
                 matches = pa.concat_tables([matches, meta])
@@ -810,6 +865,9 @@ def _run_streamed(
             n_rows += tbl.num_rows
             n_texts += texts.num_rows
             n_contam += excl.num_rows
+            if on_rows:
+                on_rows(tbl.num_rows)
+            t_read = time.perf_counter()
         if writer is None:
             raise InputError("the input has no rows", file=source)
         writer.close()
@@ -837,7 +895,7 @@ def _run_streamed(
             out, final, inp=inp, n_rows=n_rows, n_texts=n_texts, matches=matches,
             n_contam=n_contam, per_bench=per_bench, detectors=detectors, benchmarks=benchmarks,
             config=config, text_fields=text_fields, id_field=id_field, command=command,
-            clean_ref=None, excluded_ref=None, scan_stats=stats,
+            clean_ref=None, excluded_ref=None, scan_stats={**stats, "timings": timings},
         )  # fmt: skip
     finally:
         rundir.abandon(out)  # gone after finish(); removes the partial folder on failure
@@ -937,27 +995,19 @@ def run_decontamination(
     from curation.settings import cache_root
 
     root = cache_root(resolve_root(data_root))  # a read-only root: caches go elsewhere
+    import time
+
+    t0 = time.perf_counter()
     dets = build_detectors(config.detectors, config, bset, data_root=root)
+    fit_s = time.perf_counter() - t0
     import contextlib
 
     with contextlib.ExitStack() as stack:
         on_batch = None
         if progress:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+            from decontam.progress import ScanProgress
 
-            prog = stack.enter_context(
-                Progress(
-                    "[progress.description]{task.description}",
-                    BarColumn(),
-                    MofNCompleteColumn(),
-                    TimeElapsedColumn(),
-                )
-            )
-            task = prog.add_task("scanning texts", total=texts.num_rows)
-
-            def on_batch(n: int) -> None:
-                prog.advance(task, n)
-
+            on_batch = stack.enter_context(ScanProgress(texts.num_rows, what="texts")).advance
         matches, stats = cached_scan(
             texts,
             dets,
@@ -967,6 +1017,7 @@ def run_decontamination(
             use_cache=config.use_cache,
             on_batch=on_batch,
         )
+    stats["timings"] = _merge_timings(stats["timings"], {"fit_s": fit_s})
     meta_matches = scan_metadata(inp.table, uids, dets)
     if meta_matches.num_rows:
         matches = pa.concat_tables([matches, meta_matches]).sort_by(_MATCH_SORT)
@@ -1007,6 +1058,7 @@ def _run_streamed_cli(
     """:func:`run_decontamination` for a streamed file input (benchmarks, detectors, then
     :func:`_run_streamed`)."""
     import contextlib
+    import time
 
     from curation.settings import cache_root
     from curation.settings import data_root as resolve_root
@@ -1015,29 +1067,39 @@ def _run_streamed_cli(
         config, benchmarks_dir=benchmarks_dir, allow_mismatch=allow_benchmark_mismatch
     )
     root = cache_root(resolve_root(data_root))  # a read-only root: caches go elsewhere
+    t0 = time.perf_counter()
     dets = build_detectors(config.detectors, config, bset, data_root=root)
+    fit_s = time.perf_counter() - t0
     with contextlib.ExitStack() as stack:
-        on_batch = None
+        on_rows = None
         if progress:
-            from rich.progress import BarColumn, Progress, TimeElapsedColumn
+            from decontam.progress import ScanProgress
 
-            prog = stack.enter_context(
-                Progress(
-                    "[progress.description]{task.description}",
-                    BarColumn(),
-                    "{task.completed} texts",
-                    TimeElapsedColumn(),
-                )
-            )
-            task = prog.add_task("scanning texts", total=None)
-
-            def on_batch(n: int) -> None:
-                prog.advance(task, n)
-
+            on_rows = stack.enter_context(ScanProgress(_count_rows(path), what="rows")).advance
         return _run_streamed(
             path, text_fields=text_fields, id_field=id_field, detectors=dets, benchmarks=bset,
-            config=config, out_dir=out_dir, data_root=root, command=command, on_batch=on_batch,
+            config=config, out_dir=out_dir, data_root=root, command=command, on_rows=on_rows,
+            fit_s=fit_s,
         )  # fmt: skip
+
+
+def _count_rows(path: Path) -> int | None:
+    """Rows of a file for the progress total: Parquet metadata, or the newlines of a plain
+    JSON Lines file (one fast pass over its bytes); None when unknown."""
+    from curation.readers import kind_of
+
+    kind = kind_of(path)
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(path).metadata.num_rows
+    if kind != "jsonl" or path.name.endswith(".gz"):
+        return None
+    n = 0
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 24), b""):
+            n += chunk.count(b"\n")
+    return n
 
 
 def load_config_file(path: str | Path) -> DecontamConfig:

@@ -131,7 +131,7 @@ def run(
         command=shlex.join(["sluice", *sys.argv[1:]])
         if sys.argv and sys.argv[0].endswith("sluice")
         else None,
-        progress=sys.stderr.isatty(),
+        progress=True,  # a bar on a terminal, else a log line every few seconds
     )
     c = result.counts
     t = Table(title=f"decontamination of {result.manifest['input']['ref'] or input}")
@@ -149,6 +149,12 @@ def run(
         t.add_row(f"  flagged vs {b}", str(n))
     for d, n in sorted(c["flagged_by_detector"].items()):
         t.add_row(f"  flagged by {d}", str(n))
+    timings = result.manifest.get("timings") or {}
+    for d, tm in sorted((timings.get("detectors") or {}).items()):
+        rate = f", {tm['texts_per_s']:,.0f} texts/s" if tm.get("texts_per_s") else ""
+        t.add_row(f"  {d} scan time", f"{tm['seconds']:.1f} s{rate}")
+    if "scan_s" in timings:
+        t.add_row("scan stage (all detectors, cache)", f"{timings['scan_s']:.1f} s")
     console.print(t)
     console.print(f"run directory: {result.out_dir}")
     if result.clean_ref:

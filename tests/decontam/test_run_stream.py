@@ -64,7 +64,7 @@ def test_streamed_run_equals_whole_table_run(pools_dir, tmp_path, monkeypatch):
         b = pq.read_table(streamed.out_dir / name)
         assert a.num_rows == b.num_rows, name
         assert a.to_pylist() == b.to_pylist(), name
-    drop = ("created_at", "command", "files", "config", "detectors")
+    drop = ("created_at", "command", "files", "config", "detectors", "timings")
     ma = {k: v for k, v in whole.manifest.items() if k not in drop}
     mb = {k: v for k, v in streamed.manifest.items() if k not in drop}
     assert ma == mb
@@ -74,6 +74,15 @@ def test_streamed_run_equals_whole_table_run(pools_dir, tmp_path, monkeypatch):
         da["config"] = {k: v for k, v in da["config"].items() if k not in roots}
         db["config"] = {k: v for k, v in db["config"].items() if k not in roots}
         assert da == db
+    # per-detector wall time and texts/s (issue 16 item 4), for each way of running
+    for res in (whole, streamed):
+        t = res.manifest["timings"]
+        assert set(t["detectors"]) == {"ngram", "minhash"}
+        for d in t["detectors"].values():
+            assert d["texts"] == 1530 and d["seconds"] > 0
+            assert d["texts_per_s"] == pytest.approx(1530 / d["seconds"], rel=0.01)
+        assert t["scan_s"] >= sum(d["seconds"] for d in t["detectors"].values()) * 0.99
+        assert t["fit_s"] > 0
     # a warm rerun in batches reads every text from the cache and gives the same evidence
     again = _run(src, tmp_path / "again", tmp_path / "r2", stream_rows=400)
     assert again.counts["texts_cached"] == 1530
@@ -104,3 +113,42 @@ def test_streamed_run_names_file_and_row_of_a_bad_line_or_duplicate_id(pools_dir
     with pytest.raises(InputError, match="expected text") as e:
         _run(mixed, tmp_path / "o3", tmp_path / "r", stream_rows=400, detectors=("ngram",))
     assert e.value.row == len(lines) + 1
+
+
+def test_progress_without_a_terminal_logs_rows_rate_and_eta():
+    import io
+
+    from decontam.progress import ScanProgress
+
+    buf = io.StringIO()  # not a terminal
+    with ScanProgress(1000, what="rows", interval=0.0, stream=buf) as p:
+        p.advance(250)
+        p.advance(250)
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 3  # one per advance (interval 0) and the last at the end
+    assert lines[0].startswith("decontam: 250 / 1,000 rows (25%), ")
+    assert "rows/s" in lines[0] and "ETA" in lines[0]
+    assert lines[-1].startswith("decontam: 500 / 1,000 rows (50%)")
+    quiet = io.StringIO()
+    with ScanProgress(None, stream=quiet, interval=3600) as p:
+        p.advance(10)  # within the interval: no line until the end
+        assert quiet.getvalue() == ""
+    assert quiet.getvalue().startswith("decontam: 10 rows, ") and "ETA" not in quiet.getvalue()
+
+
+def test_cli_prints_progress_lines_and_detector_times_without_a_terminal(pools_dir, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    src = _pool(pools_dir, tmp_path / "pool.jsonl")
+    sluice = str(Path(sys.executable).with_name("sluice"))
+    env = dict(os.environ, SLUICE_DATA_ROOT=str(tmp_path / "root"))
+    args = ["decontam", "run", str(src), "--text-field", "text", "--id-field", "uid"]
+    args += ["--benchmarks", "aime24", "--detectors", "ngram", "--out", str(tmp_path / "o")]
+    r = subprocess.run([sluice, *args], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "decontam: 1,530 / 1,530 rows (100%)" in r.stderr
+    assert "ngram scan time" in r.stderr and "texts/s" in r.stderr
+    run = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert run["timings"]["detectors"]["ngram"]["texts"] == 1530

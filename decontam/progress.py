@@ -1,0 +1,101 @@
+"""Progress of a long scan: a rich bar on a terminal, else one log line every few seconds.
+
+A nightly job's log is not a terminal: there, every ``interval`` seconds (and at the end) one
+line goes to stderr with the rows done, rows/s and the ETA, so a stalled or slow run shows in
+the log instead of printing nothing for ten minutes. Hand-written because rich's bar has no
+plain-log mode.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+
+def _duration(s: float) -> str:
+    s = int(round(s))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+class ScanProgress:
+    """``with ScanProgress(total, what="rows") as p: p.advance(n)``; ``total`` may be None."""
+
+    def __init__(
+        self,
+        total: int | None,
+        *,
+        what: str = "rows",
+        label: str = "decontam",
+        interval: float = 5.0,
+        stream: TextIO | None = None,
+        bar: bool | None = None,
+    ) -> None:
+        self.total, self.what, self.label, self.interval = total, what, label, interval
+        self.stream = stream or sys.stderr
+        self.bar = self.stream.isatty() if bar is None else bar
+        self.done = 0
+        self._start = self._last = 0.0
+        self._rich = None
+
+    def __enter__(self) -> ScanProgress:
+        self._start = self._last = time.monotonic()
+        if self.bar:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self._rich = Progress(
+                "[progress.description]{task.description}",
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=Console(file=self.stream),
+            )
+            self._rich.__enter__()
+            self._task = self._rich.add_task(f"scanning {self.what}", total=self.total)
+        return self
+
+    def advance(self, n: int) -> None:
+        self.done += n
+        if self._rich is not None:
+            self._rich.advance(self._task, n)
+            return
+        now = time.monotonic()
+        if now - self._last >= self.interval:
+            self._last = now
+            self._log(now)
+
+    def line(self, now: float | None = None) -> str:
+        """The log line for the current state."""
+        now = time.monotonic() if now is None else now
+        el = max(now - self._start, 1e-9)
+        rate = self.done / el
+        head = f"{self.label}: {self.done:,}"
+        if self.total:
+            head += f" / {self.total:,} {self.what} ({100 * self.done / self.total:.0f}%)"
+        else:
+            head += f" {self.what}"
+        tail = f", {rate:,.0f} {self.what}/s, elapsed {_duration(el)}"
+        if self.total and rate > 0 and self.done < self.total:
+            tail += f", ETA {_duration((self.total - self.done) / rate)}"
+        return head + tail
+
+    def _log(self, now: float) -> None:
+        print(self.line(now), file=self.stream, flush=True)
+
+    def __exit__(self, *exc) -> None:
+        if self._rich is not None:
+            self._rich.__exit__(*exc)
+        elif exc[0] is None and self.done:
+            self._log(time.monotonic())
