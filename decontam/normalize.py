@@ -55,6 +55,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 import numpy as np
 
@@ -641,20 +642,71 @@ def _code_point_ranges(chars: Sequence[int]) -> str:
     return "".join(out)
 
 
-def _all_code_points() -> list[int]:
-    return [*range(0xD800), *range(0xE000, 0x110000)]  # every scalar value (no surrogates)
+@functools.cache
+def _all_chars() -> tuple[str, str]:
+    """Every Unicode scalar value in order, as two strings (below and above the surrogates)."""
+    return "".join(map(chr, range(0xD800))), "".join(map(chr, range(0xE000, 0x110000)))
+
+
+def _ranges_of(pattern: str) -> list[int]:
+    """Code points that ``pattern`` (one char wide, Python ``re``) matches."""
+    rx = re.compile(f"(?:{pattern})+")
+    out: list[int] = []
+    for chars in _all_chars():
+        for m in rx.finditer(chars):
+            out.extend(range(ord(m.group(0)[0]), ord(m.group(0)[-1]) + 1))
+    return out
+
+
+def _cached_tables(name: str, compute: Callable[[], Any]) -> Any:
+    """``compute()`` (JSON-able), kept in the temp folder per Python Unicode database and
+    polars/pyarrow version: building the character tables takes about a second, which every
+    ``sluice`` process would otherwise pay."""
+    import json
+    import os
+    import sys
+    import tempfile
+    from importlib.metadata import version
+
+    tag = "-".join(
+        (name, sys.version.split()[0], unicodedata.unidata_version, version("polars"),
+         version("pyarrow"), "1")
+    )  # fmt: skip
+    path = os.path.join(tempfile.gettempdir(), f"sluice-normalize-{tag}.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        pass
+    value = compute()
+    try:
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(value, fh)
+        os.replace(tmp, path)
+    except OSError:  # a read-only temp folder: compute each time
+        pass
+    return value
 
 
 @functools.cache
 def _classes() -> dict[str, str]:
+    return _cached_tables("classes", _compute_classes)
+
+
+@functools.cache
+def _unsafe_patterns() -> tuple[str, str]:
+    a, b = _cached_tables("unsafe", _compute_unsafe_patterns)
+    return a, b
+
+
+def _compute_classes() -> dict[str, str]:
     """Python's ``\\s``, ``\\d`` and ``[^\\W_]`` as explicit code point sets for Rust patterns
     (Rust's ``\\w`` counts combining marks and not ``No``; its ``\\s`` lacks U+001C..U+001F)."""
-    cps = _all_code_points()
-    classes = {}
-    for key, pat in (("<S>", r"\s"), ("<D>", r"\d"), ("<ALNUM>", r"[^\W_]")):
-        rx = re.compile(pat)
-        classes[key] = _code_point_ranges([c for c in cps if rx.match(chr(c))])
-    return classes
+    return {
+        key: _code_point_ranges(_ranges_of(pat))
+        for key, pat in (("<S>", r"\s"), ("<D>", r"\d"), ("<ALNUM>", r"[^\W_]"))
+    }
 
 
 @functools.cache
@@ -664,28 +716,39 @@ def _rust_pattern(pattern: str) -> str:
     return pattern
 
 
-@functools.cache
-def _unsafe_patterns() -> tuple[str, str]:
+def _compute_unsafe_patterns() -> tuple[str, str]:
     """Rust classes of the characters the compiled path cannot treat exactly like Python:
-    (1) NFKC: characters unassigned in Python's Unicode database (polars' may be newer) or
-    that polars normalizes differently on their own; (2) case: characters whose Rust
+    (1) NFKC: characters unassigned in Python's Unicode database (Arrow's may be newer) or
+    that Arrow normalizes differently on their own; (2) case: characters whose Rust
     lowercase differs from Python's casefold (``ß`` -> ``ss``, ``ς`` -> ``σ``, Cherokee...)
     and ``Σ``, whose Rust lowercase depends on its neighbours. Rows holding one take the
-    Python path."""
+    Python path. Each check is one call over all characters joined by newlines (a newline
+    never composes with a neighbour, and no character normalizes or folds to one)."""
     import polars as pl
 
-    cps = _all_code_points()
-    chars = [chr(c) for c in cps]
-    ser = pl.Series(chars, dtype=pl.String)
-    rust_nfkc = _nfkc_column(ser).to_list()
-    rust_lower = ser.str.to_lowercase().to_list()
-    nfkc_bad, case_bad = [], []
-    for c, ch, nf, lo in zip(cps, chars, rust_nfkc, rust_lower, strict=True):
-        if unicodedata.category(ch) == "Cn" or nf != unicodedata.normalize("NFKC", ch):
-            nfkc_bad.append(c)
-        if lo != ch.casefold() or ch == "Σ":
-            case_bad.append(c)
-    return f"[{_code_point_ranges(nfkc_bad)}]", f"[{_code_point_ranges(case_bad)}]"
+    nfkc_bad: list[int] = []
+    case_bad: list[int] = []
+    for chars in _all_chars():
+        chars = chars.replace("\n", "")  # the separator (ASCII: safe)
+        joined = "\n".join(chars)
+        ser = pl.Series([joined], dtype=pl.String)
+        checks = (
+            (nfkc_bad, unicodedata.normalize("NFKC", joined), _nfkc_column(ser)[0]),
+            (case_bad, joined.casefold(), ser.str.to_lowercase()[0]),
+        )
+        for bad, py, rust in checks:
+            py_parts, rust_parts = py.split("\n"), rust.split("\n")
+            assert len(py_parts) == len(rust_parts) == len(chars)
+            bad.extend(
+                ord(c)
+                for c, x, y in zip(chars, py_parts, rust_parts, strict=True)
+                if x != y or (bad is case_bad and c == "Σ")
+            )
+        nfkc_bad.extend(ord(c) for c in chars if unicodedata.category(c) == "Cn")
+    return (
+        f"[{_code_point_ranges(sorted(set(nfkc_bad)))}]",
+        f"[{_code_point_ranges(sorted(set(case_bad)))}]",
+    )
 
 
 def _nfkc_column(ser):
