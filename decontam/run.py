@@ -604,15 +604,20 @@ def _write_run(
         }
         if inp.path:
             run_cfg["input_file"] = {"path": inp.path, "sha256": inp.content_hash}
-        cv = cat.publish(
-            f"{name}.decontaminated",
-            clean_tbl,
-            parents=parents,
-            step="decontaminate",
-            config=run_cfg,
-        )
-        ev = cat.publish(
-            f"{name}.excluded", excl, parents=parents, step="decontaminate", config=run_cfg
+        # the clean and excluded halves are published together or not at all
+        cv, ev = cat.commit(
+            [
+                cat.stage(
+                    f"{name}.decontaminated",
+                    clean_tbl,
+                    parents=parents,
+                    step="decontaminate",
+                    config=run_cfg,
+                ),
+                cat.stage(
+                    f"{name}.excluded", excl, parents=parents, step="decontaminate", config=run_cfg
+                ),
+            ]
         )
         clean_ref, excluded_ref = f"{cv.name}@{cv.version}", f"{ev.name}@{ev.version}"
 
