@@ -59,16 +59,22 @@ class ScanCache:
 
     def matches_for(self, hashes: set[str]) -> pa.Table:
         """Cached match rows (with ``text_hash``) for the given text hashes."""
+        import pyarrow.compute as pc
+
         parts = []
         if self.dir.is_dir() and hashes:
             wanted = pa.array(sorted(hashes), pa.string())
             for p in sorted(self.dir.glob("*.texts.parquet")):
+                # a text scanned by two processes at once is in two parts: serve the first
+                scanned = pq.read_table(p, columns=["text_hash"])["text_hash"]
+                mine = pc.filter(scanned, pc.is_in(scanned, value_set=wanted))
+                if not len(mine):
+                    continue
+                wanted = pc.filter(wanted, pc.invert(pc.is_in(wanted, value_set=mine)))
                 mp = p.with_name(p.name.replace(".texts.parquet", ".matches.parquet"))
                 t = pq.read_table(mp)
                 if t.num_rows:
-                    import pyarrow.compute as pc
-
-                    parts.append(t.filter(pc.is_in(t["text_hash"], value_set=wanted)))
+                    parts.append(t.filter(pc.is_in(t["text_hash"], value_set=mine)))
         if not parts:
             return CACHED_MATCH_SCHEMA.empty_table()
         return pa.concat_tables([p.cast(CACHED_MATCH_SCHEMA) for p in parts])

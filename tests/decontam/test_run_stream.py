@@ -32,9 +32,14 @@ def _pool(pools_dir: Path, dst: Path) -> Path:
     return dst
 
 
-def _run(src: Path, out: Path, root: Path, stream_rows: int, detectors=("ngram", "minhash")):
+def _run(
+    src: Path, out: Path, root: Path, stream_rows: int, detectors=("ngram", "minhash"), workers=1
+):
     cfg = DecontamConfig(
-        benchmarks=["aime24", "aime25"], detectors=list(detectors), stream_rows=stream_rows
+        benchmarks=["aime24", "aime25"],
+        detectors=list(detectors),
+        stream_rows=stream_rows,
+        workers=workers,
     )
     return run_decontamination(
         str(src),
@@ -88,6 +93,24 @@ def test_streamed_run_equals_whole_table_run(pools_dir, tmp_path, monkeypatch):
     assert again.counts["texts_cached"] == 1530
     assert pq.read_table(again.out_dir / "matches.parquet").equals(
         pq.read_table(streamed.out_dir / "matches.parquet")
+    )
+
+
+def test_two_scan_processes_write_the_same_run_as_one(pools_dir, tmp_path):
+    src = _pool(pools_dir, tmp_path / "pool.jsonl")
+    one = _run(src, tmp_path / "one", tmp_path / "r1", stream_rows=400)
+    two = _run(src, tmp_path / "two", tmp_path / "r2", stream_rows=400, workers=2)
+    assert one.manifest["timings"]["workers"] == 1 and two.manifest["timings"]["workers"] == 2
+    for name in RUN_PARQUET_FILES:
+        a = pq.read_table(one.out_dir / name)
+        b = pq.read_table(two.out_dir / name)
+        assert a.to_pylist() == b.to_pylist(), name
+    assert one.counts == two.counts
+    # the workers' cache parts serve a warm single-process rerun with the same evidence
+    warm = _run(src, tmp_path / "warm", tmp_path / "r2", stream_rows=400)
+    assert warm.counts["texts_cached"] == 1530
+    assert pq.read_table(warm.out_dir / "matches.parquet").equals(
+        pq.read_table(one.out_dir / "matches.parquet")
     )
 
 
