@@ -315,14 +315,11 @@ def _validate_items(items: pa.Table) -> None:
             raise InputError(f"benchmark items lack column {col!r}", field=col)
 
 
-def build_index(benchmarks: BenchmarkSet, config: EmbeddingConfig) -> BenchmarkIndex:
-    faiss = require("faiss", package="faiss-cpu")
-    items = benchmarks.items
-    _validate_items(items)
-    texts_col = items.column("text").to_pylist()
+def _benchmark_texts(items: pa.Table) -> tuple[list[str], list[list[int]]]:
+    """Distinct prepared benchmark texts and, for each, the item rows that hold it."""
     distinct: dict[str, int] = {}
     holders: list[list[int]] = []
-    for row, t in enumerate(texts_col):
+    for row, t in enumerate(items.column("text").to_pylist()):
         key = prepare_text(t or "")
         if not key:
             continue
@@ -330,7 +327,62 @@ def build_index(benchmarks: BenchmarkSet, config: EmbeddingConfig) -> BenchmarkI
             distinct[key] = len(holders)
             holders.append([])
         holders[distinct[key]].append(row)
-    texts = list(distinct)
+    return list(distinct), holders
+
+
+def unprepared_texts(benchmarks: BenchmarkSet, config: EmbeddingConfig) -> tuple[int, int]:
+    """(benchmark texts without a cached vector for the configured model, all of them), read
+    from the embedding cache without loading the model."""
+    from decontam.embed_cache import text_hash
+
+    _validate_items(benchmarks.items)
+    texts, _ = _benchmark_texts(benchmarks.items)
+    if not config.cache:
+        return len(texts), len(texts)
+    ref = resolve_model(config.model, config.revision)
+    cache = _cache_for(ref.key, config.cache_root, config.normalize_embeddings)
+    return sum(text_hash(t) not in cache for t in texts), len(texts)
+
+
+def prepare_benchmarks(benchmarks: BenchmarkSet, config: EmbeddingConfig) -> dict[str, Any]:
+    """Embed every benchmark text (all variants) for the configured model into the embedding
+    cache under the data root, once: later runs build their index from the cached vectors
+    (a faiss flat index over them is a copy) and only load the model for the pool's texts.
+    Returns what was done: model, texts, newly embedded, seconds."""
+    import time
+
+    t0 = time.perf_counter()
+    missing, total = unprepared_texts(benchmarks, config)
+    if missing:
+        build_index(benchmarks, config, announce=False)
+    ref = resolve_model(config.model, config.revision)
+    return {
+        "model": ref.model_id,
+        "revision": ref.revision,
+        "texts": total,
+        "embedded": missing,
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+
+
+def build_index(
+    benchmarks: BenchmarkSet, config: EmbeddingConfig, *, announce: bool = True
+) -> BenchmarkIndex:
+    faiss = require("faiss", package="faiss-cpu")
+    items = benchmarks.items
+    _validate_items(items)
+    texts, holders = _benchmark_texts(items)
+    missing = unprepared_texts(benchmarks, config)[0] if announce else 0
+    if missing:  # say so: on CPU this is minutes the next run will not spend
+        import logging
+
+        logging.getLogger("sluice").warning(
+            "embedding: %d of %d benchmark texts have no cached vector for %s; embedding them "
+            "now, once (`sluice benchmarks prepare` does this ahead of runs)",
+            missing,
+            len(texts),
+            config.model,
+        )
     enc = get_encoder(config)
     vecs = embed_texts(texts, config, enc)
     index = faiss.IndexFlatIP(enc.dim)

@@ -163,3 +163,45 @@ def show_benchmark(
             head += f" {r['title']}"
         text = r["text"].replace("\n", " ")
         con.print(f"{head}: {text[:160]}{'...' if len(text) > 160 else ''}", highlight=False)
+
+
+@app.command("prepare")
+def prepare_benchmarks(
+    benchmarks: str = typer.Option(
+        "aime24,aime25,lcb_v5,lcb_v6", "--benchmarks", help="comma-separated benchmarks"
+    ),
+    model: str = typer.Option("default", "--model", help="embedding model (name or folder)"),
+    revision: str | None = typer.Option(None, "--revision", help="model revision"),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
+    benchmarks_dir: str | None = typer.Option(None, "--benchmarks-dir", help=_DIR_HELP),
+    window: str | None = typer.Option(None, "--window", help="'paper' or START..END"),
+    no_variants: bool = typer.Option(False, "--no-variants", help="skip alternative wordings"),
+    root: str | None = typer.Option(
+        None, "--root", help="data root (default $SLUICE_DATA_ROOT or ./.sluice)"
+    ),
+) -> None:
+    """Embed every benchmark text once per model into the data root's embedding cache, so
+    `sluice decontam run` builds its index from it instead of encoding the items first."""
+    from rich.console import Console
+
+    from curation.errors import ConfigError
+    from curation.settings import cache_root, data_root
+    from decontam.benchmarks import load_benchmarks
+    from decontam.embedding import EmbeddingConfig
+    from decontam.embedding import prepare_benchmarks as prepare
+
+    names = [b.strip() for b in benchmarks.split(",") if b.strip()]
+    if not names:
+        raise ConfigError(f"--benchmarks {benchmarks!r} names nothing", hint="e.g. aime24,lcb_v6")
+    bset = load_benchmarks(
+        names, benchmarks_dir=benchmarks_dir, window=window, include_variants=not no_variants
+    )
+    cfg = EmbeddingConfig(
+        model=model, revision=revision, device=device, cache_root=cache_root(data_root(root))
+    )
+    r = prepare(bset, cfg)
+    Console(stderr=True, soft_wrap=True).print(
+        f"{r['model']}@{r['revision']}: {r['texts']} benchmark texts ready "
+        f"({r['embedded']} embedded now, {r['texts'] - r['embedded']} already cached) "
+        f"in {r['seconds']:.1f} s"
+    )

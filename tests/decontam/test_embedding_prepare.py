@@ -1,0 +1,62 @@
+"""`sluice benchmarks prepare`: benchmark texts embedded once per model under the data root, and
+a run that must embed them first says so (issue 16 item 4). Real offline MiniLM, real items."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from decontam.benchmarks import load_benchmarks
+from decontam.embedding import (
+    EmbeddingConfig,
+    build_index,
+    get_encoder,
+    prepare_benchmarks,
+    unprepared_texts,
+)
+
+pytestmark = pytest.mark.shared_data
+
+
+def test_prepare_embeds_each_benchmark_text_once_and_runs_reuse_it(
+    benchmarks_dir, tmp_path, caplog
+):
+    bset = load_benchmarks(["aime24"], benchmarks_dir=str(benchmarks_dir), include_variants=True)
+    cfg = EmbeddingConfig(cache_root=str(tmp_path / "root"))
+    missing, total = unprepared_texts(bset, cfg)
+    assert missing == total > 30  # aime24 and its variant wordings, nothing cached yet
+    # an index built on an unprepared root says what it is doing
+    with caplog.at_level(logging.WARNING, logger="sluice"):
+        build_index(bset, EmbeddingConfig(cache_root=str(tmp_path / "other")))
+    assert f"{total} of {total} benchmark texts have no cached vector" in caplog.text
+    assert "sluice benchmarks prepare" in caplog.text
+    first = prepare_benchmarks(bset, cfg)
+    assert (first["texts"], first["embedded"]) == (total, total)
+    assert unprepared_texts(bset, cfg) == (0, total)
+    # prepared: the next prepare embeds nothing, and building the index encodes no item
+    assert prepare_benchmarks(bset, cfg)["embedded"] == 0
+    enc = get_encoder(cfg)
+    before = enc.texts_encoded
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="sluice"):
+        index = build_index(bset, cfg)
+    assert enc.texts_encoded == before
+    assert "no cached vector" not in caplog.text
+    assert index.index.ntotal == total
+
+
+def test_cli_prepare_then_the_same_root_is_ready(benchmarks_dir, tmp_path):
+    sluice = str(Path(sys.executable).with_name("sluice"))
+    env = dict(os.environ, SLUICE_DATA_ROOT=str(tmp_path / "root"), HF_HUB_OFFLINE="1")
+    cmd = [sluice, "benchmarks", "prepare", "--benchmarks", "aime25", "--no-variants"]
+    cmd += ["--benchmarks-dir", str(benchmarks_dir)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "30 benchmark texts ready (30 embedded now, 0 already cached)" in r.stderr
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert "(0 embedded now, 30 already cached)" in r.stderr
