@@ -759,14 +759,25 @@ def _nfkc_column(ser):
     return pl.Series(pc.utf8_normalize(ser.to_arrow(), "NFKC"))
 
 
+_LOOKAHEAD = "([^a-zA-Z]|$)"
+
+
 def _rust_rules(ser, rules: tuple[_RustRule, ...]):
     for rule in rules:
-        for _ in range(rule.passes):
-            if rule.kind == "strip":
-                ser = ser.str.strip_chars(" ")
-            elif rule.kind == "literal":
-                ser = ser.str.replace_all(rule.pattern, rule.repl, literal=True)
-            else:
+        if rule.kind == "strip":
+            ser = ser.str.strip_chars(" ")
+        elif rule.kind == "literal":
+            ser = ser.str.replace_all(rule.pattern, rule.repl, literal=True)
+        elif rule.passes == 2 and rule.pattern.endswith(_LOOKAHEAD):
+            # the second pass only matters where a match was directly followed by a backslash
+            # (its consumed lookahead char may start the next match): run it on those rows
+            pat = _rust_pattern(rule.pattern)
+            again = ser.str.contains(pat[: -len(_LOOKAHEAD)] + r"\\").arg_true()
+            ser = ser.str.replace_all(pat, rule.repl)
+            if len(again):
+                ser = ser.scatter(again, ser.gather(again).str.replace_all(pat, rule.repl))
+        else:
+            for _ in range(rule.passes):
                 ser = ser.str.replace_all(_rust_pattern(rule.pattern), rule.repl)
     return ser
 
