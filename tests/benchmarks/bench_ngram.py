@@ -7,7 +7,8 @@ whole pool, as the detector does.
 
 Stages timed separately, all on the same normalized texts:
 
-* ``normalize``: ``normalizer(text)`` for every text (shared by every method below);
+* ``normalize``: ``normalizer.batch(texts)`` (the columnar path, as the detector runs it; shared by
+  every method below);
 * ``open-r1``: the straightforward method as open-r1's ``scripts/decontaminate.py`` (from s1's
   ``decontaminate_util.py``) runs it, minus the ``datasets.map`` around it: one n-gram lookup
   dict per benchmark, and for every sample and every benchmark ``normalize_string`` (lower,
