@@ -762,23 +762,36 @@ def _nfkc_column(ser):
 _LOOKAHEAD = "([^a-zA-Z]|$)"
 
 
+def _replace_rows(ser, pat: str, repl: str, *, literal: bool = False):
+    """``ser.str.replace_all(pat, repl)``, run only on the rows that contain a match when they
+    are few (a read-only ``contains`` scan is about twice as fast as a rewrite of every row)."""
+    idx = ser.str.contains(pat, literal=literal).arg_true()
+    if not len(idx):
+        return ser
+    if 2 * len(idx) > len(ser):
+        return ser.str.replace_all(pat, repl, literal=literal)
+    out = ser.clone()  # copy on write: the caller's series stays as it was
+    out.scatter(idx, ser.gather(idx).str.replace_all(pat, repl, literal=literal))
+    return out
+
+
 def _rust_rules(ser, rules: tuple[_RustRule, ...]):
     for rule in rules:
         if rule.kind == "strip":
             ser = ser.str.strip_chars(" ")
         elif rule.kind == "literal":
-            ser = ser.str.replace_all(rule.pattern, rule.repl, literal=True)
+            ser = _replace_rows(ser, rule.pattern, rule.repl, literal=True)
         elif rule.passes == 2 and rule.pattern.endswith(_LOOKAHEAD):
             # the second pass only matters where a match was directly followed by a backslash
             # (its consumed lookahead char may start the next match): run it on those rows
             pat = _rust_pattern(rule.pattern)
-            again = ser.str.contains(pat[: -len(_LOOKAHEAD)] + r"\\").arg_true()
-            ser = ser.str.replace_all(pat, rule.repl)
-            if len(again):
-                ser = ser.scatter(again, ser.gather(again).str.replace_all(pat, rule.repl))
+            again = ser.str.contains(pat[: -len(_LOOKAHEAD)] + r"\\\\").any()
+            ser = _replace_rows(ser, pat, rule.repl)
+            if again:
+                ser = _replace_rows(ser, pat, rule.repl)
         else:
             for _ in range(rule.passes):
-                ser = ser.str.replace_all(_rust_pattern(rule.pattern), rule.repl)
+                ser = _replace_rows(ser, _rust_pattern(rule.pattern), rule.repl)
     return ser
 
 
