@@ -785,7 +785,7 @@ def _rust_rules(ser, rules: tuple[_RustRule, ...]):
             # the second pass only matters where a match was directly followed by a backslash
             # (its consumed lookahead char may start the next match): run it on those rows
             pat = _rust_pattern(rule.pattern)
-            again = ser.str.contains(pat[: -len(_LOOKAHEAD)] + r"\\\\").any()
+            again = ser.str.contains(pat[: -len(_LOOKAHEAD)] + r"\\").any()
             ser = _replace_rows(ser, pat, rule.repl)
             if again:
                 ser = _replace_rows(ser, pat, rule.repl)
