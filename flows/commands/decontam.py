@@ -78,6 +78,11 @@ def run(
     ),
     no_publish: bool = typer.Option(False, "--no-publish", help="write the run dir only"),
     no_cache: bool = typer.Option(False, "--no-cache", help="rescan every text"),
+    workers: int | None = typer.Option(
+        None,
+        "--workers",
+        help="scan processes for a streamed file input (default: one per core for large inputs)",
+    ),
     root: str | None = typer.Option(
         None, "--root", help="data root (default $SLUICE_DATA_ROOT or ./.sluice)"
     ),
@@ -109,6 +114,8 @@ def run(
         cfg = dataclasses.replace(cfg, window=window)
     if no_cache:
         cfg = dataclasses.replace(cfg, use_cache=False)
+    if workers is not None:
+        cfg = dataclasses.replace(cfg, workers=workers)
     catalog = None
     if root:
         from curation.catalog import Catalog
