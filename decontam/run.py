@@ -100,11 +100,12 @@ class DecontamConfig:
     )
     use_cache: bool = field(default=True, metadata={"help": "reuse per-text scan results"})
     workers: int = field(
-        default=0,
+        default=1,
         metadata={
             "help": "processes that scan a streamed input's batches (the parent reads, decides "
             "and writes, in input order: output identical to 1); 0 = one per CPU core, for "
-            "inputs of at least 4 batches"
+            "inputs of at least 4 batches (the CLI's default). Workers are spawned: a script "
+            "that asks for them needs an `if __name__ == '__main__':` guard"
         },
     )
     stream_rows: int = field(

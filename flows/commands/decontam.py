@@ -81,7 +81,8 @@ def run(
     workers: int | None = typer.Option(
         None,
         "--workers",
-        help="scan processes for a streamed file input (default: one per core for large inputs)",
+        help="scan processes for a streamed file input (default: one per core for inputs of "
+        ">= 4 batches of 50k rows; 1 = none)",
     ),
     root: str | None = typer.Option(
         None, "--root", help="data root (default $SLUICE_DATA_ROOT or ./.sluice)"
@@ -114,8 +115,8 @@ def run(
         cfg = dataclasses.replace(cfg, window=window)
     if no_cache:
         cfg = dataclasses.replace(cfg, use_cache=False)
-    if workers is not None:
-        cfg = dataclasses.replace(cfg, workers=workers)
+    if workers is not None or not config_file:  # the CLI uses every core by default
+        cfg = dataclasses.replace(cfg, workers=0 if workers is None else workers)
     catalog = None
     if root:
         from curation.catalog import Catalog
