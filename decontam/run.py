@@ -1181,19 +1181,29 @@ def _scanned_in_workers(prepared, n_workers: int, worker_args: dict[str, Any] | 
 
     if worker_args is None:
         raise ConfigError("workers > 1 needs the run's benchmark and data-root settings")
+    from concurrent.futures.process import BrokenProcessPool
+
+    from curation.errors import SluiceError
+
     ctx = mp.get_context("spawn")
-    with ProcessPoolExecutor(
-        n_workers, mp_context=ctx, initializer=_scan_worker_init, initargs=(worker_args,)
-    ) as pool:
-        queue: deque = deque()
-        for b in prepared:
-            queue.append((b, pool.submit(_scan_worker, b[2])))
-            if len(queue) > n_workers:
+    try:
+        with ProcessPoolExecutor(
+            n_workers, mp_context=ctx, initializer=_scan_worker_init, initargs=(worker_args,)
+        ) as pool:
+            queue: deque = deque()
+            for b in prepared:
+                queue.append((b, pool.submit(_scan_worker, b[2])))
+                if len(queue) > n_workers:
+                    b0, fut = queue.popleft()
+                    yield (*b0, *fut.result())
+            while queue:
                 b0, fut = queue.popleft()
                 yield (*b0, *fut.result())
-        while queue:
-            b0, fut = queue.popleft()
-            yield (*b0, *fut.result())
+    except BrokenProcessPool as exc:  # killed (out of memory?) or could not start
+        raise SluiceError(
+            f"a decontamination scan worker process died: {exc}",
+            hint="rerun with --workers 1 (scan in one process), or free memory",
+        ) from None
 
 
 def _count_rows(path: Path) -> int | None:

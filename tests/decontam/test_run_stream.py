@@ -175,3 +175,28 @@ def test_cli_prints_progress_lines_and_detector_times_without_a_terminal(pools_d
     assert "ngram scan time" in r.stderr and "texts/s" in r.stderr
     run = json.loads((tmp_path / "o" / "run.json").read_text())
     assert run["timings"]["detectors"]["ngram"]["texts"] == 1530
+
+
+def test_a_dead_scan_worker_is_one_error_and_leaves_no_run_dir(pools_dir, tmp_path):
+    """Code run from stdin cannot be imported by a spawned worker, which dies at start: the run
+    fails with one SluiceError naming the fix, not a traceback from the process pool."""
+    import subprocess
+    import sys
+
+    src = _pool(pools_dir, tmp_path / "pool.jsonl")
+    code = f"""
+from curation.errors import SluiceError
+from decontam.run import DecontamConfig, run_decontamination
+cfg = DecontamConfig(benchmarks=["aime24"], detectors=["ngram"], workers=2, stream_rows=400)
+try:
+    run_decontamination({str(src)!r}, text_fields=["text"], id_field="uid", config=cfg,
+                        out_dir={str(tmp_path / "o")!r}, data_root={str(tmp_path / "r")!r},
+                        publish=False)
+except SluiceError as e:
+    print("ERROR:", e)
+"""
+    r = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True,
+                       timeout=600)  # fmt: skip
+    assert "ERROR: a decontamination scan worker process died" in r.stdout, r.stderr[-2000:]
+    assert "--workers 1" in r.stdout
+    assert not (tmp_path / "o").exists()
