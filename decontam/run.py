@@ -18,6 +18,7 @@ items), ``excluded.parquet`` (removed rows with their reasons).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -179,11 +180,25 @@ _NON_TEXT = b"sluice.first_non_text_row"  # = curation.readers.FIRST_NON_TEXT_RO
 
 
 def _file_hash(path: Path) -> str:
+    return _file_facts(path)[0]
+
+
+def _file_facts(path: Path) -> tuple[str, int]:
+    """(sha256, newline count) of a file, in one pass, remembered while the file is unchanged
+    (a streamed run needs both: the content hash and the progress total)."""
+    st = path.stat()
+    return _file_facts_at(str(path.resolve()), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _file_facts_at(path: str, size: int, mtime_ns: int) -> tuple[str, int]:
     h = hashlib.sha256()
+    n = 0
     with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
+        for chunk in iter(lambda: fh.read(1 << 24), b""):
             h.update(chunk)
-    return h.hexdigest()
+            n += chunk.count(b"\n")
+    return h.hexdigest(), n
 
 
 def _file_stem(name: str) -> str:
@@ -1218,11 +1233,7 @@ def _count_rows(path: Path) -> int | None:
         return pq.ParquetFile(path).metadata.num_rows
     if kind != "jsonl" or path.name.endswith(".gz"):
         return None
-    n = 0
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 24), b""):
-            n += chunk.count(b"\n")
-    return n
+    return _file_facts(path)[1]
 
 
 def load_config_file(path: str | Path) -> DecontamConfig:
