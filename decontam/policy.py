@@ -6,7 +6,8 @@ never needs a rescan: rerun :func:`decide` on the same ``matches.parquet``.
 A sample is contaminated when, for some (sample, benchmark item):
 
 * a detector that may flag on its own scores at or above its decision threshold
-  (``thresholds[detector]``, else the threshold the detector wrote into the match), or
+  (:meth:`PolicyConfig.threshold`: the one place that rule is written: ``thresholds[detector]``,
+  else the threshold the detector recorded with its match), or
 * every condition of one of the conjunctive ``rules`` holds (e.g. embedding >= 0.80 *and*
   fingerprint >= 0.30 on the same benchmark item).
 
@@ -62,6 +63,28 @@ class PolicyConfig:
         d["version"] = POLICY_VERSION
         return d
 
+    def threshold(self, detector: str, recorded: float | None = None) -> float | None:
+        """The decision threshold of ``detector``: the policy's, else ``recorded`` (the one the
+        detector wrote into its match rows). Every caller (decisions, run counts, reports
+        through the run's recorded ``effective_thresholds``) goes through here."""
+        t = self.thresholds.get(detector)
+        return float(t) if t is not None else (None if recorded is None else float(recorded))
+
+    def effective_thresholds(self, recorded: dict[str, float]) -> dict[str, float]:
+        """``{detector: decision threshold}`` for the detectors of a run (``recorded``: each
+        detector's own), as the run's manifest records them for reports."""
+        return {d: self.threshold(d, t) for d, t in sorted(recorded.items())}
+
+    def merged_over(self, base: PolicyConfig) -> PolicyConfig:
+        """This policy on top of ``base``: its thresholds override base's per detector (a
+        detector it does not name keeps base's); its evidence-only list and rules replace
+        base's when given."""
+        return PolicyConfig(
+            thresholds={**base.thresholds, **self.thresholds},
+            evidence_only=list(self.evidence_only or base.evidence_only),
+            rules=list(self.rules or base.rules),
+        )
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PolicyConfig:
         d = {k: v for k, v in d.items() if k not in ("version", "name", "calibration")}
@@ -77,12 +100,19 @@ class PolicyConfig:
     def default(cls) -> PolicyConfig:
         """The shipped default: thresholds calibrated on the labelled development set
         (``decontam/default_policy.json`` records how)."""
-        return cls.from_file(Path(__file__).with_name("default_policy.json"))
+        return cls._from_file(Path(__file__).with_name("default_policy.json"))
 
     @classmethod
-    def from_file(cls, path: str | Path) -> PolicyConfig:
+    def from_file(cls, path: str | Path, *, over_default: bool = False) -> PolicyConfig:
         """Load a policy from JSON or TOML. A flat ``{detector: threshold}`` JSON (as written by
-        ``sluice decontam evaluate --calibrate``) is accepted as ``thresholds``."""
+        ``sluice decontam evaluate --calibrate``) is accepted as ``thresholds``.
+        ``over_default``: merged over the shipped default (what ``--policy FILE`` and pipeline
+        files do), so a file naming one detector keeps the calibrated thresholds of the rest."""
+        pol = cls._from_file(path)
+        return pol.merged_over(cls.default()) if over_default else pol
+
+    @classmethod
+    def _from_file(cls, path: str | Path) -> PolicyConfig:
         p = Path(path)
         if not p.is_file():
             raise NotFoundError(f"policy file {p} not found")
@@ -132,7 +162,7 @@ def decide(
         for det, (s, t, f) in sorted(per_det.items()):
             if det in policy.evidence_only:
                 continue
-            thr = policy.thresholds.get(det, t)
+            thr = policy.threshold(det, t)
             if s >= thr:
                 reasons[uid].append(f"{det}:{bench}/{item} score={s:.3f}>={thr:.3f} field={f}")
                 benches[uid].add(bench)

@@ -692,14 +692,18 @@ def _finish_run(
     scan_stats = dict(scan_stats or {})
     timings = _timing_summary(scan_stats.pop("timings", None))
 
-    # samples each detector flags under the *policy's* thresholds (what decided the run)
+    # samples each detector flags under the thresholds that decided the run (one rule:
+    # PolicyConfig.threshold; the run records them for reports as policy.effective_thresholds)
+    effective = config.policy.effective_thresholds(
+        {d.name: float(d.config.threshold) for d in detectors}
+    )
     per_det: dict[str, int] = {}
     for det in sorted(set(matches["detector"].to_pylist())):
         if det in config.policy.evidence_only:
             per_det[det] = 0
             continue
         sel = matches.filter(pc.equal(matches["detector"], det))
-        thr = config.policy.thresholds.get(det)
+        thr = effective.get(det)
         over = pc.greater_equal(sel["score"], thr if thr is not None else sel["threshold"])
         per_det[det] = len(set(sel.filter(over)["sample_uid"].to_pylist()))
     counts = {
@@ -729,7 +733,7 @@ def _finish_run(
         "id_field": id_field,
         "benchmarks": [i.to_dict() for i in benchmarks.infos],
         "detectors": [d.describe() for d in detectors],
-        "policy": config.policy.to_dict(),
+        "policy": {**config.policy.to_dict(), "effective_thresholds": effective},
         "config": config.to_dict(),
         "counts": counts,
         "outputs": {"clean": clean_ref, "excluded": excluded_ref},

@@ -235,16 +235,15 @@ class PipelineConfig:
 
         b, d = self.benchmarks, self.detectors
         # The calibrated default policy, with this file's thresholds on top.
-        base = PolicyConfig.default()
+        file_policy = PolicyConfig(
+            thresholds={k: float(v) for k, v in d.thresholds.items()},
+            evidence_only=list(d.evidence_only or []),
+        )
         return DecontamConfig(
             benchmarks=list(b.names or ALL_BENCHMARKS),
             detectors=list(d.names or DEFAULT_DETECTORS),
             detector_configs={k: dict(v) for k, v in d.options.items()},
-            policy=PolicyConfig(
-                thresholds={**base.thresholds, **{k: float(v) for k, v in d.thresholds.items()}},
-                evidence_only=list(d.evidence_only or base.evidence_only),
-                rules=list(base.rules),
-            ),
+            policy=file_policy.merged_over(PolicyConfig.default()),
             window=b.window,
             include_variants=b.include_variants,
         )

@@ -243,9 +243,8 @@ def _summary(run: RunData, pairs: dict[tuple[str, str, str], Pair]) -> dict[str,
         pair_bench[p.sample_uid].add(p.benchmark)
     match_fields: dict[str, set[str]] = defaultdict(set)
     mc = run.matches.select(["sample_uid", "field", "detector", "score", "threshold"]).to_pydict()
-    thr_over = run.detector_thresholds()
     for u, f, d, s, t in zip(*mc.values(), strict=True):
-        if s >= thr_over.get(d, t):
+        if s >= run.threshold(d, t):
             match_fields[u].add(f)
     for r in dec:
         src = r.get("source") or default_source
@@ -387,7 +386,6 @@ def _best_rows(run: RunData) -> dict[tuple[str, str, str], dict[str, Any]]:
     and that detector's spans. Preference: a match over its threshold, with spans, with the most
     distinct spans (exact-overlap detectors report several tight spans; similarity detectors
     one coarse window), then the highest score, then the detector name (stable output)."""
-    thr_over = run.detector_thresholds()
     cols = run.matches.select(
         [
             "sample_uid",
@@ -405,7 +403,7 @@ def _best_rows(run: RunData) -> dict[tuple[str, str, str], dict[str, Any]]:
     best: dict[tuple[str, str, str], dict[str, Any]] = {}
     for r in cols:
         key = (r["sample_uid"], r["benchmark"], r["benchmark_item"])
-        over = r["score"] >= thr_over.get(r["detector"], r["threshold"])
+        over = r["score"] >= run.threshold(r["detector"], r["threshold"])
         rank = (over, bool(r["spans"]), len(r["spans"] or ()), r["score"], r["detector"])
         cur = best.get(key)
         if cur is None or rank > cur["rank"]:

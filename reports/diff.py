@@ -31,6 +31,8 @@ _CONFIG_SECTIONS = (
 # keys that differ between machines or runs without changing a result: timestamps and machine
 # paths (the cache root, a data root, where a file was read from)
 _VOLATILE = {"created_at", "path", "run_dir", "cache_root", "cache_dir", "data_root"}
+# derived from other recorded settings (a threshold change shows once, where it was made)
+_DERIVED = {"effective_thresholds"}
 
 
 def _machine_neutral(v: Any) -> Any:
@@ -179,7 +181,7 @@ def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(obj, dict):
         out: dict[str, Any] = {}
         for k, v in obj.items():
-            if k in _VOLATILE:
+            if k in _VOLATILE or k in _DERIVED:
                 continue
             out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
         return out

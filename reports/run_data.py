@@ -86,9 +86,17 @@ class RunData:
 
     # ------------------------------------------------------------------ derived
     def detector_thresholds(self) -> dict[str, float]:
-        """Policy thresholds (``policy.thresholds``); detectors not listed use their match rows'."""
+        """The decision threshold of each detector, as the run recorded it
+        (``policy.effective_thresholds``, computed by ``PolicyConfig.threshold``: the one place
+        the rule lives). Runs from before that field: the policy's own thresholds."""
         pol = self.manifest.get("policy") or {}
-        return {k: float(v) for k, v in (pol.get("thresholds") or {}).items()}
+        thr = pol.get("effective_thresholds") or pol.get("thresholds") or {}
+        return {k: float(v) for k, v in thr.items()}
+
+    def threshold(self, detector: str, recorded: float) -> float:
+        """The threshold that decided ``detector``'s matches (``recorded``: the match row's,
+        for a run that recorded no decision threshold for that detector)."""
+        return self.detector_thresholds().get(detector, float(recorded))
 
     def evidence_only(self) -> list[str]:
         return list((self.manifest.get("policy") or {}).get("evidence_only") or [])
@@ -110,7 +118,7 @@ class RunData:
             s = float(cols["score"][i])
             cur = pair.scores.get(det)
             if cur is None or s > cur.score:
-                thr = thr_override.get(det, float(cols["threshold"][i]))
+                thr = thr_override.get(det, float(cols["threshold"][i]))  # == self.threshold
                 pair.scores[det] = DetectorScore(det, cols["detector_version"][i], s, thr)
         for uid, reasons in zip(
             self.decisions.column("sample_uid").to_pylist(),

@@ -65,7 +65,7 @@ def register(decontam_app: typer.Typer) -> None:
             target_fpr=target_fpr,
             detector_configs=det_cfgs,
         )
-        pol = PolicyConfig.from_file(policy) if policy else None
+        pol = PolicyConfig.from_file(policy, over_default=True) if policy else None
         with console.status("evaluating") as status:
             result = evaluate(
                 labels,

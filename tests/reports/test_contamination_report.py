@@ -397,6 +397,7 @@ def test_real_evaluation_with_another_threshold_is_called_out(run_dir, real_eval
             (c / f.name).write_bytes(f.read_bytes())
     m = json.loads((c / "run.json").read_text())
     m["policy"]["thresholds"] = {"minhash": 0.45}
+    m["policy"]["effective_thresholds"]["minhash"] = 0.45  # as the run records what decided
     (c / "run.json").write_text(json.dumps(m))
     paths = render_report(c, tmp_path / "out", evaluation_dir=real_evaluation)
     q = json.loads(paths.json.read_text())["measured_quality"]
