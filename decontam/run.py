@@ -149,6 +149,9 @@ class InputData:
     name: str
     version: str | None
     content_hash: str
+    # catalog inputs: the ingest behind the version (rows read, accepted, duplicates, rejected
+    # with reasons, the source files), found through its lineage; None for files
+    ingest: dict[str, Any] | None = None
 
 
 @dataclass
@@ -232,7 +235,58 @@ def read_input(input: str, *, catalog=None) -> InputData:
     cat = catalog or Catalog()
     v = cat.resolve(input)
     ref = f"{v.name}@{v.version}"
-    return InputData(cat.load(ref), ref, None, v.name, v.version, v.content_hash)
+    return InputData(
+        cat.load(ref), ref, None, v.name, v.version, v.content_hash, ingest_accounting(cat, ref)
+    )
+
+
+def ingest_accounting(cat, ref: str) -> dict[str, Any] | None:
+    """The ingest a catalog version comes from (itself or its nearest ``ingest`` ancestor):
+    its counts (read = accepted + duplicates + rejected, reject reasons), the rejects and
+    duplicates versions and the source files, so a report can account for every source row."""
+    for node in cat.lineage(ref):
+        v = node.version
+        if v is None or v.step != "ingest":
+            continue
+        md = v.metadata or {}
+        return {
+            "ref": v.ref,
+            "counts": md.get("counts"),
+            "rejects": md.get("rejects"),
+            "duplicates": md.get("duplicates"),
+            "source_files": md.get("source_files"),
+            "field_map": (md.get("field_map") or {}).get("name"),
+        }
+    return None
+
+
+def with_provenance(
+    decisions: pa.Table, rows: pa.Table, path: str | None, row_numbers: Sequence[int] | None
+) -> pa.Table:
+    """``decisions`` plus where each training row came from: ``source_id`` (the pool's own id),
+    ``source_file`` and ``source_row`` (kept through ingest in ``metadata``; for a file input,
+    the file and its row number), so evidence names rows as their owners know them."""
+    n = rows.num_rows
+    sid: list[str | None] = [None] * n
+    sfile: list[str | None] = [path] * n
+    srow: list[int | None] = list(row_numbers) if row_numbers is not None else [None] * n
+    if "source_id" in rows.column_names:
+        sid = [None if x is None else str(x) for x in rows["source_id"].to_pylist()]
+    if "metadata" in rows.column_names and path is None:
+        for i, m in enumerate(rows["metadata"].to_pylist()):
+            try:
+                md = json.loads(m) if isinstance(m, str) else None
+            except json.JSONDecodeError:
+                md = None
+            if isinstance(md, dict):
+                sfile[i] = md.get("source_file")
+                r = md.get("source_row")
+                srow[i] = int(r) if isinstance(r, int | float) else None
+    return (
+        decisions.append_column("source_id", pa.array(sid, pa.string()))
+        .append_column("source_file", pa.array(sfile, pa.string()))
+        .append_column("source_row", pa.array(srow, pa.int64()))
+    )
 
 
 def _as_text(value: Any) -> str | None:
@@ -605,6 +659,12 @@ def _write_run(
     decisions = decide(matches, uids, config.policy)
     if "source" in inp.table.column_names:
         decisions = decisions.append_column("source", pc.cast(inp.table["source"], pa.string()))
+    decisions = with_provenance(
+        decisions,
+        inp.table,
+        inp.path,
+        None if inp.path is None else range(1, inp.table.num_rows + 1),
+    )
 
     contaminated = decisions["contaminated"]
     clean_tbl = inp.table.filter(pc.invert(contaminated))
@@ -728,6 +788,7 @@ def _finish_run(
             "version": inp.version,
             "content_hash": inp.content_hash,
             "rows": n_rows,
+            "ingest": inp.ingest,
         },
         "text_fields": list(text_fields),
         "id_field": id_field,
@@ -905,6 +966,7 @@ def _run_streamed(
             decisions = decide(matches, uids, config.policy)
             if "source" in tbl.column_names:
                 decisions = decisions.append_column("source", pc.cast(tbl["source"], pa.string()))
+            decisions = with_provenance(decisions, tbl, inp.path, rows)
             if writer is None:
                 import pyarrow.parquet as pq
 

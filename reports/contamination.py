@@ -30,7 +30,7 @@ REPORT_SCHEMA_VERSION = "contamination_report/1"
 TEMPLATES = Path(__file__).parent / "templates"
 MAX_TEXT_CHARS = 12_000  # longer texts are shown as an excerpt around the overlapping spans
 SENSITIVITY_POINTS = 41
-_INPUT_KEYS = ("ref", "path", "name", "version", "content_hash", "rows")
+_INPUT_KEYS = ("ref", "path", "name", "version", "content_hash", "rows", "ingest")
 _BENCH_KEYS = (
     "name",
     "version",
@@ -49,6 +49,10 @@ EVIDENCE_SCHEMA = pa.schema(
     [
         pa.field("sample_uid", pa.string()),
         pa.field("source", pa.string()),
+        # the training row as its owners know it: the pool's own id, its file and row
+        pa.field("source_id", pa.string()),
+        pa.field("source_file", pa.string()),
+        pa.field("source_row", pa.int64()),
         pa.field("benchmark", pa.string()),
         # every release that holds this problem (LCB v6 repeats v5's items): one pair per
         # (row, problem), all releases named
@@ -444,6 +448,9 @@ def _evidence(
             {
                 "sample_uid": p.sample_uid,
                 "source": d.get("source") or default_source,
+                "source_id": d.get("source_id"),
+                "source_file": d.get("source_file"),
+                "source_row": d.get("source_row"),
                 "benchmark": p.benchmark,
                 "benchmark_item": p.benchmark_item,
                 "benchmark_variant": b["variant"],

@@ -60,3 +60,34 @@ def test_lcb_v5_and_v6_copy_is_one_pair(tmp_path, benchmarks_dir, data_root):
     assert applies["combined (evaluated policy)"] is False  # the run used ngram only
     assert "detector embedding was evaluated but is not in this run" in q["differences"]
     assert "shipped with Sluice" in html
+
+
+def test_catalog_input_rows_named_by_source_and_ingest_accounted(
+    tmp_path, pools_dir, benchmarks_dir, data_root
+):
+    """A report an auditor can sign names training rows by their own id, file and row, and
+    accounts for every source row of the ingest behind the scanned version."""
+    from curation.catalog import Catalog
+    from curation.ingest import ingest
+
+    cat = Catalog(data_root)
+    res = ingest(str(pools_dir / "math_ttrl_aime24_as_train.jsonl"), field_map="ttrl",
+                 name="ttrl", catalog=cat, limit=5)  # fmt: skip
+    run_decontamination(res.ref, text_fields=["problem"], benchmarks=["aime24"],
+                        detectors=["ngram"], out_dir=tmp_path / "run",
+                        benchmarks_dir=benchmarks_dir, catalog=cat)  # fmt: skip
+    paths = render_report(tmp_path / "run", tmp_path / "report")
+    rep = json.loads(paths.json.read_text())
+    rows = rep["evidence"]["rows"]
+    src = {r["uid"]: r for r in cat.load(res.ref).to_pylist()}
+    assert len(rows) == 5
+    for e in rows:
+        assert e["source_id"] == src[e["sample_uid"]]["source_id"] and e["source_id"]
+        assert e["source_file"] == "math_ttrl_aime24_as_train.jsonl" and 1 <= e["source_row"] <= 5
+    ev = pq.read_table(tmp_path / "report" / "evidence.parquet").to_pylist()
+    assert {r["source_row"] for r in ev} == {e["source_row"] for e in rows}
+    ing = rep["provenance"]["input"]["ingest"]
+    assert ing["ref"] == res.ref and ing["counts"]["read"] == 5 == ing["counts"]["accepted"]
+    html = paths.html.read_text()
+    assert "read 5 = accepted 5 + duplicates 0 + rejected 0" in html
+    assert f"row {rows[0]['source_row']}" in html
