@@ -445,14 +445,22 @@ class _Namespace:
             fd = os.pidfd_open(pid)
         except ProcessLookupError:
             return  # already gone with its whole namespace
-        try:  # make sure the pidfd names bwrap's child, not a process that reused the pid
+        try:  # make sure the pidfd names the sandbox's pid 1, not a process that reused the pid
             with open(f"/proc/{pid}/stat", "rb") as f:
-                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+                stat = f.read()
+            comm = stat.split(b"(", 1)[1].rsplit(b")", 1)[0]
+            ppid = int(stat.rsplit(b")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
-            ppid = -1
-        if ppid != bwrap_pid:
+            comm, ppid = b"", -1
+        if ppid != bwrap_pid and _readable(fd, 0):
+            # pid 1 had already exited (a fast program): nothing is left in its namespace (a
+            # pidfd turns readable only once pid 1 and so the whole namespace are gone)
             os.close(fd)
-            # bwrap is still alive here unless its child died: reparenting only happens after
+            return
+        if ppid != bwrap_pid and comm != b"bwrap":
+            # A busy machine can show pid 1 mid-exit with bwrap already gone (reparented to
+            # init, still named bwrap: bwrap's own init). Anything else reused the pid.
+            os.close(fd)
             self.error = f"sandbox pid 1 ({pid}) is no longer bwrap's child"
             return
         self.pidfd = fd
