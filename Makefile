@@ -29,6 +29,7 @@ bench:
 	$(BIN)/python tests/benchmarks/bench_rerun.py
 	$(BIN)/python tests/benchmarks/bench_grpo_hooks.py
 	$(BIN)/python tests/benchmarks/bench_rollouts.py
+	$(BIN)/python tests/benchmarks/bench_sft.py
 
 demo:
 	$(BIN)/sluice demo
