@@ -18,7 +18,9 @@ Tokens are weighted by their inverse document frequency over the benchmark items
 to many items, like ``100000``, weigh little). The score of (text, item) is a weighted Jaccard
 similarity, shared weight / (union weight + ``prior_weight``), taken over all tokens and over
 the statement tokens alone (without sample I/O), whichever is higher, so a text with one rare shared
-number does not reach 1 (the dev set favoured Jaccard over containment: containment let pool
+number does not reach 1; a view that shares fewer than ``min_shared`` (2) distinct tokens with
+the item scores 0 (``fingerprint/3``: LeetCodeDataset's ``max-difference-you-can-get-from-changing-an-integer``
+and AtCoder ``abc343_a`` share only the range ``0 <= x <= 9`` and scored 0.851) (the dev set favoured Jaccard over containment: containment let pool
 texts with a few common constraint numbers score like story rewrites). The item containment
 (shared / item weight) is recorded as evidence too. Candidates come from an inverted index over tokens (cheap; no embedding
 needed). Written by hand: no library extracts problem fingerprints.
@@ -43,7 +45,7 @@ from decontam.base import Detector, DetectorConfig, empty_matches, matches_from_
 if TYPE_CHECKING:  # pragma: no cover
     from decontam.benchmarks import BenchmarkSet
 
-FINGERPRINT_VERSION = "fingerprint/2"
+FINGERPRINT_VERSION = "fingerprint/3"
 
 _DIAGRAM_RE = re.compile(
     r"<asy>.*?</asy>|\\begin\{asy\}.*?\\end\{asy\}|\\begin\{tikzpicture\}.*?\\end\{tikzpicture\}",
@@ -157,6 +159,13 @@ class FingerprintConfig(DetectorConfig):
     min_idf: float = field(
         default=1.0, metadata={"help": "tokens with a lower IDF (too common) are ignored"}
     )
+    min_shared: int = field(
+        default=2,
+        metadata={
+            "help": "a view (all / statement tokens) sharing fewer distinct tokens with the item "
+            "scores 0: one shared number or range cannot identify a problem (fingerprint/3)"
+        },
+    )
     top_k: int = field(default=5, metadata={"help": "best items kept per text"})
     min_score: float = field(
         default=0.2, metadata={"help": "record matches with score >= this as evidence"}
@@ -169,6 +178,8 @@ class FingerprintConfig(DetectorConfig):
             raise ConfigError("fingerprint prior_weight and min_idf must be >= 0")
         if self.top_k < 1:
             raise ConfigError("fingerprint top_k must be >= 1")
+        if self.min_shared < 1:
+            raise ConfigError(f"fingerprint min_shared must be >= 1, got {self.min_shared}")
 
 
 class FingerprintDetector(Detector):
@@ -232,6 +243,8 @@ class FingerprintDetector(Detector):
         ws = sum(fp[t] * self.idf[t] for t in ok)
         wi = self._wi_stmt[j] if stmt else self._wi_all[j]
         denom = ws + wi - sw + cfg.prior_weight
+        if len(shared) < cfg.min_shared:  # e.g. only "r:0..9" in common (issue 17)
+            return 0.0, sw, ws, wi, shared
         return (sw / denom if denom > 0 else 0.0), sw, ws, wi, shared
 
     def _pair(self, fp: Counter, j: int) -> dict:

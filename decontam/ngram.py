@@ -32,6 +32,7 @@ lookup without spans or rarity, which is what this replaces.
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,6 +107,39 @@ class NGramConfig(DetectorConfig):
             "help": "code items: also score the statement part alone (sample I/O excluded); score = max"
         },
     )
+    description_coverage: bool = field(
+        default=True,
+        metadata={
+            "help": "code items: also index the description alone (the text before its first "
+            "example/constraints header) as a variant '<variant>:description', so a copy that "
+            "dropped both examples and constraints is scored against what it kept"
+        },
+    )
+    partial_domains: list[str] = field(
+        default_factory=lambda: ["math"],
+        metadata={
+            "help": "benchmark domains the partial-copy rule applies to (code statements share "
+            "long generic phrases: on LeetCodeDataset it flagged 4 clean rows)"
+        },
+    )
+    partial_min_run: int = field(
+        default=12,
+        metadata={
+            "help": "partial copies: a pair whose longest run of rare n-grams (details.longest_run, "
+            "tokens) reaches this, with the two conditions below, scores 1.0 (0 disables)"
+        },
+    )
+    partial_min_fraction: float = field(
+        default=0.4,
+        metadata={"help": "partial copies: the run covers at least this fraction of the item"},
+    )
+    partial_min_context: float = field(
+        default=0.5,
+        metadata={
+            "help": "partial copies: the text holds at least this many item lengths besides the "
+            "run (a standalone problem reusing an item's setup is a near-miss, not a copy)"
+        },
+    )
     record_min_score: float = field(
         default=0.05,
         metadata={"help": "pairs scoring below this are not recorded as evidence at all"},
@@ -130,6 +164,15 @@ class NGramConfig(DetectorConfig):
         if not 1 <= self.fallback_min_tokens:
             raise ConfigError(
                 f"ngram: fallback_min_tokens must be >= 1, got {self.fallback_min_tokens}"
+            )
+        if self.partial_min_run < 0 or not 0.0 <= self.partial_min_fraction <= 1.0:
+            raise ConfigError(
+                "ngram: partial_min_run must be >= 0 and partial_min_fraction in [0, 1], got "
+                f"{self.partial_min_run}, {self.partial_min_fraction}"
+            )
+        if self.partial_min_context < 0:
+            raise ConfigError(
+                f"ngram: partial_min_context must be >= 0, got {self.partial_min_context}"
             )
         if not 0.0 <= self.record_min_score <= 1.0:
             raise ConfigError(
@@ -553,7 +596,7 @@ class NGramDetector(Detector):
     """Word n-gram overlap (default 9-grams) with rarity weights, exact matching and spans."""
 
     name = "ngram"
-    version = "ngram/1"
+    version = "ngram/2"
     config_cls = NGramConfig
 
     def __init__(self, config: NGramConfig | None = None) -> None:
@@ -570,6 +613,8 @@ class NGramDetector(Detector):
 
         cfg = self.config
         rows = benchmarks.items.to_pylist()
+        if cfg.description_coverage:
+            rows += _description_rows(rows, cfg.n)
         groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for r in rows:
             groups[self._normalizer_name(r["domain"])].append(r)
@@ -608,8 +653,92 @@ class NGramDetector(Detector):
         out: list[dict[str, Any]] = []
         for name in sorted(self._indexes):
             out.extend(self._score_index(self._indexes[name], uids, fields, raw))
+        if out:
+            self._partial_copies(out, uids, fields, raw)
         out.sort(key=lambda r: (r["sample_uid"], r["field"], r["benchmark"], r["benchmark_item"]))
         return matches_from_rows(out)
+
+    def _partial_copies(self, out: list[dict[str, Any]], uids, fields, raw) -> None:
+        """Record each matched pair's longest rare run (``details``) and score a partial copy
+        1.0: a run of at least ``partial_min_run`` tokens over ``partial_min_fraction`` of the
+        item, in a text with ``partial_min_context`` item lengths of other material. Coverage
+        cannot see a quote of 60 % of a problem by construction (its threshold is 0.70);
+        measured on planted AIME fragments and the dev set's clean rows in docs/semantic.md."""
+        cfg = self.config
+        names = sorted({self._normalizer_name(d) for d in cfg.partial_domains} & set(self._indexes))
+        if not cfg.partial_min_run or not names:
+            return
+        text_of = {(u, f): t for u, f, t in zip(uids, fields, raw, strict=True)}
+        mine = [r for r in out if r["details"]["normalizer"] in
+                {self._indexes[n].normalizer.version for n in names}]  # fmt: skip
+        keys = sorted({(r["sample_uid"], r["field"]) for r in mine})
+        runs = dict(zip(keys, self.rare_runs([text_of[k] for k in keys], names), strict=True))
+        for r in mine:
+            run = runs[(r["sample_uid"], r["field"])].get((r["benchmark"], r["benchmark_item"]))
+            L, size, total = run if run else (0, 0, 0)
+            partial = bool(
+                cfg.partial_min_run
+                and L >= cfg.partial_min_run
+                and L >= cfg.partial_min_fraction * size
+                and total - L >= cfg.partial_min_context * size
+            )
+            r["details"].update(
+                {"longest_run": L, "run_item_tokens": size, "partial_copy": partial}
+            )
+            if partial:
+                r["score"] = 1.0
+
+    def rare_runs(
+        self, texts: list[str], normalizers: list[str] | None = None
+    ) -> list[dict[tuple[str, str], tuple[int, int, int]]]:
+        """Per text, ``{(benchmark, item): (run_tokens, item_tokens, text_tokens)}``: the longest contiguous
+        run of the text that copies a contiguous stretch of one variant of the item through rare
+        n-grams only (weight > 0: boilerplate and background n-grams break a run), and that
+        variant's length in tokens (the variant with the largest run / length is kept). A run
+        of ``k`` n-grams at consecutive positions in both texts covers ``k + n - 1`` tokens.
+        ``text_tokens``: the normalized text's length (with this item's normalizer).
+        ``normalizers``: only the items indexed under these normalizers (default: all).
+
+        The partial-copy measure of issue 17 (``docs/semantic.md``, "Partial copies"): coverage
+        cannot see a quote of 60 % of a problem; the length of the quote can (``score`` uses
+        it for the partial-copy rule, see ``NGramConfig.partial_*``).
+        """
+        if not self._indexes:
+            raise ConfigError("call fit(benchmarks) before rare_runs(texts)")
+        out: list[dict[tuple[str, str], tuple[int, int, int]]] = [{} for _ in texts]
+        for name in sorted(self._indexes):
+            if normalizers is not None and name not in normalizers:
+                continue
+            idx = self._indexes[name]
+            n = idx.n
+            tok = _Tokens(idx.normalize(list(texts)))
+            hits = _lookup(tok, idx.keyset, n)
+            keep = idx.weights[hits.gram] > 0
+            pos, gram = hits.pos[keep], hits.gram[keep]
+            if not len(pos):
+                continue
+            lo = idx.post_ptr[gram]
+            cnt = idx.post_ptr[gram + 1] - lo
+            post = np.repeat(lo - np.cumsum(cnt) + cnt, cnt) + np.arange(cnt.sum())
+            tp = np.repeat(pos, cnt)
+            var, bp = idx.post_variant[post], idx.post_pos[post]
+            diag = tp - bp  # constant along a run (both texts advance one token per n-gram)
+            order = np.lexsort((tp, diag, var))
+            tp, var, diag = tp[order], var[order], diag[order]
+            brk = np.ones(len(tp), bool)
+            brk[1:] = (var[1:] != var[:-1]) | (diag[1:] != diag[:-1]) | (tp[1:] != tp[:-1] + 1)
+            run_id = np.cumsum(brk) - 1
+            length = np.bincount(run_id) + n - 1
+            starts = np.flatnonzero(brk)
+            rows = tok.rows(tp[starts])
+            text_len = (tok.row_end - tok.row_first).tolist()
+            for r, v, L in zip(rows.tolist(), var[starts].tolist(), length.tolist(), strict=True):
+                var_v = idx.variants[v]
+                key, size = (var_v.benchmark, var_v.item_id), max(var_v.n_tokens, 1)
+                cur = out[r].get(key)
+                if cur is None or L / size > cur[0] / cur[1]:
+                    out[r][key] = (int(L), int(size), int(text_len[r]))
+        return out
 
     def _score_index(
         self, idx: _Index, uids, fields, raw, norms=None, evidence: bool = True
@@ -757,6 +886,31 @@ class NGramDetector(Detector):
                 }
             )
         return out
+
+
+# Where a programming statement's description ends: its first example, constraints, sample or
+# note header (LeetCodeDataset's `query` keeps only the description: LCB's examples and
+# constraints are gone, so neither the whole item nor its statement part reaches coverage).
+_DESCRIPTION_END = re.compile(
+    r"^[ \t>#*]*(?:Examples?\b|Example\s*\d|Constraints|Sample Input|Input\s*:|Note)", re.M | re.I
+)
+
+
+def _description_rows(rows: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """Extra index rows: the description of each code item (a prefix of its text, so spans in
+    it are spans in the item) as variant ``<variant>:description``, when it is a proper part
+    of at least 3 n words; n-gram weights count items, so the extra variant adds no weight."""
+    out = []
+    for r in rows:
+        if r["domain"] != "code" or not r["text"]:
+            continue
+        m = _DESCRIPTION_END.search(r["text"])
+        if m is None:
+            continue
+        desc = r["text"][: m.start()].rstrip()
+        if len(desc.split()) >= 3 * n and len(desc) < len(r["text"]):
+            out.append({**r, "text": desc, "variant": f"{r['variant']}:description"})
+    return out
 
 
 def _row_postings(idx: _Index, tpos: np.ndarray, grams: np.ndarray):

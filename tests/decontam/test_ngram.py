@@ -279,7 +279,8 @@ def test_code_statement_without_samples_scores_on_the_statement(benchmarks_dir):
     d = json.loads(row["details"])
     assert d["statement_coverage"] == 1.0 and row["score"] == 1.0
     assert d["weighted_coverage"] < 0.9  # the sample I/O n-grams are missing from the text
-    off = NGramDetector(NGramConfig(statement_coverage=False))
+    # (the description variant, ngram/2, would also give 1.0: the statement holds it)
+    off = NGramDetector(NGramConfig(statement_coverage=False, description_coverage=False))
     off.fit(bs)
     (row_off,) = [
         r
@@ -287,6 +288,35 @@ def test_code_statement_without_samples_scores_on_the_statement(benchmarks_dir):
         if r["benchmark_item"] == item["item_id"]
     ]
     assert row_off["score"] == d["weighted_coverage"]
+
+
+def test_code_description_alone_scores_on_the_description(benchmarks_dir):
+    """ngram/2: a LeetCode item copied without its examples *and* constraints (as
+    LeetCodeDataset's `query` holds it) matches the item's description variant."""
+    from decontam.ngram import _DESCRIPTION_END
+
+    bs = load_set(benchmarks_dir, ["lcb_v6"])
+    rows = [r for r in bs.items.to_pylist() if r["platform"] == "leetcode"][:40]
+    bs = BenchmarkSet(pa.Table.from_pylist(rows, schema=BENCHMARK_ITEM_SCHEMA), bs.infos)
+    # the item whose description is the smallest part of its text
+    item = min(rows, key=lambda r: _DESCRIPTION_END.search(r["text"]).start() / len(r["text"]))
+    desc = item["text"][: _DESCRIPTION_END.search(item["text"]).start()]
+    scores = {}
+    for on in (True, False):
+        det = NGramDetector(NGramConfig(description_coverage=on))
+        det.fit(bs)
+        (row,) = [
+            r
+            for r in det.score(text_table(["s"], [desc])).to_pylist()
+            if r["benchmark_item"] == item["item_id"]
+        ]
+        scores[on] = (row["score"], row["benchmark_variant"])
+    assert scores[True] == (1.0, "primary:description")
+    # without it: under the shipped decision threshold (not flagged)
+    from decontam.policy import PolicyConfig
+
+    assert scores[False][0] < PolicyConfig.default().thresholds["ngram"]
+    assert scores[False][1] == "primary"
 
 
 # -- the vectorised tokenizer and hashes, against plain Python ----------------------------------

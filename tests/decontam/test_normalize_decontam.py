@@ -46,7 +46,7 @@ def test_versions_and_names():
     assert {n: x.version for n, x in NORMALIZERS.items()} == {
         "text": "text/1",
         "latex": "latex/2",
-        "code": "code/2",
+        "code": "code/3",
     }
     with pytest.raises(ConfigError, match="available: code, latex, text"):
         get_normalizer("latx")
@@ -120,12 +120,22 @@ def test_diagram_blocks_dropped(block):
         ("## Input\n\n**N** and `M`", "Input N and M"),
         ("```python\nclass Solution:\n```", "class Solution"),
         ("0 &lt;= x", "0 <= x"),
+        # code/3: LCB's subscripts/ordinals vs LeetCodeDataset's flat spelling (issue 17)
+        ("queries[i] = [x_i, y_i]", "queries[i] = [xi, yi]"),
+        ("For the i^th query, $a_{1}$ and $s_{12}$", "For the ith query, a1 and s12"),
+        ("the 1^{st} one", "the 1st one"),
     ],
 )
 def test_code_forms_meet(a, b):
     assert code_n(a) == code_n(b)
     _check_offsets(code_n, a)
     _check_offsets(code_n, b)
+
+
+def test_code_subscripts_left_alone_outside_one_letter_bases():
+    # identifiers, chains and compound subscripts keep their separate words
+    assert code_n("max_value x_i_j T_H_T_H x_{i+1}") == "max value x i j t h t h x i 1"
+    assert code_n.batch(["max_value x_i_j T_H_T_H x_{i+1}"]) == ["max value x i j t h t h x i 1"]
 
 
 def test_code_numbers_not_overexpanded():
