@@ -32,7 +32,8 @@ match records and reports record it):
   LaTeX), and powers of ten are expanded to digits (``10^5``, ``10^{18}``, ``2\\times 10^5``,
   ``2 * 10^5``, ``1e18``), so ``1 \\leq N \\leq 10^5`` and ``1<= N<= 100000`` meet.
   ``code/3``: one-letter subscripts and ordinals are joined (``x_i``, ``x_{i}`` -> ``xi``;
-  ``i^th`` -> ``ith``), so LCB's LaTeX-style ``x_i`` and LeetCodeDataset's flat ``xi`` meet.
+  ``i^th`` -> ``ith``), so LCB's LaTeX-style ``x_i`` and LeetCodeDataset's flat ``xi`` meet;
+  ``code/4``: also after a word (``start_i`` -> ``starti``; ``max_value`` is left alone).
 
 Batches (:meth:`Normalizer.batch`) are normalized column-wise with polars string kernels (Rust
 ``regex``) and Arrow's NFKC, with no Python per text, to exactly the same strings (tested on
@@ -552,8 +553,9 @@ _CODE_NUMBER_RULES = _Rules(
 
 # Subscripts and ordinals written the LaTeX/HTML way or flat (code/3): LCB's ``x_i``, ``x_{i}``,
 # ``a_1`` and ``i^th`` are LeetCodeDataset's ``xi``, ``a1`` and ``ith`` (one HTML ``<sub>`` or
-# ``<sup>`` rendered two ways). A one-letter base only, so identifiers (``max_value``) keep
-# their underscore, and not inside a chain (``T_H_T_H``: where Python's look-behind and Rust's
+# ``<sup>`` rendered two ways); code/4: the base may be a word (``start_i`` -> ``starti``), the
+# subscript stays one letter or a number, so identifiers (``max_value``) keep their underscore;
+# not inside a chain (``T_H_T_H``: where Python's look-behind and Rust's
 # consumed neighbour would split it differently). Runs on the raw statement, before the LaTeX
 # rules; the replacement is a function, so its characters map onto the whole ``x_{i}`` (the
 # offset map then covers the closing brace). The Rust form consumes its look-behind and
@@ -569,12 +571,12 @@ def _joined(m: re.Match) -> str:
 
 _CODE_SCRIPT_RULES = _Rules(
     (
-        _r(r"(?<![A-Za-z0-9_])([A-Za-z])_" + _SCRIPT + r"(?![A-Za-z0-9_])", _joined, needs=("_",)),
+        _r(r"(?<![A-Za-z0-9_])([A-Za-z]+)_" + _SCRIPT + r"(?![A-Za-z0-9_])", _joined, needs=("_",)),
         _r(r"([A-Za-z0-9])\^" + _ORDINAL + r"(?![A-Za-z])", _joined, needs=("^",)),
     ),
     batch=(
         _rx(
-            r"(^|[^A-Za-z0-9_])([A-Za-z])_" + _SCRIPT + r"([^A-Za-z0-9_]|$)",
+            r"(^|[^A-Za-z0-9_])([A-Za-z]+)_" + _SCRIPT + r"([^A-Za-z0-9_]|$)",
             "${1}${2}${3}${4}${5}",
             passes=2,
         ),
@@ -638,7 +640,7 @@ LATEX = Normalizer(
 )
 CODE = Normalizer(
     "code",
-    "code/3",
+    "code/4",
     (
         _Unicode("nfkc"),
         _MARKDOWN_RULES,
@@ -650,7 +652,7 @@ CODE = Normalizer(
         *_TEXT_TAIL,
     ),
     "programming statements: markdown dropped, latex/2 rewrites, powers of ten as digits, "
-    "x_i/x_{i} -> xi and i^th -> ith",
+    "x_i/x_{i}/start_i -> xi/starti and i^th -> ith",
 )
 
 NORMALIZERS: dict[str, Normalizer] = {n.name: n for n in (TEXT, LATEX, CODE)}

@@ -46,7 +46,7 @@ def test_versions_and_names():
     assert {n: x.version for n, x in NORMALIZERS.items()} == {
         "text": "text/1",
         "latex": "latex/2",
-        "code": "code/3",
+        "code": "code/4",
     }
     with pytest.raises(ConfigError, match="available: code, latex, text"):
         get_normalizer("latx")
@@ -124,6 +124,7 @@ def test_diagram_blocks_dropped(block):
         ("queries[i] = [x_i, y_i]", "queries[i] = [xi, yi]"),
         ("For the i^th query, $a_{1}$ and $s_{12}$", "For the ith query, a1 and s12"),
         ("the 1^{st} one", "the 1st one"),
+        ("nums[i] = [start_i, end_i]", "nums[i] = [starti, endi]"),  # code/4
     ],
 )
 def test_code_forms_meet(a, b):

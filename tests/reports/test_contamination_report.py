@@ -316,7 +316,7 @@ def _write_eval(d: Path, thresholds: dict[str, float], versions: dict[str, str])
 
 
 # the versions of the detectors the fixture run used (an evaluation of the same configuration)
-VERSIONS = {"ngram": "ngram/2", "minhash": "minhash/1"}
+VERSIONS = {"ngram": "ngram/3", "minhash": "minhash/1"}
 
 
 def test_evaluation_of_the_same_configuration_is_shown(run_dir, tmp_path):
