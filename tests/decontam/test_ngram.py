@@ -372,3 +372,49 @@ def test_tokens_split_like_bytes_split_and_hash_by_content():
     assert again.hashes[0] == tok.hashes[flat.index(b"eeeeeeeee")]
     assert tok.rows(tok.row_end).tolist() == list(range(len(rows)))
     assert tok.span(0, 3) == b"a bb ccc"
+
+
+def _oracle_longest_run(det: NGramDetector, text: str, item_text: str, n: int) -> int:
+    """Longest run of tokens the text shares contiguously with the item through rare n-grams,
+    one start pair at a time (plain Python; every n-gram inside the run must be rare)."""
+    idx = det._indexes["latex"]
+    norm = idx.normalizer
+    a, b = norm(text).split(), norm(item_text).split()
+    rare = {kb for kb, w in zip(idx.keyset.key_bytes, idx.weights.tolist(), strict=True) if w > 0}
+    best = 0
+    for i in range(len(a) - n + 1):
+        for j in range(len(b) - n + 1):
+            k = 0
+            while (
+                i + k + n <= len(a)
+                and j + k + n <= len(b)
+                and a[i + k : i + k + n] == b[j + k : j + k + n]
+                and " ".join(a[i + k : i + k + n]).encode() in rare
+            ):
+                k += 1
+            if k:
+                best = max(best, k + n - 1)
+    return best
+
+
+def test_rare_runs_match_a_plain_python_oracle(aime, aime_det, pools_dir):
+    """rare_runs (vectorised over diagonals) against the oracle on real traces with AIME
+    fragments planted at several lengths, and on unplanted traces (no run)."""
+    rng = random.Random(5)
+    items = [r for r in aime.items.to_pylist() if r["variant"] == "primary"][:6]
+    traces = _jsonl(pools_dir / "sft_r1distill_math_traces_thoughtanchors.jsonl", 6)
+    texts, want_item = [], []
+    for it, tr in zip(items, traces, strict=True):
+        words = it["text"].split()
+        k = max(3, int(len(words) * rng.choice([0.3, 0.6, 1.0])))
+        s = rng.randrange(0, len(words) - k + 1)
+        body = tr["solutions"][0]["solution"][:3000]
+        texts.append(body[:1500] + " " + " ".join(words[s : s + k]) + " " + body[1500:])
+        want_item.append(it)
+    texts.append(traces[0]["solutions"][0]["solution"][:3000])
+    got = aime_det.rare_runs(texts)
+    for text, it, runs in zip(texts, want_item, got, strict=False):
+        oracle = _oracle_longest_run(aime_det, text, it["text"], 9)
+        run = runs.get((it["benchmark"], it["item_id"]))
+        assert (run[0] if run else 0) == oracle, it["item_id"]
+    assert got[-1] == {}
