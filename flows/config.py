@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from curation.errors import ConfigError, NotFoundError, did_you_mean
+from curation.errors import ConfigError, did_you_mean
 
 CONFIG_SCHEMA_VERSION = "pipeline/1"
 
@@ -319,30 +319,10 @@ _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
 
 def load_config(path: str | os.PathLike) -> PipelineConfig:
     """Read a pipeline config from a ``.toml``, ``.yaml`` or ``.yml`` file."""
+    from curation.config_files import read_config_file
+
     p = Path(path).expanduser()
-    if not p.is_file():
-        raise NotFoundError(
-            f"config file {str(p)!r} not found", hint="run `sluice demo` for a sample"
-        )
-    text = p.read_text(encoding="utf-8")
-    suffix = p.suffix.lower()
-    try:
-        if suffix == ".toml":
-            import tomllib
-
-            raw = tomllib.loads(text)
-        elif suffix in (".yaml", ".yml"):
-            import yaml
-
-            raw = yaml.safe_load(text)
-        else:
-            raise ConfigError(
-                f"config file {str(p)!r}: unknown format {suffix!r}", hint="use .toml or .yaml"
-            )
-    except ConfigError:
-        raise
-    except Exception as exc:  # tomllib.TOMLDecodeError / yaml.YAMLError carry line numbers
-        raise ConfigError(f"config file {str(p)!r} is not valid {suffix[1:]}: {exc}") from exc
+    raw = read_config_file(p, hint="run `sluice demo` for a sample")
     try:
         return PipelineConfig.from_dict(raw or {}, base_dir=p.resolve().parent)
     except ConfigError as exc:

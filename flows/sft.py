@@ -43,17 +43,10 @@ SFT_KEYS = ("pool", "name", "out", "responses_per_prompt", "data_root", "teacher
 
 def load_sft_config(path: str | os.PathLike) -> dict[str, Any]:
     """The ``[sft]`` table of a config file, checked (unknown keys name the allowed ones)."""
+    from curation.config_files import read_config_file
+
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file {p} not found")
-    if p.suffix in (".yaml", ".yml"):
-        import yaml
-
-        data = yaml.safe_load(p.read_text()) or {}
-    else:
-        import tomllib
-
-        data = tomllib.loads(p.read_text())
+    data = read_config_file(p, hint="see docs/sft.md for the format")
     cfg = data.get("sft")
     if not isinstance(cfg, dict):
         raise ConfigError(f"{p}: no [sft] table", hint="see docs/sft.md for the format")

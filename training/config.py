@@ -355,28 +355,10 @@ class TrainConfig:
 
 def load_train_config(path: str | os.PathLike) -> TrainConfig:
     """Read a train config from ``.toml``, ``.yaml`` or ``.yml``; ``${VAR}`` is expanded."""
+    from curation.config_files import read_config_file
+
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file {str(p)!r} not found")
-    text = os.path.expandvars(p.read_text(encoding="utf-8"))
-    suffix = p.suffix.lower()
-    try:
-        if suffix == ".toml":
-            import tomllib
-
-            raw = tomllib.loads(text)
-        elif suffix in (".yaml", ".yml"):
-            import yaml
-
-            raw = yaml.safe_load(text)
-        else:
-            raise ConfigError(
-                f"config file {str(p)!r}: unknown format {suffix!r}", hint="use .toml or .yaml"
-            )
-    except ConfigError:
-        raise
-    except Exception as exc:  # tomllib / yaml errors carry the line number
-        raise ConfigError(f"config file {str(p)!r} is not valid {suffix[1:]}: {exc}") from exc
+    raw = read_config_file(p, expand_env=True)
     try:
         return TrainConfig.from_dict(raw or {})
     except ConfigError as exc:
