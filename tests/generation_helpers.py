@@ -65,17 +65,11 @@ def tiny_tokenizer(out_dir: str | Path | None = None):
     return fast
 
 
-def tiny_model_dir(out_dir: str | Path, *, seed: int = 0, eos_only: bool = False) -> Path:
-    """Save a random tiny Qwen2 model + the local tokenizer to ``out_dir``; return it.
-
-    ``eos_only``: all logits equal, so greedy decoding emits the end-of-turn token (id 0) at
-    once: a model that returns empty text.
-    """
+def tiny_qwen2(tok, *, seed: int = 0, max_positions: int = 1024, tie: bool = False):
+    """A random 2-layer Qwen2 (hidden 32) sized for ``tok``, with its EOS/pad ids set."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    out = Path(out_dir)
-    tok = tiny_tokenizer(out)
     cfg = Qwen2Config(
         vocab_size=len(tok),
         hidden_size=32,
@@ -83,19 +77,33 @@ def tiny_model_dir(out_dir: str | Path, *, seed: int = 0, eos_only: bool = False
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=1024,
+        max_position_embeddings=max_positions,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
         bos_token_id=None,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tie,
     )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(cfg)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    return model
+
+
+def tiny_model_dir(out_dir: str | Path, *, seed: int = 0, eos_only: bool = False) -> Path:
+    """Save a random tiny Qwen2 model + the local tokenizer to ``out_dir``; return it.
+
+    ``eos_only``: all logits equal, so greedy decoding emits the end-of-turn token (id 0) at
+    once: a model that returns empty text.
+    """
+    import torch
+
+    out = Path(out_dir)
+    tok = tiny_tokenizer(out)
+    model = tiny_qwen2(tok, seed=seed)
     if eos_only:
         with torch.no_grad():
             model.lm_head.weight.zero_()
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.generation_config.pad_token_id = tok.pad_token_id
     model.save_pretrained(str(out))
     return out
 

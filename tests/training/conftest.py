@@ -17,9 +17,8 @@ CHAT_TEMPLATE = (
 
 def build_tiny_model(pools_dir: Path, out: Path, *, vocab_size: int = 320, seed: int = 0) -> Path:
     """Train a byte-level BPE tokenizer on real pool text and save a random 2-layer Qwen2."""
-    import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import PreTrainedTokenizerFast
 
     texts = []
     for name in ("math_gsm8k_train.jsonl", "code_leetcodedataset_v0.2.0_train.jsonl"):
@@ -41,23 +40,9 @@ def build_tiny_model(pools_dir: Path, out: Path, *, vocab_size: int = 320, seed:
         tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>"
     )
     tok.chat_template = CHAT_TEMPLATE
-    cfg = Qwen2Config(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=None,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(cfg)
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.generation_config.pad_token_id = tok.pad_token_id
+    from generation_helpers import tiny_qwen2
+
+    model = tiny_qwen2(tok, seed=seed, max_positions=2048, tie=True)
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out
