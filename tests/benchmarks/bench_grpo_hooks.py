@@ -24,7 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "training"))
+sys.path.insert(0, str(ROOT / "tests"))  # generation_helpers
+sys.path.insert(0, str(ROOT / "tests" / "training"))  # its conftest first
 
 
 def main() -> None:
