@@ -175,31 +175,22 @@ def push_to_hub(table: pa.Table, repo_id: str, *, fmt: str = "trl", dry_run: boo
     """Push the exported pool to the Hub as a dataset. ``dry_run`` (the default) touches no
     network: it writes ``data/train-00000-of-00001.parquet`` and ``README.md`` under
     ``out_dir`` exactly as they would be uploaded, and returns the plan."""
-    import datasets
+    from curation.hub import push_to_hub as hub_push
 
     if fmt not in ("trl", "verl"):
         raise InputError(f"unknown export format {fmt!r}", hint="use trl or verl")
     if "/" not in repo_id:
         raise InputError(f"repo id {repo_id!r} must be 'owner/name'")
     t = trl_table(table) if fmt == "trl" else to_verl(table)
-    ds = datasets.Dataset(t)
     card = CARD.format(repo_id=repo_id, fmt=fmt, rows=t.num_rows, ref=ref,
                        config=json.dumps(config or {}, sort_keys=True))  # fmt: skip
     plan = {"repo_id": repo_id, "format": fmt, "rows": t.num_rows, "private": private,
             "columns": t.column_names, "dry_run": dry_run}  # fmt: skip
+    out = Path(out_dir or "hub-dry-run") / repo_id.replace("/", "__")
+    # the one Hub publisher (curation.hub): shards, card, and a dry run that stages them
+    res = hub_push({"train": t}, repo_id, card=card, dry_run=dry_run, staging_dir=out,
+                   private=private, token=token)  # fmt: skip
     if dry_run:
-        out = Path(out_dir or "hub-dry-run") / repo_id.replace("/", "__")
-        (out / "data").mkdir(parents=True, exist_ok=True)
-        ds.to_parquet(str(out / "data" / "train-00000-of-00001.parquet"))
-        (out / "README.md").write_text(card, encoding="utf-8")
-        plan["files"] = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+        plan["files"] = sorted(f for f in res.files if f != "push_plan.json")
         plan["folder"] = str(out)
-        return plan
-    ds.push_to_hub(repo_id, private=private, token=token)  # pragma: no cover - network
-    from huggingface_hub import HfApi  # pragma: no cover
-
-    HfApi(token=token).upload_file(  # pragma: no cover
-        path_or_fileobj=card.encode(), path_in_repo="README.md", repo_id=repo_id,
-        repo_type="dataset",
-    )  # fmt: skip
-    return plan  # pragma: no cover
+    return plan
