@@ -330,9 +330,14 @@ def _read_hf_hub(spec: SourceSpec, batch_size: int) -> Iterator[RowBatch]:
 def iter_records(source: str | Path, *, batch_size: int = DEFAULT_BATCH_SIZE):
     """Every row of a JSONL / JSON / Parquet source with its 1-based row number, as
     ``(row, dict)``; the first unreadable row raises :class:`~curation.errors.InputError`."""
+    for batch in _strict_batches(Path(source), batch_size):
+        yield from zip(batch.row_numbers, batch.rows, strict=True)
+
+
+def _strict_batches(p: Path, batch_size: int) -> Iterator[RowBatch]:
+    """The row batches of a JSON/JSONL file, raising on its first unreadable row."""
     from curation.errors import InputError
 
-    p = Path(source)
     if not p.exists():
         raise NotFoundError(f"file {p} not found", hint="give an existing JSONL/JSON/Parquet file")
     if kind_of(p) is None:
@@ -347,7 +352,7 @@ def iter_records(source: str | Path, *, batch_size: int = DEFAULT_BATCH_SIZE):
             raise InputError(
                 e.reason, file=e.file, row=e.row, field=None if e.field == "<line>" else e.field
             )
-        yield from zip(batch.row_numbers, batch.rows, strict=True)
+        yield batch
 
 
 def read_records(source: str | Path) -> list[dict[str, Any]]:
@@ -403,7 +408,6 @@ def iter_tables(source: str | Path, *, batch_size: int = DEFAULT_BATCH_SIZE):
     """``(table, row_numbers)`` chunks of at most ``batch_size`` rows of a JSONL / JSON /
     Parquet file (JSON rows through :func:`rows_to_table`, Parquet as Arrow batches); strict
     like :func:`iter_records`: the first unreadable row raises, naming file and row."""
-    from curation.errors import InputError
 
     p = Path(source)
     if not p.exists():
@@ -417,16 +421,5 @@ def iter_tables(source: str | Path, *, batch_size: int = DEFAULT_BATCH_SIZE):
             yield pa.Table.from_batches([rb]), list(range(row + 1, row + rb.num_rows + 1))
             row += rb.num_rows
         return
-    if kind_of(p) is None:
-        raise InputError(
-            f"unsupported file type {p.name!r}",
-            file=str(p),
-            hint="use .jsonl, .jsonl.gz, .json or .parquet",
-        )
-    for batch in read_batches(str(p), batch_size=batch_size):
-        if batch.errors:
-            e = batch.errors[0]
-            raise InputError(
-                e.reason, file=e.file, row=e.row, field=None if e.field == "<line>" else e.field
-            )
+    for batch in _strict_batches(p, batch_size):
         yield rows_to_table(batch.rows, batch.row_numbers), batch.row_numbers
