@@ -110,7 +110,9 @@ def run(
             )
     cfg = load_config_file(config_file) if config_file else DecontamConfig()
     if policy_file:
-        cfg = dataclasses.replace(cfg, policy=PolicyConfig.from_file(policy_file, over_default=True))
+        cfg = dataclasses.replace(
+            cfg, policy=PolicyConfig.from_file(policy_file, over_default=True)
+        )
     if window:
         cfg = dataclasses.replace(cfg, window=window)
     if no_cache:
