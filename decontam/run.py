@@ -693,6 +693,9 @@ def _write_run(
             "decontam": config.to_dict(),
             "text_fields": list(text_fields),
             "id_field": id_field,
+            # where the evidence and the contamination report of this version live, so a
+            # training run that consumes it traces back to them
+            "run_dir": str(Path(final).resolve()),
         }
         if inp.path:
             run_cfg["input_file"] = {"path": inp.path, "sha256": inp.content_hash}

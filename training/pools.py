@@ -41,6 +41,7 @@ class PoolInfo:
     decontam_config: dict[str, Any] | None
     cleaned: bool
     excluded_ref: str | None = None  # the same run's <name>.excluded (rows removed + reasons)
+    decontam_run_dir: str | None = None  # that run's directory: evidence and report
     problem: str | None = None  # why it is not cleaned
     lineage: list[str] = field(default_factory=list)
 
@@ -84,6 +85,7 @@ def check_pool(catalog: Any, ref: str) -> PoolInfo:
         )
         return info
     info.excluded_ref = _excluded_sibling(catalog, decon)
+    info.decontam_run_dir = (decon.config or {}).get("run_dir")
     cfg = (decon.config or {}).get("decontam") or {}
     if not cfg.get("benchmarks") or not cfg.get("detectors"):
         info.problem = f"{decon.ref} records no benchmarks/detectors: its run is incomplete"
