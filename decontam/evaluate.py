@@ -17,6 +17,11 @@ item-level recall inside the budget is found by exhaustive search over the feasi
 when there are too many combinations); each final threshold
 sits midway between the highest clean score it excludes and the lowest positive it flags.
 
+``cross_validate`` measures the calibration on unseen data: folds grouped by benchmark item
+(:func:`assign_folds`), thresholds fitted by ``calibrate`` on the other folds and applied to the
+held-out one; the pooled out-of-fold false-positive rates come with 95 % Clopper-Pearson intervals
+beside the in-sample ones (a threshold fitted on the rows it is checked on flatters itself).
+
 ``judge_ceiling`` bounds the optional LLM judge without a model: it adds, to the policy's flags,
 every judge candidate pair that is the labelled item (a perfect judge's answers), and counts the
 pairs a real judge would be sent.
@@ -408,6 +413,87 @@ def calibrate(
     return out
 
 
+def assign_folds(labels: list[dict[str, Any]], k: int) -> dict[str, int]:
+    """uid -> fold in ``range(k)``, grouped by benchmark item: every row of one item (all its
+    kinds) lands in one fold, so an item is never both fitted and checked. Clean rows get a fold
+    of their own from their uid. Deterministic: groups are ordered by a sha256 of their key and
+    dealt round-robin (balanced folds; no random state to record)."""
+    if k < 2:
+        raise ConfigError(f"--cv-folds must be at least 2, got {k}")
+
+    def key(r: dict[str, Any]) -> str:
+        return f"item:{r['benchmark_item']}" if r["label"] == "contaminated" else f"uid:{r['uid']}"
+
+    def h(s: str) -> str:
+        return hashlib.sha256(s.encode()).hexdigest()
+
+    out: dict[str, int] = {}
+    for label in ("contaminated", "clean"):  # dealt separately: both spread over all folds
+        groups = sorted({key(r) for r in labels if r["label"] == label}, key=h)
+        fold_of = {g: i % k for i, g in enumerate(groups)}
+        for r in labels:
+            if r["label"] == label:
+                out[r["uid"]] = fold_of[key(r)]
+    return out
+
+
+def proportion_ci(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Exact (Clopper-Pearson) interval of a binomial proportion k/n."""
+    if n == 0:
+        return (0.0, 1.0)
+    from scipy.stats import beta
+
+    a = (1 - level) / 2
+    lo = 0.0 if k == 0 else float(beta.ppf(a, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta.ppf(1 - a, k + 1, n - k))
+    return (round(lo, 4), round(hi, 4))
+
+
+def _fpr_ci(m: dict[str, Any]) -> dict[str, list[float]]:
+    """95 % intervals of the two budgeted false-positive rates of a metrics dict."""
+    return {
+        name: list(proportion_ci(m["fpr_by_kind"][name]["fp"], m["fpr_by_kind"][name]["n"]))
+        for name in ("lookalike+near_miss", "all_clean")
+    }
+
+
+def cross_validate(
+    matches: pa.Table,
+    scores: pa.Table,
+    labels: list[dict[str, Any]],
+    detectors: list[str],
+    target_fpr: float,
+    k: int,
+) -> dict[str, Any]:
+    """Grouped k-fold cross-validation of :func:`calibrate`: thresholds are chosen on the other
+    folds and applied to the held-out one; every row is checked exactly once, by thresholds that
+    never saw its benchmark item (or, for a clean row, itself). Returns the pooled out-of-fold
+    metrics (FPRs with 95 % Clopper-Pearson intervals) and each fold's thresholds."""
+    from decontam.policy import PolicyConfig, decide
+
+    folds = assign_folds(labels, k)
+    flags: dict[str, set[str]] = {}
+    per_fold = []
+    for f in range(k):
+        fit = [r for r in labels if folds[r["uid"]] != f]
+        held = [r["uid"] for r in labels if folds[r["uid"]] == f]
+        fit_uids = pa.array([r["uid"] for r in fit])
+        thr = calibrate(
+            scores.filter(pc.is_in(scores.column("uid"), fit_uids)), fit, detectors, target_fpr
+        )
+        held_matches = matches.filter(pc.is_in(matches.column("sample_uid"), pa.array(held)))
+        flags.update(flagged_items(decide(held_matches, held, PolicyConfig(thresholds=thr))))
+        per_fold.append({"fold": f, "rows": len(held), "thresholds": thr})
+    return {
+        "folds": k,
+        "grouping": "benchmark_item (contaminated rows); uid (clean rows)",
+        "target_fpr": target_fpr,
+        "combined": (m := metrics(flags, labels)),
+        "fpr_ci95": _fpr_ci(m),
+        "per_fold": per_fold,
+    }
+
+
 def _greedy(detectors, per, sets, budget_all, budget_ln, ln) -> dict[str, int]:
     """Lower, one step at a time, the threshold that buys the most recall per admitted clean
     row while the false-positive budget holds."""
@@ -461,11 +547,14 @@ def evaluate(
     policy: Any = None,
     calibrate_thresholds: bool = False,
     judge_ceiling: bool = False,
+    cv_folds: int = 0,
     progress=None,
 ) -> dict[str, Any]:
     """Run the detectors over a labelled file and measure them. Returns a result dict with the
     metrics plus the ``matches``, ``scores`` and ``sweep`` tables; ``judge_ceiling`` adds what a
-    perfect LLM judge could reach on top (:func:`judge_ceiling_metrics`)."""
+    perfect LLM judge could reach on top (:func:`judge_ceiling_metrics`); ``cv_folds`` (>= 2)
+    adds the grouped cross-validation of the calibration (:func:`cross_validate`) beside the
+    in-sample calibration."""
     from decontam.policy import PolicyConfig, decide
 
     cfg = config or EvalConfig()
@@ -509,14 +598,21 @@ def evaluate(
         "combined": metrics(flags, labels),
         "per_detector": per_detector,
     }
-    if calibrate_thresholds:
+    if calibrate_thresholds or cv_folds:
         thr = calibrate(scores, labels, names, cfg.target_fpr)
         flags = flagged_items(decide(matches, uids, PolicyConfig(thresholds=thr)))
         result["calibration"] = {
             "target_fpr": cfg.target_fpr,
             "thresholds": thr,
-            "combined": metrics(flags, labels),
+            "combined": metrics(flags, labels),  # in sample: fitted on these rows
         }
+        result["calibration"]["fpr_ci95"] = _fpr_ci(result["calibration"]["combined"])
+    if cv_folds:
+        if progress:
+            progress(f"cross-validate ({cv_folds} folds)")
+        result["cross_validation"] = cross_validate(
+            matches, scores, labels, names, cfg.target_fpr, cv_folds
+        )
     if judge_ceiling:
         result["judge_ceiling"] = {
             "policy": "calibrated" if calibrate_thresholds else "default",
@@ -579,6 +675,15 @@ def _metrics_rows(name: str, m: dict[str, Any]) -> list[Any]:
     )
 
 
+def _fpr_cells(m: dict[str, Any]) -> list[str]:
+    out = []
+    for name in ("lookalike+near_miss", "all_clean"):
+        f = m["fpr_by_kind"][name]
+        lo, hi = proportion_ci(f["fp"], f["n"])
+        out.append(f"{f['fpr']:.4f} ({f['fp']}/{f['n']}; {lo:.4f}-{hi:.4f})")
+    return out
+
+
 def render_markdown(result: dict[str, Any]) -> str:
     header = (
         ["policy / detector", "P (item)", "R (item)", "F1 (item)", "R (row)"]
@@ -587,7 +692,14 @@ def render_markdown(result: dict[str, Any]) -> str:
     )
     rows = [_metrics_rows("combined (default thresholds)", result["combined"])]
     if "calibration" in result:
-        rows.append(_metrics_rows("combined (calibrated)", result["calibration"]["combined"]))
+        rows.append(
+            _metrics_rows("combined (calibrated, in sample)", result["calibration"]["combined"])
+        )
+    if "cross_validation" in result:
+        cv = result["cross_validation"]
+        rows.append(
+            _metrics_rows(f"combined (calibrated, {cv['folds']}-fold out of fold)", cv["combined"])
+        )
     if "judge_ceiling" in result:
         jc = result["judge_ceiling"]
         rows.append(
@@ -614,6 +726,23 @@ def render_markdown(result: dict[str, Any]) -> str:
     ]
     if result["notes"]:
         lines += ["", "Notes:", *[f"- {n}" for n in result["notes"]]]
+    lines += ["", "## False-positive rates with 95 % intervals (Clopper-Pearson)", ""]
+    fpr_rows = [["default policy", *_fpr_cells(result["combined"])]]
+    if "calibration" in result:
+        fpr_rows.append(["calibrated, in sample", *_fpr_cells(result["calibration"]["combined"])])
+    if "cross_validation" in result:
+        cv = result["cross_validation"]
+        fpr_rows.append(
+            [f"calibrated, {cv['folds']}-fold out of fold", *_fpr_cells(cv["combined"])]
+        )
+    lines.append(_md_table(["thresholds", "FPR look+near", "FPR all clean"], fpr_rows))
+    if "cross_validation" in result:
+        lines += [
+            "",
+            f"Out of fold: folds grouped by {cv['grouping']}; each fold is checked with the "
+            "thresholds calibrated on the other folds (same target FPR), so no benchmark item is "
+            "both fitted and checked.",
+        ]
     if "calibration" in result:
         c = result["calibration"]
         lines += [

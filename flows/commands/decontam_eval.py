@@ -28,6 +28,12 @@ def register(decontam_app: typer.Typer) -> None:
             False, "--calibrate", help="propose thresholds for --target-fpr"
         ),
         target_fpr: float = typer.Option(0.005, "--target-fpr", help="calibration target FPR"),
+        cv_folds: int = typer.Option(
+            0,
+            "--cv-folds",
+            help="also cross-validate the calibration with K folds grouped by benchmark item "
+            "(out-of-fold FPR with a 95 %% interval beside the in-sample figure)",
+        ),
         policy: Path | None = typer.Option(
             None, "--policy", help="policy file (JSON/TOML) for the combined decision"
         ),
@@ -73,6 +79,7 @@ def register(decontam_app: typer.Typer) -> None:
                 policy=pol,
                 calibrate_thresholds=calibrate,
                 judge_ceiling=judge_ceiling,
+                cv_folds=cv_folds,
                 progress=lambda msg: status.update(msg),
             )
         paths = write_outputs(result, out)
@@ -88,6 +95,19 @@ def register(decontam_app: typer.Typer) -> None:
                 "calibrated thresholds: "
                 + ", ".join(f"{k}={v}" for k, v in result["calibration"]["thresholds"].items())
             )
+        if "cross_validation" in result:
+            cv = result["cross_validation"]
+            for name, part in (
+                ("in sample", result["calibration"]),
+                (f"{cv['folds']}-fold out of fold", cv),
+            ):
+                m = part["combined"]
+                f = m["fpr_by_kind"]["lookalike+near_miss"]
+                lo, hi = part["fpr_ci95"]["lookalike+near_miss"]
+                typer.echo(
+                    f"calibrated, {name}: FPR(look+near) {f['fpr']:.4f} [{lo:.4f}, {hi:.4f}] "
+                    f"recall {m['item']['recall']:.3f}"
+                )
         if "judge_ceiling" in result:
             jc = result["judge_ceiling"]
             rec = jc["combined"]["recall_by_kind"]

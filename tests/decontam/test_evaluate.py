@@ -124,7 +124,7 @@ def test_evaluate_slice_metrics_and_outputs(slice_result, tmp_path):
     assert paths["sweep.png"].read_bytes()[:4] == b"\x89PNG"
     scores = pq.read_table(paths["scores.parquet"])
     assert scores.num_rows == 3 * len(rows)
-    assert "| combined (calibrated)" in paths["evaluation.md"].read_text()
+    assert "| combined (calibrated, in sample)" in paths["evaluation.md"].read_text()
     pol = PolicyConfig.from_file(paths["calibrated_thresholds.json"])
     assert pol.thresholds == cal["thresholds"]
 
@@ -141,9 +141,13 @@ def test_cli_evaluate_writes_every_output(tmp_path, contam_dev_path):
         app,
         ["decontam", "evaluate", "--labels", str(labels), "--out", str(out),
          "--detectors", "fingerprint", "--benchmarks", "aime24,aime25", "--calibrate",
-         "--judge-ceiling"],
+         "--judge-ceiling", "--cv-folds", "3"],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
+    assert "calibrated, 3-fold out of fold: FPR(look+near)" in res.output
+    assert "3-fold out of fold" in (out / "evaluation.md").read_text()
+    cv = json.loads((out / "evaluation.json").read_text())["cross_validation"]
+    assert cv["folds"] == 3 and len(cv["per_fold"]) == 3
     assert "calibrated thresholds: fingerprint=" in res.output
     assert "judge ceiling (" in res.output and "paraphrase" in res.output
     assert "+ perfect judge: ceiling" in (out / "evaluation.md").read_text()
@@ -216,3 +220,88 @@ def test_judge_ceiling_equals_a_perfect_judge_run_through_the_policy(
             > base["recall_by_kind"][kind]["item"]
         ), kind
     assert ceiling["combined"]["fpr_by_kind"] == base["fpr_by_kind"]
+
+
+# --------------------------------------------------------------------------------------------
+# Grouped cross-validation (issue 17 item 1)
+# --------------------------------------------------------------------------------------------
+
+
+def test_folds_never_share_a_benchmark_item(contam_dev_path):
+    from decontam.evaluate import assign_folds
+
+    labels = load_labels(contam_dev_path)
+    folds = assign_folds(labels, 5)
+    assert folds == assign_folds(labels, 5)  # deterministic
+    assert set(folds) == {r["uid"] for r in labels}
+    by_item: dict[str, set[int]] = {}
+    for r in labels:
+        if r["label"] == "contaminated":
+            by_item.setdefault(r["benchmark_item"], set()).add(folds[r["uid"]])
+    assert len(by_item) > 5 and all(len(f) == 1 for f in by_item.values())
+    for label in ("contaminated", "clean"):  # both spread over every fold, roughly evenly
+        sizes = [sum(1 for r in labels if r["label"] == label and folds[r["uid"]] == f)
+                 for f in range(5)]  # fmt: skip
+        assert min(sizes) > 0.6 * max(sizes), (label, sizes)
+    with pytest.raises(Exception, match="at least 2"):
+        assign_folds(labels, 1)
+
+
+def test_clopper_pearson_interval_matches_scipy_binomtest():
+    from scipy.stats import binomtest
+
+    from decontam.evaluate import proportion_ci
+
+    for k, n in ((0, 280), (1, 280), (13, 500), (5, 5)):
+        ci = binomtest(k, n).proportion_ci(0.95, method="exact")
+        assert proportion_ci(k, n) == (round(ci.low, 4), round(ci.high, 4))
+    assert proportion_ci(0, 280)[1] == round(1 - 0.025 ** (1 / 280), 4)
+
+
+def _matches(rows):
+    from decontam.base import MATCH_SCHEMA
+
+    return pa.Table.from_pylist(
+        [{"sample_uid": u, "field": "problem", "benchmark": "aime24",
+          "benchmark_version": "aime24@1", "benchmark_item": it or "I-x", "detector": d,
+          "detector_version": "x/1", "score": s, "threshold": 0.0}
+         for u, _lab, it, d, s in rows],
+        schema=MATCH_SCHEMA,
+    )  # fmt: skip
+
+
+def test_out_of_fold_checks_each_row_with_thresholds_that_never_saw_it():
+    """A clean row scoring high is excluded in sample (the calibration sets the threshold above
+    it) but flagged out of fold, where the thresholds were fitted without it."""
+    from decontam.evaluate import assign_folds, cross_validate
+
+    labels = [_row(f"p{i}", "contaminated", "edit", f"I-{i}") for i in range(6)] + [
+        _row(f"n{i}", "clean", "pool") for i in range(60)
+    ]
+    rows = [(f"p{i}", "contaminated", f"I-{i}", "a", 0.5 + 0.05 * i) for i in range(6)]
+    rows += [(f"n{i}", "clean", None, "a", 0.8 if i == 0 else 0.1) for i in range(60)]
+    in_sample = calibrate(_scores(rows), labels, ["a"], target_fpr=0.0)
+    assert in_sample["a"] > 0.8
+    cv = cross_validate(_matches(rows), _scores(rows), labels, ["a"], 0.0, 3)
+    folds = assign_folds(labels, 3)
+    for pf in cv["per_fold"]:
+        fit = [r for r in labels if folds[r["uid"]] != pf["fold"]]
+        fit_rows = [x for x in rows if folds[x[0]] != pf["fold"]]
+        assert pf["thresholds"] == calibrate(_scores(fit_rows), fit, ["a"], 0.0)
+    fp = cv["combined"]["fpr_by_kind"]["all_clean"]
+    assert fp["n"] == 60 and fp["fp"] == 1  # n0, checked by a fold fitted without it
+    lo, hi = cv["fpr_ci95"]["all_clean"]
+    assert lo < 1 / 60 < hi
+    assert sum(pf["rows"] for pf in cv["per_fold"]) == len(labels)
+
+
+def test_cross_validation_on_real_scores(slice_result):
+    from decontam.evaluate import cross_validate
+
+    rows, res = slice_result
+    names = [d["name"] for d in res["detectors"]]
+    cv = cross_validate(res["matches"], res["scores"], rows, names, 0.05, 3)
+    n_clean = sum(r["label"] == "clean" for r in rows)
+    assert cv["combined"]["fpr_by_kind"]["all_clean"]["n"] == n_clean
+    assert all(set(pf["thresholds"]) == set(names) for pf in cv["per_fold"])
+    assert cv["combined"]["recall_by_kind"]["verbatim"]["item"] == 1.0
