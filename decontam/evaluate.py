@@ -535,6 +535,148 @@ def _greedy(detectors, per, sets, budget_all, budget_ln, ln) -> dict[str, int]:
 
 
 # --------------------------------------------------------------------------------------------
+# Real negatives: clean pools scanned as extra clean rows
+# --------------------------------------------------------------------------------------------
+
+NEGATIVE_TEXT_FIELDS = ("problem", "query", "question")
+# LeetCode question ids below this are older than LiveCodeBench's window (its first items,
+# May 2023, are in the 2700s), so a LeetCodeDataset row under it cannot be an LCB item
+LEETCODE_SAFE_MAX_ID = 2600
+# a real negative the problem_id detector ties to an item, or that holds this share of an item's
+# 9-grams verbatim, is a benchmark copy in the pool, not a negative: it is excluded and counted
+COPY_NGRAM_COVERAGE = 0.9
+
+
+def load_negatives(
+    paths: list[str | Path], limit: int | None = None
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Rows of real clean pools as clean label rows (``kind="real"``, uid ``file:row``), the text
+    taken from the first of :data:`NEGATIVE_TEXT_FIELDS`; rows carrying a LeetCode question id
+    (LeetCodeDataset's ``meta``) at or above :data:`LEETCODE_SAFE_MAX_ID` are skipped and counted.
+    ``limit``: the first N rows of each file."""
+    import ast
+
+    from curation.readers import iter_records
+
+    rows: list[dict[str, Any]] = []
+    info: dict[str, Any] = {}
+    for path in paths:
+        p = Path(path)
+        if not p.is_file():
+            raise NotFoundError(f"negatives file {p} not found")
+        read = skipped = 0
+        for i, r in iter_records(p):
+            if limit is not None and read >= limit:
+                break
+            meta = r.get("meta")
+            if isinstance(meta, str) and "question_id" in meta:
+                try:
+                    meta = ast.literal_eval(meta)  # LeetCodeDataset stores a Python repr
+                except (ValueError, SyntaxError) as exc:
+                    raise InputError(
+                        f"unreadable meta ({exc})", file=str(p), row=i, field="meta"
+                    ) from None
+            qid = meta.get("question_id") if isinstance(meta, dict) else None
+            if qid is not None and int(qid) >= LEETCODE_SAFE_MAX_ID:
+                skipped += 1
+                continue
+            field_ = next((f for f in NEGATIVE_TEXT_FIELDS if isinstance(r.get(f), str)), None)
+            if field_ is None:
+                raise InputError(
+                    f"no text field (one of {', '.join(NEGATIVE_TEXT_FIELDS)})",
+                    file=str(p),
+                    row=i,
+                    field=NEGATIVE_TEXT_FIELDS[0],
+                )
+            read += 1
+            rows.append(
+                {
+                    "uid": f"{p.name}:{i}",
+                    "domain": "code" if p.name.startswith("code") else "math",
+                    "field": "problem",
+                    "text": r[field_].strip(),
+                    "label": "clean",
+                    "kind": "real",
+                    "benchmark": None,
+                    "benchmark_item": None,
+                    "note": f"{p.name} row {i} ({field_})",
+                }
+            )
+        info[p.name] = {"rows": read, "skipped_leetcode_id_in_window": skipped}
+    return rows, info
+
+
+def negatives_report(
+    matches: pa.Table,
+    rows: list[dict[str, Any]],
+    detectors: list[str],
+    policies: dict[str, Any],
+    files: dict[str, Any],
+) -> dict[str, Any]:
+    """Per-detector clean-score tails and each policy's false-positive rate (95 % interval) on
+    real negatives, after excluding the benchmark copies found in them (problem_id, or an item's
+    9-grams covered at :data:`COPY_NGRAM_COVERAGE`)."""
+    import numpy as np
+
+    from decontam.policy import decide
+
+    scores = best_scores(matches, rows, detectors).to_pydict()
+    best: dict[str, dict[str, tuple[float, str | None]]] = defaultdict(dict)
+    for u, d, s, it in zip(
+        scores["uid"], scores["detector"], scores["best_score"], scores["best_item"], strict=True
+    ):
+        best[u][d] = (s, it)
+    excluded = {}
+    for r in rows:
+        b = best[r["uid"]]
+        if b.get("problem_id", (0.0, None))[0] >= 0.5:
+            excluded[r["uid"]] = f"problem_id -> {b['problem_id'][1]}"
+        elif b.get("ngram", (0.0, None))[0] >= COPY_NGRAM_COVERAGE:
+            excluded[r["uid"]] = f"ngram {b['ngram'][0]:.2f} -> {b['ngram'][1]}"
+    kept = [r for r in rows if r["uid"] not in excluded]
+    kept_uids = [r["uid"] for r in kept]
+    tails = {}
+    for d in detectors:
+        v = np.array([best[u][d][0] for u in kept_uids] or [0.0])
+        tails[d] = {
+            "p99": round(float(np.percentile(v, 99)), 4),
+            "p99.5": round(float(np.percentile(v, 99.5)), 4),
+            "p99.9": round(float(np.percentile(v, 99.9)), 4),
+            "max": round(float(v.max()), 4),
+            "max_row": kept_uids[int(v.argmax())] if kept_uids else None,
+        }
+    kept_matches = matches.filter(pc.is_in(matches.column("sample_uid"), pa.array(kept_uids)))
+    by_policy = {}
+    for name, pol in policies.items():
+        dec = decide(kept_matches, kept_uids, pol).select(["sample_uid", "contaminated", "reasons"])
+        flagged = [
+            (u, reasons) for u, c, reasons in zip(*dec.to_pydict().values(), strict=True) if c
+        ]
+        by_detector: dict[str, int] = defaultdict(int)
+        for _u, reasons in flagged:
+            for d in {r.split(":", 1)[0] for r in reasons or []}:
+                by_detector[d] += 1
+        by_policy[name] = {
+            "thresholds": dict(pol.thresholds),
+            "fp": len(flagged),
+            "n": len(kept),
+            "fpr": round(len(flagged) / len(kept), 4) if kept else 0.0,
+            "ci95": list(proportion_ci(len(flagged), len(kept))),
+            "fp_by_detector": dict(sorted(by_detector.items())),
+            "examples": [{"row": u, "reasons": list(rs or [])} for u, rs in flagged[:10]],
+        }
+    return {
+        "files": files,
+        "rows": len(rows),
+        "excluded_as_benchmark_copies": len(excluded),
+        "excluded": dict(sorted(excluded.items())),
+        "kept": len(kept),
+        "score_tails": tails,
+        "policies": by_policy,
+    }
+
+
+# --------------------------------------------------------------------------------------------
 # The whole evaluation and its outputs
 # --------------------------------------------------------------------------------------------
 
@@ -548,13 +690,16 @@ def evaluate(
     calibrate_thresholds: bool = False,
     judge_ceiling: bool = False,
     cv_folds: int = 0,
+    negatives: list[str | Path] | None = None,
+    negatives_limit: int | None = None,
     progress=None,
 ) -> dict[str, Any]:
     """Run the detectors over a labelled file and measure them. Returns a result dict with the
     metrics plus the ``matches``, ``scores`` and ``sweep`` tables; ``judge_ceiling`` adds what a
     perfect LLM judge could reach on top (:func:`judge_ceiling_metrics`); ``cv_folds`` (>= 2)
     adds the grouped cross-validation of the calibration (:func:`cross_validate`) beside the
-    in-sample calibration."""
+    in-sample calibration; ``negatives`` (pool files) are scored in the same pass and reported
+    apart (:func:`negatives_report`), so the dev-set figures stay comparable."""
     from decontam.policy import PolicyConfig, decide
 
     cfg = config or EvalConfig()
@@ -564,8 +709,16 @@ def evaluate(
 
         benchmarks = load_benchmarks(cfg.benchmarks, include_variants=True)
     dets, notes = make_detectors(cfg)
+    neg_rows, neg_files = load_negatives(negatives, negatives_limit) if negatives else ([], {})
+    clash = {r["uid"] for r in labels} & {r["uid"] for r in neg_rows}
+    if clash:
+        raise InputError(f"negatives row uid {sorted(clash)[0]!r} is also a label uid")
     texts = text_table(labels)
-    matches = run_detectors(dets, benchmarks, texts, progress=progress)
+    matches = run_detectors(dets, benchmarks, text_table(labels + neg_rows), progress=progress)
+    if neg_rows:
+        is_neg = pc.is_in(matches.column("sample_uid"), pa.array([r["uid"] for r in neg_rows]))
+        neg_matches = matches.filter(is_neg)
+        matches = matches.filter(pc.invert(is_neg))
     names = [d.name for d in dets]
     uids = [r["uid"] for r in labels]
     scores = best_scores(matches, labels, names)
@@ -613,6 +766,15 @@ def evaluate(
         result["cross_validation"] = cross_validate(
             matches, scores, labels, names, cfg.target_fpr, cv_folds
         )
+    if neg_rows:
+        pols = {"default": default_policy}
+        if "calibration" in result:
+            pols["calibrated (in sample)"] = PolicyConfig(
+                thresholds=result["calibration"]["thresholds"]
+            )
+        for pf in result.get("cross_validation", {}).get("per_fold", []):
+            pols[f"fold {pf['fold']} (out of fold)"] = PolicyConfig(thresholds=pf["thresholds"])
+        result["negatives"] = negatives_report(neg_matches, neg_rows, names, pols, neg_files)
     if judge_ceiling:
         result["judge_ceiling"] = {
             "policy": "calibrated" if calibrate_thresholds else "default",
@@ -684,6 +846,39 @@ def _fpr_cells(m: dict[str, Any]) -> list[str]:
     return out
 
 
+def render_negatives(neg: dict[str, Any]) -> list[str]:
+    files = ", ".join(f"`{k}` ({v['rows']})" for k, v in neg["files"].items())
+    lines = [
+        "## Real negatives",
+        "",
+        f"{neg['rows']} rows of clean pools: {files}. {neg['excluded_as_benchmark_copies']} "
+        f"excluded as benchmark copies (problem_id, or >= {COPY_NGRAM_COVERAGE} of an item's "
+        f"9-grams); {neg['kept']} kept.",
+        "",
+        _md_table(
+            ["detector", "p99", "p99.5", "p99.9", "max", "max row"],
+            [
+                [d, t["p99"], t["p99.5"], t["p99.9"], t["max"], t["max_row"]]
+                for d, t in neg["score_tails"].items()
+            ],
+        ),  # fmt: skip
+        "",
+        _md_table(
+            ["thresholds", "FP", "FPR (95 % interval)", "FP by detector"],
+            [
+                [
+                    name,
+                    f"{p['fp']}/{p['n']}",
+                    f"{p['fpr']:.4f} ({p['ci95'][0]:.4f}-{p['ci95'][1]:.4f})",
+                    ", ".join(f"{k} {v}" for k, v in p["fp_by_detector"].items()) or "-",
+                ]
+                for name, p in neg["policies"].items()
+            ],
+        ),  # fmt: skip
+    ]
+    return lines
+
+
 def render_markdown(result: dict[str, Any]) -> str:
     header = (
         ["policy / detector", "P (item)", "R (item)", "F1 (item)", "R (row)"]
@@ -743,6 +938,8 @@ def render_markdown(result: dict[str, Any]) -> str:
             "thresholds calibrated on the other folds (same target FPR), so no benchmark item is "
             "both fitted and checked.",
         ]
+    if "negatives" in result:
+        lines += ["", *render_negatives(result["negatives"])]
     if "calibration" in result:
         c = result["calibration"]
         lines += [

@@ -34,6 +34,16 @@ def register(decontam_app: typer.Typer) -> None:
             help="also cross-validate the calibration with K folds grouped by benchmark item "
             "(out-of-fold FPR with a 95 %% interval beside the in-sample figure)",
         ),
+        negatives: str | None = typer.Option(
+            None,
+            "--negatives",
+            help="comma-separated clean pool files (JSONL) scanned as real negatives: score "
+            "tails per detector and each policy's FPR on them (benchmark copies found in them "
+            "are excluded and counted)",
+        ),
+        negatives_limit: int | None = typer.Option(
+            None, "--negatives-limit", help="only the first N rows of each negatives file"
+        ),
         policy: Path | None = typer.Option(
             None, "--policy", help="policy file (JSON/TOML) for the combined decision"
         ),
@@ -80,6 +90,10 @@ def register(decontam_app: typer.Typer) -> None:
                 calibrate_thresholds=calibrate,
                 judge_ceiling=judge_ceiling,
                 cv_folds=cv_folds,
+                negatives=[n.strip() for n in negatives.split(",") if n.strip()]
+                if negatives
+                else None,
+                negatives_limit=negatives_limit,
                 progress=lambda msg: status.update(msg),
             )
         paths = write_outputs(result, out)
@@ -107,6 +121,17 @@ def register(decontam_app: typer.Typer) -> None:
                 typer.echo(
                     f"calibrated, {name}: FPR(look+near) {f['fpr']:.4f} [{lo:.4f}, {hi:.4f}] "
                     f"recall {m['item']['recall']:.3f}"
+                )
+        if "negatives" in result:
+            neg = result["negatives"]
+            typer.echo(
+                f"real negatives: {neg['kept']} kept, {neg['excluded_as_benchmark_copies']} "
+                "excluded as benchmark copies"
+            )
+            for name, p in neg["policies"].items():
+                lo, hi = p["ci95"]
+                typer.echo(
+                    f"  {name}: FPR {p['fpr']:.4f} [{lo:.4f}, {hi:.4f}] ({p['fp']}/{p['n']})"
                 )
         if "judge_ceiling" in result:
             jc = result["judge_ceiling"]

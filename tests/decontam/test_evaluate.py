@@ -305,3 +305,66 @@ def test_cross_validation_on_real_scores(slice_result):
     assert cv["combined"]["fpr_by_kind"]["all_clean"]["n"] == n_clean
     assert all(set(pf["thresholds"]) == set(names) for pf in cv["per_fold"])
     assert cv["combined"]["recall_by_kind"]["verbatim"]["item"] == 1.0
+
+
+# --------------------------------------------------------------------------------------------
+# Real negatives (issue 17 item 1)
+# --------------------------------------------------------------------------------------------
+
+
+def test_leetcode_rows_inside_lcbs_window_are_not_taken_as_negatives(shared_dir, tmp_path):
+    from decontam.evaluate import LEETCODE_SAFE_MAX_ID, load_negatives
+
+    path = shared_dir / "pools" / "code_leetcodedataset_v0.2.0_train.jsonl"
+    lines = path.read_text("utf-8").splitlines()
+    qids = [int(json.loads(x)["meta"]["question_id"]) for x in lines]
+    rows, info = load_negatives([path])
+    assert len(rows) == sum(q < LEETCODE_SAFE_MAX_ID for q in qids) > 1000
+    assert info[path.name]["skipped_leetcode_id_in_window"] == sum(q >= 2600 for q in qids) > 0
+    assert rows[0]["text"] == json.loads(lines[0])["query"].strip()
+    assert {r["label"] for r in rows} == {"clean"}
+    limited, _ = load_negatives([path], limit=7)
+    assert [r["uid"] for r in limited] == [r["uid"] for r in rows[:7]]
+    bad = _write(tmp_path / "bad.jsonl", [{"problem": "ok"}, {"solution": "no text"}])
+    with pytest.raises(InputError, match=r"bad.jsonl.*row 2"):
+        load_negatives([bad])
+
+
+def test_real_negatives_exclude_benchmark_copies_and_report_tails(
+    tmp_path, shared_dir, benchmarks_dir, contam_dev_path
+):
+    """Older AIME problems as negatives, with one AIME 2024 problem planted among them: the copy
+    is excluded and counted, every policy (default, in sample, each fold) gets an FPR with its
+    interval on the rest."""
+    from decontam.evaluate import load_negatives
+
+    pool = shared_dir / "pools" / "math_deepscaler_aime_1983_2023.jsonl"
+    real = [json.loads(x) for x in pool.read_text("utf-8").splitlines()[:25]]
+    rows = [r for r in dev_slice(str(contam_dev_path)) if r["domain"] == "math"]
+    planted = next(r for r in rows if r["kind"] == "verbatim")
+    negs = _write(tmp_path / "older_aime.jsonl", real + [{"problem": planted["text"]}])
+    labels = _write(tmp_path / "math.jsonl", rows)
+    cfg = EvalConfig(detectors=["ngram", "problem_id", "fingerprint"], target_fpr=0.05)
+    res = evaluate(labels, cfg, benchmarks=small_benchmarks(str(benchmarks_dir)),
+                   cv_folds=2, negatives=[negs])  # fmt: skip
+    neg = res["negatives"]
+    assert neg["rows"] == 26 and neg["kept"] == 25
+    assert list(neg["excluded"]) == ["older_aime.jsonl:26"]
+    assert neg["excluded"]["older_aime.jsonl:26"].endswith(planted["benchmark_item"])
+    # the negatives stay out of the dev-set figures
+    assert res["combined"]["fpr_by_kind"]["all_clean"]["n"] == sum(
+        r["label"] == "clean" for r in rows
+    )
+    assert set(neg["policies"]) == {"default", "calibrated (in sample)",
+                                    "fold 0 (out of fold)", "fold 1 (out of fold)"}  # fmt: skip
+    kept_uids = {r["uid"] for r in load_negatives([negs])[0]} - set(neg["excluded"])
+    for p in neg["policies"].values():
+        assert p["n"] == 25 and p["fpr"] == round(p["fp"] / 25, 4)
+        assert p["ci95"][0] <= p["fpr"] <= p["ci95"][1]
+        assert {e["row"] for e in p["examples"]} <= kept_uids
+    for t in neg["score_tails"].values():
+        assert t["p99"] <= t["p99.5"] <= t["p99.9"] <= t["max"] <= 1.0
+    # older AIME problems are not AIME 2024 copies: no n-gram detector tail near a full copy
+    assert neg["score_tails"]["ngram"]["max"] < 0.9
+    md = write_outputs(res, tmp_path / "out")["evaluation.md"].read_text()
+    assert "## Real negatives" in md and "older_aime.jsonl:26" not in md
