@@ -650,9 +650,14 @@ class NGramDetector(Detector):
         if batch is None:
             return empty_matches()
         uids, fields, raw = batch
+        from decontam.normalize import batch_normalize_many
+
+        # every index's normalizer over the batch at once: code shares latex's work (same text)
+        norms = batch_normalize_many([i.normalizer for i in self._indexes.values()], raw)
         out: list[dict[str, Any]] = []
         for name in sorted(self._indexes):
-            out.extend(self._score_index(self._indexes[name], uids, fields, raw))
+            idx = self._indexes[name]
+            out.extend(self._score_index(idx, uids, fields, raw, norms[idx.normalizer.name]))
         if out:
             self._partial_copies(out, uids, fields, raw)
         out.sort(key=lambda r: (r["sample_uid"], r["field"], r["benchmark"], r["benchmark_item"]))

@@ -93,3 +93,29 @@ def test_batch_counts_rows_that_took_the_python_path():
     stats = {}
     assert code.batch(["a\ud800b", "x"], stats) == [code("a\ud800b"), "x"]
     assert stats["python_rows"] == 2
+
+
+@pytest.mark.shared_data
+def test_batch_normalize_many_equals_per_text_on_every_pool_and_benchmark_text(shared_dir):
+    """``batch_normalize_many`` (code derived from latex on the rows where code's own first steps
+    and latex's diagram rule cannot match) gives every normalizer's own output on every real
+    text, and really does skip code's own steps on most rows."""
+    from decontam.normalize import CODE, LATEX, batch_normalize_many
+
+    files = sorted((shared_dir / "pools").rglob("*.jsonl")) + sorted(
+        (shared_dir / "benchmarks").rglob("*.jsonl")
+    )
+    texts: list[str] = []
+    for f in files:
+        with open(f, encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    _texts_of(json.loads(line), texts)
+    stats: dict[str, int] = {}
+    got = batch_normalize_many([CODE, LATEX], texts, stats)
+    assert sorted(got) == ["code", "latex"]
+    for norm in (CODE, LATEX):
+        want = [norm(t) for t in texts]
+        bad = [i for i, (a, b) in enumerate(zip(got[norm.name], want, strict=True)) if a != b]
+        assert not bad, (norm.name, texts[bad[0]][:200], got[norm.name][bad[0]][:200])
+    assert stats["rows"] < 1.9 * len(texts), stats  # code ran on a part of the rows only
