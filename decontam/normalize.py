@@ -1001,6 +1001,11 @@ def tokenize(norm_text: str) -> list[tuple[int, int]]:
     return [m.span() for m in _ALNUM_RUN.finditer(norm_text)]
 
 
+def words(norm_text: str) -> list[str]:
+    """The words of :func:`tokenize`'s spans (``[norm_text[a:b] for a, b in ...]``), faster."""
+    return _ALNUM_RUN.findall(norm_text)
+
+
 def original_span(offsets: np.ndarray | Sequence[int], start: int, end: int) -> tuple[int, int]:
     """The span of the original text that normalized chars ``[start, end)`` came from."""
     if end <= start:
