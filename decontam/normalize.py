@@ -832,12 +832,19 @@ def _rust_rules(ser, rules: tuple[_RustRule, ...]):
             ser = _replace_rows(ser, rule.pattern, rule.repl, literal=True)
         elif rule.passes == 2 and rule.pattern.endswith(_LOOKAHEAD):
             # the second pass only matters where a match was directly followed by a backslash
-            # (its consumed lookahead char may start the next match): run it on those rows
+            # (its consumed lookahead char may start the next match); such a row matches, so
+            # both that check and the passes run on the matching rows only (others stay as is)
             pat = _rust_pattern(rule.pattern)
-            again = ser.str.contains(pat[: -len(_LOOKAHEAD)] + r"\\").any()
-            ser = _replace_rows(ser, pat, rule.repl)
+            idx = ser.str.contains(pat).arg_true()
+            if not len(idx):
+                continue
+            sub = ser.gather(idx)
+            again = sub.str.contains(pat[: -len(_LOOKAHEAD)] + r"\\").any()
+            sub = sub.str.replace_all(pat, rule.repl)
             if again:
-                ser = _replace_rows(ser, pat, rule.repl)
+                sub = _replace_rows(sub, pat, rule.repl)
+            ser = ser.clone()  # copy on write: the caller's series stays as it was
+            ser.scatter(idx, sub)
         else:
             for _ in range(rule.passes):
                 ser = _replace_rows(ser, _rust_pattern(rule.pattern), rule.repl)
