@@ -129,7 +129,7 @@ def test_evaluate_slice_metrics_and_outputs(slice_result, tmp_path):
     assert pol.thresholds == cal["thresholds"]
 
 
-def test_cli_evaluate_writes_every_output(tmp_path, contam_dev_path):
+def test_cli_evaluate_writes_every_output(tmp_path, contam_dev_path, shared_dir):
     from typer.testing import CliRunner
 
     from flows.cli import app
@@ -141,13 +141,16 @@ def test_cli_evaluate_writes_every_output(tmp_path, contam_dev_path):
         app,
         ["decontam", "evaluate", "--labels", str(labels), "--out", str(out),
          "--detectors", "fingerprint", "--benchmarks", "aime24,aime25", "--calibrate",
-         "--judge-ceiling", "--cv-folds", "3"],
+         "--judge-ceiling", "--cv-folds", "3", "--negatives-limit", "5", "--negatives",
+         str(shared_dir / "pools" / "math_deepscaler_aime_1983_2023.jsonl")],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "calibrated, 3-fold out of fold: FPR(look+near)" in res.output
     assert "3-fold out of fold" in (out / "evaluation.md").read_text()
     cv = json.loads((out / "evaluation.json").read_text())["cross_validation"]
     assert cv["folds"] == 3 and len(cv["per_fold"]) == 3
+    assert "real negatives: 5 kept, 0 excluded" in res.output
+    assert "fold 2 (out of fold): FPR" in res.output
     assert "calibrated thresholds: fingerprint=" in res.output
     assert "judge ceiling (" in res.output and "paraphrase" in res.output
     assert "+ perfect judge: ceiling" in (out / "evaluation.md").read_text()
