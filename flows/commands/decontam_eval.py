@@ -32,7 +32,7 @@ def register(decontam_app: typer.Typer) -> None:
             0,
             "--cv-folds",
             help="also cross-validate the calibration with K folds grouped by benchmark item "
-            "(out-of-fold FPR with a 95 %% interval beside the in-sample figure)",
+            "(out-of-fold FPR with a 95 % interval beside the in-sample figure)",
         ),
         negatives: str | None = typer.Option(
             None,
