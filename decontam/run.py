@@ -1052,6 +1052,21 @@ def _reproduce_command(input, text_fields, id_field, config: DecontamConfig, out
     return shlex.join(argv)
 
 
+def _fit(config: DecontamConfig, benchmarks_dir, allow_mismatch: bool, data_root):
+    """Load the benchmarks and fit the detectors (both input paths): the benchmark set, the
+    cache root (elsewhere when the data root is read-only), the detectors and the fit time."""
+    import time
+
+    from curation.settings import cache_root
+    from curation.settings import data_root as resolve_root
+
+    bset = load_benchmark_set(config, benchmarks_dir=benchmarks_dir, allow_mismatch=allow_mismatch)
+    root = cache_root(resolve_root(data_root))
+    t0 = time.perf_counter()
+    dets = build_detectors(config.detectors, config, bset, data_root=root)
+    return bset, root, dets, time.perf_counter() - t0
+
+
 def run_decontamination(
     input: str,
     *,
@@ -1072,7 +1087,6 @@ def run_decontamination(
 ) -> RunResult:
     """Run the whole decontamination step (see module docs). ``benchmarks``/``detectors``
     override the config's lists."""
-    from curation.settings import data_root as resolve_root
 
     config = config or DecontamConfig()
     if benchmarks:
@@ -1114,17 +1128,7 @@ def run_decontamination(
     source = inp.ref or inp.path or input
     texts = prepare_text_table(inp.table, text_fields, id_field, source=source)
     uids = sample_uids(inp.table, id_field, source=source)
-    bset = load_benchmark_set(
-        config, benchmarks_dir=benchmarks_dir, allow_mismatch=allow_benchmark_mismatch
-    )
-    from curation.settings import cache_root
-
-    root = cache_root(resolve_root(data_root))  # a read-only root: caches go elsewhere
-    import time
-
-    t0 = time.perf_counter()
-    dets = build_detectors(config.detectors, config, bset, data_root=root)
-    fit_s = time.perf_counter() - t0
+    bset, root, dets, fit_s = _fit(config, benchmarks_dir, allow_benchmark_mismatch, data_root)
     import contextlib
 
     with contextlib.ExitStack() as stack:
@@ -1183,18 +1187,8 @@ def _run_streamed_cli(
     """:func:`run_decontamination` for a streamed file input (benchmarks, detectors, then
     :func:`_run_streamed`)."""
     import contextlib
-    import time
 
-    from curation.settings import cache_root
-    from curation.settings import data_root as resolve_root
-
-    bset = load_benchmark_set(
-        config, benchmarks_dir=benchmarks_dir, allow_mismatch=allow_benchmark_mismatch
-    )
-    root = cache_root(resolve_root(data_root))  # a read-only root: caches go elsewhere
-    t0 = time.perf_counter()
-    dets = build_detectors(config.detectors, config, bset, data_root=root)
-    fit_s = time.perf_counter() - t0
+    bset, root, dets, fit_s = _fit(config, benchmarks_dir, allow_benchmark_mismatch, data_root)
     with contextlib.ExitStack() as stack:
         on_rows = None
         if progress:
