@@ -42,7 +42,10 @@ def length_histograms(kept: list[int], dropped: list[int]) -> bytes:
     return _png(fig)
 
 
-def build_sft_report(run_dir: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def build_sft_report(
+    run_dir: str | Path,
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+    """The report data, the response-contamination evidence rows and the build's manifest."""
     run = Path(run_dir)
     manifest = json.loads((run / "run.json").read_text())
     c = manifest["counts"]
@@ -77,18 +80,18 @@ def build_sft_report(run_dir: str | Path) -> tuple[dict[str, Any], list[dict[str
     evidence: list[dict[str, Any]] = []
     ddir = manifest.get("response_decontam")
     if ddir and (Path(ddir) / "run.json").is_file():
-        drun = json.loads((Path(ddir) / "run.json").read_text())
-        creport, _, _ = build_report(ddir, max_evidence=100)
         from reports.run_data import load_run
 
-        evidence = _html_evidence(load_run(ddir), creport["evidence"]["rows"])
+        drun = load_run(ddir)  # read once: the evidence rows and their texts
+        creport, _, _ = build_report(drun, max_evidence=100)
+        evidence = _html_evidence(drun, creport["evidence"]["rows"])
         report["decontam"] = {
-            "scanned": drun["counts"]["rows"],
-            "benchmarks": [b["name"] for b in drun["benchmarks"]],
-            "detectors": [d["name"] for d in drun["detectors"]],
+            "scanned": drun.manifest["counts"]["rows"],
+            "benchmarks": [b["name"] for b in drun.manifest["benchmarks"]],
+            "detectors": [d["name"] for d in drun.manifest["detectors"]],
             "report": str(run / "response_report" / "report.html"),
         }
-    return report, evidence
+    return report, evidence, manifest
 
 
 def write_sft_report(run_dir: str | Path, out_dir: str | Path | None = None) -> dict[str, Path]:
@@ -97,14 +100,13 @@ def write_sft_report(run_dir: str | Path, out_dir: str | Path | None = None) -> 
     run = Path(run_dir)
     out = Path(out_dir) if out_dir else run
     out.mkdir(parents=True, exist_ok=True)
-    report, evidence = build_sft_report(run)
+    report, evidence, manifest = build_sft_report(run)
     paths: dict[str, Path] = {}
     if report["decontam"] is not None:
-        manifest = json.loads((run / "run.json").read_text())
         cp = render_report(manifest["response_decontam"], out / "response_report")
         paths["contamination_html"] = cp.html
         report["decontam"]["report"] = str(cp.html)
-    lengths = json.loads((run / "run.json").read_text())["response_lengths"]
+    lengths = manifest["response_lengths"]
     png = length_histograms(lengths["kept"], lengths["dropped"])
     (out / "plots").mkdir(exist_ok=True)
     (out / "plots" / "sft_lengths.png").write_bytes(png)

@@ -71,7 +71,7 @@ def generate_from_pool(
         teacher=teacher,
         generation=generation,
         responses_per_prompt=responses_per_prompt,
-        store_dir=store_dir or default_store(data_root or getattr(cat, "root", None)),
+        store_dir=store_dir or default_store(data_root or cat.root),
         backend=backend,
         progress=progress,
     )
@@ -159,7 +159,7 @@ def build_from_ref(
         prompts=prompts,
         responses=responses,
         catalog=cat,
-        data_root=data_root or str(getattr(cat, "root", "") or "") or None,
+        data_root=data_root or cat.root,
         benchmarks_dir=benchmarks_dir,
         workers=workers,
         log=log,
