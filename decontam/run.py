@@ -273,15 +273,12 @@ def with_provenance(
     if "source_id" in rows.column_names:
         sid = [None if x is None else str(x) for x in rows["source_id"].to_pylist()]
     if "metadata" in rows.column_names and path is None:
-        for i, m in enumerate(rows["metadata"].to_pylist()):
-            try:
-                md = json.loads(m) if isinstance(m, str) else None
-            except json.JSONDecodeError:
-                md = None
-            if isinstance(md, dict):
-                sfile[i] = md.get("source_file")
-                r = md.get("source_row")
-                srow[i] = int(r) if isinstance(r, int | float) else None
+        import polars as pl
+
+        # compiled JSON-path lookups, not a json.loads per row (a catalog input can be millions)
+        md = pl.Series(pc.cast(rows["metadata"], pa.string()).combine_chunks())
+        sfile = md.str.json_path_match("$.source_file").to_list()
+        srow = md.str.json_path_match("$.source_row").cast(pl.Int64, strict=False).to_list()
     return (
         decisions.append_column("source_id", pa.array(sid, pa.string()))
         .append_column("source_file", pa.array(sfile, pa.string()))
