@@ -441,6 +441,15 @@ def build_detectors(
         has_data_root = any(f.name == "data_root" for f in dataclasses.fields(cls.config_cls))
         if data_root and has_data_root and not overrides.get("data_root"):
             overrides["data_root"] = data_root
+        # detectors that take candidates from the embedding model (fuzzy, judge) keep its
+        # vectors in the run's cache too: one cache per run, so the pool's windows are encoded
+        # once for every detector (before, fuzzy's went to ./.sluice and were encoded twice)
+        has_embedding = any(f.name == "embedding" for f in dataclasses.fields(cls.config_cls))
+        if data_root and has_embedding:
+            emb = dict(overrides.get("embedding") or {})
+            if not emb.get("cache_root"):
+                emb["cache_root"] = data_root
+            overrides["embedding"] = emb
         try:
             det_cfg = cls.config_cls(**overrides)
         except TypeError as exc:

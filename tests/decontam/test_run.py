@@ -235,11 +235,23 @@ def test_per_detector_counts_follow_the_policy_thresholds(pools_dir, tmp_path):
 def test_detector_caches_live_under_the_runs_data_root(pools_dir, tmp_path, monkeypatch):
     """The embedding vectors of a run go to the run's data root (not ./.sluice or
     $SLUICE_DATA_ROOT), so a flow configured with its own data root keeps everything there."""
+    from collections import Counter
+
+    from decontam.embedding import Encoder
+
     elsewhere = tmp_path / "env-root"
     monkeypatch.setenv("SLUICE_DATA_ROOT", str(elsewhere))
     root = tmp_path / "root"
     src = _head(pools_dir / "math_ttrl_aime24_as_train.jsonl", tmp_path / "five.jsonl", 5)
-    cfg = DecontamConfig(benchmarks=["aime24"], detectors=["embedding"])
+    seen: Counter[str] = Counter()
+    encode = Encoder.encode
+
+    def counting(self, texts):
+        seen.update(texts)
+        return encode(self, texts)
+
+    monkeypatch.setattr(Encoder, "encode", counting)
+    cfg = DecontamConfig(benchmarks=["aime24"], detectors=["embedding", "fuzzy"])
     res = run_decontamination(
         str(src), text_fields=["prompt"], id_field="id", config=cfg, data_root=str(root),
         out_dir=tmp_path / "run", publish=False,
@@ -247,6 +259,8 @@ def test_detector_caches_live_under_the_runs_data_root(pools_dir, tmp_path, monk
     assert res.counts["contaminated"] == 5
     assert list((root / "cache" / "embeddings").rglob("*")), "no embedding cache under the root"
     assert not (elsewhere / "cache" / "embeddings").exists()
+    # fuzzy takes its candidates from the same vectors: no window of the pool is encoded twice
+    assert seen and max(seen.values()) == 1
 
 
 def test_catalog_input_whose_file_changed_is_refused_before_the_scan(pools_dir, tmp_path):
