@@ -423,6 +423,17 @@ def load_benchmark_set(
     )
 
 
+_SHARED_EMBEDDING_KEYS = (
+    "model",
+    "revision",
+    "backend",
+    "device",
+    "batch_size",
+    "window_words",
+    "stride",
+)
+
+
 def build_detectors(
     names: Sequence[str], config: DecontamConfig, benchmarks, data_root: str | None = None
 ) -> list[Detector]:
@@ -445,9 +456,12 @@ def build_detectors(
         # vectors in the run's cache too: one cache per run, so the pool's windows are encoded
         # once for every detector (before, fuzzy's went to ./.sluice and were encoded twice)
         has_embedding = any(f.name == "embedding" for f in dataclasses.fields(cls.config_cls))
-        if data_root and has_embedding:
-            emb = dict(overrides.get("embedding") or {})
-            if not emb.get("cache_root"):
+        if has_embedding:
+            # ... and the same model as the embedding detector (backend, revision, device)
+            base = config.detector_configs.get("embedding", {})
+            emb = {k: base[k] for k in _SHARED_EMBEDDING_KEYS if k in base}
+            emb.update(overrides.get("embedding") or {})
+            if data_root and not emb.get("cache_root"):
                 emb["cache_root"] = data_root
             overrides["embedding"] = emb
         try:

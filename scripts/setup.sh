@@ -23,5 +23,5 @@ fi
 "$VENV/bin/pip" install -q -U pip
 # The CPU build of torch first, so nothing later resolves a CUDA build.
 "$VENV/bin/pip" install -q "torch==2.13.0"
-"$VENV/bin/pip" install -q -e '.[dev,scale]'
+"$VENV/bin/pip" install -q -e '.[dev,scale,onnx]'
 echo "setup done: $("$VENV/bin/sluice" --version 2>/dev/null || echo sluice installed)"

@@ -1,0 +1,75 @@
+"""The ONNX Runtime backends of the embedding encoder (issue 16 item 4): ``onnx`` reproduces
+torch's vectors, ``onnx-int8`` is a different (quantized) model with its own cache key, and the
+export is written once under the data root. Real offline MiniLM, real LeetCode statements."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from curation.errors import ConfigError
+from decontam.embedding import EmbeddingConfig, Encoder, embed_texts, get_encoder, word_windows
+
+pytest.importorskip("onnxruntime")
+pytestmark = pytest.mark.shared_data
+
+
+@pytest.fixture(scope="module")
+def statements(pools_dir) -> list[str]:
+    """Windows of 12 real LeetCode statements, as the detector encodes them."""
+    from decontam.embedding import prepare_text
+
+    path = pools_dir / "code_leetcodedataset_v0.2.0_train.jsonl"
+    out = []
+    with path.open(encoding="utf-8") as fh:
+        for _, line in zip(range(12), fh, strict=False):
+            q = json.loads(line)["query"]
+            out += [prepare_text(q[s:e]) for s, e in word_windows(q, 160, 80)]
+    return out
+
+
+def test_onnx_backend_gives_torch_vectors_and_int8_close_but_not_equal(statements, tmp_path):
+    root = str(tmp_path / "root")
+    torch_vecs = get_encoder(EmbeddingConfig(device="cpu")).encode(statements)
+    onnx = get_encoder(EmbeddingConfig(device="cpu", backend="onnx", cache_root=root))
+    int8 = get_encoder(EmbeddingConfig(device="cpu", backend="onnx-int8", cache_root=root))
+    v32, v8 = onnx.encode(statements), int8.encode(statements)
+    assert v32.shape == v8.shape == torch_vecs.shape
+    # fp32 ONNX is the same model: cosines to torch's vectors are 1 to float precision
+    assert np.abs((v32 * torch_vecs).sum(1) - 1).max() < 1e-5
+    # int8 is another model: close (the quantization keeps per-channel matmul weights) but
+    # measurably different, which is why it keeps its own cache and is not the default
+    cos8 = (v8 * torch_vecs).sum(1)
+    assert cos8.min() > 0.97 and np.abs(cos8 - 1).max() > 1e-4
+    assert len({get_encoder(EmbeddingConfig(device="cpu")).key, onnx.key, int8.key}) == 3
+    assert sorted(p.name for p in (tmp_path / "root" / "cache" / "onnx").rglob("*.onnx")) == [
+        "model-int8.onnx",
+        "model.onnx",
+    ]
+
+
+def test_export_is_reused_and_backends_never_share_cached_vectors(statements, tmp_path):
+    root = str(tmp_path / "root")
+    cfg8 = EmbeddingConfig(device="cpu", backend="onnx-int8", cache_root=root, batch_size=7)
+    enc8 = get_encoder(cfg8)
+    exported = next((tmp_path / "root" / "cache" / "onnx").rglob("model-int8.onnx"))
+    stamp = exported.stat().st_mtime_ns
+    # a second encoder over the same root loads the export, it does not write it again
+    Encoder(enc8.ref, device="cpu", backend="onnx-int8", cache_root=root)
+    assert exported.stat().st_mtime_ns == stamp
+    a = embed_texts(statements[:5], cfg8)
+    t_cfg = EmbeddingConfig(device="cpu", cache_root=root, batch_size=7)
+    t_enc = get_encoder(t_cfg)
+    before = t_enc.texts_encoded
+    b = embed_texts(statements[:5], t_cfg)  # same root: torch must not read int8's vectors
+    assert t_enc.texts_encoded - before == 5
+    assert not np.array_equal(a, b)
+
+
+def test_onnx_backend_refuses_a_gpu_device():
+    with pytest.raises(ConfigError, match="runs on the CPU"):
+        get_encoder(EmbeddingConfig(device="cuda", backend="onnx"))
+    with pytest.raises(ConfigError, match="unknown embedding backend"):
+        EmbeddingConfig(backend="tensorrt")
