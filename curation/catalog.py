@@ -301,6 +301,7 @@ def _canonical_chunks(
         # concat_arrays copies into fresh, exactly-sized buffers even for a single slice: the
         # IPC writer would otherwise serialise sliced buffers differently from fresh ones.
         cols = [pa.concat_arrays([r.column(i) for r in rows]) for i in range(len(schema))]
+        cols = [_nulls_pushed_down(c) if _has_struct(c.type) else c for c in cols]
         return pa.RecordBatch.from_arrays(cols, schema=schema)
 
     for batch in batches:
@@ -328,6 +329,32 @@ def _canonical_chunks(
             pending, count = rest, count - CHUNK_ROWS
     if count:
         yield emit(pending)
+
+
+def _has_struct(t: pa.DataType) -> bool:
+    if pa.types.is_struct(t):
+        return True
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _has_struct(t.value_type)
+    return False
+
+
+def _nulls_pushed_down(arr: pa.Array) -> pa.Array:
+    """``arr`` with the children of a null struct null too, as the object's Parquet file reads
+    back. An in-memory struct array (``pa.array`` of dicts with None rows) holds values under
+    a null row; hashed as they are, the recorded hash differed from the file's, and
+    :meth:`Catalog.verify` refused the version."""
+    t = arr.type
+    if pa.types.is_struct(t):
+        kids = arr.flatten() if arr.null_count else [arr.field(i) for i in range(t.num_fields)]
+        kids = [_nulls_pushed_down(k) if _has_struct(k.type) else k for k in kids]
+        mask = arr.is_null() if arr.null_count else None
+        return pa.StructArray.from_arrays(kids, fields=list(t), mask=mask)
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and arr.offset == 0:
+        mask = arr.is_null() if arr.null_count else None
+        values = _nulls_pushed_down(arr.values)
+        return type(arr).from_arrays(arr.offsets, values, type=t, mask=mask)
+    return arr
 
 
 def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:

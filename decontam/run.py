@@ -3,7 +3,9 @@ dataset out.
 
 Steps (each a plain function, so Prefect tasks and Ray workers can call them piecewise):
 
-1. :func:`read_input` — a catalog reference (``name@version``) or a JSONL/Parquet file.
+1. :func:`read_input` — a catalog reference (``name@version``) or a JSONL/Parquet file
+   (:func:`run_decontamination` streams it instead: :func:`_run_streamed` runs steps 2-5 on
+   bounded batches, with the same per-batch functions).
 2. :func:`prepare_text_table` — melt the chosen text fields into ``(sample_uid, field, text)``.
 3. :func:`build_detectors` — instantiate and fit the detectors on the benchmark set.
 4. :func:`scan` — score every text with every detector (pure; batch-independent), through the
@@ -112,8 +114,8 @@ class DecontamConfig:
     stream_rows: int = field(
         default=50_000,
         metadata={
-            "help": "a file input with an id field is read, scanned and decided this many rows "
-            "at a time (memory flat in pool size); 0 reads it whole"
+            "help": "the input (file or catalog version) is read, scanned, decided and written "
+            "this many rows at a time (memory flat in pool size); 0 reads it whole"
         },
     )
 
@@ -213,19 +215,16 @@ def _file_stem(name: str) -> str:
     return name
 
 
-def read_input(input: str, *, catalog=None) -> InputData:
-    """Resolve INPUT: an existing JSONL/Parquet file, else a catalog reference."""
+def _resolve_input(input: str, catalog=None):
+    """INPUT as ``("file", path)`` (an existing JSONL/Parquet file) or ``("catalog", (catalog,
+    version))``; the one place that decides, for the whole-table and the streamed path."""
     p = Path(input)
     if p.is_file():
-        if p.suffix == ".parquet":
-            table = pq.read_table(p)
-        elif p.name.endswith((".jsonl", ".jsonl.gz", ".json")):
-            table = _read_rows(p)
-        else:
+        if _file_stem(p.name) == p.name:
             raise ConfigError(
                 f"unsupported input file type: {p.name}", hint="use .jsonl, .jsonl.gz or .parquet"
             )
-        return InputData(table, None, str(p.resolve()), _file_stem(p.name), None, _file_hash(p))
+        return "file", p
     if p.suffix in (".jsonl", ".parquet", ".gz", ".json") or os.sep in input:
         raise NotFoundError(
             f"input file {input} not found", hint="give an existing file or a catalog name@version"
@@ -233,10 +232,26 @@ def read_input(input: str, *, catalog=None) -> InputData:
     from curation.catalog import Catalog
 
     cat = catalog or Catalog()
-    v = cat.resolve(input)
-    ref = f"{v.name}@{v.version}"
+    return "catalog", (cat, cat.resolve(input))
+
+
+def read_input(input: str, *, catalog=None) -> InputData:
+    """Resolve INPUT: an existing JSONL/Parquet file, else a catalog reference; read it whole
+    (library callers that hold a table; :func:`run_decontamination` streams)."""
+    kind, where = _resolve_input(input, catalog)
+    if kind == "file":
+        p = where
+        table = pq.read_table(p) if p.suffix == ".parquet" else _read_rows(p)
+        return InputData(table, None, str(p.resolve()), _file_stem(p.name), None, _file_hash(p))
+    cat, v = where
     return InputData(
-        cat.load(ref), ref, None, v.name, v.version, v.content_hash, ingest_accounting(cat, ref)
+        cat.load(v.ref),
+        v.ref,
+        None,
+        v.name,
+        v.version,
+        v.content_hash,
+        ingest_accounting(cat, v.ref),
     )
 
 
@@ -356,9 +371,11 @@ def prepare_text_table(
     *,
     source: str = "input",
     row_numbers: Sequence[int] | None = None,
+    uids: pa.Array | None = None,
 ) -> pa.Table:
     """Melt ``text_fields`` into a :data:`TEXT_TABLE_SCHEMA` table (empty/missing texts skipped).
-    ``row_numbers``: the file's row number of each row (a batch of a streamed file)."""
+    ``row_numbers``: the file's row number of each row (a batch of a streamed file); ``uids``:
+    the rows' sample ids when the caller named them (else :func:`sample_uids`)."""
     if not text_fields:
         raise ConfigError(
             "no text fields given", hint="e.g. --text-field problem --text-field response"
@@ -369,7 +386,9 @@ def prepare_text_table(
             f"text field {missing[0]!r} is not a column of {source}",
             hint=did_you_mean(missing[0], table.column_names),
         )
-    uids = sample_uids(table, id_field, source=source, row_numbers=row_numbers).to_pylist()
+    if uids is None:
+        uids = sample_uids(table, id_field, source=source, row_numbers=row_numbers)
+    uids = uids.to_pylist()
     out_uid, out_field, out_text = [], [], []
     for f in text_fields:
         note = (table.schema.field(f).metadata or {}).get(_NON_TEXT)
@@ -676,18 +695,9 @@ def _write_run(
     inp, texts, matches, uids, detectors, benchmarks, config, out, final, text_fields, id_field,
     command, catalog, publish, publish_as, scan_stats,
 ) -> RunResult:  # fmt: skip
-    decisions = decide(matches, uids, config.policy)
-    if "source" in inp.table.column_names:
-        decisions = decisions.append_column("source", pc.cast(inp.table["source"], pa.string()))
-    decisions = with_provenance(
-        decisions,
-        inp.table,
-        inp.path,
-        None if inp.path is None else range(1, inp.table.num_rows + 1),
-    )
-
+    rows = None if inp.path is None else range(1, inp.table.num_rows + 1)
+    decisions = _batch_decisions(inp.table, matches, uids, config.policy, inp.path, rows)
     contaminated = decisions["contaminated"]
-    clean_tbl = inp.table.filter(pc.invert(contaminated))
     excl = _excluded_rows(inp.table, decisions)
 
     matched_uids = (
@@ -703,50 +713,85 @@ def _write_run(
     _write_parquet(excl, out / "excluded.parquet")
 
     clean_ref = excluded_ref = None
-    name = publish_as or (inp.name if inp.ref else None)
-    if publish and name:
+    name = _publish_name(inp, publish, publish_as)
+    if name:
         from curation.catalog import Catalog
 
-        cat = catalog or Catalog()
-        parents = [inp.ref] if inp.ref else []
-        run_cfg = {
-            "decontam": config.to_dict(),
-            "text_fields": list(text_fields),
-            "id_field": id_field,
-            # where the evidence and the contamination report of this version live, so a
-            # training run that consumes it traces back to them
-            "run_dir": str(Path(final).resolve()),
-        }
-        if inp.path:
-            run_cfg["input_file"] = {"path": inp.path, "sha256": inp.content_hash}
-        # the clean and excluded halves are published together or not at all
-        cv, ev = cat.commit(
-            [
-                cat.stage(
-                    f"{name}.decontaminated",
-                    clean_tbl,
-                    parents=parents,
-                    step="decontaminate",
-                    config=run_cfg,
-                ),
-                cat.stage(
-                    f"{name}.excluded", excl, parents=parents, step="decontaminate", config=run_cfg
-                ),
-            ]
-        )
-        clean_ref, excluded_ref = f"{cv.name}@{cv.version}", f"{ev.name}@{ev.version}"
+        clean_ref, excluded_ref = _publish(
+            catalog or Catalog(), name, inp, (inp.table.filter(pc.invert(contaminated)), None),
+            (excl, None), config=config, text_fields=text_fields, id_field=id_field, final=final,
+        )  # fmt: skip
 
     n_contam = int(pc.sum(contaminated).as_py() or 0)
     per_bench: dict[str, int] = {}
-    for bl in decisions.filter(contaminated)["benchmarks"].to_pylist():
-        for b in bl:
-            per_bench[b] = per_bench.get(b, 0) + 1
+    _count_benchmarks(per_bench, excl)
     return _finish_run(
         out, final, inp=inp, n_rows=inp.table.num_rows, n_texts=texts.num_rows, matches=matches,
         n_contam=n_contam, per_bench=per_bench, detectors=detectors, benchmarks=benchmarks,
         config=config, text_fields=text_fields, id_field=id_field, command=command,
         clean_ref=clean_ref, excluded_ref=excluded_ref, scan_stats=scan_stats,
     )  # fmt: skip
+
+
+# the same steps for a whole table (finalize) and for each batch of a streamed run
+
+
+def _batch_decisions(
+    rows: pa.Table,
+    matches: pa.Table,
+    uids: pa.Array,
+    policy: PolicyConfig,
+    path: str | None,
+    row_numbers: Sequence[int] | None,
+) -> pa.Table:
+    """One decision per row of ``rows`` (the policy over ``matches``), with its source and
+    provenance columns."""
+    decisions = decide(matches, uids, policy)
+    if "source" in rows.column_names:
+        decisions = decisions.append_column("source", pc.cast(rows["source"], pa.string()))
+    return with_provenance(decisions, rows, path, row_numbers)
+
+
+def _count_benchmarks(per_bench: dict[str, int], excluded: pa.Table) -> None:
+    for bl in excluded["sluice_benchmarks"].to_pylist():
+        for b in bl:
+            per_bench[b] = per_bench.get(b, 0) + 1
+
+
+def _publish_name(inp: InputData, publish: bool, publish_as: str | None) -> str | None:
+    """The catalog name a run publishes under: ``publish_as``, else a catalog input's name."""
+    if not publish:
+        return None
+    return publish_as or (inp.name if inp.ref else None)
+
+
+def _publish(
+    cat, name: str, inp: InputData, clean, excluded, *, config, text_fields, id_field, final
+) -> tuple[str, str]:
+    """Publish ``<name>.decontaminated`` and ``<name>.excluded`` (parent: a catalog input)
+    together or not at all. ``clean`` / ``excluded``: ``(data, schema)`` as
+    :meth:`~curation.catalog.Catalog.stage` takes them (a table, or a stream of batches with
+    its schema: each is written to its object in one pass; nothing is visible before the
+    commit, so a crash leaves no half version)."""
+    parents = [inp.ref] if inp.ref else []
+    run_cfg = {
+        "decontam": config.to_dict(),
+        "text_fields": list(text_fields),
+        "id_field": id_field,
+        # where the evidence and the contamination report of this version live, so a
+        # training run that consumes it traces back to them
+        "run_dir": str(Path(final).resolve()),
+    }
+    if inp.path:
+        run_cfg["input_file"] = {"path": inp.path, "sha256": inp.content_hash}
+    kw = {"parents": parents, "step": "decontaminate", "config": run_cfg}
+    cv, ev = cat.commit(
+        [
+            cat.stage(f"{name}.decontaminated", clean[0], schema=clean[1], **kw),
+            cat.stage(f"{name}.excluded", excluded[0], schema=excluded[1], **kw),
+        ]
+    )
+    return f"{cv.name}@{cv.version}", f"{ev.name}@{ev.version}"
 
 
 def _finish_run(
@@ -893,23 +938,194 @@ def _excluded_rows(rows: pa.Table, decisions: pa.Table) -> pa.Table:
     )
 
 
-def _concat_rows(parts: list[pa.Table]) -> pa.Table:
-    """Row batches of one file as one table. Each batch's types were inferred from its own
-    rows: promote them (null -> string, int -> double); a column still at odds keeps every
-    value, non-strings as JSON text (as :func:`curation.readers.rows_to_table` does)."""
-    try:
-        return pa.concat_tables(parts, promote_options="permissive")
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        from curation.readers import rows_to_table
+# ----------------------------------------------------------------------------- streamed runs
 
-        return rows_to_table([r for t in parts for r in t.to_pylist()])
+
+def _py_kind(t: pa.DataType) -> str:
+    """The Python type name of a JSON value Arrow typed as ``t`` (for a mixed column's note)."""
+    if pa.types.is_integer(t):
+        return "int"
+    if pa.types.is_floating(t):
+        return "float"
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_struct(t) or pa.types.is_map(t):
+        return "dict"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return "list"
+    return str(t)
+
+
+class _Columns:
+    """The columns of a streamed input, batch by batch. A JSON Lines batch infers its own types
+    (a column may be missing, all-null or int in one batch and text in another): the union is
+    what reading the file whole gives (:func:`curation.readers.rows_to_table`): every column in
+    order of first appearance, types promoted (null -> any, int -> double), and a column whose
+    types cannot meet kept as text (non-strings as JSON) with its first non-text row noted.
+    Parquet and catalog inputs have one schema: then this is that schema."""
+
+    def __init__(self, schemas: Sequence[pa.Schema] = ()) -> None:
+        self.schemas: list[pa.Schema] = list(schemas)
+        self.first_non_text: dict[str, list] = {}
+
+    def add(self, tbl: pa.Table, rows: Sequence[int]) -> None:
+        if self.schemas and tbl.schema.equals(self.schemas[-1], check_metadata=True):
+            return
+        self.schemas.append(tbl.schema)
+        for f in tbl.schema:
+            if f.name in self.first_non_text:
+                continue  # batches come in order: the first one found is the file's first
+            note = (f.metadata or {}).get(_NON_TEXT)
+            if note:
+                self.first_non_text[f.name] = json.loads(note)
+            elif not (pa.types.is_string(f.type) or pa.types.is_large_string(f.type)):
+                col = tbl[f.name]
+                if col.null_count < len(col):
+                    i = pc.index(pc.is_valid(col), True).as_py()
+                    self.first_non_text[f.name] = [rows[i], _py_kind(f.type)]
+
+    def union(self) -> tuple[pa.Schema, frozenset[str]]:
+        """(the schema of the whole input, the columns kept as JSON text)."""
+        first = self.schemas[0]
+        if all(s.equals(first, check_metadata=True) for s in self.schemas[1:]):
+            return first, frozenset()
+        names = list(dict.fromkeys(n for s in self.schemas for n in s.names))
+        fields, as_json = [], set()
+        for name in names:
+            fs = [s.field(name) for s in self.schemas if s.get_field_index(name) >= 0]
+            try:
+                t = (
+                    pa.unify_schemas(
+                        [pa.schema([pa.field(name, f.type)]) for f in fs],
+                        promote_options="permissive",
+                    )
+                    .field(0)
+                    .type
+                )
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+                t = pa.string()
+                as_json.add(name)
+            md = next((f.metadata for f in fs if f.metadata), None)
+            mixed = name in as_json or any(_NON_TEXT in (f.metadata or {}) for f in fs)
+            if mixed and name in self.first_non_text:
+                md = {**(md or {}), _NON_TEXT: json.dumps(self.first_non_text[name]).encode()}
+            fields.append(pa.field(name, t, metadata=md))
+        return pa.schema(fields, metadata=first.metadata), frozenset(as_json)
+
+
+def _conform_rows(t: pa.Table, schema: pa.Schema, as_json: frozenset[str]) -> pa.Table:
+    """A batch's table in the whole input's ``schema`` (missing columns null, types promoted,
+    ``as_json`` columns as JSON text the way :func:`curation.readers.rows_to_table` writes
+    them)."""
+    if t.schema.equals(schema, check_metadata=True):
+        return t
+    cols = []
+    for f in schema:
+        if f.name not in t.column_names:
+            cols.append(pa.nulls(t.num_rows, f.type))
+            continue
+        c = t[f.name]
+        if c.type == f.type:
+            cols.append(c)
+        elif f.name in as_json:
+            vals = [x if x is None or isinstance(x, str) else json.dumps(x) for x in c.to_pylist()]
+            cols.append(pa.array(vals, pa.string()))
+        else:
+            try:
+                cols.append(c.cast(f.type))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+                cols.append(pa.array(c.to_pylist(), f.type))  # e.g. a struct with fewer keys
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+class _Parts:
+    """One output of a streamed run, written batch by batch to Parquet files in a scratch
+    folder and read back one part at a time in the whole input's schema (so the output is
+    written, or published, without holding it)."""
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True)
+        self.folder = folder
+        self.files: list[Path] = []
+        self.schemas: list[pa.Schema] = []
+
+    def add(self, t: pa.Table) -> None:
+        if not self.schemas or not t.schema.equals(self.schemas[-1], check_metadata=True):
+            self.schemas.append(t.schema)
+        if t.num_rows:
+            path = self.folder / f"{len(self.files):06d}.parquet"
+            pq.write_table(t, path)
+            self.files.append(path)
+
+    def tables(self, schema: pa.Schema, as_json: frozenset[str] = frozenset()):
+        for path in self.files:
+            yield _conform_rows(pq.read_table(path), schema, as_json)
+
+    def batches(self, schema: pa.Schema, as_json: frozenset[str] = frozenset()):
+        for t in self.tables(schema, as_json):
+            yield from t.to_batches()
+
+    def write(self, path: Path, schema: pa.Schema, as_json: frozenset[str] = frozenset()) -> None:
+        tmp = path.with_name(f".{path.name}.tmp")
+        with pq.ParquetWriter(tmp, schema) as w:
+            for t in self.tables(schema, as_json):
+                w.write_table(t)
+        os.replace(tmp, path)
+
+
+class _UidsNotUnique(Exception):
+    """A streamed input without an id field whose ``uid`` column does not name every row once:
+    its rows are named row-N, as :func:`sample_uids` names them (the run starts again)."""
+
+
+@dataclass
+class _Source:
+    """A streamed input: what the run records, how errors name it, and its batches."""
+
+    inp: InputData  # (its table is empty)
+    label: str  # the file's path or the catalog ref, as errors name it
+    rows: int | None  # rows in all when known (progress)
+    approx_rows: int  # rows in all, or an estimate (how many scan workers pay off)
+    tables: Any  # iterator of (table, 1-based row numbers)
+
+
+def _open_source(input: str, *, catalog, batch_rows: int) -> _Source:
+    """A file input is read through :func:`curation.readers.iter_tables`; a catalog version
+    through :meth:`~curation.catalog.Catalog.scan`, whose file is checked against its recorded
+    hash here (before detectors are fitted or anything is scanned)."""
+    from curation.readers import iter_tables
+
+    kind, where = _resolve_input(input, catalog)
+    if kind == "file":
+        path = where
+        src = str(path.resolve())
+        inp = InputData(pa.table({}), None, src, _file_stem(path.name), None, _file_hash(path))
+        rows = _count_rows(path)
+        approx = rows if rows is not None else path.stat().st_size // 300  # ~300 bytes a row
+        return _Source(inp, src, rows, approx, iter_tables(path, batch_size=batch_rows))
+    cat, v = where
+    batches = cat.scan(v.ref, batch_size=batch_rows)
+    first = next(batches, None)  # the hash check runs before the first batch
+
+    def tables():
+        import itertools
+
+        row = 0
+        for rb in itertools.chain([first] if first is not None else [], batches):
+            yield pa.Table.from_batches([rb]), range(row + 1, row + rb.num_rows + 1)
+            row += rb.num_rows
+
+    inp = InputData(
+        pa.table({}), v.ref, None, v.name, v.version, v.content_hash, ingest_accounting(cat, v.ref)
+    )
+    return _Source(inp, v.ref, v.num_rows, v.num_rows, tables())
 
 
 def _run_streamed(
-    path: Path,
+    src: _Source,
     *,
     text_fields: Sequence[str],
-    id_field: str,
+    id_field: str | None,
     detectors: Sequence[Detector],
     benchmarks,
     config: DecontamConfig,
@@ -919,129 +1135,192 @@ def _run_streamed(
     on_rows: Callable[[int], None] | None = None,
     fit_s: float = 0.0,
     worker_args: dict[str, Any] | None = None,
+    catalog=None,
+    publish_name: str | None = None,
+    row_ids: bool = False,
 ) -> RunResult:
-    """A file input read, scanned, decided and written ``config.stream_rows`` rows at a time:
-    only the match records, the excluded rows and one id per row (to refuse duplicates across
-    batches) are held for the whole run, so memory is flat in pool size. The run directory is
-    the one the whole-table path writes (tested). With ``config.workers`` > 1 the batches'
-    texts are scanned in worker processes (``worker_args``: how they fit the same detectors)
-    while this process reads the next ones and decides and writes in input order."""
+    """An input read, scanned, decided and written ``config.stream_rows`` rows at a time:
+    only the match records, the texts of matched samples and one id per row (to refuse
+    duplicates across batches) are held for the whole run, so memory is flat in pool size.
+    Decisions, excluded rows and (when publishing) clean rows go to Parquet parts in a scratch
+    folder (the catalog's staging folder when publishing) and are written, and published,
+    from there at the end. The run directory and versions are the ones the whole-table path
+    writes (tested). With ``config.workers`` > 1 the batches' texts are scanned in worker
+    processes (``worker_args``: how they fit the same detectors) while this process reads the
+    next ones and decides and writes in input order.
+
+    Sample ids: the id field; without one, :func:`sample_uids`'s rule for the whole input:
+    the ``uid`` column when it names every row once (checked per batch and across batches at
+    the end; when it does not, :class:`_UidsNotUnique` is raised and the caller reruns with
+    ``row_ids``), else row-N over the whole input."""
+    import contextlib
+    import shutil
     import time
 
     import polars as pl
 
     from curation import rundir
-    from curation.readers import iter_tables
     from decontam.scan_cache import ScanCache, cache_key
 
-    source = str(path.resolve())
-    inp = InputData(pa.table({}), None, source, _file_stem(path.name), None, _file_hash(path))
+    source, inp = src.label, src.inp
     cache = None
     if config.use_cache and data_root is not None and "://" not in str(data_root):
         cache = ScanCache(data_root, cache_key(_scan_key(detectors, benchmarks)))
     final = Path(out_dir)
     out = rundir.start(final)
     try:
-        writer = None
-        match_parts, text_parts, excl_parts, id_parts, row_parts = [], [], [], [], []
-        n_rows = n_texts = n_contam = 0
-        per_bench: dict[str, int] = {}
-        stats: dict[str, Any] = {"texts": 0, "texts_scanned": 0, "texts_cached": 0}
-        timings = _merge_timings(None, {"fit_s": fit_s})
+        with contextlib.ExitStack() as stack:
+            cat = None
+            if publish_name:
+                from curation.catalog import Catalog
 
-        def prepared():  # read and check in this process: errors name file and row here
-            t_read = time.perf_counter()
-            for tbl, rows in iter_tables(path, batch_size=config.stream_rows):
-                timings["read_s"] = timings.get("read_s", 0.0) + time.perf_counter() - t_read
-                if id_field not in tbl.column_names:  # a later batch may have it: decide on all
-                    raise ConfigError(
-                        f"--id-field {id_field!r} is not a column of {source} (rows {rows[0]}-"
-                        f"{rows[-1]} have none)",
-                        hint=did_you_mean(id_field, tbl.column_names),
+                cat = catalog or Catalog()
+                scratch = stack.enter_context(cat.staging("decontaminate"))
+            else:
+                scratch = out / ".parts"
+            decisions_p, excluded_p = _Parts(scratch / "decisions"), _Parts(scratch / "excluded")
+            clean_p = _Parts(scratch / "clean") if publish_name else None
+            columns = _Columns()
+            match_parts, text_parts, id_parts, row_parts = [], [], [], []
+            n_rows = n_texts = n_contam = 0
+            per_bench: dict[str, int] = {}
+            stats: dict[str, Any] = {"texts": 0, "texts_scanned": 0, "texts_cached": 0}
+            timings = _merge_timings(None, {"fit_s": fit_s})
+            by_uid = id_field is None and not row_ids
+
+            def prepared():  # read and check in this process: errors name file and row here
+                nonlocal by_uid
+                t_read, offset = time.perf_counter(), 0
+                for tbl, rows in src.tables:
+                    timings["read_s"] = timings.get("read_s", 0.0) + time.perf_counter() - t_read
+                    scan_tbl = tbl
+                    if offset:  # the first batch is checked as a whole input would be
+                        if id_field is not None and id_field not in tbl.column_names:
+                            raise ConfigError(
+                                f"--id-field {id_field!r} is not a column of {source} (rows "
+                                f"{rows[0]}-{rows[-1]} have none)",
+                                hint=did_you_mean(id_field, tbl.column_names),
+                            )
+                        for f in text_fields:  # a JSON batch without the field: no such text
+                            if f not in scan_tbl.column_names:
+                                scan_tbl = scan_tbl.append_column(
+                                    f, pa.nulls(tbl.num_rows, pa.string())
+                                )
+                    if id_field is not None:
+                        uids = sample_uids(tbl, id_field, source=source, row_numbers=rows)
+                    else:
+                        if offset == 0 and "uid" not in tbl.column_names:
+                            by_uid = False
+                        if by_uid:
+                            if (
+                                "uid" not in tbl.column_names
+                                or pc.count_distinct(tbl["uid"]).as_py() != tbl.num_rows
+                            ):
+                                raise _UidsNotUnique
+                            uids = pc.cast(tbl["uid"], pa.string()).combine_chunks()
+                        else:
+                            n = tbl.num_rows
+                            uids = pa.array([f"row-{offset + i}" for i in range(1, n + 1)])
+                    texts = prepare_text_table(
+                        scan_tbl, text_fields, id_field, source=source, row_numbers=rows,
+                        uids=uids,
+                    )  # fmt: skip
+                    offset += tbl.num_rows
+                    yield tbl, rows, texts, uids
+                    t_read = time.perf_counter()
+
+            def scan_here(texts: pa.Table):
+                return cached_scan(
+                    texts, detectors, benchmarks, data_root=data_root,
+                    batch_size=config.batch_size, use_cache=cache is not None, cache=cache,
+                )  # fmt: skip
+
+            n_workers = _stream_workers(config, src.approx_rows)
+            batches = (
+                _scanned_in_workers(prepared(), n_workers, worker_args)
+                if n_workers > 1
+                else ((*b, *scan_here(b[2])) for b in prepared())
+            )
+            stack.callback(batches.close)  # a failed run stops its scan workers
+            timings["workers"] = max(n_workers, 1)
+            for tbl, rows, texts, uids, matches, st in batches:
+                for k in ("texts", "texts_scanned", "texts_cached"):
+                    stats[k] += st[k]
+                timings = _merge_timings(timings, st["timings"])
+                meta = scan_metadata(tbl, uids, detectors)
+                if meta.num_rows:
+                    matches = pa.concat_tables([matches, meta])
+                prov_rows = rows if inp.path is not None else None
+                decisions = _batch_decisions(tbl, matches, uids, config.policy, inp.path, prov_rows)
+                columns.add(tbl, rows)
+                decisions_p.add(decisions)
+                excl = _excluded_rows(tbl, decisions)
+                excluded_p.add(excl)
+                if clean_p is not None:
+                    clean_p.add(tbl.filter(pc.invert(decisions["contaminated"])))
+                _count_benchmarks(per_bench, excl)
+                if matches.num_rows:
+                    match_parts.append(matches)
+                    matched = pc.unique(matches["sample_uid"])
+                    text_parts.append(
+                        texts.filter(pc.is_in(texts["sample_uid"], value_set=matched))
                     )
-                texts = prepare_text_table(
-                    tbl, text_fields, id_field, source=source, row_numbers=rows
-                )
-                uids = sample_uids(tbl, id_field, source=source, row_numbers=rows)
-                yield tbl, rows, texts, uids
-                t_read = time.perf_counter()
-
-        def scan_here(texts: pa.Table):
-            return cached_scan(
-                texts, detectors, benchmarks, data_root=data_root, batch_size=config.batch_size,
-                use_cache=cache is not None, cache=cache,
+                if id_field is not None or by_uid:
+                    id_parts.append(uids)
+                    row_parts.append(pa.array(rows, pa.int64()))
+                n_rows += tbl.num_rows
+                n_texts += texts.num_rows
+                n_contam += excl.num_rows
+                if on_rows:
+                    on_rows(tbl.num_rows)
+            if not n_rows:
+                raise InputError("the input has no rows", file=source)
+            if id_parts:
+                ids = pl.Series(pa.chunked_array(id_parts, pa.string()))
+                if ids.n_unique() != len(ids):  # across batches (one batch checks its own)
+                    if id_field is None:
+                        raise _UidsNotUnique
+                    dup = ids.is_duplicated().arg_true()
+                    row_of = pa.chunked_array(row_parts).to_numpy()
+                    v = ids[int(dup[0])]
+                    first, second = (int(row_of[i]) for i in dup.filter(ids.gather(dup) == v)[:2])
+                    raise _duplicate_id(v, first, second, source, id_field)
+                del ids
+            del id_parts, row_parts
+            schema, as_json = columns.union()
+            dec_schema, _ = _Columns(decisions_p.schemas).union()
+            sluice_cols = [f for f in excluded_p.schemas[0] if f.name.startswith("sluice_")]
+            excl_schema = pa.schema([*schema, *sluice_cols], metadata=schema.metadata)
+            decisions_p.write(out / "decisions.parquet", dec_schema)
+            excluded_p.write(out / "excluded.parquet", excl_schema, as_json)
+            matches = (
+                pa.concat_tables(match_parts).sort_by(_MATCH_SORT)
+                if match_parts
+                else empty_matches()
+            )
+            texts_out = (
+                pa.concat_tables(text_parts) if text_parts else TEXT_TABLE_SCHEMA.empty_table()
+            )
+            _write_parquet(matches, out / "matches.parquet")
+            _write_parquet(texts_out, out / "texts.parquet")
+            items = _matched_items(matches, benchmarks.items)
+            _write_parquet(items, out / "benchmark_items.parquet")
+            clean_ref = excluded_ref = None
+            if cat is not None and clean_p is not None:
+                clean_ref, excluded_ref = _publish(
+                    cat, publish_name, inp, (clean_p.batches(schema, as_json), schema),
+                    (excluded_p.batches(excl_schema, as_json), excl_schema), config=config,
+                    text_fields=text_fields, id_field=id_field, final=final,
+                )  # fmt: skip
+            else:
+                shutil.rmtree(scratch)
+            return _finish_run(
+                out, final, inp=inp, n_rows=n_rows, n_texts=n_texts, matches=matches,
+                n_contam=n_contam, per_bench=per_bench, detectors=detectors,
+                benchmarks=benchmarks, config=config, text_fields=text_fields,
+                id_field=id_field, command=command, clean_ref=clean_ref,
+                excluded_ref=excluded_ref, scan_stats={**stats, "timings": timings},
             )  # fmt: skip
-
-        n_workers = _stream_workers(config, path)
-        batches = (
-            _scanned_in_workers(prepared(), n_workers, worker_args)
-            if n_workers > 1
-            else ((*b, *scan_here(b[2])) for b in prepared())
-        )
-        timings["workers"] = max(n_workers, 1)
-        for tbl, rows, texts, uids, matches, st in batches:
-            for k in ("texts", "texts_scanned", "texts_cached"):
-                stats[k] += st[k]
-            timings = _merge_timings(timings, st["timings"])
-            meta = scan_metadata(tbl, uids, detectors)
-            if meta.num_rows:
-                matches = pa.concat_tables([matches, meta])
-            decisions = decide(matches, uids, config.policy)
-            if "source" in tbl.column_names:
-                decisions = decisions.append_column("source", pc.cast(tbl["source"], pa.string()))
-            decisions = with_provenance(decisions, tbl, inp.path, rows)
-            if writer is None:
-                import pyarrow.parquet as pq
-
-                schema = decisions.schema
-                writer = pq.ParquetWriter(out / ".decisions.parquet.tmp", schema)
-            writer.write_table(decisions.cast(schema))
-            excl = _excluded_rows(tbl, decisions)
-            if excl.num_rows:
-                excl_parts.append(excl)
-                for bl in excl["sluice_benchmarks"].to_pylist():
-                    for b in bl:
-                        per_bench[b] = per_bench.get(b, 0) + 1
-            if matches.num_rows:
-                match_parts.append(matches)
-                matched = pc.unique(matches["sample_uid"])
-                text_parts.append(texts.filter(pc.is_in(texts["sample_uid"], value_set=matched)))
-            id_parts.append(uids)
-            row_parts.append(pa.array(rows, pa.int64()))
-            n_rows += tbl.num_rows
-            n_texts += texts.num_rows
-            n_contam += excl.num_rows
-            if on_rows:
-                on_rows(tbl.num_rows)
-        if writer is None:
-            raise InputError("the input has no rows", file=source)
-        writer.close()
-        ids = pl.Series(pa.chunked_array(id_parts, pa.string()))
-        if ids.n_unique() != len(ids):  # a duplicate across batches (one batch checks its own)
-            dup = ids.is_duplicated().arg_true()
-            row_of = pa.chunked_array(row_parts).to_numpy()
-            v = ids[int(dup[0])]
-            first, second = (int(row_of[i]) for i in dup.filter(ids.gather(dup) == v)[:2])
-            raise _duplicate_id(v, first, second, source, id_field)
-        del ids, id_parts, row_parts
-        os.replace(out / ".decisions.parquet.tmp", out / "decisions.parquet")
-        matches = (
-            pa.concat_tables(match_parts).sort_by(_MATCH_SORT) if match_parts else empty_matches()
-        )
-        texts_out = pa.concat_tables(text_parts) if text_parts else TEXT_TABLE_SCHEMA.empty_table()
-        excl = _concat_rows(excl_parts) if excl_parts else _excluded_rows(
-            tbl.slice(0, 0), decisions.slice(0, 0)
-        )  # fmt: skip
-        _write_parquet(matches, out / "matches.parquet")
-        _write_parquet(texts_out, out / "texts.parquet")
-        _write_parquet(_matched_items(matches, benchmarks.items), out / "benchmark_items.parquet")
-        _write_parquet(excl, out / "excluded.parquet")
-        return _finish_run(
-            out, final, inp=inp, n_rows=n_rows, n_texts=n_texts, matches=matches,
-            n_contam=n_contam, per_bench=per_bench, detectors=detectors, benchmarks=benchmarks,
-            config=config, text_fields=text_fields, id_field=id_field, command=command,
-            clean_ref=None, excluded_ref=None, scan_stats={**stats, "timings": timings},
-        )  # fmt: skip
     finally:
         rundir.abandon(out)  # gone after finish(); removes the partial folder on failure
 
@@ -1126,23 +1405,17 @@ def run_decontamination(
     from curation.rundir import check_out_dir
 
     check_out_dir(out_dir)  # before reading or scanning anything
-    in_path = Path(input)
-    # a file that is not published as a catalog version streams (its ids must be known per
-    # batch, hence --id-field); otherwise the whole table is read
-    streamed = (
-        config.stream_rows > 0
-        and id_field is not None
-        and in_path.is_file()
-        and _file_stem(in_path.name) != in_path.name
-        and not (publish and publish_as)
+    command = (
+        command
+        if command is not None
+        else _reproduce_command(input, text_fields, id_field, config, out_dir)
     )
-    if streamed:
+    if config.stream_rows > 0:  # every input streams; 0 (library callers, tests) reads it whole
         return _run_streamed_cli(
-            in_path, text_fields=text_fields, id_field=id_field, config=config, out_dir=out_dir,
+            input, text_fields=text_fields, id_field=id_field, config=config, out_dir=out_dir,
             benchmarks_dir=benchmarks_dir, allow_benchmark_mismatch=allow_benchmark_mismatch,
-            data_root=data_root, progress=progress,
-            command=command if command is not None
-            else _reproduce_command(input, text_fields, id_field, config, out_dir),
+            data_root=data_root, progress=progress, command=command, catalog=catalog,
+            publish=publish, publish_as=publish_as,
         )  # fmt: skip
     inp = read_input(input, catalog=catalog)
     source = inp.ref or inp.path or input
@@ -1181,9 +1454,7 @@ def run_decontamination(
         out_dir=out_dir,
         text_fields=text_fields,
         id_field=id_field,
-        command=command
-        if command is not None
-        else _reproduce_command(input, text_fields, id_field, config, out_dir),
+        command=command,
         catalog=catalog,
         publish=publish,
         publish_as=publish_as,
@@ -1192,10 +1463,10 @@ def run_decontamination(
 
 
 def _run_streamed_cli(
-    path: Path,
+    input: str,
     *,
     text_fields: Sequence[str],
-    id_field: str,
+    id_field: str | None,
     config: DecontamConfig,
     out_dir: str | Path,
     benchmarks_dir,
@@ -1203,30 +1474,45 @@ def _run_streamed_cli(
     data_root: str | None,
     progress: bool,
     command: str,
+    catalog=None,
+    publish: bool = True,
+    publish_as: str | None = None,
 ) -> RunResult:
-    """:func:`run_decontamination` for a streamed file input (benchmarks, detectors, then
-    :func:`_run_streamed`)."""
+    """:func:`run_decontamination` for a streamed input (open it, load the benchmarks, fit
+    the detectors, then :func:`_run_streamed`; once more with row-N ids when the input's
+    ``uid`` column turns out not to name every row once)."""
     import contextlib
 
+    src = _open_source(input, catalog=catalog, batch_rows=config.stream_rows)
     bset, root, dets, fit_s = _fit(config, benchmarks_dir, allow_benchmark_mismatch, data_root)
-    with contextlib.ExitStack() as stack:
-        on_rows = None
-        if progress:
-            from decontam.progress import ScanProgress
+    worker_args = {
+        "config": config, "benchmarks_dir": benchmarks_dir,
+        "allow_benchmark_mismatch": allow_benchmark_mismatch, "data_root": root,
+    }  # fmt: skip
+    for row_ids in (False, True):
+        if row_ids:
+            src = _open_source(input, catalog=catalog, batch_rows=config.stream_rows)
+        with contextlib.ExitStack() as stack:
+            on_rows = None
+            if progress:
+                from decontam.progress import ScanProgress
 
-            on_rows = stack.enter_context(ScanProgress(_count_rows(path), what="rows")).advance
-        worker_args = {
-            "config": config, "benchmarks_dir": benchmarks_dir,
-            "allow_benchmark_mismatch": allow_benchmark_mismatch, "data_root": root,
-        }  # fmt: skip
-        return _run_streamed(
-            path, text_fields=text_fields, id_field=id_field, detectors=dets, benchmarks=bset,
-            config=config, out_dir=out_dir, data_root=root, command=command, on_rows=on_rows,
-            fit_s=fit_s, worker_args=worker_args,
-        )  # fmt: skip
+                on_rows = stack.enter_context(ScanProgress(src.rows, what="rows")).advance
+            try:
+                return _run_streamed(
+                    src, text_fields=text_fields, id_field=id_field, detectors=dets,
+                    benchmarks=bset, config=config, out_dir=out_dir, data_root=root,
+                    command=command, on_rows=on_rows, fit_s=fit_s, worker_args=worker_args,
+                    catalog=catalog, publish_name=_publish_name(src.inp, publish, publish_as),
+                    row_ids=row_ids,
+                )  # fmt: skip
+            except _UidsNotUnique:
+                if row_ids:  # cannot happen: row-N ids are unique
+                    raise
+    raise AssertionError("unreachable")
 
 
-def _stream_workers(config: DecontamConfig, path: Path) -> int:
+def _stream_workers(config: DecontamConfig, rows: int) -> int:
     """Scan processes for a streamed input: ``config.workers``, or with 0 one per CPU core
     when the input holds at least 4 batches (worker start and fit cost seconds)."""
     if config.workers:
@@ -1234,9 +1520,6 @@ def _stream_workers(config: DecontamConfig, path: Path) -> int:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     if (cores or 1) < 2:
         return 1
-    rows = _count_rows(path)
-    if rows is None:  # .gz / .json: judge by size (about 300 bytes a row)
-        rows = path.stat().st_size // 300
     return cores if rows >= 4 * config.stream_rows else 1
 
 

@@ -200,3 +200,184 @@ except SluiceError as e:
     assert "ERROR: a decontamination scan worker process died" in r.stdout, r.stderr[-2000:]
     assert "--workers 1" in r.stdout
     assert not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------------------ every input streams (item 2)
+
+
+def _compare_runs(whole, streamed, *, same_root: bool = False, rescanned: bool = False) -> None:
+    """Same run files, counts and manifest (timings, paths and times apart; ``rescanned``:
+    the streamed run started again, so its texts came from the scan cache)."""
+    for name in RUN_PARQUET_FILES:
+        a = pq.read_table(whole.out_dir / name)
+        b = pq.read_table(streamed.out_dir / name)
+        assert a.schema.equals(b.schema), name
+        assert a.to_pylist() == b.to_pylist(), name
+    drop = ("created_at", "command", "files", "config", "detectors", "timings", "outputs")
+    ma = {k: v for k, v in whole.manifest.items() if k not in drop}
+    mb = {k: v for k, v in streamed.manifest.items() if k not in drop}
+    if rescanned:
+        assert mb["counts"]["texts_cached"] == mb["counts"]["texts"]
+        for m in (ma, mb):
+            m["counts"] = {k: v for k, v in m["counts"].items() if not k.startswith("texts_")}
+    assert ma == mb
+    assert whole.manifest["outputs"] == streamed.manifest["outputs"]
+    if same_root:
+        assert whole.manifest["detectors"] == streamed.manifest["detectors"]
+
+
+def _no_whole_reads(monkeypatch) -> None:
+    import decontam.run as run_mod
+    from curation.catalog import Catalog
+
+    def whole_read(*a, **k):
+        raise AssertionError("a streamed run must not read the whole input")
+
+    monkeypatch.setattr(run_mod, "read_input", whole_read)
+    monkeypatch.setattr(Catalog, "load", whole_read)
+
+
+def _ragged_pool(pools_dir: Path, dst: Path, uid: str | None) -> Path:
+    """The pool of :func:`_pool` as JSON Lines whose types differ between batches of 400 rows:
+    ``level`` is a number up to row 1000 and text after it, ``extra`` (an object) appears only
+    after row 1300, ``note`` on some rows; ``uid``: none, "unique", or "duplicate" (row 1450
+    repeats row 5's uid, in another batch)."""
+    rows = [json.loads(x) for x in _pool(pools_dir, dst).read_text().splitlines()]
+    for i, r in enumerate(rows):
+        r["level"] = i % 5 if i < 1000 else f"level {i % 5}"
+        if i >= 1300:
+            r["extra"] = {"k": i, "tag": "late"}
+        if uid is None:
+            del r["uid"]
+    if uid == "duplicate":
+        rows[1449]["uid"] = rows[4]["uid"]
+    dst.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return dst
+
+
+@pytest.mark.parametrize("uid", [None, "unique", "duplicate"])
+def test_streamed_run_without_id_field_equals_whole_table_run(
+    pools_dir, tmp_path, monkeypatch, uid
+):
+    """Without --id-field the rows are named as the whole-table path names them (the uid
+    column when it names every row once, else row-N over the whole file), and a file published
+    with --publish-as gives the same clean and excluded versions (same content hash)."""
+    from curation.catalog import Catalog
+
+    src = _ragged_pool(pools_dir, tmp_path / "pool.jsonl", uid)
+
+    def run(out: str, root: str, stream_rows: int, workers: int = 1):
+        cfg = DecontamConfig(
+            benchmarks=["aime24", "aime25"], detectors=["ngram"], stream_rows=stream_rows,
+            workers=workers,
+        )  # fmt: skip
+        return run_decontamination(
+            str(src), text_fields=["text"], config=cfg, out_dir=tmp_path / out,
+            data_root=str(tmp_path / root), catalog=Catalog(tmp_path / root), publish_as="ragged",
+        )  # fmt: skip
+
+    whole = run("whole", "r1", stream_rows=0)
+    _no_whole_reads(monkeypatch)
+    streamed = run("streamed", "r2", stream_rows=400, workers=2 if uid == "duplicate" else 1)
+    assert whole.counts["rows"] == 1530 and whole.counts["contaminated"] == 30
+    _compare_runs(whole, streamed, rescanned=uid == "duplicate")
+    uids = pq.read_table(streamed.decisions_path)["sample_uid"].to_pylist()
+    assert uids[:2] == (["ttrl-0", "math-0"] if uid == "unique" else ["row-1", "row-2"])
+    assert streamed.clean_ref == whole.clean_ref and streamed.excluded_ref == whole.excluded_ref
+    monkeypatch.undo()
+    # the whole-table version holds a struct column with null rows: its recorded hash is its
+    # file's (it was not: verify refused it)
+    Catalog(tmp_path / "r1").verify(whole.clean_ref)
+    clean = Catalog(tmp_path / "r2").load(streamed.clean_ref)
+    assert clean.num_rows == 1500
+    assert clean.schema.field("level").type == "string"  # numbers and text: kept as text
+    assert clean["level"].to_pylist()[:2] == ["1", "2"]  # row 1 is an AIME copy
+    assert clean["extra"].to_pylist()[-1] == {"k": 1529, "tag": "late"}
+
+
+def _ingested(pools_dir: Path, tmp_path: Path, cat) -> str:
+    """1,500 MATH train problems with TTRL's 30 AIME 2024 rows among them, ingested as
+    ``mixed`` (content-derived uids, source file/row kept in metadata, ingest accounting)."""
+    from curation.ingest import ingest
+
+    rows = []
+    for i, line in enumerate(open(pools_dir / "math_deepscaler_math_train.jsonl")):
+        if i >= 1500:
+            break
+        rows.append(json.loads(line))
+    for j, line in enumerate(open(pools_dir / "math_ttrl_aime24_as_train.jsonl")):
+        r = json.loads(line)
+        aime = {"problem": r["prompt"], "answer": str(r["answer"]), "difficulty": 9.0}
+        rows.insert(37 * j, {**aime, "type": "AIME"})
+    src = tmp_path / "mixed.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return ingest(str(src), field_map="deepscaler_math", name="mixed", catalog=cat).ref
+
+
+def test_streamed_catalog_input_equals_whole_table_run(pools_dir, tmp_path, monkeypatch):
+    """A catalog version is read in batches (never whole), scanned by two workers, and its
+    .decontaminated / .excluded versions are published from the batches: the same versions,
+    run files and run.json (ingest accounting, source file/row) as the whole-table run."""
+    from curation.catalog import Catalog
+
+    cats = {r: Catalog(tmp_path / r) for r in ("r1", "r2")}
+    refs = {r: _ingested(pools_dir, tmp_path, cat) for r, cat in cats.items()}
+    assert refs["r1"] == refs["r2"]  # content-derived
+    ref = refs["r1"]
+
+    def run(out: str, root: str, stream_rows: int, workers: int = 1):
+        cfg = DecontamConfig(
+            benchmarks=["aime24", "aime25"], detectors=["ngram", "minhash"],
+            stream_rows=stream_rows, workers=workers,
+        )  # fmt: skip
+        return run_decontamination(
+            ref, text_fields=["problem"], config=cfg, out_dir=tmp_path / out,
+            data_root=str(tmp_path / root), catalog=cats[root],
+        )  # fmt: skip
+
+    whole = run("whole", "r1", stream_rows=0)
+    _no_whole_reads(monkeypatch)
+    streamed = run("streamed", "r2", stream_rows=400, workers=2)
+    monkeypatch.undo()
+    accepted = streamed.manifest["input"]["ingest"]["counts"]["accepted"]
+    assert whole.counts["contaminated"] == 30 and whole.counts["rows"] == accepted > 1500
+    _compare_runs(whole, streamed)
+    d = pq.read_table(streamed.decisions_path)
+    assert d["source_file"].to_pylist()[0].endswith("mixed.jsonl")
+    assert d["source_row"].to_pylist()[:3] == [1, 2, 3]
+    assert streamed.clean_ref == whole.clean_ref and streamed.excluded_ref == whole.excluded_ref
+    cat = cats["r2"]
+    assert cat.load(streamed.excluded_ref).num_rows == 30
+    cv = cat.verify(streamed.clean_ref)
+    assert list(cv.parents) == [ref]
+    assert cv.config["run_dir"] == str(streamed.out_dir.resolve())
+    root = tmp_path / "r2"
+    assert not list(root.rglob("*.parquet.partial")) and not list(root.rglob("staging/*"))
+
+
+def test_streamed_publish_that_fails_leaves_no_half_version(pools_dir, tmp_path, monkeypatch):
+    """Publishing stays atomic when streamed: a failure while the second version is staged
+    publishes neither, leaves no run directory and no scratch parts."""
+    from curation.catalog import Catalog
+
+    root = tmp_path / "root"
+    cat = Catalog(root)
+    ref = _ingested(pools_dir, tmp_path, cat)
+    stage = Catalog.stage
+
+    def failing(self, name, *a, **k):
+        if name.endswith(".excluded"):
+            raise OSError("disk full")
+        return stage(self, name, *a, **k)
+
+    monkeypatch.setattr(Catalog, "stage", failing)
+    cfg = DecontamConfig(benchmarks=["aime24"], detectors=["ngram"], stream_rows=400)
+    with pytest.raises(OSError, match="disk full"):
+        run_decontamination(
+            ref, text_fields=["problem"], config=cfg, out_dir=tmp_path / "o",
+            data_root=str(root), catalog=cat,
+        )  # fmt: skip
+    assert sorted(cat.datasets()) == ["mixed", "mixed.duplicates", "mixed.rejects"]
+    assert not (tmp_path / "o").exists()
+    staging = list(root.rglob("staging/*"))
+    assert staging == [], staging
