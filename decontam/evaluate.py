@@ -63,6 +63,15 @@ POSITIVE_KINDS = (
 CLEAN_KINDS = ("lookalike", "near_miss", "pool")
 LABEL_FIELDS = ("uid", "domain", "field", "text", "label", "kind", "benchmark", "benchmark_item")
 _REASON_RE = re.compile(r"^(?:rule|[\w.-]+):([^/\s]+)/(\S+)")
+# Issue 17: a fingerprint (a few numbers and ranges) identifies a problem only when the text is
+# also about that problem. On the dev set and 10,679 real negatives every clean pair at or above
+# the old fingerprint threshold but one (math-near_miss-04, same tetrahedron, another question)
+# had no embedding match at all on the same item (cosine < 0.5, the embedding's recording floor),
+# while 40 of the 46 positives the fingerprint scored >= 0.75 had one. So the fingerprint decides
+# with the embedding's agreement at that floor (a policy rule), and alone only where the
+# calibration finds it safe.
+CORROBORATED: dict[str, dict[str, float]] = {"fingerprint": {"embedding": 0.5}}
+RULE_ONLY = ("fingerprint",)
 
 
 @dataclass
@@ -80,6 +89,21 @@ class EvalConfig:
     )
     detector_configs: dict[str, dict[str, Any]] = field(
         default_factory=dict, metadata={"help": "detector name -> config fields"}
+    )
+    corroborated: dict[str, dict[str, float]] = field(
+        default_factory=lambda: dict(CORROBORATED),
+        metadata={
+            "help": "detector -> {other detector: floor}: the detector may also decide through a "
+            "policy rule when the others score at least their floor on the same benchmark item; "
+            "the calibration fits the rule's threshold for the detector like a detector's own"
+        },
+    )
+    rule_only: list[str] = field(
+        default_factory=lambda: list(RULE_ONLY),
+        metadata={
+            "help": "detectors that decide only through their corroboration rule, never alone "
+            "(the policy's evidence_only)"
+        },
     )
 
     def __post_init__(self) -> None:
@@ -223,6 +247,78 @@ def best_scores(matches: pa.Table, labels: list[dict[str, Any]], detectors: list
                 }
             )
     return pa.Table.from_pylist(rows)
+
+
+def rule_name(detector: str, floors: dict[str, float]) -> str:
+    """The name a corroboration rule is calibrated under: ``fingerprint+embedding``."""
+    return "+".join([detector, *sorted(floors)])
+
+
+def active_rules(
+    corroborated: dict[str, dict[str, float]], detectors: list[str]
+) -> dict[str, tuple[str, dict[str, float]]]:
+    """``{rule name: (detector, floors)}`` for the corroboration rules whose detectors all run."""
+    return {
+        rule_name(d, f): (d, dict(f))
+        for d, f in sorted(corroborated.items())
+        if d in detectors and all(o in detectors for o in f)
+    }
+
+
+def with_rules(matches: pa.Table, rules: dict[str, tuple[str, dict[str, float]]]) -> pa.Table:
+    """``matches`` plus one row per (sample, benchmark, item) for each rule whose floors hold
+    there: detector = the rule's name, score = its detector's score. Calibration and sweeps treat
+    a rule like a detector; decisions go through :func:`policy_of` (a policy rule)."""
+    if not rules or matches.num_rows == 0:
+        return matches
+    cols = matches.to_pydict()
+    best: dict[tuple[str, str, str], dict[str, tuple[float, int]]] = defaultdict(dict)
+    for i, (u, b, it, d, s) in enumerate(
+        zip(cols["sample_uid"], cols["benchmark"], cols["benchmark_item"], cols["detector"],
+            cols["score"], strict=True)
+    ):  # fmt: skip
+        cur = best[(u, b, it)].get(d)
+        if cur is None or s > cur[0]:
+            best[(u, b, it)][d] = (s, i)
+    take, names = [], []
+    for name, (det, floors) in rules.items():
+        for per in best.values():
+            if det in per and all(per.get(o, (0.0, 0))[0] >= f for o, f in floors.items()):
+                take.append(per[det][1])
+                names.append(name)
+    if not take:
+        return matches
+    extra = matches.take(pa.array(take, pa.int64()))
+    extra = extra.set_column(
+        extra.schema.get_field_index("detector"), "detector", pa.array(names, pa.string())
+    )
+    return pa.concat_tables([matches, extra.cast(matches.schema)])
+
+
+def policy_of(
+    thresholds: dict[str, float],
+    rules: dict[str, tuple[str, dict[str, float]]],
+    rule_only: list[str] | tuple[str, ...] = (),
+) -> Any:
+    """The policy a calibration stands for: each detector's threshold, and each corroboration
+    rule as a policy rule (its detector at the rule's fitted threshold, the others at their
+    floors). A ``rule_only`` detector is evidence-only; its threshold is its rule's (the score at
+    which it decides, with corroboration)."""
+    from decontam.policy import PolicyConfig
+
+    own = {d: t for d, t in thresholds.items() if d not in rules}
+    for name, (det, _floors) in rules.items():
+        if det in rule_only and name in thresholds:
+            own[det] = thresholds[name]
+    return PolicyConfig(
+        thresholds=own,
+        evidence_only=[d for d in rule_only if d in own],
+        rules=[
+            {det: thresholds[name], **floors}
+            for name, (det, floors) in rules.items()
+            if name in thresholds
+        ],
+    )
 
 
 def flagged_items(decisions: pa.Table) -> dict[str, set[str]]:
@@ -401,15 +497,26 @@ def calibrate(
         pos_idx = {d: c[0] for d, c in zip(detectors, best_combo, strict=True)}
     else:
         pos_idx = _greedy(detectors, per, sets, budget_all, budget_ln, ln)
-    # Place each threshold midway between the clean score it must stay above and the lowest
-    # positive it flags: the same decisions on this data, more margin on new data.
+    # As strict as the recall allows (issue 17): each threshold, in turn, rises to the lowest
+    # positive only it catches (the others' flags held fixed), or, when it catches none alone, to
+    # its highest positive; then it sits midway between that positive and the highest clean score
+    # under it. The same item recall on this data, and no detector keeps a low threshold that
+    # buys nothing: out of fold, a held-out clean row just above a threshold that bought no
+    # recall was a false positive for nothing (math-near_miss-01 on embedding, -08 on fuzzy).
+    thr = {d: per[d]["steps"][pos_idx[d]] for d in detectors}
+    tp = {d: sets(d, thr[d])[0] for d in detectors}
     out = {}
     for d in detectors:
-        t = per[d]["steps"][pos_idx[d]]
-        below = t - eps
-        flagged = [ls for _u, lab, _s, ls in per[d]["data"] if lab == "contaminated" and ls >= t]
-        mid = (below + min(flagged)) / 2 if flagged else t
-        out[d] = round(max(t, mid), 4)
+        others = set().union(*(tp[o] for o in detectors if o != d))
+        pos = {u: ls for u, lab, _s, ls in per[d]["data"] if lab == "contaminated" and ls >= thr[d]}
+        needed = [ls for u, ls in pos.items() if u not in others]
+        top = min(needed) if needed else max(pos.values(), default=None)
+        if top is None:  # flags no positive at all: just above its highest clean score
+            out[d] = round(thr[d], 4)
+            continue
+        under = [s for _u, lab, s, _ls in per[d]["data"] if lab == "clean" and s < top]
+        out[d] = round(max(thr[d], (max(under, default=thr[d] - eps) + top) / 2), 4)
+        tp[d] = sets(d, out[d])[0]
     return out
 
 
@@ -464,13 +571,18 @@ def cross_validate(
     detectors: list[str],
     target_fpr: float,
     k: int,
+    rules: dict[str, tuple[str, dict[str, float]]] | None = None,
+    rule_only: list[str] | tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Grouped k-fold cross-validation of :func:`calibrate`: thresholds are chosen on the other
     folds and applied to the held-out one; every row is checked exactly once, by thresholds that
     never saw its benchmark item (or, for a clean row, itself). Returns the pooled out-of-fold
-    metrics (FPRs with 95 % Clopper-Pearson intervals) and each fold's thresholds."""
-    from decontam.policy import PolicyConfig, decide
+    metrics (FPRs with 95 % Clopper-Pearson intervals) and each fold's thresholds (``rules``:
+    the corroboration rules among ``detectors``, see :func:`active_rules`; ``rule_only``: the
+    detectors that decide only through theirs, see :func:`policy_of`)."""
+    from decontam.policy import decide
 
+    rules = rules or {}
     folds = assign_folds(labels, k)
     flags: dict[str, set[str]] = {}
     per_fold = []
@@ -482,8 +594,12 @@ def cross_validate(
             scores.filter(pc.is_in(scores.column("uid"), fit_uids)), fit, detectors, target_fpr
         )
         held_matches = matches.filter(pc.is_in(matches.column("sample_uid"), pa.array(held)))
-        flags.update(flagged_items(decide(held_matches, held, PolicyConfig(thresholds=thr))))
-        per_fold.append({"fold": f, "rows": len(held), "thresholds": thr})
+        pol = policy_of(thr, rules, rule_only)
+        flags.update(flagged_items(decide(held_matches, held, pol)))
+        per_fold.append({"fold": f, "rows": len(held), "thresholds": pol.thresholds})
+        if pol.rules:
+            per_fold[-1]["rules"] = pol.rules
+            per_fold[-1]["evidence_only"] = pol.evidence_only
     return {
         "folds": k,
         "grouping": "benchmark_item (contaminated rows); uid (clean rows)",
@@ -612,6 +728,7 @@ def negatives_report(
     detectors: list[str],
     policies: dict[str, Any],
     files: dict[str, Any],
+    rules: dict[str, tuple[str, dict[str, float]]] | None = None,
 ) -> dict[str, Any]:
     """Per-detector clean-score tails and each policy's false-positive rate (95 % interval) on
     real negatives, after excluding the benchmark copies found in them (problem_id, or an item's
@@ -620,7 +737,8 @@ def negatives_report(
 
     from decontam.policy import decide
 
-    scores = best_scores(matches, rows, detectors).to_pydict()
+    detectors = [*detectors, *(rules or {})]  # a rule's tail: its detector where it may decide
+    scores = best_scores(with_rules(matches, rules or {}), rows, detectors).to_pydict()
     best: dict[str, dict[str, tuple[float, str | None]]] = defaultdict(dict)
     for u, d, s, it in zip(
         scores["uid"], scores["detector"], scores["best_score"], scores["best_item"], strict=True
@@ -721,7 +839,11 @@ def evaluate(
         matches = matches.filter(pc.invert(is_neg))
     names = [d.name for d in dets]
     uids = [r["uid"] for r in labels]
-    scores = best_scores(matches, labels, names)
+    rules = active_rules(cfg.corroborated, names)
+    rule_only = [d for d in cfg.rule_only if any(det == d for det, _f in rules.values())]
+    # rules are calibrated like detectors; a rule-only detector is not calibrated alone
+    cal_names = [n for n in names if n not in rule_only] + list(rules)
+    scores = best_scores(with_rules(matches, rules), labels, cal_names)
 
     # the policy that runs use (the shipped, calibrated one) unless another is given; each
     # detector alone is measured at that policy's threshold for it, as a run would apply it
@@ -752,11 +874,14 @@ def evaluate(
         "per_detector": per_detector,
     }
     if calibrate_thresholds or cv_folds:
-        thr = calibrate(scores, labels, names, cfg.target_fpr)
-        flags = flagged_items(decide(matches, uids, PolicyConfig(thresholds=thr)))
+        thr = calibrate(scores, labels, cal_names, cfg.target_fpr)
+        cal_policy = policy_of(thr, rules, rule_only)
+        flags = flagged_items(decide(matches, uids, cal_policy))
         result["calibration"] = {
             "target_fpr": cfg.target_fpr,
-            "thresholds": thr,
+            "thresholds": cal_policy.thresholds,
+            "rules": cal_policy.rules,
+            "evidence_only": cal_policy.evidence_only,
             "combined": metrics(flags, labels),  # in sample: fitted on these rows
         }
         result["calibration"]["fpr_ci95"] = _fpr_ci(result["calibration"]["combined"])
@@ -764,17 +889,22 @@ def evaluate(
         if progress:
             progress(f"cross-validate ({cv_folds} folds)")
         result["cross_validation"] = cross_validate(
-            matches, scores, labels, names, cfg.target_fpr, cv_folds
+            matches, scores, labels, cal_names, cfg.target_fpr, cv_folds, rules, rule_only
         )
     if neg_rows:
         pols = {"default": default_policy}
         if "calibration" in result:
+            c = result["calibration"]
             pols["calibrated (in sample)"] = PolicyConfig(
-                thresholds=result["calibration"]["thresholds"]
+                thresholds=c["thresholds"], rules=c["rules"], evidence_only=c["evidence_only"]
             )
         for pf in result.get("cross_validation", {}).get("per_fold", []):
-            pols[f"fold {pf['fold']} (out of fold)"] = PolicyConfig(thresholds=pf["thresholds"])
-        result["negatives"] = negatives_report(neg_matches, neg_rows, names, pols, neg_files)
+            pols[f"fold {pf['fold']} (out of fold)"] = PolicyConfig(
+                thresholds=pf["thresholds"],
+                rules=pf.get("rules", []),
+                evidence_only=pf.get("evidence_only", []),
+            )
+        result["negatives"] = negatives_report(neg_matches, neg_rows, names, pols, neg_files, rules)
     if judge_ceiling:
         result["judge_ceiling"] = {
             "policy": "calibrated" if calibrate_thresholds else "default",
@@ -948,6 +1078,13 @@ def render_markdown(result: dict[str, Any]) -> str:
             "",
             _md_table(["detector", "threshold"], [[k, v] for k, v in c["thresholds"].items()]),
         ]
+        for rule in c.get("rules", []):
+            lines.append(
+                "\nRule (same benchmark item): "
+                + " and ".join(f"{d} >= {v}" for d, v in sorted(rule.items()))
+            )
+        if c.get("evidence_only"):
+            lines.append(f"\nDecide only through a rule: {', '.join(c['evidence_only'])}")
     return "\n".join(lines) + "\n"
 
 
@@ -1003,6 +1140,13 @@ def write_outputs(result: dict[str, Any], out_dir: str | Path) -> dict[str, Path
     plot_sweep(result["sweep"], paths["sweep.png"])
     if "calibration" in result:
         p = out / "calibrated_thresholds.json"
-        p.write_text(json.dumps(result["calibration"]["thresholds"], indent=2, sort_keys=True))
+        c = result["calibration"]
+        # flat {detector: threshold} unless the calibration fitted rules too (a policy file)
+        body = (
+            {k: c[k] for k in ("thresholds", "evidence_only", "rules")}
+            if c.get("rules")
+            else c["thresholds"]
+        )
+        p.write_text(json.dumps(body, indent=2, sort_keys=True))
         paths["calibrated_thresholds.json"] = p
     return paths

@@ -371,3 +371,47 @@ def test_real_negatives_exclude_benchmark_copies_and_report_tails(
     assert neg["score_tails"]["ngram"]["max"] < 0.9
     md = write_outputs(res, tmp_path / "out")["evaluation.md"].read_text()
     assert "## Real negatives" in md and "older_aime.jsonl:26" not in md
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 17 item 1: thresholds as strict as the recall allows; corroboration rules
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_threshold_that_buys_no_recall_is_not_left_low():
+    """Detector b catches only positives a catches too: its threshold rises from just above its
+    top clean score (0.5, where a held-out clean row at 0.55 would be flagged out of fold) to
+    midway between that clean score and b's highest positive."""
+    labels = [_row(f"p{i}", "contaminated", "edit", f"I-{i}") for i in range(4)] + [
+        _row(f"n{i}", "clean", "pool") for i in range(50)
+    ]
+    rows = [(f"p{i}", "contaminated", f"I-{i}", "a", 0.9) for i in range(4)]
+    rows += [
+        (f"p{i}", "contaminated", f"I-{i}", "b", s) for i, s in enumerate([0.6, 0.7, 0.8, 0.9])
+    ]
+    rows += [(f"n{i}", "clean", None, "a", 0.1) for i in range(50)]
+    rows += [(f"n{i}", "clean", None, "b", 0.5 if i == 0 else 0.1) for i in range(50)]
+    thr = calibrate(_scores(rows), labels, ["a", "b"], target_fpr=0.0)
+    assert thr["a"] == 0.5  # a still catches everything: midway 0.1 / 0.9
+    assert thr["b"] == 0.7  # was 0.55 (midway 0.5 / 0.6): b buys nothing a does not
+
+
+def test_a_corroboration_rule_is_calibrated_like_a_detector_and_ships_as_a_policy_rule():
+    from decontam.evaluate import active_rules, policy_of, with_rules
+    from decontam.policy import decide
+
+    rows = [("p1", "contaminated", "I-1", "fingerprint", 0.9), ("p1", "contaminated", "I-1", "embedding", 0.6),
+            ("n1", "clean", "I-2", "fingerprint", 0.9)]  # fmt: skip
+    rules = active_rules({"fingerprint": {"embedding": 0.5}}, ["fingerprint", "embedding"])
+    assert list(rules) == ["fingerprint+embedding"]
+    m = with_rules(_matches(rows), rules)
+    derived = m.filter(pa.compute.equal(m.column("detector"), "fingerprint+embedding"))
+    assert derived.column("sample_uid").to_pylist() == ["p1"]  # n1: no embedding agreement
+    pol = policy_of({"embedding": 0.88, "fingerprint+embedding": 0.8}, rules, ["fingerprint"])
+    assert pol.rules == [{"fingerprint": 0.8, "embedding": 0.5}]
+    assert pol.evidence_only == ["fingerprint"] and pol.thresholds["fingerprint"] == 0.8
+    dec = {
+        d["sample_uid"]: d["contaminated"]
+        for d in decide(_matches(rows), ["p1", "n1"], pol).to_pylist()
+    }
+    assert dec == {"p1": True, "n1": False}  # fmt: skip
