@@ -1040,36 +1040,53 @@ def _conform_rows(t: pa.Table, schema: pa.Schema, as_json: frozenset[str]) -> pa
 
 class _Parts:
     """One output of a streamed run, written batch by batch to Parquet files in a scratch
-    folder and read back one part at a time in the whole input's schema (so the output is
-    written, or published, without holding it)."""
+    folder (one file while the batches' schema stays the same) and read back in bounded
+    batches in the whole input's schema, so it is written, or published, without holding it."""
 
     def __init__(self, folder: Path) -> None:
         folder.mkdir(parents=True)
         self.folder = folder
         self.files: list[Path] = []
         self.schemas: list[pa.Schema] = []
+        self._writer: pq.ParquetWriter | None = None
 
     def add(self, t: pa.Table) -> None:
-        if not self.schemas or not t.schema.equals(self.schemas[-1], check_metadata=True):
+        if self._writer is None or not t.schema.equals(self.schemas[-1], check_metadata=True):
+            self._close()
+            self.files.append(self.folder / f"{len(self.files):06d}.parquet")
             self.schemas.append(t.schema)
+            self._writer = pq.ParquetWriter(self.files[-1], t.schema)
         if t.num_rows:
-            path = self.folder / f"{len(self.files):06d}.parquet"
-            pq.write_table(t, path)
-            self.files.append(path)
+            self._writer.write_table(t)
+
+    def _close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
 
     def tables(self, schema: pa.Schema, as_json: frozenset[str] = frozenset()):
+        self._close()
         for path in self.files:
-            yield _conform_rows(pq.read_table(path), schema, as_json)
+            for rb in pq.ParquetFile(path).iter_batches(batch_size=65_536):
+                yield _conform_rows(pa.Table.from_batches([rb]), schema, as_json)
 
     def batches(self, schema: pa.Schema, as_json: frozenset[str] = frozenset()):
         for t in self.tables(schema, as_json):
             yield from t.to_batches()
 
     def write(self, path: Path, schema: pa.Schema, as_json: frozenset[str] = frozenset()) -> None:
+        """The whole output as one Parquet file at ``path`` (copied when it is one part in
+        its final schema, the usual case; else rewritten batch by batch)."""
+        import shutil
+
+        self._close()
         tmp = path.with_name(f".{path.name}.tmp")
-        with pq.ParquetWriter(tmp, schema) as w:
-            for t in self.tables(schema, as_json):
-                w.write_table(t)
+        if len(self.files) == 1 and self.schemas[0].equals(schema, check_metadata=True):
+            shutil.copyfile(self.files[0], tmp)
+        else:
+            with pq.ParquetWriter(tmp, schema) as w:
+                for t in self.tables(schema, as_json):
+                    w.write_table(t)
         os.replace(tmp, path)
 
 
