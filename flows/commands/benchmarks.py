@@ -173,6 +173,9 @@ def prepare_benchmarks(
     model: str = typer.Option("default", "--model", help="embedding model (name or folder)"),
     revision: str | None = typer.Option(None, "--revision", help="model revision"),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
+    backend: str = typer.Option(
+        "torch", "--backend", help="embedding backend: torch | onnx | onnx-int8 (CPU)"
+    ),
     benchmarks_dir: str | None = typer.Option(None, "--benchmarks-dir", help=_DIR_HELP),
     window: str | None = typer.Option(None, "--window", help="'paper' or START..END"),
     no_variants: bool = typer.Option(False, "--no-variants", help="skip alternative wordings"),
@@ -197,7 +200,11 @@ def prepare_benchmarks(
         names, benchmarks_dir=benchmarks_dir, window=window, include_variants=not no_variants
     )
     cfg = EmbeddingConfig(
-        model=model, revision=revision, device=device, cache_root=cache_root(data_root(root))
+        model=model,
+        revision=revision,
+        device=device,
+        backend=backend,
+        cache_root=cache_root(data_root(root)),
     )
     r = prepare(bset, cfg)
     Console(stderr=True, soft_wrap=True).print(

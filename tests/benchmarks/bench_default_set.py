@@ -1,0 +1,140 @@
+"""The default detector set on code statements, warm, per embedding backend (issue 16 item 4).
+
+Pool: the first ``--rows`` LeetCode statements (``query``) of
+``code_leetcodedataset_v0.2.0_train.jsonl``. Benchmarks: the default set (aime24, aime25,
+lcb_v5, lcb_v6), embedded once per backend by ``sluice benchmarks prepare`` (not timed: that is
+what "warm" means). Then, per backend, the whole command as a user runs it, each its own process:
+
+    sluice decontam run POOL --text-field query --id-field task_id --out DIR --no-publish
+        --no-cache [--config BACKEND.toml]
+
+``--no-cache`` and a fresh copy of the prepared root per run: every statement is new to the
+scan (nothing served by the per-text cache or by cached pool vectors). Printed per backend:
+statements per second of the scan stage (``scan_s`` in ``run.json``: all six detectors),
+statements per second of the whole process (start to exit, wall clock: model loading and index
+building included), per-detector seconds, and the decisions: rows contaminated and whether the
+decided rows equal torch's. Goal: warm default-set scan >= 100 code statements/s on the 2-core
+machine.
+
+Then the calibration check the issue asks for before a backend may become the CPU default: the
+dev set (``../shared/eval/contam_dev.jsonl``) with the embedding detector alone at its shipped
+threshold, per backend (recall per kind, FPR on look-alikes + near misses and on all clean rows).
+
+Run: ``.venv/bin/python tests/benchmarks/bench_default_set.py [--rows 600] [--backends
+torch,onnx,onnx-int8] [--no-dev]`` (needs the shared data folder and ``pip install
+'sluice-data[onnx]'``). Take figures on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+REPO = HERE.parents[2]
+POOL = "code_leetcodedataset_v0.2.0_train.jsonl"
+
+
+def _config(work: Path, backend: str) -> list[str]:
+    if backend == "torch":
+        return []
+    path = work / f"{backend}.toml"
+    path.write_text(f'[decontam.detector_configs.embedding]\nbackend = "{backend}"\n')
+    return ["--config", str(path)]
+
+
+def _decided(run_dir: Path) -> set[str]:
+    import pyarrow.parquet as pq
+
+    d = pq.read_table(run_dir / "decisions.parquet").to_pylist()
+    return {r["sample_uid"] for r in d if r.get("contaminated")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=600)
+    ap.add_argument("--backends", default="torch,onnx,onnx-int8")
+    ap.add_argument("--no-dev", action="store_true", help="skip the dev-set check")
+    args = ap.parse_args()
+    sys.path.insert(0, str(REPO))
+    from curation.settings import shared_dir
+
+    shared = shared_dir()
+    if shared is None:
+        sys.exit("shared data folder not found: set SLUICE_SHARED_DIR")
+    backends = args.backends.split(",")
+    work = Path(tempfile.mkdtemp(prefix="bench_default_set_"))
+    try:
+        pool = work / "pool.jsonl"
+        with (shared / "pools" / POOL).open(encoding="utf-8") as src, pool.open("w") as dst:
+            for _, line in zip(range(args.rows), src, strict=False):
+                r = json.loads(line)
+                dst.write(json.dumps({"task_id": r["task_id"], "query": r["query"]}) + "\n")
+        env = dict(os.environ, HF_HUB_OFFLINE="1", SLUICE_BENCHMARKS_DIR=str(shared / "benchmarks"))
+        sluice = str(Path(sys.executable).with_name("sluice"))
+        results, decided = {}, {}
+        for b in backends:
+            prepared = work / f"prepared-{b}"
+            cmd = [sluice, "benchmarks", "prepare", "--root", str(prepared), "--backend", b]
+            subprocess.run(cmd, env=env, check=True, capture_output=True)
+            root = work / f"root-{b}"
+            shutil.copytree(prepared, root)
+            out = work / f"run-{b}"
+            cmd = [sluice, "decontam", "run", str(pool), "--text-field", "query"]
+            cmd += ["--id-field", "task_id", "--out", str(out), "--root", str(root)]
+            cmd += ["--no-publish", "--no-cache", *_config(work, b)]
+            t0 = time.perf_counter()
+            subprocess.run(cmd, env=env, check=True, capture_output=True)
+            wall = time.perf_counter() - t0
+            run = json.loads((out / "run.json").read_text())
+            results[b] = (wall, run["timings"], run["counts"]["contaminated"])
+            decided[b] = _decided(out)
+        n = args.rows
+        print(f"{n} LeetCode statements, default detector set, benchmarks prepared (warm)")
+        print(f"{'backend':10} {'scan /s':>8} {'command /s':>11} {'fit s':>6}  per detector s")
+        for b, (wall, t, cont) in results.items():
+            per = ", ".join(f"{k} {v['seconds']:.1f}" for k, v in sorted(t["detectors"].items()))
+            same = "same rows as torch" if decided[b] == decided.get("torch") else "DIFFERENT rows"
+            print(
+                f"{b:10} {n / t['scan_s']:8.1f} {n / wall:11.1f} {t.get('fit_s', 0):6.1f}  "
+                f"{per}; {cont} contaminated ({same})"
+            )
+        if "torch" in results:
+            base = results["torch"][1]["scan_s"]
+            for b, (_, t, _) in results.items():
+                if b != "torch":
+                    print(f"scan stage: {b} is {base / t['scan_s']:.2f}x torch (same run)")
+        if not args.no_dev:
+            _dev(shared, backends, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _dev(shared: Path, backends: list[str], work: Path) -> None:
+    from decontam.evaluate import EvalConfig, evaluate
+
+    labels = shared / "eval" / "contam_dev.jsonl"
+    print("dev set, embedding detector alone at the shipped threshold:")
+    for b in backends:
+        cfg = EvalConfig(
+            detectors=["embedding"],
+            detector_configs={"embedding": {"backend": b, "cache_root": str(work / f"dev-{b}")}},
+        )
+        m = evaluate(labels, cfg)["combined"]
+        kinds = ", ".join(f"{k} {v['row']:.2f}" for k, v in sorted(m["recall_by_kind"].items()))
+        fk = m["fpr_by_kind"]
+        print(
+            f"  {b:10} FPR look+near {fk['lookalike+near_miss']['fpr']:.4f}, all clean "
+            f"{fk['all_clean']['fpr']:.4f}; row recall {m['row']['recall']:.3f} ({kinds})"
+        )
+
+
+if __name__ == "__main__":
+    main()
