@@ -64,12 +64,11 @@ CLEAN_KINDS = ("lookalike", "near_miss", "pool")
 LABEL_FIELDS = ("uid", "domain", "field", "text", "label", "kind", "benchmark", "benchmark_item")
 _REASON_RE = re.compile(r"^(?:rule|[\w.-]+):([^/\s]+)/(\S+)")
 # Issue 17: a fingerprint (a few numbers and ranges) identifies a problem only when the text is
-# also about that problem. On the dev set and 10,679 real negatives every clean pair at or above
-# the old fingerprint threshold but one (math-near_miss-04, same tetrahedron, another question)
-# had no embedding match at all on the same item (cosine < 0.5, the embedding's recording floor),
-# while 40 of the 46 positives the fingerprint scored >= 0.75 had one. So the fingerprint decides
-# with the embedding's agreement at that floor (a policy rule), and alone only where the
-# calibration finds it safe.
+# also about that problem. Under fingerprint/3, of the clean pairs it scored >= 0.8 (dev set and
+# 10,679 real negatives) all but three had no embedding match at all on the same item (cosine
+# < 0.5, the embedding's recording floor), while 39 of the 45 positives only it caught had one.
+# So the fingerprint decides with the embedding's agreement at that floor (a policy rule) and is
+# evidence only on its own.
 CORROBORATED: dict[str, dict[str, float]] = {"fingerprint": {"embedding": 0.5}}
 RULE_ONLY = ("fingerprint",)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections import Counter
 
@@ -136,3 +137,52 @@ def test_evidence_is_the_same_bytes_whatever_the_hash_seed(benchmarks_dir, conta
         assert r.returncode == 0, r.stderr[-2000:]
         outs.add(r.stdout)
     assert len(outs) == 1
+
+
+# --------------------------------------------------------------------------------------------
+# fingerprint/4 (issue 17 item 1): ambiguous token sets and what the problem asks for
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def full_fp(benchmarks_dir):
+    from decontam.benchmarks import load_benchmarks
+
+    det = FingerprintDetector()
+    det.fit(load_benchmarks(benchmarks_dir=benchmarks_dir, include_variants=True))
+    return det
+
+
+def _on(det, text, item):
+    """Best (score, evidence) of ``text`` on benchmark ``item``."""
+    rows = det.items.column("item_id").to_pylist()
+    return max(((p := det.pair(text, j))["score"], p) for j, r in enumerate(rows) if r == item)
+
+
+def test_a_token_set_several_items_share_identifies_none_of_them(full_fp, contam_dev_path):
+    """code-near_miss-15 shares only the constraint lines `2 <= N <= 100, 1 <= A_i <= 100` with
+    its item; four AtCoder items hold them. fingerprint/3 scored it 0.807 on each of the four,
+    like a story rewrite; fingerprint/4 takes log(4) off the shared weight."""
+    rows = {r["uid"]: r for r in map(json.loads, contam_dev_path.open())}
+    text = rows["code-near_miss-15"]["text"]
+    for item in ("abc301_b", "abc329_b", "abc346_a", "abc368_b"):
+        score, ev = _on(full_fp, text, item)
+        assert ev["items_sharing"] >= 4
+        assert score < 0.7  # was 0.807
+    # a set that identifies its item loses nothing: a verbatim statement keeps its full score
+    verbatim = rows["code-verbatim-abc346_a"]["text"]  # one of the four, with its samples
+    score, ev = _on(full_fp, verbatim, "abc346_a")
+    assert ev["items_sharing"] == 1 and score > 0.9
+
+
+def test_a_near_miss_asking_another_quantity_scores_below_the_paraphrase(full_fp, contam_dev_path):
+    """math-near_miss-04 is the tetrahedron of AIME 2024 I-14 (the same three numbers) asking for
+    its volume; the paraphrase asks for m + n + p as the item does. fingerprint/3 scored both
+    0.904; the answer-form token `q:m+n+p` now separates them."""
+    assert extract(r"Find $m+n+p$. Compute a + b.")["q:m+n+p"] == 1
+    assert "q:x+y" not in extract("x^2+y^2=25")  # powers are p: tokens, not sums of letters
+    rows = {r["uid"]: r for r in map(json.loads, contam_dev_path.open())}
+    near, _ = _on(full_fp, rows["math-near_miss-04"]["text"], "2024-I-14")
+    para, ev = _on(full_fp, rows["math-paraphrase-2024-I-14"]["text"], "2024-I-14")
+    assert "q:m+n+p" in ev["shared"]
+    assert near < 0.72 < 0.9 < para

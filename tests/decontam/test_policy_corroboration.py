@@ -26,7 +26,7 @@ NEGATIVES = {
     ("code_deepcoder_test_codeforces.jsonl", 159): "abc376_a",
     ("math_deepscaler_aime_1983_2023.jsonl", 892): "3793",
 }
-POSITIVES = ("math-paraphrase-2024-I-5", "code-story-abc364_e", "code-story-3334")
+POSITIVES = ("math-paraphrase-2024-I-5", "code-story-abc364_e", "math-paraphrase-2024-I-14")
 
 
 @pytest.fixture(scope="module")
@@ -63,13 +63,17 @@ def test_fingerprint_alone_no_longer_flags_real_negatives(decided):
     dec, best, _dev = decided
     pol = PolicyConfig.default()
     assert "fingerprint" in pol.evidence_only
+    alone = 0
     for (name, row), item in NEGATIVES.items():
         uid = f"{name}:{row}"
-        # the fingerprint still scores them high (the old policy's 0.832 flagged every one) ...
-        assert best[(uid, item, "fingerprint")] >= pol.thresholds["fingerprint"], uid
+        # the fingerprint still scores them high (fingerprint/3 and the old policy's 0.832
+        # flagged every one; fingerprint/4 discounts the constraint sets several items share) ...
+        assert best[(uid, item, "fingerprint")] >= 0.6, uid
+        alone += best[(uid, item, "fingerprint")] >= pol.thresholds["fingerprint"]
         # ... but the embedding does not see the item among the text's nearest (cosine < 0.5)
         assert best.get((uid, item, "embedding"), 0.0) < 0.5, uid
         assert not dec[uid]["contaminated"], dec[uid]["reasons"]
+    assert alone >= 4  # the fingerprint alone at the policy's threshold would flag these
 
 
 def test_stories_and_paraphrases_are_still_flagged_through_the_rule(decided):
