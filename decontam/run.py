@@ -1090,6 +1090,20 @@ class _Parts:
         os.replace(tmp, path)
 
 
+def _field_major(parts: list[pa.Table], text_fields: Sequence[str]) -> pa.Table:
+    """Text tables of consecutive batches in the order :func:`prepare_text_table` gives the
+    whole input: every row's first field, then every row's second... (a stable sort by field;
+    each batch is in that order on its own)."""
+    import numpy as np
+
+    if not parts:
+        return TEXT_TABLE_SCHEMA.empty_table()
+    t = pa.concat_tables(parts)
+    rank = {f: i for i, f in enumerate(text_fields)}
+    order = np.argsort([rank[f] for f in t["field"].to_pylist()], kind="stable")
+    return t.take(pa.array(order, pa.int64()))
+
+
 class _UidsNotUnique(Exception):
     """A streamed input without an id field whose ``uid`` column does not name every row once:
     its rows are named row-N, as :func:`sample_uids` names them (the run starts again)."""
@@ -1315,9 +1329,7 @@ def _run_streamed(
                 if match_parts
                 else empty_matches()
             )
-            texts_out = (
-                pa.concat_tables(text_parts) if text_parts else TEXT_TABLE_SCHEMA.empty_table()
-            )
+            texts_out = _field_major(text_parts, text_fields)
             _write_parquet(matches, out / "matches.parquet")
             _write_parquet(texts_out, out / "texts.parquet")
             items = _matched_items(matches, benchmarks.items)

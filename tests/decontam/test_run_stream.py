@@ -205,9 +205,13 @@ except SluiceError as e:
 # ------------------------------------------------------------------ every input streams (item 2)
 
 
-def _compare_runs(whole, streamed, *, same_root: bool = False, rescanned: bool = False) -> None:
-    """Same run files, counts and manifest (timings, paths and times apart; ``rescanned``:
-    the streamed run started again, so its texts came from the scan cache)."""
+def _compare_runs(
+    whole, streamed, *, same_root: bool = False, rescanned: bool = False, repeats: bool = False
+) -> None:
+    """Same run files, counts and manifest (timings, paths and times apart). ``rescanned``:
+    the streamed run started again, so its texts came from the scan cache; ``repeats``: the
+    input repeats a text in later batches, which a streamed run finds in the cache (the
+    whole-table run counts every copy of a new text as scanned)."""
     for name in RUN_PARQUET_FILES:
         a = pq.read_table(whole.out_dir / name)
         b = pq.read_table(streamed.out_dir / name)
@@ -218,7 +222,11 @@ def _compare_runs(whole, streamed, *, same_root: bool = False, rescanned: bool =
     mb = {k: v for k, v in streamed.manifest.items() if k not in drop}
     if rescanned:
         assert mb["counts"]["texts_cached"] == mb["counts"]["texts"]
+    if rescanned or repeats:
         for m in (ma, mb):
+            assert (
+                m["counts"]["texts_scanned"] + m["counts"]["texts_cached"] == m["counts"]["texts"]
+            )
             m["counts"] = {k: v for k, v in m["counts"].items() if not k.startswith("texts_")}
     assert ma == mb
     assert whole.manifest["outputs"] == streamed.manifest["outputs"]
@@ -272,15 +280,18 @@ def test_streamed_run_without_id_field_equals_whole_table_run(
             workers=workers,
         )  # fmt: skip
         return run_decontamination(
-            str(src), text_fields=["text"], config=cfg, out_dir=tmp_path / out,
+            str(src), text_fields=["text", "note"], config=cfg, out_dir=tmp_path / out,
             data_root=str(tmp_path / root), catalog=Catalog(tmp_path / root), publish_as="ragged",
         )  # fmt: skip
 
     whole = run("whole", "r1", stream_rows=0)
     _no_whole_reads(monkeypatch)
     streamed = run("streamed", "r2", stream_rows=400, workers=2 if uid == "duplicate" else 1)
-    assert whole.counts["rows"] == 1530 and whole.counts["contaminated"] == 30
-    _compare_runs(whole, streamed, rescanned=uid == "duplicate")
+    # "note" is a second text field that the last batch has no column for
+    assert whole.counts["rows"] == 1530 and whole.counts["texts"] == 1530 + 15
+    assert whole.counts["contaminated"] == 30
+    # "copied" (the note of 15 rows) is scanned in the first batch and found in the cache after
+    _compare_runs(whole, streamed, rescanned=uid == "duplicate", repeats=True)
     uids = pq.read_table(streamed.decisions_path)["sample_uid"].to_pylist()
     assert uids[:2] == (["ttrl-0", "math-0"] if uid == "unique" else ["row-1", "row-2"])
     assert streamed.clean_ref == whole.clean_ref and streamed.excluded_ref == whole.excluded_ref
@@ -381,3 +392,28 @@ def test_streamed_publish_that_fails_leaves_no_half_version(pools_dir, tmp_path,
     assert not (tmp_path / "o").exists()
     staging = list(root.rglob("staging/*"))
     assert staging == [], staging
+
+
+def test_streamed_catalog_input_errors_are_one_line_naming_the_version(pools_dir, tmp_path):
+    """A bad text field, or a text field that holds numbers, on a catalog input: one error
+    naming the version (and row), before a run directory or a version is written."""
+    import pyarrow as pa
+
+    from curation.catalog import Catalog
+    from curation.errors import ConfigError
+
+    cat = Catalog(tmp_path / "root")
+    texts = [json.loads(x)["prompt"] for x in open(pools_dir / "math_ttrl_aime24_as_train.jsonl")]
+    n = len(texts)
+    table = pa.table({"uid": [f"u{i}" for i in range(n)], "prompt": texts, "level": list(range(n))})
+    ref = cat.publish("aime", table).ref
+    cfg = DecontamConfig(benchmarks=["aime24"], detectors=["ngram"], stream_rows=8)
+    kw = dict(config=cfg, data_root=str(tmp_path / "root"), catalog=cat)
+    with pytest.raises(ConfigError, match=f"'problem' is not a column of {ref}") as e:
+        run_decontamination(ref, text_fields=["problem"], out_dir=tmp_path / "o1", **kw)
+    assert "prompt" in (e.value.hint or "")
+    with pytest.raises(InputError, match="expected text") as e:
+        run_decontamination(ref, text_fields=["prompt", "level"], out_dir=tmp_path / "o2", **kw)
+    assert (e.value.file, e.value.row, e.value.field) == (ref, 1, "level")
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+    assert cat.datasets() == ["aime"]
