@@ -81,7 +81,7 @@ def run(
     workers: int | None = typer.Option(
         None,
         "--workers",
-        help="scan processes for a streamed file input (default: one per core for inputs of "
+        help="scan processes for the input's batches (default: one per core for inputs of "
         ">= 4 batches of 50k rows; 1 = none)",
     ),
     root: str | None = typer.Option(
