@@ -81,3 +81,9 @@ def test_stories_and_paraphrases_are_still_flagged_through_the_rule(decided):
     for uid in POSITIVES:
         item = dev[uid]["benchmark_item"]
         assert any(r.startswith("rule:") and f"/{item} " in r for r in dec[uid]["reasons"]), uid
+
+
+def test_the_rule_holds_the_fingerprints_policy_threshold():
+    """One home for a threshold: the rule-only detector's policy threshold is its rule's."""
+    pol = PolicyConfig.default()
+    assert pol.rules == [{"fingerprint": pol.thresholds["fingerprint"], "embedding": 0.5}]
