@@ -325,6 +325,9 @@ class OnnxTransformer:
                 self._quantize(base / "model.onnx", path)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = torch.get_num_threads()
+        # no busy-waiting between ops: on a machine shared with scan workers or other jobs,
+        # spinning threads steal the cores the next op needs
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.log_severity_level = 3
         self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
