@@ -568,7 +568,8 @@ def cached_scan(
     """:func:`scan` through the per-text cache: only texts never scanned under the same
     definition are scored. Returns (matches, {"texts", "texts_scanned", "texts_cached"}).
     ``cache``: the :class:`~decontam.scan_cache.ScanCache` to use (a streamed run passes one
-    for all its batches, so the known texts are read once)."""
+    for all its batches, so the known texts are read once; what its batches scan is not added
+    to them, so memory stays flat and the counts are the whole input's)."""
     import time
 
     from decontam.scan_cache import CACHED_MATCH_SCHEMA, ScanCache, cache_key, text_hash
@@ -585,6 +586,7 @@ def cached_scan(
         m = scan(texts, detectors, batch_size=batch_size, on_batch=on_batch, timings=per_det)
         n = texts.num_rows
         return m, {"texts": n, "texts_scanned": n, "texts_cached": 0, "timings": timings()}
+    streamed = cache is not None  # one cache for all batches: known texts are those of before
     if cache is None:
         cache = ScanCache(root, cache_key(_scan_key(detectors, benchmarks)))
     known = cache.known()
@@ -604,7 +606,9 @@ def cached_scan(
         fresh_c = fresh.rename_columns(
             ["text_hash" if c == "sample_uid" else c for c in fresh.column_names]
         )
-        cache.add([hashes[i] for i in todo_idx], fresh_c.drop_columns(["field"]))
+        cache.add(
+            [hashes[i] for i in todo_idx], fresh_c.drop_columns(["field"]), remember=not streamed
+        )
     if on_batch and len(texts) - len(todo_idx):
         on_batch(len(texts) - len(todo_idx))
     # texts scanned just now: their matches are at hand; only the others are read back

@@ -79,8 +79,12 @@ class ScanCache:
             return CACHED_MATCH_SCHEMA.empty_table()
         return pa.concat_tables([p.cast(CACHED_MATCH_SCHEMA) for p in parts])
 
-    def add(self, scanned_hashes: list[str], matches: pa.Table) -> None:
-        """Record that ``scanned_hashes`` were scanned and produced ``matches`` (with text_hash)."""
+    def add(self, scanned_hashes: list[str], matches: pa.Table, *, remember: bool = True) -> None:
+        """Record that ``scanned_hashes`` were scanned and produced ``matches`` (with text_hash).
+        ``remember=False``: :meth:`known` stays what it was (a streamed run: its known set does
+        not grow with the pool, and a text it meets again in a later batch is scanned and
+        counted again, as one call over the whole input counts it; the cache serves the first
+        part that holds a text)."""
         if not scanned_hashes:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -93,5 +97,5 @@ class ScanCache:
             pa.table({"text_hash": pa.array(sorted(set(scanned_hashes)), pa.string())}), t_tmp
         )
         os.replace(t_tmp, self.dir / f"{part}.texts.parquet")  # commit point
-        if self._known is not None:
+        if remember and self._known is not None:
             self._known.update(scanned_hashes)
