@@ -1122,13 +1122,14 @@ class _Source:
     rows: int | None  # rows in all when known (progress)
     approx_rows: int  # rows in all, or an estimate (how many scan workers pay off)
     tables: Any  # iterator of (table, 1-based row numbers)
+    json_rows: bool = False  # JSON rows: each batch's columns are the keys of its own rows
 
 
 def _open_source(input: str, *, catalog, batch_rows: int) -> _Source:
     """A file input is read through :func:`curation.readers.iter_tables`; a catalog version
     through :meth:`~curation.catalog.Catalog.scan`, whose file is checked against its recorded
     hash here (before detectors are fitted or anything is scanned)."""
-    from curation.readers import iter_tables
+    from curation.readers import iter_tables, kind_of
 
     kind, where = _resolve_input(input, catalog)
     if kind == "file":
@@ -1137,7 +1138,8 @@ def _open_source(input: str, *, catalog, batch_rows: int) -> _Source:
         inp = InputData(pa.table({}), None, src, _file_stem(path.name), None, _file_hash(path))
         rows = _count_rows(path)
         approx = rows if rows is not None else path.stat().st_size // 300  # ~300 bytes a row
-        return _Source(inp, src, rows, approx, iter_tables(path, batch_size=batch_rows))
+        tables = iter_tables(path, batch_size=batch_rows)
+        return _Source(inp, src, rows, approx, tables, json_rows=kind_of(path) != "parquet")
     cat, v = where
     batches = cat.scan(v.ref, batch_size=batch_rows)
     first = next(batches, None)  # the hash check runs before the first batch
@@ -1154,6 +1156,64 @@ def _open_source(input: str, *, catalog, batch_rows: int) -> _Source:
         pa.table({}), v.ref, None, v.name, v.version, v.content_hash, ingest_accounting(cat, v.ref)
     )
     return _Source(inp, v.ref, v.num_rows, v.num_rows, tables())
+
+
+class _Prepared:
+    """The batches of a streamed input, read and checked in this process (errors name file
+    and row here) with their texts and sample ids: ``(table, rows, texts, uids)``.
+
+    Without an id field, the rows are named by the ``uid`` column while it names every row
+    once (``by_uid``; a batch that shows otherwise raises :class:`_UidsNotUnique`), else, or
+    with ``row_ids``, row-N over the whole input: :func:`sample_uids`'s rule."""
+
+    def __init__(self, src: _Source, text_fields, id_field, row_ids: bool, timings) -> None:
+        self.src, self.text_fields, self.id_field = src, text_fields, id_field
+        self.timings = timings
+        self.by_uid = id_field is None and not row_ids
+
+    def __iter__(self):
+        import time
+
+        src, text_fields, id_field = self.src, self.text_fields, self.id_field
+        source = src.label
+        t_read, offset = time.perf_counter(), 0
+        for tbl, rows in src.tables:
+            self.timings["read_s"] = self.timings.get("read_s", 0.0) + time.perf_counter() - t_read
+            scan_tbl = tbl
+            # a JSON batch has the keys of its own rows: a field missing from the first batch,
+            # or an id field from any, is refused naming those rows (a fixed schema is checked
+            # as a whole input is); a later batch without a text field has no text there
+            cols = tbl.column_names
+            gone = [f for f in (id_field, *text_fields) if f and f not in cols]
+            if offset:
+                gone = [f for f in gone if f == id_field]
+                for f in text_fields:
+                    if f not in cols:
+                        scan_tbl = scan_tbl.append_column(f, pa.nulls(len(tbl), pa.string()))
+            if gone and src.json_rows:
+                what = "--id-field" if gone[0] == id_field else "text field"
+                raise ConfigError(
+                    f"{what} {gone[0]!r} is not a column of {source} (rows {rows[0]}-"
+                    f"{rows[-1]} have none)",
+                    hint=did_you_mean(gone[0], cols),
+                )
+            if id_field is not None:
+                uids = sample_uids(tbl, id_field, source=source, row_numbers=rows)
+            else:
+                if offset == 0 and "uid" not in cols:
+                    self.by_uid = False
+                if self.by_uid:
+                    if "uid" not in cols or pc.count_distinct(tbl["uid"]).as_py() != len(tbl):
+                        raise _UidsNotUnique
+                    uids = pc.cast(tbl["uid"], pa.string()).combine_chunks()
+                else:
+                    uids = pa.array([f"row-{offset + i}" for i in range(1, len(tbl) + 1)])
+            texts = prepare_text_table(
+                scan_tbl, text_fields, id_field, source=source, row_numbers=rows, uids=uids
+            )
+            offset += len(tbl)
+            yield tbl, rows, texts, uids
+            t_read = time.perf_counter()
 
 
 def _run_streamed(
@@ -1190,7 +1250,6 @@ def _run_streamed(
     ``row_ids``), else row-N over the whole input."""
     import contextlib
     import shutil
-    import time
 
     import polars as pl
 
@@ -1221,48 +1280,7 @@ def _run_streamed(
             per_bench: dict[str, int] = {}
             stats: dict[str, Any] = {"texts": 0, "texts_scanned": 0, "texts_cached": 0}
             timings = _merge_timings(None, {"fit_s": fit_s})
-            by_uid = id_field is None and not row_ids
-
-            def prepared():  # read and check in this process: errors name file and row here
-                nonlocal by_uid
-                t_read, offset = time.perf_counter(), 0
-                for tbl, rows in src.tables:
-                    timings["read_s"] = timings.get("read_s", 0.0) + time.perf_counter() - t_read
-                    scan_tbl = tbl
-                    if offset:  # the first batch is checked as a whole input would be
-                        if id_field is not None and id_field not in tbl.column_names:
-                            raise ConfigError(
-                                f"--id-field {id_field!r} is not a column of {source} (rows "
-                                f"{rows[0]}-{rows[-1]} have none)",
-                                hint=did_you_mean(id_field, tbl.column_names),
-                            )
-                        for f in text_fields:  # a JSON batch without the field: no such text
-                            if f not in scan_tbl.column_names:
-                                scan_tbl = scan_tbl.append_column(
-                                    f, pa.nulls(tbl.num_rows, pa.string())
-                                )
-                    if id_field is not None:
-                        uids = sample_uids(tbl, id_field, source=source, row_numbers=rows)
-                    else:
-                        if offset == 0 and "uid" not in tbl.column_names:
-                            by_uid = False
-                        if by_uid:
-                            if (
-                                "uid" not in tbl.column_names
-                                or pc.count_distinct(tbl["uid"]).as_py() != tbl.num_rows
-                            ):
-                                raise _UidsNotUnique
-                            uids = pc.cast(tbl["uid"], pa.string()).combine_chunks()
-                        else:
-                            n = tbl.num_rows
-                            uids = pa.array([f"row-{offset + i}" for i in range(1, n + 1)])
-                    texts = prepare_text_table(
-                        scan_tbl, text_fields, id_field, source=source, row_numbers=rows,
-                        uids=uids,
-                    )  # fmt: skip
-                    offset += tbl.num_rows
-                    yield tbl, rows, texts, uids
-                    t_read = time.perf_counter()
+            prepared = _Prepared(src, text_fields, id_field, row_ids, timings)
 
             def scan_here(texts: pa.Table):
                 return cached_scan(
@@ -1272,9 +1290,9 @@ def _run_streamed(
 
             n_workers = _stream_workers(config, src.approx_rows)
             batches = (
-                _scanned_in_workers(prepared(), n_workers, worker_args)
+                _scanned_in_workers(iter(prepared), n_workers, worker_args)
                 if n_workers > 1
-                else ((*b, *scan_here(b[2])) for b in prepared())
+                else ((*b, *scan_here(b[2])) for b in prepared)
             )
             stack.callback(batches.close)  # a failed run stops its scan workers
             timings["workers"] = max(n_workers, 1)
@@ -1300,7 +1318,7 @@ def _run_streamed(
                     text_parts.append(
                         texts.filter(pc.is_in(texts["sample_uid"], value_set=matched))
                     )
-                if id_field is not None or by_uid:
+                if id_field is not None or prepared.by_uid:
                     id_parts.append(uids)
                     row_parts.append(pa.array(rows, pa.int64()))
                 n_rows += tbl.num_rows

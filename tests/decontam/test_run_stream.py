@@ -419,3 +419,20 @@ def test_streamed_catalog_input_errors_are_one_line_naming_the_version(pools_dir
     assert (e.value.file, e.value.row, e.value.field) == (ref, 1, "level")
     assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
     assert cat.datasets() == ["aime"]
+
+
+def test_a_json_field_missing_from_the_first_batch_names_those_rows(pools_dir, tmp_path):
+    """JSON rows have the keys of their own rows: a text field no row of the first batch has
+    is refused naming those rows, before anything is written."""
+    from curation.errors import ConfigError
+
+    src = _pool(pools_dir, tmp_path / "pool.jsonl")
+    with pytest.raises(ConfigError, match=r"text field 'txt' is not a column of .*pool\.jsonl "
+                       r"\(rows 1-400 have none\)") as e:  # fmt: skip
+        run_decontamination(
+            str(src), text_fields=["txt"], config=DecontamConfig(benchmarks=["aime24"],
+            detectors=["ngram"], stream_rows=400), out_dir=tmp_path / "o",
+            data_root=str(tmp_path / "r"), publish=False,
+        )  # fmt: skip
+    assert "text" in (e.value.hint or "")
+    assert not (tmp_path / "o").exists()
