@@ -1074,6 +1074,19 @@ class _Parts:
             for rb in pq.ParquetFile(path).iter_batches(batch_size=65_536):
                 yield _conform_rows(pa.Table.from_batches([rb]), schema, as_json)
 
+    def take(self, columns: list[str], positions) -> pa.Table:
+        """``columns`` of the rows at ``positions`` (ascending) of what was added."""
+
+        self._close()
+        out, pos = [], 0
+        for path in self.files:
+            for rb in pq.ParquetFile(path).iter_batches(batch_size=65_536, columns=columns):
+                sel = positions[(positions >= pos) & (positions < pos + rb.num_rows)] - pos
+                if len(sel):
+                    out.append(pa.Table.from_batches([rb]).take(pa.array(sel, pa.int64())))
+                pos += rb.num_rows
+        return pa.concat_tables(out) if out else pa.table({c: [] for c in columns})
+
     def batches(self, schema: pa.Schema, as_json: frozenset[str] = frozenset()):
         for t in self.tables(schema, as_json):
             yield from t.to_batches()
@@ -1106,6 +1119,31 @@ def _field_major(parts: list[pa.Table], text_fields: Sequence[str]) -> pa.Table:
     rank = {f: i for i, f in enumerate(text_fields)}
     order = np.argsort([rank[f] for f in t["field"].to_pylist()], kind="stable")
     return t.take(pa.array(order, pa.int64()))
+
+
+def _first_duplicate(hashes: list, decisions: _Parts, *, file_rows: bool):
+    """``(id, its first row, the row that repeats it)`` for the first row whose id an earlier
+    row has (as :func:`sample_uids` reports it), else None. A streamed run keeps each id as a
+    64-bit hash; only rows whose hash repeats are looked up in the decisions written so far,
+    so a hash collision is not taken for a duplicate. Rows: the file's row (``source_row``)
+    for a file, the row number for a catalog version."""
+    import numpy as np
+
+    if not hashes:
+        return None
+    allh = np.concatenate(hashes)
+    vals, counts = np.unique(allh, return_counts=True)
+    if len(vals) == len(allh):
+        return None
+    where = np.flatnonzero(np.isin(allh, vals[counts > 1]))
+    t = decisions.take(["sample_uid", "source_row"], where)
+    rows = t["source_row"].to_pylist() if file_rows else [int(i) + 1 for i in where]
+    seen: dict[str, int] = {}
+    for v, row in zip(t["sample_uid"].to_pylist(), rows, strict=True):
+        if v in seen:
+            return v, seen[v], row
+        seen[v] = row
+    return None
 
 
 class _UidsNotUnique(Exception):
@@ -1275,7 +1313,7 @@ def _run_streamed(
             decisions_p, excluded_p = _Parts(scratch / "decisions"), _Parts(scratch / "excluded")
             clean_p = _Parts(scratch / "clean") if publish_name else None
             columns = _Columns()
-            match_parts, text_parts, id_parts, row_parts = [], [], [], []
+            match_parts, text_parts, id_hashes = [], [], []
             n_rows = n_texts = n_contam = 0
             per_bench: dict[str, int] = {}
             stats: dict[str, Any] = {"texts": 0, "texts_scanned": 0, "texts_cached": 0}
@@ -1318,9 +1356,8 @@ def _run_streamed(
                     text_parts.append(
                         texts.filter(pc.is_in(texts["sample_uid"], value_set=matched))
                     )
-                if id_field is not None or prepared.by_uid:
-                    id_parts.append(uids)
-                    row_parts.append(pa.array(rows, pa.int64()))
+                if id_field is not None or prepared.by_uid:  # 8 bytes a row, for the check
+                    id_hashes.append(pl.Series(uids).hash(seed=0).to_numpy())
                 n_rows += tbl.num_rows
                 n_texts += texts.num_rows
                 n_contam += excl.num_rows
@@ -1328,18 +1365,13 @@ def _run_streamed(
                     on_rows(tbl.num_rows)
             if not n_rows:
                 raise InputError("the input has no rows", file=source)
-            if id_parts:
-                ids = pl.Series(pa.chunked_array(id_parts, pa.string()))
-                if ids.n_unique() != len(ids):  # across batches (one batch checks its own)
-                    if id_field is None:
-                        raise _UidsNotUnique
-                    dup = ids.is_duplicated().arg_true()
-                    row_of = pa.chunked_array(row_parts).to_numpy()
-                    v = ids[int(dup[0])]
-                    first, second = (int(row_of[i]) for i in dup.filter(ids.gather(dup) == v)[:2])
-                    raise _duplicate_id(v, first, second, source, id_field)
-                del ids
-            del id_parts, row_parts
+            # an id in two batches (one batch checks its own)
+            dup = _first_duplicate(id_hashes, decisions_p, file_rows=inp.path is not None)
+            if dup is not None:
+                if id_field is None:
+                    raise _UidsNotUnique
+                raise _duplicate_id(*dup, source, id_field)
+            del id_hashes
             schema, as_json = columns.union()
             dec_schema, _ = _Columns(decisions_p.schemas).union()
             sluice_cols = [f for f in excluded_p.schemas[0] if f.name.startswith("sluice_")]

@@ -436,3 +436,28 @@ def test_a_json_field_missing_from_the_first_batch_names_those_rows(pools_dir, t
         )  # fmt: skip
     assert "text" in (e.value.hint or "")
     assert not (tmp_path / "o").exists()
+
+
+def test_a_duplicate_id_across_batches_is_reported_as_the_whole_table_run_reports_it(
+    pools_dir, tmp_path
+):
+    """Row 500 repeats row 10's id and row 900 row 5's: both runs name row 500 (the first row
+    whose id an earlier row has), though the streamed run keeps only a hash per id."""
+    rows = [
+        json.loads(x)
+        for x in _pool(pools_dir, tmp_path / "pool.jsonl").read_text().split("\n")
+        if x
+    ]
+    rows[499]["uid"], rows[899]["uid"] = rows[9]["uid"], rows[4]["uid"]
+    src = tmp_path / "dup.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    errors = []
+    for stream_rows in (0, 400):
+        with pytest.raises(InputError) as e:
+            _run(src, tmp_path / f"o{stream_rows}", tmp_path / "r", stream_rows, ("ngram",))
+        errors.append((str(e.value), e.value.row))
+        assert not (tmp_path / f"o{stream_rows}").exists()
+    assert errors[0] == errors[1]
+    assert (
+        errors[1][1] == 500 and f"duplicate id '{rows[9]['uid']}' (first at row 10)" in errors[1][0]
+    )
