@@ -1,4 +1,5 @@
-"""GPU check: what the LLM judge adds on rewordings (issue 17 item 4), measured on the dev set.
+"""GPU check: what the LLM judge adds on rewordings (issue 17 item 4), measured on the dev set
+(the server start and the wait are shared with ``scripts/gpu_rollouts.py``).
 
     # vLLM lives in its own environment (see README "GPU"); the model must be cached locally
     .venv/bin/python scripts/gpu_judge_eval.py --vllm /opt/vllm/bin/vllm \
@@ -21,7 +22,6 @@ look-alike FPR.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import subprocess
@@ -33,51 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "scripts"))
 REWORDINGS = ("edit", "paraphrase", "story", "translation")
-
-
-def _wait(url: str, timeout: float) -> None:
-    import httpx
-
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        try:
-            if httpx.get(url + "/models", timeout=5).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(2)
-    raise SystemExit(f"server at {url} did not come up in {timeout:.0f}s")
-
-
-@contextlib.contextmanager
-def serving(a):
-    """A stand-in (``--self-check``), a running server (``--server-url``), or ``vllm serve
-    MODEL`` started here and stopped after. Yields its base URL."""
-    server = stand_in = None
-    try:
-        if a.self_check:
-            from generation_helpers import StandInServer
-
-            def never_same(text, body):
-                return json.dumps({"same": False, "reason": "stand-in"})
-
-            stand_in = StandInServer(never_same).__enter__()
-            url = stand_in.url
-        elif a.server_url:
-            url = a.server_url
-        else:
-            url = f"http://127.0.0.1:{a.port}/v1"
-            cmd = [a.vllm, "serve", a.model, "--port", str(a.port), "--disable-log-requests"]
-            server = subprocess.Popen(cmd)
-            _wait(url, 900)
-        yield url
-    finally:
-        if server is not None:
-            server.terminate()
-            server.wait(timeout=60)
-        if stand_in is not None:
-            stand_in.__exit__(None, None, None)
 
 
 def evaluate(labels: Path, out: Path, extra: list[str]) -> tuple[dict, float]:
@@ -99,6 +56,8 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="keep both evaluations in this folder")
     ap.add_argument("--self-check", action="store_true", help="stand-in server, no vLLM (CPU)")
     a = ap.parse_args()
+    from gpu_rollouts import serving
+
     from curation.settings import shared_dir
 
     labels = Path(a.labels) if a.labels else None
@@ -114,7 +73,11 @@ def main() -> None:
         labels = out / f"labels-first-{a.limit}.jsonl"
         labels.write_text("\n".join(lines) + "\n", encoding="utf-8")
     base, base_s = evaluate(labels, out / "no-judge", [])
-    with serving(a) as url:
+
+    def never_same(text, body):  # the stand-in's verdict (--self-check): wiring only
+        return json.dumps({"same": False, "reason": "stand-in"})
+
+    with serving(a, never_same) as url:
         judged, judged_s = evaluate(
             labels, out / "judge", ["--judge-base-url", url, "--judge-model", a.model]
         )

@@ -97,15 +97,17 @@ def ignore_eos_backend(url: str, model: str, conc: int):
 
 
 @contextlib.contextmanager
-def serving(a):
-    """The server to measure: a stand-in (``--self-check``), a running one (``--server-url``),
-    or ``vllm serve MODEL`` started here and stopped after. Yields its base URL."""
+def serving(a, responder=None):
+    """The server to measure: a stand-in (``--self-check``; ``responder(text, body)`` makes its
+    replies, default: the stand-in's own), a running one (``--server-url``), or ``vllm serve
+    MODEL`` started here and stopped after. Yields its base URL. Shared by the GPU scripts."""
     server = stand_in = None
     try:
         if a.self_check:
             from generation_helpers import StandInServer
 
-            stand_in = StandInServer(latency_s=0.01).__enter__()
+            kw = {"responder": responder} if responder else {}
+            stand_in = StandInServer(latency_s=0.01, **kw).__enter__()
             url = stand_in.url
         elif a.server_url:
             url = a.server_url
