@@ -14,6 +14,7 @@ DETECTORS: dict[str, str] = {
     "embedding": "decontam.embedding:EmbeddingDetector",
     "fuzzy": "decontam.fuzzy:FuzzyDetector",
     "fingerprint": "decontam.fingerprint:FingerprintDetector",
+    "signature": "decontam.signature:SignatureDetector",
     "judge": "decontam.judge:JudgeDetector",
 }
 
@@ -27,6 +28,7 @@ DEFAULT_DETECTORS: tuple[str, ...] = (
     "embedding",
     "fuzzy",
     "fingerprint",
+    "signature",
 )
 
 

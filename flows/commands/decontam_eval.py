@@ -16,10 +16,11 @@ def register(decontam_app: typer.Typer) -> None:
         out: Path = typer.Option(
             ..., "--out", help="folder for evaluation.json/.md, sweeps, scores"
         ),
-        detectors: str = typer.Option(
-            "ngram,minhash,problem_id,embedding,fuzzy,fingerprint",
+        detectors: str | None = typer.Option(
+            None,
             "--detectors",
-            help="comma-separated detectors (missing ones are skipped with a note)",
+            help="comma-separated detectors (default: the default set of `sluice decontam "
+            "detectors`; missing ones are skipped with a note)",
         ),
         benchmarks: str = typer.Option(
             "aime24,aime25,lcb_v5,lcb_v6", "--benchmarks", help="comma-separated benchmarks"
@@ -69,7 +70,11 @@ def register(decontam_app: typer.Typer) -> None:
         from decontam.policy import PolicyConfig
 
         console = Console(stderr=True)
-        names = [d.strip() for d in detectors.split(",") if d.strip()]
+        names = (
+            [d.strip() for d in detectors.split(",") if d.strip()]
+            if detectors
+            else EvalConfig().detectors
+        )
         det_cfgs = {}
         if judge_base_url or judge_model:
             if "judge" not in names:
@@ -105,9 +110,15 @@ def register(decontam_app: typer.Typer) -> None:
         for n in result["notes"]:
             typer.echo(f"note: {n}")
         if "calibration" in result:
+            cal = result["calibration"]
+            rules = [
+                " & ".join(f"{d}>={v}" for d, v in sorted(rule.items())) for rule in cal["rules"]
+            ]
             typer.echo(
                 "calibrated thresholds: "
-                + ", ".join(f"{k}={v}" for k, v in result["calibration"]["thresholds"].items())
+                + ", ".join(f"{k}={v}" for k, v in cal["thresholds"].items())
+                + "".join(f"; rule {r}" for r in rules)
+                + (f" (only through a rule: {', '.join(cal['evidence_only'])})" if rules else "")
             )
         if "cross_validation" in result:
             cv = result["cross_validation"]

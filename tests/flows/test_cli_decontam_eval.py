@@ -1,0 +1,30 @@
+"""`sluice decontam evaluate` names the calibrated policy's rules beside its thresholds: a
+rule-only detector's threshold means nothing without its rule (fingerprint decides only with
+the embedding's agreement)."""
+
+from __future__ import annotations
+
+import json
+
+
+def test_calibration_summary_names_the_rules(tmp_path, contam_dev_path, data_root):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    rows = [json.loads(line) for line in contam_dev_path.open() if line.strip()]
+    rows = [r for r in rows if r["domain"] == "math"][::8]
+    labels = tmp_path / "math.jsonl"
+    labels.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = CliRunner().invoke(
+        app,
+        ["decontam", "evaluate", "--labels", str(labels), "--out", str(tmp_path / "out"),
+         "--detectors", "fingerprint,embedding", "--benchmarks", "aime24,aime25",
+         "--calibrate"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("calibrated thresholds: "))
+    cal = json.loads((tmp_path / "out" / "evaluation.json").read_text())["calibration"]
+    (rule,) = cal["rules"]
+    assert f"; rule embedding>=0.5 & fingerprint>={rule['fingerprint']}" in line
+    assert line.endswith("(only through a rule: fingerprint)")
