@@ -26,6 +26,8 @@ bench:
 	$(BIN)/python tests/benchmarks/bench_embedding.py
 	$(BIN)/python tests/benchmarks/bench_decontam_memory.py
 	$(BIN)/python tests/benchmarks/bench_decontam_e2e.py
+	$(BIN)/python tests/benchmarks/bench_decontam_catalog_memory.py
+	$(BIN)/python tests/benchmarks/bench_default_set.py
 	$(BIN)/python tests/benchmarks/bench_rerun.py
 	$(BIN)/python tests/benchmarks/bench_grpo_hooks.py
 	$(BIN)/python tests/benchmarks/bench_rollouts.py
