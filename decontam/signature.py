@@ -17,8 +17,9 @@ docs/detectors.md, "signature").
 The signature of a ``def`` line is its function name and its parameter *names* in order
 (``self`` dropped; annotations and defaults ignored, so ``nums: List[int]`` and ``nums`` are
 the same), e.g. ``colorTheArray(n,queries)``. A (text, item) pair scores 1.0 when a signature of
-the text equals one of the item's. Written by hand: a regular expression and a bracket-depth
-split; parsing the text as Python would fail on prompts, which are not Python.
+the text equals one of the item's; the evidence is the ``def`` line and where it is. Written by
+hand: a regular expression and a bracket-depth split; parsing the text as Python would fail on
+prompts, which are not Python.
 """
 
 from __future__ import annotations
@@ -180,17 +181,13 @@ class SignatureDetector(Detector):
                             "detector_version": self.version,
                             "score": 1.0,
                             "threshold": cfg.threshold,
-                            "spans": [
-                                {
-                                    "sample_start": m.start(),
-                                    "sample_end": m.end(),
-                                    "bench_start": None,
-                                    "bench_end": None,
-                                }
-                            ],
+                            # no spans, as for the fingerprint: a report highlights the text
+                            # detectors' overlaps, and the item's side (its starter code) is
+                            # not in the item's text; where the line is goes into details
                             "overlap_text": m.group(0),
                             "details": {
                                 "signature": sig,
+                                "at": [m.start(), m.end()],  # the def line in the training text
                                 # benchmark items with this signature (1: it names one item)
                                 "items_sharing": self._holders[sig],
                             },

@@ -66,9 +66,10 @@ def test_a_reworded_lcb_row_shares_its_items_signature(pools_dir, detector):
     assert {x["benchmark"] for x in rows} == {"lcb_v5", "lcb_v6"}  # both versions named
     x = rows[0]
     assert x["score"] == 1.0 and x["detector_version"] == "signature/1"
-    assert json.loads(x["details"]) == {"signature": "colorTheArray(n,queries)", "items_sharing": 1}
-    s = x["spans"][0]
-    assert r["query"][s["sample_start"] : s["sample_end"]] == x["overlap_text"]
+    details = json.loads(x["details"])
+    assert details["signature"] == "colorTheArray(n,queries)" and details["items_sharing"] == 1
+    start, end = details["at"]
+    assert r["query"][start:end] == x["overlap_text"] and x["spans"] is None
     assert x["overlap_text"].startswith("def colorTheArray(self, n: int")
 
 
