@@ -24,6 +24,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -757,9 +758,23 @@ def _batch_decisions(
 
 
 def _count_benchmarks(per_bench: dict[str, int], excluded: pa.Table) -> None:
-    for bl in excluded["sluice_benchmarks"].to_pylist():
+    """Excluded rows per benchmark, and under ``rule:<detectors>`` keys the rows a policy rule
+    flagged (``rule:embedding+signature``): a row decided only by a rule is named by no
+    detector's count, and a summary must still say what excluded it."""
+    for bl, reasons in zip(
+        excluded["sluice_benchmarks"].to_pylist(),
+        excluded["sluice_reasons"].to_pylist(),
+        strict=True,
+    ):
         for b in bl:
             per_bench[b] = per_bench.get(b, 0) + 1
+        rules = {
+            "rule:" + "+".join(sorted(re.findall(r"(\w+)=[\d.]+>=", r)))
+            for r in reasons or []
+            if r.startswith("rule:")
+        }
+        for r in rules:
+            per_bench[r] = per_bench.get(r, 0) + 1
 
 
 def _publish_name(inp: InputData, publish: bool, publish_as: str | None) -> str | None:
@@ -844,8 +859,11 @@ def _finish_run(
         "matches": matches.num_rows,
         "contaminated": n_contam,
         "clean": n_rows - n_contam,
-        "flagged_by_benchmark": per_bench,
+        "flagged_by_benchmark": {b: n for b, n in per_bench.items() if not b.startswith("rule:")},
         "flagged_by_detector": per_det,
+        "flagged_by_rule": {
+            b.removeprefix("rule:"): n for b, n in per_bench.items() if b.startswith("rule:")
+        },
         **(scan_stats or {}),
     }
     manifest = {

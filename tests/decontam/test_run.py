@@ -291,3 +291,26 @@ def test_catalog_input_whose_file_changed_is_refused_before_the_scan(pools_dir, 
     assert "Traceback" not in r.stderr and v.ref in r.stderr and "recorded hash" in r.stderr
     assert not out.exists() or not any(out.iterdir())
     assert cat.datasets() == ["aime_pool"]  # nothing published with lineage to it
+
+
+def test_rows_decided_only_by_a_policy_rule_are_counted_under_that_rule(pools_dir, tmp_path):
+    """A row excluded by a rule alone is named by no detector's count: the run says which rule
+    excluded it (``flagged_by_rule``), and the benchmark counts do not take the rule as one."""
+    from decontam.policy import PolicyConfig
+
+    src = _head(pools_dir / "math_ttrl_aime24_as_train.jsonl", tmp_path / "five.jsonl", 5)
+    policy = PolicyConfig(
+        evidence_only=["ngram", "minhash"], rules=[{"ngram": 0.5, "minhash": 0.5}]
+    )
+    cfg = DecontamConfig(benchmarks=["aime24"], detectors=["ngram", "minhash"], policy=policy)
+    res = run_decontamination(
+        str(src), text_fields=["prompt"], id_field="id", config=cfg,
+        data_root=str(tmp_path / "root"), out_dir=tmp_path / "run", publish=False,
+    )  # fmt: skip
+    c = res.counts
+    assert c["contaminated"] == 5
+    assert c["flagged_by_detector"] == {"minhash": 0, "ngram": 0}
+    assert c["flagged_by_rule"] == {"minhash+ngram": 5}
+    assert c["flagged_by_benchmark"] == {"aime24": 5}
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["counts"]["flagged_by_rule"] == {"minhash+ngram": 5}
