@@ -260,7 +260,7 @@ def _summary(run: RunData, pairs: dict[tuple[str, str, str], Pair]) -> dict[str,
             by_bench[b] += 1
         for f in r.get("flagged_fields") or sorted(match_fields.get(r["sample_uid"], ())):
             by_field[f] += 1
-        kinds = Counter(((r2.split(":", 1)[0]) if ":" in r2 else r2) for r2 in r["reasons"] or ())
+        kinds = Counter(_reason_kind(r2) for r2 in r["reasons"] or ())
         for k, c in kinds.items():
             reason_samples[k] += 1
             reason_count[k] += c
@@ -275,11 +275,14 @@ def _summary(run: RunData, pairs: dict[tuple[str, str, str], Pair]) -> dict[str,
         {d.get("name") for d in run.manifest.get("detectors") or []} | set(det_samples)
     )
     by_detector = []
+    evidence_only = set(run.evidence_only())
     for d in detectors:
         s = det_samples.get(d, set())
         by_detector.append(
             {
                 "detector": d,
+                # decides only inside a policy rule: its rows over threshold are evidence
+                "evidence_only": d in evidence_only,
                 "samples_over_threshold": len(s),
                 "of_which_removed": len(s & flagged),
                 "only_this_detector": sum(1 for u in s if sample_dets[u] == {d}),
@@ -333,6 +336,19 @@ def _summary(run: RunData, pairs: dict[tuple[str, str, str], Pair]) -> dict[str,
             for k in sorted(reason_samples)
         ],
     }
+
+
+_RULE_TERM = re.compile(r"(\w+)=[\d.]+>=")
+
+
+def _reason_kind(reason: str) -> str:
+    """What a decision reason is, for the summary: its detector, or the rule with the
+    detectors it joins (``rule: embedding + signature``), so rules are told apart."""
+    kind = reason.split(":", 1)[0] if ":" in reason else reason
+    if kind == "rule":
+        terms = sorted(_RULE_TERM.findall(reason))
+        return "rule: " + " + ".join(terms) if terms else kind
+    return kind
 
 
 _RELEASE = re.compile(r"_v\d+$")

@@ -160,7 +160,7 @@ def run(
     for d, n in sorted(c["flagged_by_detector"].items()):
         t.add_row(f"  flagged by {d}", str(n))
     for r, n in sorted((c.get("flagged_by_rule") or {}).items()):
-        t.add_row(f"  flagged by rule {r.replace('+', ' & ')}", str(n))
+        t.add_row(f"  flagged by rule {r.replace('+', ' + ')}", str(n))
     timings = result.manifest.get("timings") or {}
     for d, tm in sorted((timings.get("detectors") or {}).items()):
         rate = f", {tm['texts_per_s']:,.0f} texts/s" if tm.get("texts_per_s") else ""

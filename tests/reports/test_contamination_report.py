@@ -468,3 +468,31 @@ def test_cli_error_is_one_line_exit_2(tmp_path, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "not found" in err and "Traceback" not in err
+
+
+def test_rule_decisions_name_their_rule_and_evidence_only_detectors_say_so(pools_dir, tmp_path):
+    """A row excluded by a policy rule is summarised under that rule (which detectors it
+    joins), and a detector that is evidence only says so beside its 'rows over threshold'."""
+    from decontam.policy import PolicyConfig
+    from decontam.run import DecontamConfig, run_decontamination
+
+    src = tmp_path / "five.jsonl"
+    lines = (pools_dir / "math_ttrl_aime24_as_train.jsonl").read_text().splitlines()[:5]
+    src.write_text("\n".join(lines) + "\n")
+    policy = PolicyConfig(evidence_only=["minhash"], thresholds={"ngram": 1.01},
+                          rules=[{"ngram": 0.5, "minhash": 0.5}])  # fmt: skip
+    cfg = DecontamConfig(benchmarks=["aime24"], detectors=["ngram", "minhash"], policy=policy)
+    run_decontamination(
+        str(src), text_fields=["prompt"], id_field="id", config=cfg,
+        data_root=str(tmp_path / "root"), out_dir=tmp_path / "run", publish=False,
+    )  # fmt: skip
+    render_report(tmp_path / "run", tmp_path / "report")
+    s = json.loads((tmp_path / "report" / "report.json").read_text())["summary"]
+    assert {r["reason"]: r["samples"] for r in s["reasons"]} == {"rule: minhash + ngram": 5}
+    assert {d["detector"]: d["evidence_only"] for d in s["by_detector"]} == {
+        "minhash": True,
+        "ngram": False,
+    }
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "| rule: minhash + ngram | 5 |" in md
+    assert "minhash (evidence only: decides in a policy rule)" in md
