@@ -47,17 +47,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from curation.errors import ConfigError, InputError, NotFoundError
+from decontam.registry import DEFAULT_DETECTORS
 
 EVAL_SCHEMA_VERSION = "evaluation/1"
-ALL_DETECTORS = (
-    "ngram",
-    "minhash",
-    "problem_id",
-    "embedding",
-    "fuzzy",
-    "fingerprint",
-    "signature",
-)
+# the detectors an evaluation runs by default: the calibrated default set of `decontam run`
+ALL_DETECTORS: tuple[str, ...] = DEFAULT_DETECTORS
 POSITIVE_KINDS = (
     "verbatim",
     "format",
