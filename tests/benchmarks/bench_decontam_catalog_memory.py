@@ -24,14 +24,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
-BUDGET_BYTES = 2 * 1024**3
-
-_WORDS = (
-    "let the integer n be positive such that sum of all digits array nums length queries return "
-    "minimum maximum number of ways modulo prime triangle circle radius points on a line each "
-    "test case contains two integers find output print the answer string characters subsequence "
-    "probability that a randomly chosen real x y z satisfies equation polynomial roots"
-).split()
+sys.path.insert(0, str(HERE.parent))
+from bench_decontam_memory import _WORDS, BUDGET_BYTES  # noqa: E402  (the same generated vocabulary)
 
 
 def publish_pool(root: Path, name: str, rows: int) -> str:
