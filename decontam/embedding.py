@@ -258,7 +258,7 @@ class Encoder:
     def key(self) -> str:
         """The embedding cache key: model, revision and, unless torch, the backend (an ONNX
         export's vectors are not bit-identical to torch's; int8 ones differ more)."""
-        return self.ref.key if self.backend == "torch" else f"{self.ref.key}+{self.backend}"
+        return _backend_key(self.ref.key, self.backend)
 
     def encode(self, texts: list[str]) -> np.ndarray:
         self.encode_calls += 1
@@ -430,10 +430,13 @@ def embed_texts(
 _CACHES: dict[tuple, Any] = {}
 
 
+def _backend_key(model_key: str, backend: str) -> str:
+    return model_key if backend == "torch" else f"{model_key}+{backend}"
+
+
 def _cache_key(config: EmbeddingConfig) -> str:
     """:attr:`Encoder.key` without loading the model."""
-    ref = resolve_model(config.model, config.revision)
-    return ref.key if config.backend == "torch" else f"{ref.key}+{config.backend}"
+    return _backend_key(resolve_model(config.model, config.revision).key, config.backend)
 
 
 def _cache_for(model_key: str, root: str | None, normalized: bool):

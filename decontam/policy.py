@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,6 +30,15 @@ from curation.errors import ConfigError, NotFoundError
 from decontam.base import DECISION_SCHEMA
 
 POLICY_VERSION = "policy/1"
+
+
+_RULE_TERM = re.compile(r"(\w+)=[\d.]+>=")
+
+
+def rule_detectors(reason: str) -> tuple[str, ...]:
+    """The detectors a ``rule:`` decision reason (as :func:`decide` writes it) joins, sorted;
+    ``()`` for a detector's own reason."""
+    return tuple(sorted(_RULE_TERM.findall(reason))) if reason.startswith("rule:") else ()
 
 
 @dataclass

@@ -24,7 +24,6 @@ import functools
 import hashlib
 import json
 import os
-import re
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -728,11 +727,11 @@ def _write_run(
         )  # fmt: skip
 
     n_contam = int(pc.sum(contaminated).as_py() or 0)
-    per_bench: dict[str, int] = {}
-    _count_benchmarks(per_bench, excl)
+    flags = _FlagCounts()
+    flags.add(excl)
     return _finish_run(
         out, final, inp=inp, n_rows=inp.table.num_rows, n_texts=texts.num_rows, matches=matches,
-        n_contam=n_contam, per_bench=per_bench, detectors=detectors, benchmarks=benchmarks,
+        n_contam=n_contam, flags=flags, detectors=detectors, benchmarks=benchmarks,
         config=config, text_fields=text_fields, id_field=id_field, command=command,
         clean_ref=clean_ref, excluded_ref=excluded_ref, scan_stats=scan_stats,
     )  # fmt: skip
@@ -757,24 +756,27 @@ def _batch_decisions(
     return with_provenance(decisions, rows, path, row_numbers)
 
 
-def _count_benchmarks(per_bench: dict[str, int], excluded: pa.Table) -> None:
-    """Excluded rows per benchmark, and under ``rule:<detectors>`` keys the rows a policy rule
-    flagged (``rule:embedding+signature``): a row decided only by a rule is named by no
-    detector's count, and a summary must still say what excluded it."""
-    for bl, reasons in zip(
-        excluded["sluice_benchmarks"].to_pylist(),
-        excluded["sluice_reasons"].to_pylist(),
-        strict=True,
-    ):
-        for b in bl:
-            per_bench[b] = per_bench.get(b, 0) + 1
-        rules = {
-            "rule:" + "+".join(sorted(re.findall(r"(\w+)=[\d.]+>=", r)))
-            for r in reasons or []
-            if r.startswith("rule:")
-        }
-        for r in rules:
-            per_bench[r] = per_bench.get(r, 0) + 1
+@dataclasses.dataclass
+class _FlagCounts:
+    """Excluded rows per benchmark and per policy rule (``embedding+signature``), added batch by
+    batch: a row decided only by a rule is named by no detector's count, so a summary must
+    still say what excluded it."""
+
+    benchmark: dict[str, int] = dataclasses.field(default_factory=dict)
+    rule: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def add(self, excluded: pa.Table) -> None:
+        from decontam.policy import rule_detectors
+
+        for bl, reasons in zip(
+            excluded["sluice_benchmarks"].to_pylist(),
+            excluded["sluice_reasons"].to_pylist(),
+            strict=True,
+        ):
+            for b in bl:
+                self.benchmark[b] = self.benchmark.get(b, 0) + 1
+            for r in {"+".join(d) for d in map(rule_detectors, reasons or []) if d}:
+                self.rule[r] = self.rule.get(r, 0) + 1
 
 
 def _publish_name(inp: InputData, publish: bool, publish_as: str | None) -> str | None:
@@ -822,7 +824,7 @@ def _finish_run(
     n_texts: int,
     matches: pa.Table,
     n_contam: int,
-    per_bench: dict[str, int],
+    flags: _FlagCounts,
     detectors: Sequence[Detector],
     benchmarks,
     config: DecontamConfig,
@@ -859,11 +861,9 @@ def _finish_run(
         "matches": matches.num_rows,
         "contaminated": n_contam,
         "clean": n_rows - n_contam,
-        "flagged_by_benchmark": {b: n for b, n in per_bench.items() if not b.startswith("rule:")},
+        "flagged_by_benchmark": flags.benchmark,
         "flagged_by_detector": per_det,
-        "flagged_by_rule": {
-            b.removeprefix("rule:"): n for b, n in per_bench.items() if b.startswith("rule:")
-        },
+        "flagged_by_rule": flags.rule,
         **(scan_stats or {}),
     }
     manifest = {
@@ -1333,7 +1333,7 @@ def _run_streamed(
             columns = _Columns()
             match_parts, text_parts, id_hashes = [], [], []
             n_rows = n_texts = n_contam = 0
-            per_bench: dict[str, int] = {}
+            flags = _FlagCounts()
             stats: dict[str, Any] = {"texts": 0, "texts_scanned": 0, "texts_cached": 0}
             timings = _merge_timings(None, {"fit_s": fit_s})
             prepared = _Prepared(src, text_fields, id_field, row_ids, timings)
@@ -1367,7 +1367,7 @@ def _run_streamed(
                 excluded_p.add(excl)
                 if clean_p is not None:
                     clean_p.add(tbl.filter(pc.invert(decisions["contaminated"])))
-                _count_benchmarks(per_bench, excl)
+                flags.add(excl)
                 if matches.num_rows:
                     match_parts.append(matches)
                     matched = pc.unique(matches["sample_uid"])
@@ -1417,7 +1417,7 @@ def _run_streamed(
                 shutil.rmtree(scratch)
             return _finish_run(
                 out, final, inp=inp, n_rows=n_rows, n_texts=n_texts, matches=matches,
-                n_contam=n_contam, per_bench=per_bench, detectors=detectors,
+                n_contam=n_contam, flags=flags, detectors=detectors,
                 benchmarks=benchmarks, config=config, text_fields=text_fields,
                 id_field=id_field, command=command, clean_ref=clean_ref,
                 excluded_ref=excluded_ref, scan_stats={**stats, "timings": timings},

@@ -3,11 +3,28 @@ itself checked against the offset-tracking path in test_normalize_decontam.py)."
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
 
 from decontam.normalize import NORMALIZERS, get_normalizer
+
+
+@functools.cache
+def _real_texts(shared_dir) -> list[str]:
+    """Every string of every row of every pool file and benchmark file (read once per session)."""
+    files = sorted((shared_dir / "pools").rglob("*.jsonl")) + sorted(
+        (shared_dir / "benchmarks").rglob("*.jsonl")
+    )
+    assert len(files) >= 20
+    texts: list[str] = []
+    for f in files:
+        with open(f, encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    _texts_of(json.loads(line), texts)
+    return texts
 
 
 def _texts_of(value, out: list[str]) -> None:
@@ -26,16 +43,7 @@ def _texts_of(value, out: list[str]) -> None:
 def test_batch_equals_per_text_on_every_pool_and_benchmark_text(shared_dir):
     """Every string of every row of every pool file and every benchmark file (all variant
     wordings) normalizes to exactly the same text through both paths, for every normalizer."""
-    files = sorted((shared_dir / "pools").rglob("*.jsonl")) + sorted(
-        (shared_dir / "benchmarks").rglob("*.jsonl")
-    )
-    assert len(files) >= 20
-    texts: list[str] = []
-    for f in files:
-        with open(f, encoding="utf-8") as fh:
-            for line in fh:
-                if line.strip():
-                    _texts_of(json.loads(line), texts)
+    texts = _real_texts(shared_dir)
     assert len(texts) > 100_000
     for name, norm in sorted(NORMALIZERS.items()):
         stats: dict[str, int] = {}
@@ -102,15 +110,7 @@ def test_batch_normalize_many_equals_per_text_on_every_pool_and_benchmark_text(s
     text, and really does skip code's own steps on most rows."""
     from decontam.normalize import CODE, LATEX, batch_normalize_many
 
-    files = sorted((shared_dir / "pools").rglob("*.jsonl")) + sorted(
-        (shared_dir / "benchmarks").rglob("*.jsonl")
-    )
-    texts: list[str] = []
-    for f in files:
-        with open(f, encoding="utf-8") as fh:
-            for line in fh:
-                if line.strip():
-                    _texts_of(json.loads(line), texts)
+    texts = _real_texts(shared_dir)
     stats: dict[str, int] = {}
     got = batch_normalize_many([CODE, LATEX], texts, stats)
     assert sorted(got) == ["code", "latex"]
