@@ -338,17 +338,14 @@ def _summary(run: RunData, pairs: dict[tuple[str, str, str], Pair]) -> dict[str,
     }
 
 
-_RULE_TERM = re.compile(r"(\w+)=[\d.]+>=")
-
-
 def _reason_kind(reason: str) -> str:
     """What a decision reason is, for the summary: its detector, or the rule with the
     detectors it joins (``rule: embedding + signature``), so rules are told apart."""
+    from decontam.policy import rule_detectors  # the parser beside the writer of the format
+
     kind = reason.split(":", 1)[0] if ":" in reason else reason
-    if kind == "rule":
-        terms = sorted(_RULE_TERM.findall(reason))
-        return "rule: " + " + ".join(terms) if terms else kind
-    return kind
+    terms = rule_detectors(reason)
+    return "rule: " + " + ".join(terms) if terms else kind
 
 
 _RELEASE = re.compile(r"_v\d+$")
