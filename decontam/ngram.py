@@ -668,11 +668,13 @@ class NGramDetector(Detector):
             idx = self._indexes[name]
             out.extend(self._score_index(idx, uids, fields, raw, norms[idx.normalizer.name]))
         if out:
-            self._partial_copies(out, uids, fields, raw)
+            self._partial_copies(out, uids, fields, raw, norms)
         out.sort(key=lambda r: (r["sample_uid"], r["field"], r["benchmark"], r["benchmark_item"]))
         return matches_from_rows(out)
 
-    def _partial_copies(self, out: list[dict[str, Any]], uids, fields, raw) -> None:
+    def _partial_copies(
+        self, out: list[dict[str, Any]], uids, fields, raw, norms: dict[str, list[str]]
+    ) -> None:
         """Record each matched pair's longest rare run (``details``) and score a partial copy
         1.0: a run of at least ``partial_min_run`` tokens over ``partial_min_fraction`` of the
         item, in a text with ``partial_min_context`` item lengths of other material. Coverage
@@ -682,11 +684,14 @@ class NGramDetector(Detector):
         names = sorted({self._normalizer_name(d) for d in cfg.partial_domains} & set(self._indexes))
         if not cfg.partial_min_run or not names:
             return
-        text_of = {(u, f): t for u, f, t in zip(uids, fields, raw, strict=True)}
+        row_of = {(u, f): i for i, (u, f) in enumerate(zip(uids, fields, strict=True))}
         mine = [r for r in out if r["details"]["normalizer"] in
                 {self._indexes[n].normalizer.version for n in names}]  # fmt: skip
         keys = sorted({(r["sample_uid"], r["field"]) for r in mine})
-        runs = dict(zip(keys, self.rare_runs([text_of[k] for k in keys], names), strict=True))
+        rows = [row_of[k] for k in keys]
+        # the batch's normalized texts are at hand: rare_runs need not normalize them again
+        known = {n: [norms[n][i] for i in rows] for n in names if n in norms}
+        runs = dict(zip(keys, self.rare_runs([raw[i] for i in rows], names, known), strict=True))
         for r in mine:
             run = runs[(r["sample_uid"], r["field"])].get((r["benchmark"], r["benchmark_item"]))
             L, size, total = run if run else (0, 0, 0)
@@ -703,7 +708,10 @@ class NGramDetector(Detector):
                 r["score"] = 1.0
 
     def rare_runs(
-        self, texts: list[str], normalizers: list[str] | None = None
+        self,
+        texts: list[str],
+        normalizers: list[str] | None = None,
+        norms: dict[str, list[str]] | None = None,
     ) -> list[dict[tuple[str, str], tuple[int, int, int]]]:
         """Per text, ``{(benchmark, item): (run_tokens, item_tokens, text_tokens)}``: the longest contiguous
         run of the text that copies a contiguous stretch of one variant of the item through rare
@@ -712,6 +720,7 @@ class NGramDetector(Detector):
         of ``k`` n-grams at consecutive positions in both texts covers ``k + n - 1`` tokens.
         ``text_tokens``: the normalized text's length (with this item's normalizer).
         ``normalizers``: only the items indexed under these normalizers (default: all).
+        ``norms``: ``texts`` already normalized, by normalizer name (those missing are computed).
 
         The partial-copy measure of issue 17 (``docs/semantic.md``, "Partial copies"): coverage
         cannot see a quote of 60 % of a problem; the length of the quote can (``score`` uses
@@ -725,7 +734,8 @@ class NGramDetector(Detector):
                 continue
             idx = self._indexes[name]
             n = idx.n
-            tok = _Tokens(idx.normalize(list(texts)))
+            known = (norms or {}).get(name)
+            tok = _Tokens(known if known is not None else idx.normalize(list(texts)))
             hits = _lookup(tok, idx.keyset, n)
             keep = idx.weights[hits.gram] > 0
             pos, gram = hits.pos[keep], hits.gram[keep]
