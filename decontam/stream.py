@@ -1,0 +1,660 @@
+"""A decontamination run over an input streamed in bounded batches (every input of
+:func:`decontam.run.run_decontamination` unless ``stream_rows`` is 0).
+
+The input (a JSONL/Parquet file or a catalog version) is read ``stream_rows`` rows at a time
+(:class:`_Source`, :class:`_Prepared`), each batch's texts are scanned (here, or in worker
+processes: :func:`_scanned_in_workers`), decided and written to Parquet parts
+(:class:`_Parts`) in input order, and the run directory and versions are written from those
+parts at the end: the same files and versions the whole-table path
+(:func:`decontam.run.finalize`) writes, with memory flat in pool size. The per-batch steps
+are :mod:`decontam.run`'s own functions; this module only imports from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from curation.errors import ConfigError, InputError, did_you_mean
+from decontam.base import TEXT_TABLE_SCHEMA, Detector, empty_matches
+from decontam.run import (
+    _MATCH_SORT,
+    _NON_TEXT,
+    DecontamConfig,
+    InputData,
+    RunResult,
+    _batch_decisions,
+    _duplicate_id,
+    _excluded_rows,
+    _file_facts,
+    _file_hash,
+    _file_stem,
+    _finish_run,
+    _fit,
+    _FlagCounts,
+    _matched_items,
+    _merge_timings,
+    _publish,
+    _publish_name,
+    _resolve_input,
+    _scan_key,
+    _write_parquet,
+    build_detectors,
+    cached_scan,
+    ingest_accounting,
+    load_benchmark_set,
+    prepare_text_table,
+    sample_uids,
+    scan_metadata,
+)
+
+
+def _py_kind(t: pa.DataType) -> str:
+    """The Python type name of a JSON value Arrow typed as ``t`` (for a mixed column's note)."""
+    if pa.types.is_integer(t):
+        return "int"
+    if pa.types.is_floating(t):
+        return "float"
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_struct(t) or pa.types.is_map(t):
+        return "dict"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return "list"
+    return str(t)
+
+
+class _Columns:
+    """The columns of a streamed input, batch by batch. A JSON Lines batch infers its own types
+    (a column may be missing, all-null or int in one batch and text in another): the union is
+    what reading the file whole gives (:func:`curation.readers.rows_to_table`): every column in
+    order of first appearance, types promoted (null -> any, int -> double), and a column whose
+    types cannot meet kept as text (non-strings as JSON) with its first non-text row noted.
+    Parquet and catalog inputs have one schema: then this is that schema."""
+
+    def __init__(self, schemas: Sequence[pa.Schema] = ()) -> None:
+        self.schemas: list[pa.Schema] = list(schemas)
+        self.first_non_text: dict[str, list] = {}
+
+    def add(self, tbl: pa.Table, rows: Sequence[int]) -> None:
+        if self.schemas and tbl.schema.equals(self.schemas[-1], check_metadata=True):
+            return
+        self.schemas.append(tbl.schema)
+        for f in tbl.schema:
+            if f.name in self.first_non_text:
+                continue  # batches come in order: the first one found is the file's first
+            note = (f.metadata or {}).get(_NON_TEXT)
+            if note:
+                self.first_non_text[f.name] = json.loads(note)
+            elif not (pa.types.is_string(f.type) or pa.types.is_large_string(f.type)):
+                col = tbl[f.name]
+                if col.null_count < len(col):
+                    i = pc.index(pc.is_valid(col), True).as_py()
+                    self.first_non_text[f.name] = [rows[i], _py_kind(f.type)]
+
+    def union(self) -> tuple[pa.Schema, frozenset[str]]:
+        """(the schema of the whole input, the columns kept as JSON text)."""
+        first = self.schemas[0]
+        if all(s.equals(first, check_metadata=True) for s in self.schemas[1:]):
+            return first, frozenset()
+        names = list(dict.fromkeys(n for s in self.schemas for n in s.names))
+        fields, as_json = [], set()
+        for name in names:
+            fs = [s.field(name) for s in self.schemas if s.get_field_index(name) >= 0]
+            try:
+                t = (
+                    pa.unify_schemas(
+                        [pa.schema([pa.field(name, f.type)]) for f in fs],
+                        promote_options="permissive",
+                    )
+                    .field(0)
+                    .type
+                )
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+                t = pa.string()
+                as_json.add(name)
+            md = next((f.metadata for f in fs if f.metadata), None)
+            mixed = name in as_json or any(_NON_TEXT in (f.metadata or {}) for f in fs)
+            if mixed and name in self.first_non_text:
+                md = {**(md or {}), _NON_TEXT: json.dumps(self.first_non_text[name]).encode()}
+            fields.append(pa.field(name, t, metadata=md))
+        return pa.schema(fields, metadata=first.metadata), frozenset(as_json)
+
+
+def _conform_rows(t: pa.Table, schema: pa.Schema, as_json: frozenset[str]) -> pa.Table:
+    """A batch's table in the whole input's ``schema`` (missing columns null, types promoted,
+    ``as_json`` columns as JSON text the way :func:`curation.readers.rows_to_table` writes
+    them)."""
+    if t.schema.equals(schema, check_metadata=True):
+        return t
+    cols = []
+    for f in schema:
+        if f.name not in t.column_names:
+            cols.append(pa.nulls(t.num_rows, f.type))
+            continue
+        c = t[f.name]
+        if c.type == f.type:
+            cols.append(c)
+        elif f.name in as_json:
+            vals = [x if x is None or isinstance(x, str) else json.dumps(x) for x in c.to_pylist()]
+            cols.append(pa.array(vals, pa.string()))
+        else:
+            try:
+                cols.append(c.cast(f.type))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+                cols.append(pa.array(c.to_pylist(), f.type))  # e.g. a struct with fewer keys
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+class _Parts:
+    """One output of a streamed run, written batch by batch to Parquet files in a scratch
+    folder (one file while the batches' schema stays the same) and read back in bounded
+    batches in the whole input's schema, so it is written, or published, without holding it."""
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True)
+        self.folder = folder
+        self.files: list[Path] = []
+        self.schemas: list[pa.Schema] = []
+        self._writer: pq.ParquetWriter | None = None
+
+    def add(self, t: pa.Table) -> None:
+        if self._writer is None or not t.schema.equals(self.schemas[-1], check_metadata=True):
+            self._close()
+            self.files.append(self.folder / f"{len(self.files):06d}.parquet")
+            self.schemas.append(t.schema)
+            self._writer = pq.ParquetWriter(self.files[-1], t.schema)
+        if t.num_rows:
+            self._writer.write_table(t)
+
+    def _close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def tables(self, schema: pa.Schema, as_json: frozenset[str] = frozenset()):
+        self._close()
+        for path in self.files:
+            for rb in pq.ParquetFile(path).iter_batches(batch_size=65_536):
+                yield _conform_rows(pa.Table.from_batches([rb]), schema, as_json)
+
+    def take(self, columns: list[str], positions) -> pa.Table:
+        """``columns`` of the rows at ``positions`` (ascending) of what was added."""
+
+        self._close()
+        out, pos = [], 0
+        for path in self.files:
+            for rb in pq.ParquetFile(path).iter_batches(batch_size=65_536, columns=columns):
+                sel = positions[(positions >= pos) & (positions < pos + rb.num_rows)] - pos
+                if len(sel):
+                    out.append(pa.Table.from_batches([rb]).take(pa.array(sel, pa.int64())))
+                pos += rb.num_rows
+        return pa.concat_tables(out) if out else pa.table({c: [] for c in columns})
+
+    def batches(self, schema: pa.Schema, as_json: frozenset[str] = frozenset()):
+        for t in self.tables(schema, as_json):
+            yield from t.to_batches()
+
+    def write(self, path: Path, schema: pa.Schema, as_json: frozenset[str] = frozenset()) -> None:
+        """The whole output as one Parquet file at ``path`` (copied when it is one part in
+        its final schema, the usual case; else rewritten batch by batch)."""
+        import shutil
+
+        self._close()
+        tmp = path.with_name(f".{path.name}.tmp")
+        if len(self.files) == 1 and self.schemas[0].equals(schema, check_metadata=True):
+            shutil.copyfile(self.files[0], tmp)
+        else:
+            with pq.ParquetWriter(tmp, schema) as w:
+                for t in self.tables(schema, as_json):
+                    w.write_table(t)
+        os.replace(tmp, path)
+
+
+def _field_major(parts: list[pa.Table], text_fields: Sequence[str]) -> pa.Table:
+    """Text tables of consecutive batches in the order :func:`prepare_text_table` gives the
+    whole input: every row's first field, then every row's second... (a stable sort by field;
+    each batch is in that order on its own)."""
+    import numpy as np
+
+    if not parts:
+        return TEXT_TABLE_SCHEMA.empty_table()
+    t = pa.concat_tables(parts)
+    rank = {f: i for i, f in enumerate(text_fields)}
+    order = np.argsort([rank[f] for f in t["field"].to_pylist()], kind="stable")
+    return t.take(pa.array(order, pa.int64()))
+
+
+def _first_duplicate(hashes: list, decisions: _Parts, *, file_rows: bool):
+    """``(id, its first row, the row that repeats it)`` for the first row whose id an earlier
+    row has (as :func:`sample_uids` reports it), else None. A streamed run keeps each id as a
+    64-bit hash; only rows whose hash repeats are looked up in the decisions written so far,
+    so a hash collision is not taken for a duplicate. Rows: the file's row (``source_row``)
+    for a file, the row number for a catalog version."""
+    import numpy as np
+
+    if not hashes:
+        return None
+    allh = np.concatenate(hashes)
+    vals, counts = np.unique(allh, return_counts=True)
+    if len(vals) == len(allh):
+        return None
+    where = np.flatnonzero(np.isin(allh, vals[counts > 1]))
+    t = decisions.take(["sample_uid", "source_row"], where)
+    rows = t["source_row"].to_pylist() if file_rows else [int(i) + 1 for i in where]
+    seen: dict[str, int] = {}
+    for v, row in zip(t["sample_uid"].to_pylist(), rows, strict=True):
+        if v in seen:
+            return v, seen[v], row
+        seen[v] = row
+    return None
+
+
+class _UidsNotUnique(Exception):
+    """A streamed input without an id field whose ``uid`` column does not name every row once:
+    its rows are named row-N, as :func:`sample_uids` names them (the run starts again)."""
+
+
+@dataclass
+class _Source:
+    """A streamed input: what the run records, how errors name it, and its batches."""
+
+    inp: InputData  # (its table is empty)
+    label: str  # the file's path or the catalog ref, as errors name it
+    rows: int | None  # rows in all when known (progress)
+    approx_rows: int  # rows in all, or an estimate (how many scan workers pay off)
+    tables: Any  # iterator of (table, 1-based row numbers)
+    json_rows: bool = False  # JSON rows: each batch's columns are the keys of its own rows
+
+
+def _open_source(input: str, *, catalog, batch_rows: int) -> _Source:
+    """A file input is read through :func:`curation.readers.iter_tables`; a catalog version
+    through :meth:`~curation.catalog.Catalog.scan`, whose file is checked against its recorded
+    hash here (before detectors are fitted or anything is scanned)."""
+    from curation.readers import iter_tables, kind_of
+
+    kind, where = _resolve_input(input, catalog)
+    if kind == "file":
+        path = where
+        src = str(path.resolve())
+        inp = InputData(pa.table({}), None, src, _file_stem(path.name), None, _file_hash(path))
+        rows = _count_rows(path)
+        approx = rows if rows is not None else path.stat().st_size // 300  # ~300 bytes a row
+        tables = iter_tables(path, batch_size=batch_rows)
+        return _Source(inp, src, rows, approx, tables, json_rows=kind_of(path) != "parquet")
+    cat, v = where
+    batches = cat.scan(v.ref, batch_size=batch_rows)
+    first = next(batches, None)  # the hash check runs before the first batch
+
+    def tables():
+        import itertools
+
+        row = 0
+        for rb in itertools.chain([first] if first is not None else [], batches):
+            yield pa.Table.from_batches([rb]), range(row + 1, row + rb.num_rows + 1)
+            row += rb.num_rows
+
+    inp = InputData(
+        pa.table({}), v.ref, None, v.name, v.version, v.content_hash, ingest_accounting(cat, v.ref)
+    )
+    return _Source(inp, v.ref, v.num_rows, v.num_rows, tables())
+
+
+class _Prepared:
+    """The batches of a streamed input, read and checked in this process (errors name file
+    and row here) with their texts and sample ids: ``(table, rows, texts, uids)``.
+
+    Without an id field, the rows are named by the ``uid`` column while it names every row
+    once (``by_uid``; a batch that shows otherwise raises :class:`_UidsNotUnique`), else, or
+    with ``row_ids``, row-N over the whole input: :func:`sample_uids`'s rule."""
+
+    def __init__(self, src: _Source, text_fields, id_field, row_ids: bool, timings) -> None:
+        self.src, self.text_fields, self.id_field = src, text_fields, id_field
+        self.timings = timings
+        self.by_uid = id_field is None and not row_ids
+
+    def __iter__(self):
+        import time
+
+        src, text_fields, id_field = self.src, self.text_fields, self.id_field
+        source = src.label
+        t_read, offset = time.perf_counter(), 0
+        for tbl, rows in src.tables:
+            self.timings["read_s"] = self.timings.get("read_s", 0.0) + time.perf_counter() - t_read
+            scan_tbl = tbl
+            # a JSON batch has the keys of its own rows: a field missing from the first batch,
+            # or an id field from any, is refused naming those rows (a fixed schema is checked
+            # as a whole input is); a later batch without a text field has no text there
+            cols = tbl.column_names
+            gone = [f for f in (id_field, *text_fields) if f and f not in cols]
+            if offset:
+                gone = [f for f in gone if f == id_field]
+                for f in text_fields:
+                    if f not in cols:
+                        scan_tbl = scan_tbl.append_column(f, pa.nulls(len(tbl), pa.string()))
+            if gone and src.json_rows:
+                what = "--id-field" if gone[0] == id_field else "text field"
+                raise ConfigError(
+                    f"{what} {gone[0]!r} is not a column of {source} (rows {rows[0]}-"
+                    f"{rows[-1]} have none)",
+                    hint=did_you_mean(gone[0], cols),
+                )
+            if id_field is not None:
+                uids = sample_uids(tbl, id_field, source=source, row_numbers=rows)
+            else:
+                if offset == 0 and "uid" not in cols:
+                    self.by_uid = False
+                if self.by_uid:
+                    if "uid" not in cols or pc.count_distinct(tbl["uid"]).as_py() != len(tbl):
+                        raise _UidsNotUnique
+                    uids = pc.cast(tbl["uid"], pa.string()).combine_chunks()
+                else:
+                    uids = pa.array([f"row-{offset + i}" for i in range(1, len(tbl) + 1)])
+            texts = prepare_text_table(
+                scan_tbl, text_fields, id_field, source=source, row_numbers=rows, uids=uids
+            )
+            offset += len(tbl)
+            yield tbl, rows, texts, uids
+            t_read = time.perf_counter()
+
+
+def _run_streamed(
+    src: _Source,
+    *,
+    text_fields: Sequence[str],
+    id_field: str | None,
+    detectors: Sequence[Detector],
+    benchmarks,
+    config: DecontamConfig,
+    out_dir: str | Path,
+    data_root: str | None,
+    command: str | None,
+    on_rows: Callable[[int], None] | None = None,
+    fit_s: float = 0.0,
+    worker_args: dict[str, Any] | None = None,
+    catalog=None,
+    publish_name: str | None = None,
+    row_ids: bool = False,
+) -> RunResult:
+    """An input read, scanned, decided and written ``config.stream_rows`` rows at a time:
+    only the match records, the texts of matched samples and one id per row (to refuse
+    duplicates across batches) are held for the whole run, so memory is flat in pool size.
+    Decisions, excluded rows and (when publishing) clean rows go to Parquet parts in a scratch
+    folder (the catalog's staging folder when publishing) and are written, and published,
+    from there at the end. The run directory and versions are the ones the whole-table path
+    writes (tested). With ``config.workers`` > 1 the batches' texts are scanned in worker
+    processes (``worker_args``: how they fit the same detectors) while this process reads the
+    next ones and decides and writes in input order.
+
+    Sample ids: the id field; without one, :func:`sample_uids`'s rule for the whole input:
+    the ``uid`` column when it names every row once (checked per batch and across batches at
+    the end; when it does not, :class:`_UidsNotUnique` is raised and the caller reruns with
+    ``row_ids``), else row-N over the whole input."""
+    import contextlib
+    import shutil
+
+    import polars as pl
+
+    from curation import rundir
+    from decontam.scan_cache import ScanCache, cache_key
+
+    source, inp = src.label, src.inp
+    cache = None
+    if config.use_cache and data_root is not None and "://" not in str(data_root):
+        cache = ScanCache(data_root, cache_key(_scan_key(detectors, benchmarks)))
+    final = Path(out_dir)
+    out = rundir.start(final)
+    try:
+        with contextlib.ExitStack() as stack:
+            cat = None
+            if publish_name:
+                from curation.catalog import Catalog
+
+                cat = catalog or Catalog()
+                scratch = stack.enter_context(cat.staging("decontaminate"))
+            else:
+                scratch = out / ".parts"
+            decisions_p, excluded_p = _Parts(scratch / "decisions"), _Parts(scratch / "excluded")
+            clean_p = _Parts(scratch / "clean") if publish_name else None
+            columns = _Columns()
+            match_parts, text_parts, id_hashes = [], [], []
+            n_rows = n_texts = n_contam = 0
+            flags = _FlagCounts()
+            stats: dict[str, Any] = {"texts": 0, "texts_scanned": 0, "texts_cached": 0}
+            timings = _merge_timings(None, {"fit_s": fit_s})
+            prepared = _Prepared(src, text_fields, id_field, row_ids, timings)
+
+            def scan_here(texts: pa.Table):
+                return cached_scan(
+                    texts, detectors, benchmarks, data_root=data_root,
+                    batch_size=config.batch_size, use_cache=cache is not None, cache=cache,
+                )  # fmt: skip
+
+            n_workers = _stream_workers(config, src.approx_rows)
+            batches = (
+                _scanned_in_workers(iter(prepared), n_workers, worker_args)
+                if n_workers > 1
+                else ((*b, *scan_here(b[2])) for b in prepared)
+            )
+            stack.callback(batches.close)  # a failed run stops its scan workers
+            timings["workers"] = max(n_workers, 1)
+            for tbl, rows, texts, uids, matches, st in batches:
+                for k in ("texts", "texts_scanned", "texts_cached"):
+                    stats[k] += st[k]
+                timings = _merge_timings(timings, st["timings"])
+                meta = scan_metadata(tbl, uids, detectors)
+                if meta.num_rows:
+                    matches = pa.concat_tables([matches, meta])
+                prov_rows = rows if inp.path is not None else None
+                decisions = _batch_decisions(tbl, matches, uids, config.policy, inp.path, prov_rows)
+                columns.add(tbl, rows)
+                decisions_p.add(decisions)
+                excl = _excluded_rows(tbl, decisions)
+                excluded_p.add(excl)
+                if clean_p is not None:
+                    clean_p.add(tbl.filter(pc.invert(decisions["contaminated"])))
+                flags.add(excl)
+                if matches.num_rows:
+                    match_parts.append(matches)
+                    matched = pc.unique(matches["sample_uid"])
+                    text_parts.append(
+                        texts.filter(pc.is_in(texts["sample_uid"], value_set=matched))
+                    )
+                if id_field is not None or prepared.by_uid:  # 8 bytes a row, for the check
+                    id_hashes.append(pl.Series(uids).hash(seed=0).to_numpy())
+                n_rows += tbl.num_rows
+                n_texts += texts.num_rows
+                n_contam += excl.num_rows
+                if on_rows:
+                    on_rows(tbl.num_rows)
+            if not n_rows:
+                raise InputError("the input has no rows", file=source)
+            # an id in two batches (one batch checks its own)
+            dup = _first_duplicate(id_hashes, decisions_p, file_rows=inp.path is not None)
+            if dup is not None:
+                if id_field is None:
+                    raise _UidsNotUnique
+                raise _duplicate_id(*dup, source, id_field)
+            del id_hashes
+            schema, as_json = columns.union()
+            dec_schema, _ = _Columns(decisions_p.schemas).union()
+            sluice_cols = [f for f in excluded_p.schemas[0] if f.name.startswith("sluice_")]
+            excl_schema = pa.schema([*schema, *sluice_cols], metadata=schema.metadata)
+            decisions_p.write(out / "decisions.parquet", dec_schema)
+            excluded_p.write(out / "excluded.parquet", excl_schema, as_json)
+            matches = (
+                pa.concat_tables(match_parts).sort_by(_MATCH_SORT)
+                if match_parts
+                else empty_matches()
+            )
+            texts_out = _field_major(text_parts, text_fields)
+            _write_parquet(matches, out / "matches.parquet")
+            _write_parquet(texts_out, out / "texts.parquet")
+            items = _matched_items(matches, benchmarks.items)
+            _write_parquet(items, out / "benchmark_items.parquet")
+            clean_ref = excluded_ref = None
+            if cat is not None and clean_p is not None:
+                clean_ref, excluded_ref = _publish(
+                    cat, publish_name, inp, (clean_p.batches(schema, as_json), schema),
+                    (excluded_p.batches(excl_schema, as_json), excl_schema), config=config,
+                    text_fields=text_fields, id_field=id_field, final=final,
+                )  # fmt: skip
+            else:
+                shutil.rmtree(scratch)
+            return _finish_run(
+                out, final, inp=inp, n_rows=n_rows, n_texts=n_texts, matches=matches,
+                n_contam=n_contam, flags=flags, detectors=detectors,
+                benchmarks=benchmarks, config=config, text_fields=text_fields,
+                id_field=id_field, command=command, clean_ref=clean_ref,
+                excluded_ref=excluded_ref, scan_stats={**stats, "timings": timings},
+            )  # fmt: skip
+    finally:
+        rundir.abandon(out)  # gone after finish(); removes the partial folder on failure
+
+
+def _run_streamed_cli(
+    input: str,
+    *,
+    text_fields: Sequence[str],
+    id_field: str | None,
+    config: DecontamConfig,
+    out_dir: str | Path,
+    benchmarks_dir,
+    allow_benchmark_mismatch: bool,
+    data_root: str | None,
+    progress: bool,
+    command: str,
+    catalog=None,
+    publish: bool = True,
+    publish_as: str | None = None,
+) -> RunResult:
+    """:func:`run_decontamination` for a streamed input (open it, load the benchmarks, fit
+    the detectors, then :func:`_run_streamed`; once more with row-N ids when the input's
+    ``uid`` column turns out not to name every row once)."""
+    import contextlib
+
+    src = _open_source(input, catalog=catalog, batch_rows=config.stream_rows)
+    bset, root, dets, fit_s = _fit(config, benchmarks_dir, allow_benchmark_mismatch, data_root)
+    worker_args = {
+        "config": config, "benchmarks_dir": benchmarks_dir,
+        "allow_benchmark_mismatch": allow_benchmark_mismatch, "data_root": root,
+    }  # fmt: skip
+    for row_ids in (False, True):
+        if row_ids:
+            src = _open_source(input, catalog=catalog, batch_rows=config.stream_rows)
+        with contextlib.ExitStack() as stack:
+            on_rows = None
+            if progress:
+                from decontam.progress import ScanProgress
+
+                on_rows = stack.enter_context(ScanProgress(src.rows, what="rows")).advance
+            try:
+                return _run_streamed(
+                    src, text_fields=text_fields, id_field=id_field, detectors=dets,
+                    benchmarks=bset, config=config, out_dir=out_dir, data_root=root,
+                    command=command, on_rows=on_rows, fit_s=fit_s, worker_args=worker_args,
+                    catalog=catalog, publish_name=_publish_name(src.inp, publish, publish_as),
+                    row_ids=row_ids,
+                )  # fmt: skip
+            except _UidsNotUnique:
+                if row_ids:  # cannot happen: row-N ids are unique
+                    raise
+    raise AssertionError("unreachable")
+
+
+def _stream_workers(config: DecontamConfig, rows: int) -> int:
+    """Scan processes for a streamed input: ``config.workers``, or with 0 one per CPU core
+    when the input holds at least 4 batches (worker start and fit cost seconds)."""
+    if config.workers:
+        return config.workers
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if (cores or 1) < 2:
+        return 1
+    return cores if rows >= 4 * config.stream_rows else 1
+
+
+# one worker process's fitted detectors, benchmark set and scan cache (_scan_worker_init)
+_WORKER: dict[str, Any] = {}
+
+
+def _scan_worker_init(args: dict[str, Any]) -> None:
+    from decontam.scan_cache import ScanCache, cache_key
+
+    config = args["config"]
+    bset = load_benchmark_set(
+        config,
+        benchmarks_dir=args["benchmarks_dir"],
+        allow_mismatch=args["allow_benchmark_mismatch"],
+    )
+    dets = build_detectors(config.detectors, config, bset, data_root=args["data_root"])
+    root = args["data_root"]
+    cache = None
+    if config.use_cache and root is not None and "://" not in str(root):
+        cache = ScanCache(root, cache_key(_scan_key(dets, bset)))
+    _WORKER.update(config=config, bset=bset, dets=dets, cache=cache, root=root)
+
+
+def _scan_worker(texts: pa.Table) -> tuple[pa.Table, dict[str, Any]]:
+    w = _WORKER
+    return cached_scan(
+        texts, w["dets"], w["bset"], data_root=w["root"], batch_size=w["config"].batch_size,
+        use_cache=w["cache"] is not None, cache=w["cache"],
+    )  # fmt: skip
+
+
+def _scanned_in_workers(prepared, n_workers: int, worker_args: dict[str, Any] | None):
+    """``(tbl, rows, texts, uids, matches, stats)`` per prepared batch, in input order, the
+    texts scanned by ``n_workers`` processes (spawned: polars' thread pool does not survive a
+    fork). At most ``n_workers + 1`` batches are in flight, so memory stays bounded."""
+    import multiprocessing as mp
+    from collections import deque
+    from concurrent.futures import ProcessPoolExecutor
+
+    if worker_args is None:
+        raise ConfigError("workers > 1 needs the run's benchmark and data-root settings")
+    from concurrent.futures.process import BrokenProcessPool
+
+    from curation.errors import SluiceError
+
+    ctx = mp.get_context("spawn")
+    try:
+        with ProcessPoolExecutor(
+            n_workers, mp_context=ctx, initializer=_scan_worker_init, initargs=(worker_args,)
+        ) as pool:
+            queue: deque = deque()
+            for b in prepared:
+                queue.append((b, pool.submit(_scan_worker, b[2])))
+                if len(queue) > n_workers:
+                    b0, fut = queue.popleft()
+                    yield (*b0, *fut.result())
+            while queue:
+                b0, fut = queue.popleft()
+                yield (*b0, *fut.result())
+    except BrokenProcessPool as exc:  # killed (out of memory?) or could not start
+        raise SluiceError(
+            f"a decontamination scan worker process died: {exc}",
+            hint="rerun with --workers 1 (scan in one process), or free memory",
+        ) from None
+
+
+def _count_rows(path: Path) -> int | None:
+    """Rows of a file for the progress total: Parquet metadata, or the newlines of a plain
+    JSON Lines file (one fast pass over its bytes); None when unknown."""
+    from curation.readers import kind_of
+
+    kind = kind_of(path)
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(path).metadata.num_rows
+    if kind != "jsonl" or path.name.endswith(".gz"):
+        return None
+    return _file_facts(path)[1]
