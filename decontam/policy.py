@@ -186,19 +186,48 @@ def decide(
                 benches[uid].add(bench)
                 fields[uid].update(per_det[d][2] for d in rule)
 
+    return _decision_table(sample_uids, reasons, benches, fields)
+
+
+def _decision_table(sample_uids, reasons, benches, fields) -> pa.Table:
+    """The decisions of every sample, in order: Python objects for the flagged samples only
+    (a pool of millions has a few), the others' ``False`` and empty lists built column-wise."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    if isinstance(sample_uids, pa.ChunkedArray):
+        sample_uids = sample_uids.combine_chunks()
     uids = (
-        sample_uids.to_pylist()
-        if isinstance(sample_uids, pa.Array | pa.ChunkedArray)
-        else list(sample_uids)
+        pc.cast(sample_uids, pa.string())
+        if isinstance(sample_uids, pa.Array)
+        else pa.array(list(sample_uids), pa.string())
     )
-    out = {
-        "sample_uid": uids,
-        "contaminated": [bool(reasons.get(u)) for u in uids],
-        "reasons": [reasons.get(u, []) for u in uids],
-        "benchmarks": [sorted(benches.get(u, ())) for u in uids],
-        "flagged_fields": [sorted(fields.get(u, ())) for u in uids],
-    }
+    hit = np.empty(0, np.int64)
+    if reasons:
+        flagged = pa.array(sorted(reasons), pa.string())
+        hit = np.flatnonzero(pc.is_in(uids, value_set=flagged).to_numpy(zero_copy_only=False))
+    hit_uids = uids.take(pa.array(hit)).to_pylist()
+
+    def lists(value_of) -> pa.Array:  # list<string>: value_of(uid) on flagged rows, else []
+        lens = np.zeros(len(uids), np.int32)
+        values: list[str] = []
+        for i, u in zip(hit.tolist(), hit_uids, strict=True):
+            v = value_of(u)
+            lens[i] = len(v)
+            values.extend(v)
+        offsets = np.concatenate(([0], np.cumsum(lens, dtype=np.int32)))
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.string()))
+
+    contaminated = np.zeros(len(uids), bool)
+    contaminated[hit] = True
     schema = DECISION_SCHEMA.append(pa.field("benchmarks", pa.list_(pa.string()))).append(
         pa.field("flagged_fields", pa.list_(pa.string()))
     )
-    return pa.Table.from_pydict(out, schema=schema)
+    arrays = [
+        uids,
+        pa.array(contaminated),
+        lists(lambda u: reasons[u]),
+        lists(lambda u: sorted(benches[u])),
+        lists(lambda u: sorted(fields[u])),
+    ]
+    return pa.Table.from_arrays(arrays, schema=schema)

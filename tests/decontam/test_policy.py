@@ -103,3 +103,29 @@ def test_shipped_default_policy_covers_the_default_detectors_and_names_its_calib
     assert sha in shipped["calibration"]["labels"], (
         "default policy was calibrated on another dev set"
     )
+
+
+def test_flagged_rows_keep_their_place_among_many_clean_ones():
+    """decide() builds the clean rows column-wise and only the flagged ones in Python: flagged
+    rows at the start, middle and end of a long input, given as an Arrow array or a list, get
+    their own reasons, benchmarks and fields, in input order."""
+    uids = [f"r{i}" for i in range(5000)]
+    m = matches_from_rows(
+        [
+            _m("r0", "ngram", 0.9, 0.5),
+            _m("r2500", "ngram", 0.8, 0.5, bench="lcb_v6", item="3245", field="response"),
+            _m("r2500", "minhash", 0.95, 0.7, field="problem"),
+            _m("r4999", "ngram", 0.7, 0.5, item="2024-II-3"),
+            _m("r100", "ngram", 0.1, 0.5),  # recorded, not flagged
+        ]
+    )
+    for given in (uids, pa.array(uids), pa.chunked_array([uids[:10], uids[10:]])):
+        d = decide(m, given).to_pylist()
+        assert [r["sample_uid"] for r in d] == uids
+        assert [i for i, r in enumerate(d) if r["contaminated"]] == [0, 2500, 4999]
+        assert d[2500]["benchmarks"] == ["aime24", "lcb_v6"]
+        assert d[2500]["flagged_fields"] == ["problem", "response"]
+        assert len(d[2500]["reasons"]) == 2
+        assert d[4999]["reasons"] == ["ngram:aime24/2024-II-3 score=0.700>=0.500 field=problem"]
+        assert all(r["reasons"] == [] == r["benchmarks"] for i, r in enumerate(d)
+                   if i not in (0, 2500, 4999))  # fmt: skip
