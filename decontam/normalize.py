@@ -993,6 +993,20 @@ def batch_normalize_many(
     return out
 
 
+def nonblank(texts) -> np.ndarray:
+    """``[t is not None and bool(t.strip()) for t in texts]`` for a pyarrow string array, one
+    compiled pass (a character outside Python's whitespace, the set ``str.strip`` removes)."""
+    import polars as pl
+    import pyarrow as pa
+
+    if isinstance(texts, pa.ChunkedArray):
+        texts = texts.combine_chunks()
+    if not len(texts):
+        return np.zeros(0, bool)
+    ser = pl.Series(texts.cast(pa.large_string()))
+    return ser.str.contains(_rust_pattern("[^<S>]")).fill_null(False).to_numpy()
+
+
 def get_normalizer(name: str) -> Normalizer:
     """The normalizer called ``name`` (``text``, ``latex`` or ``code``)."""
     try:

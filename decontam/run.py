@@ -388,8 +388,9 @@ def prepare_text_table(
         )
     if uids is None:
         uids = sample_uids(table, id_field, source=source, row_numbers=row_numbers)
-    uids = uids.to_pylist()
-    out_uid, out_field, out_text = [], [], []
+    if isinstance(uids, pa.ChunkedArray):
+        uids = uids.combine_chunks()
+    pieces = []
     for f in text_fields:
         note = (table.schema.field(f).metadata or {}).get(_NON_TEXT)
         if note:  # a mixed column that _read_rows stringified
@@ -402,8 +403,27 @@ def prepare_text_table(
                 hint="fix that row, or choose text fields with --text-field",
             )
         col = table[f]
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            # plain text, column-wise: the rows holding a non-blank text, in order
+            import numpy as np
+
+            from decontam.normalize import nonblank
+
+            keep = pa.array(np.flatnonzero(nonblank(col)))
+            pieces.append(
+                pa.table(
+                    {
+                        "sample_uid": uids.take(keep),
+                        "field": pa.array([f] * len(keep), pa.string()),
+                        "text": col.take(keep).cast(pa.string()),
+                    },
+                    schema=TEXT_TABLE_SCHEMA,
+                )
+            )
+            continue
+        out_uid, out_field, out_text = [], [], []
         values = col.to_pylist()
-        for i, (uid, v) in enumerate(zip(uids, values, strict=True)):
+        for i, (uid, v) in enumerate(zip(uids.to_pylist(), values, strict=True)):
             row = row_numbers[i] if row_numbers is not None else i + 1
             try:
                 t = _as_text(v)
@@ -420,9 +440,15 @@ def prepare_text_table(
             out_uid.append(uid)
             out_field.append(f)
             out_text.append(t)
-    return pa.table(
-        {"sample_uid": out_uid, "field": out_field, "text": out_text}, schema=TEXT_TABLE_SCHEMA
-    )
+        pieces.append(
+            pa.table(
+                {"sample_uid": out_uid, "field": out_field, "text": out_text},
+                schema=TEXT_TABLE_SCHEMA,
+            )
+        )
+    if not pieces:
+        return TEXT_TABLE_SCHEMA.empty_table()
+    return pa.concat_tables(pieces).combine_chunks()
 
 
 # ----------------------------------------------------------------------------- detectors

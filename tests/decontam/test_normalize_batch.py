@@ -119,3 +119,17 @@ def test_batch_normalize_many_equals_per_text_on_every_pool_and_benchmark_text(s
         bad = [i for i, (a, b) in enumerate(zip(got[norm.name], want, strict=True)) if a != b]
         assert not bad, (norm.name, texts[bad[0]][:200], got[norm.name][bad[0]][:200])
     assert stats["rows"] < 1.9 * len(texts), stats  # code ran on a part of the rows only
+
+
+def test_nonblank_is_python_strip_on_every_code_point():
+    """``nonblank`` (one compiled pass) keeps exactly the texts ``t.strip()`` leaves non-empty:
+    every Unicode scalar value alone and between ASCII blanks, nulls and empty strings."""
+    import pyarrow as pa
+
+    from decontam.normalize import nonblank
+
+    chars = [chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000]
+    values = [*chars, *(f" {c}\t" for c in chars), None, "", " \u3000\u2003", "\x1c\x1f", "a"]
+    got = nonblank(pa.array(values, pa.string())).tolist()
+    assert got == [v is not None and bool(v.strip()) for v in values]
+    assert sum(got) < len(values) - 30  # Python's whitespace (about 30 code points) is blank

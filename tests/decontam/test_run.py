@@ -314,3 +314,32 @@ def test_rows_decided_only_by_a_policy_rule_are_counted_under_that_rule(pools_di
     assert c["flagged_by_benchmark"] == {"aime24": 5}
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert run["counts"]["flagged_by_rule"] == {"minhash+ngram": 5}
+
+
+@pytest.mark.shared_data
+def test_text_table_of_a_real_pool_matches_a_per_row_oracle(pools_dir):
+    """prepare_text_table (string columns column-wise, chats and lists per row) against the
+    plain per-row rule on real pools: a text is kept, in field-major order, iff it is not blank
+    (a chat's contents joined by newlines)."""
+    from curation.readers import read_table
+    from decontam.run import prepare_text_table
+
+    for name, fields in (
+        ("math_gsm8k_train.jsonl", ["question", "answer"]),
+        ("math_deepscaler_sample2k_verl.jsonl", ["prompt", "data_source"]),  # chat lists
+    ):
+        table = read_table(pools_dir / name)
+        fields = [f for f in fields if f in table.column_names]
+        got = prepare_text_table(table, fields)
+        want = []
+        for f in fields:
+            for i, v in enumerate(table[f].to_pylist(), start=1):
+                if isinstance(v, list):
+                    v = "\n".join(str(m.get("content") or "") for m in v)
+                if v is not None and v.strip():
+                    want.append((f"row-{i}", f, v))
+        rows = list(
+            zip(*(got[c].to_pylist() for c in ("sample_uid", "field", "text")), strict=True)
+        )
+        assert rows == want, name
+        assert len(fields) == 2 and len(rows) > 2000
