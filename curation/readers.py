@@ -199,6 +199,22 @@ def _parse_line(line: bytes) -> tuple[Any, str | None, str]:
         return None, f"malformed JSON: {exc}", "<line>"
 
 
+def _add_line(batch: RowBatch, lineno: int, line: bytes) -> bool:
+    """Parse one JSON Lines line into ``batch`` (a row or an error); False for a blank line."""
+    line = line.rstrip(b"\r\n")
+    if not line.strip():
+        return False
+    value, reason, fld = _parse_line(line)
+    if reason is None and not isinstance(value, dict):
+        reason, fld = f"expected a JSON object, got {type(value).__name__}", "<line>"
+    if reason is not None:
+        batch.errors.append(ReadError(batch.file, lineno, fld, reason, excerpt(line)))
+    else:
+        batch.rows.append(value)
+        batch.row_numbers.append(lineno)
+    return True
+
+
 def _read_jsonl(path: Path, batch_size: int) -> Iterator[RowBatch]:
     label = str(path)
     with open(path, "rb") as raw:
@@ -206,17 +222,8 @@ def _read_jsonl(path: Path, batch_size: int) -> Iterator[RowBatch]:
         fh = gzip.GzipFile(fileobj=raw) if path.name.lower().endswith(".gz") else raw
         batch = RowBatch(label)
         for lineno, line in enumerate(fh, start=1):
-            line = line.rstrip(b"\r\n")
-            if not line.strip():
+            if not _add_line(batch, lineno, line):
                 continue  # blank lines carry no row
-            value, reason, fld = _parse_line(line)
-            if reason is None and not isinstance(value, dict):
-                reason, fld = f"expected a JSON object, got {type(value).__name__}", "<line>"
-            if reason is not None:
-                batch.errors.append(ReadError(label, lineno, fld, reason, excerpt(line)))
-            else:
-                batch.rows.append(value)
-                batch.row_numbers.append(lineno)
             if len(batch.rows) + len(batch.errors) >= batch_size:
                 batch.bytes_read = raw.tell()
                 yield batch
@@ -421,5 +428,84 @@ def iter_tables(source: str | Path, *, batch_size: int = DEFAULT_BATCH_SIZE):
             yield pa.Table.from_batches([rb]), list(range(row + 1, row + rb.num_rows + 1))
             row += rb.num_rows
         return
+    if kind_of(p) == "jsonl":
+        yield from _jsonl_tables(p, batch_size)
+        return
     for batch in _strict_batches(p, batch_size):
         yield rows_to_table(batch.rows, batch.row_numbers), batch.row_numbers
+
+
+def _jsonl_tables(p: Path, batch_size: int):
+    """:func:`iter_tables` of a JSON Lines file: each chunk of ``batch_size`` lines parsed by
+    Arrow's JSON reader (one compiled pass, about 4x ``orjson`` per line + :func:`rows_to_table`
+    on a real pool) when that gives what the per-row path gives (:func:`_arrow_rows`); any
+    other chunk goes through the per-row path, which keeps mixed columns and names a bad row."""
+    import itertools
+
+    from curation.errors import InputError
+
+    with _open_binary(p) as fh:
+        last = 0  # line number of the chunk's last line
+        while lines := list(itertools.islice(fh, batch_size)):
+            first, last = last + 1, last + len(lines)
+            table = _arrow_rows(lines)
+            if table is not None:
+                yield table, list(range(first, last + 1))
+                continue
+            batch = RowBatch(str(p))
+            for lineno, line in enumerate(lines, start=first):
+                _add_line(batch, lineno, line)
+            if batch.errors:
+                e = batch.errors[0]
+                field = None if e.field == "<line>" else e.field
+                raise InputError(e.reason, file=e.file, row=e.row, field=field)
+            if batch.rows:
+                yield rows_to_table(batch.rows, batch.row_numbers), batch.row_numbers
+
+
+def _arrow_rows(lines: list[bytes]):
+    """The lines as one table by ``pyarrow.json``, or None where the per-row path must decide:
+    a blank line (Arrow skips it: row numbers would shift), anything Arrow refuses (malformed
+    or non-object lines, a column of mixed types, duplicate keys, invalid UTF-8), a row count
+    that is not one per line, or a date/time Arrow inferred inside a list or struct. Dates and
+    times it inferred at the top level are read again as the strings they are in the file."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    if any(not line.strip() for line in lines):
+        return None
+    data = b"".join(lines)
+    read = pj.ReadOptions(use_threads=False, block_size=len(data) + 1)
+    try:
+        table = pj.read_json(io.BytesIO(data), read_options=read)
+        if table.num_rows != len(lines):
+            return None
+        temporal = [f.name for f in table.schema if _temporal(f.type)]
+        if any(_temporal(f.type, nested=True) for f in table.schema if f.name not in temporal):
+            return None
+        if temporal:
+            explicit = pa.schema([pa.field(n, pa.string()) for n in temporal])
+            parse = pj.ParseOptions(explicit_schema=explicit, unexpected_field_behavior="infer")
+            names = table.column_names
+            table = pj.read_json(io.BytesIO(data), read_options=read, parse_options=parse)
+            table = table.select(names)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return None
+    return table
+
+
+def _temporal(t, nested: bool = False) -> bool:
+    """Whether ``t`` is a date/time type (``nested``: or holds one in a list or struct)."""
+    import pyarrow as pa
+
+    if pa.types.is_temporal(t):
+        return True
+    if not nested:
+        return False
+    if pa.types.is_struct(t):
+        return any(_temporal(t.field(i).type, True) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _temporal(t.value_type, True)
+    return False
