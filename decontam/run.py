@@ -598,6 +598,8 @@ def cached_scan(
     to them, so memory stays flat and the counts are the whole input's)."""
     import time
 
+    import numpy as np
+
     from decontam.scan_cache import CACHED_MATCH_SCHEMA, ScanCache, cache_key, text_hash
 
     t_start = time.perf_counter()
@@ -615,8 +617,7 @@ def cached_scan(
     streamed = cache is not None  # one cache for all batches: known texts are those of before
     if cache is None:
         cache = ScanCache(root, cache_key(_scan_key(detectors, benchmarks)))
-    known = cache.known()
-    new_idx = [i for i, h in enumerate(hashes) if h not in known]
+    new_idx = np.flatnonzero(~cache.known_mask(hashes)).tolist()
     # scan each distinct new text once
     first: dict[str, int] = {}
     for i in new_idx:

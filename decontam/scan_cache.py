@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -41,43 +42,91 @@ def cache_key(definition: dict[str, Any]) -> str:
 
 
 class ScanCache:
-    """Match records by text hash for one scan definition (see module docs)."""
+    """Match records by text hash for one scan definition (see module docs).
+
+    The known hashes are read once into one sorted array (32 bytes a text, not a Python
+    string: a 3M-row pool's cache is about 100 MB in each scan process) and the cached matches
+    once into one table, so each batch of a streamed run looks its texts up in memory instead
+    of reading every part file again (that was O(batches x parts): 43 s of a warm 3M-row run)."""
 
     def __init__(self, root: str | os.PathLike, key: str) -> None:
         self.dir = Path(root) / "cache" / "scan" / key
-        self._known: set[str] | None = None
+        self._sorted: np.ndarray | None = None  # known hashes (S32), sorted, distinct
+        self._part: np.ndarray | None = None  # the first part holding each of them
+        self._paths: list[Path] = []  # the parts read
+        self._added: set[str] = set()  # known since the parts were read (add, remember=True)
+        self._fresh: list[pa.Table] = []  # and their matches
+        self._matches: pa.Table | None = None  # the parts' matches, each text's first part
+
+    def _parts(self) -> list[Path]:
+        return sorted(self.dir.glob("*.texts.parquet")) if self.dir.is_dir() else []
+
+    def _load_known(self) -> None:
+        import pyarrow.compute as pc
+
+        arrays, parts = [], []
+        self._paths = self._parts()
+        for i, p in enumerate(self._paths):
+            col = pq.read_table(p, columns=["text_hash"])["text_hash"].combine_chunks()
+            fixed = pc.cast(col, pa.binary(32))  # every text hash is 32 hex digits
+            arrays.append(np.frombuffer(fixed.buffers()[1], "S32")[: len(fixed)])
+            parts.append(np.full(len(fixed), i, np.int32))
+        if not arrays:
+            self._sorted, self._part = np.empty(0, "S32"), np.empty(0, np.int32)
+            return
+        hashes, part = np.concatenate(arrays), np.concatenate(parts)
+        # a text scanned by two processes at once is in two parts: the first part serves it
+        order = np.argsort(hashes, kind="stable")  # equal hashes stay in part order
+        self._sorted, first = np.unique(hashes[order], return_index=True)
+        self._part = part[order][first]
+
+    def known_mask(self, hashes: list[str]) -> np.ndarray:
+        """Whether each text hash was scanned before, as a bool array."""
+        if self._sorted is None:
+            self._load_known()
+        assert self._sorted is not None
+        q = np.array(hashes, "S32")
+        pos = np.minimum(np.searchsorted(self._sorted, q), max(len(self._sorted) - 1, 0))
+        out = self._sorted[pos] == q if len(self._sorted) else np.zeros(len(q), bool)
+        if self._added:
+            out |= np.fromiter((h in self._added for h in hashes), bool, len(hashes))
+        return out
 
     def known(self) -> set[str]:
-        if self._known is None:
-            self._known = set()
-            if self.dir.is_dir():
-                for p in sorted(self.dir.glob("*.texts.parquet")):
-                    self._known.update(
-                        pq.read_table(p, columns=["text_hash"])["text_hash"].to_pylist()
-                    )
-        return self._known
+        """Every text hash scanned before (a set: for callers that want one)."""
+        if self._sorted is None:
+            self._load_known()
+        assert self._sorted is not None
+        return {h.decode() for h in self._sorted.tolist()} | self._added
+
+    def _load_matches(self) -> pa.Table:
+        import pyarrow.compute as pc
+
+        if self._sorted is None:
+            self._load_known()
+        assert self._sorted is not None and self._part is not None
+        tables = []
+        for i, p in enumerate(self._paths):
+            mp = p.with_name(p.name.replace(".texts.parquet", ".matches.parquet"))
+            if not pq.ParquetFile(mp).metadata.num_rows:
+                continue
+            t = pq.read_table(mp).cast(CACHED_MATCH_SCHEMA)
+            h = np.frombuffer(pc.cast(t["text_hash"].combine_chunks(), pa.binary(32)).buffers()[1],
+                              "S32")[: t.num_rows]  # fmt: skip
+            first = self._part[np.searchsorted(self._sorted, h)]
+            tables.append(t.filter(pa.array(first == i)))
+        return pa.concat_tables(tables) if tables else CACHED_MATCH_SCHEMA.empty_table()
 
     def matches_for(self, hashes: set[str]) -> pa.Table:
         """Cached match rows (with ``text_hash``) for the given text hashes."""
         import pyarrow.compute as pc
 
-        parts = []
-        if self.dir.is_dir() and hashes:
-            wanted = pa.array(sorted(hashes), pa.string())
-            for p in sorted(self.dir.glob("*.texts.parquet")):
-                # a text scanned by two processes at once is in two parts: serve the first
-                scanned = pq.read_table(p, columns=["text_hash"])["text_hash"]
-                mine = pc.filter(scanned, pc.is_in(scanned, value_set=wanted))
-                if not len(mine):
-                    continue
-                wanted = pc.filter(wanted, pc.invert(pc.is_in(wanted, value_set=mine)))
-                mp = p.with_name(p.name.replace(".texts.parquet", ".matches.parquet"))
-                t = pq.read_table(mp)
-                if t.num_rows:
-                    parts.append(t.filter(pc.is_in(t["text_hash"], value_set=mine)))
-        if not parts:
+        if not hashes:
             return CACHED_MATCH_SCHEMA.empty_table()
-        return pa.concat_tables([p.cast(CACHED_MATCH_SCHEMA) for p in parts])
+        if self._matches is None:
+            self._matches = self._load_matches()
+        m = pa.concat_tables([self._matches, *self._fresh]) if self._fresh else self._matches
+        return m.filter(pc.is_in(m["text_hash"], value_set=pa.array(sorted(hashes), pa.string())))
 
     def add(self, scanned_hashes: list[str], matches: pa.Table, *, remember: bool = True) -> None:
         """Record that ``scanned_hashes`` were scanned and produced ``matches`` (with text_hash).
@@ -97,5 +146,9 @@ class ScanCache:
             pa.table({"text_hash": pa.array(sorted(set(scanned_hashes)), pa.string())}), t_tmp
         )
         os.replace(t_tmp, self.dir / f"{part}.texts.parquet")  # commit point
-        if remember and self._known is not None:
-            self._known.update(scanned_hashes)
+        if remember and self._sorted is not None:  # else the parts, read later, hold them
+            self._added.update(scanned_hashes)
+            if matches.num_rows:
+                self._fresh.append(
+                    matches.select(CACHED_MATCH_SCHEMA.names).cast(CACHED_MATCH_SCHEMA)
+                )
