@@ -105,6 +105,10 @@ class Detector(ABC):
     name: ClassVar[str]
     version: ClassVar[str]
     config_cls: ClassVar[type[DetectorConfig]] = DetectorConfig
+    # a fitted instance is plain data (arrays, tables; no model, device or client handle) and
+    # pickles in a fraction of its fit time: scan worker processes receive the parent's instead
+    # of fitting their own (see build_detectors' ``fitted``)
+    ships_fitted: ClassVar[bool] = False
 
     def __init__(self, config: DetectorConfig | None = None) -> None:
         self.config = config if config is not None else self.config_cls()

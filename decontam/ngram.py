@@ -607,6 +607,7 @@ class NGramDetector(Detector):
     name = "ngram"
     version = "ngram/3"
     config_cls = NGramConfig
+    ships_fitted = True
 
     def __init__(self, config: NGramConfig | None = None) -> None:
         super().__init__(config)

@@ -604,6 +604,13 @@ class Normalizer:
     # third of math pool rows hold no LaTeX/markdown character). Tested on real texts.
     batch_guard: str | None = None
 
+    def __reduce__(self):
+        # a registered normalizer pickles as its name (its steps hold lambdas): a fitted
+        # detector can be sent to scan worker processes instead of being fitted again there
+        if NORMALIZERS.get(self.name) is not self:
+            raise TypeError(f"normalizer {self.name!r} is not registered: it cannot be pickled")
+        return (get_normalizer, (self.name,))
+
     def __call__(self, text: str) -> str:
         for step in self.steps:
             text = step.apply(text)

@@ -618,6 +618,7 @@ class ProblemIdDetector(Detector):
     name: ClassVar[str] = "problem_id"
     version: ClassVar[str] = "problem_id/1"
     config_cls: ClassVar[type[DetectorConfig]] = ProblemIdConfig
+    ships_fitted = True
     config: ProblemIdConfig
     index: LcbIndex | None = None  # set by fit
 
@@ -690,6 +691,7 @@ class ProblemDateDetector(Detector):
     name: ClassVar[str] = "problem_date"
     version: ClassVar[str] = "problem_date/1"
     config_cls: ClassVar[type[DetectorConfig]] = ProblemDateConfig
+    ships_fitted = True
     config: ProblemDateConfig
     index: LcbIndex | None = None  # set by fit
 

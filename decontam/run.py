@@ -480,14 +480,23 @@ _SHARED_EMBEDDING_KEYS = (
 
 
 def build_detectors(
-    names: Sequence[str], config: DecontamConfig, benchmarks, data_root: str | None = None
+    names: Sequence[str],
+    config: DecontamConfig,
+    benchmarks,
+    data_root: str | None = None,
+    fitted: dict[str, Detector] | None = None,
 ) -> list[Detector]:
     """Instantiate each detector with its typed config (overrides applied) and fit it.
 
     Detectors that keep an on-disk cache (embedding vectors, judge verdicts) keep it under
-    ``data_root`` (the run's data root) unless their config names a ``cache_root``."""
+    ``data_root`` (the run's data root) unless their config names a ``cache_root``.
+    ``fitted``: detectors already fitted by this run (:func:`shippable`, sent to a scan worker
+    process), used as they are."""
     dets = []
     for name in names:
+        if fitted and name in fitted:
+            dets.append(fitted[name])
+            continue
         cls = detector_class(name)
         overrides = dict(config.detector_configs.get(name, {}))
         has_cache_root = any(f.name == "cache_root" for f in dataclasses.fields(cls.config_cls))
@@ -520,6 +529,12 @@ def build_detectors(
         det.fit(benchmarks)
         dets.append(det)
     return dets
+
+
+def shippable(detectors: Sequence[Detector]) -> dict[str, Detector]:
+    """The fitted detectors a scan worker process may receive instead of fitting its own
+    (``Detector.ships_fitted``: plain data that pickles in a fraction of its fit time)."""
+    return {d.name: d for d in detectors if d.ships_fitted}
 
 
 def scan(

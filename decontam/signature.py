@@ -119,6 +119,7 @@ class SignatureDetector(Detector):
     name = "signature"
     version = SIGNATURE_VERSION
     config_cls = SignatureConfig
+    ships_fitted = True
 
     def __init__(self, config: SignatureConfig | None = None) -> None:
         super().__init__(config)
