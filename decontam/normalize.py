@@ -90,7 +90,8 @@ def _may_match(needs: Needs, text: str) -> bool:
 _GROUP_REF = re.compile(r"\\(\d+)|\\g<(\d+)>")
 
 
-def _parse_template(template: str) -> list[str | int]:
+@functools.cache  # a rule's template is parsed once, not at every tracked substitution
+def _parse_template(template: str) -> tuple[str | int, ...]:
     """Split a ``re.sub`` template into literal strings and group numbers (``\\1``, ``\\g<1>``)."""
     parts: list[str | int] = []
     pos = 0
@@ -102,7 +103,7 @@ def _parse_template(template: str) -> list[str | int]:
     if pos < len(template):
         parts.append(template[pos:])
     # Unescape literal backslashes the same way re.sub would for our simple templates.
-    return [p.replace("\\\\", "\\") if isinstance(p, str) else p for p in parts]
+    return tuple(p.replace("\\\\", "\\") if isinstance(p, str) else p for p in parts)
 
 
 @dataclass(frozen=True)
