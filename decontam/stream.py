@@ -383,6 +383,8 @@ def _run_streamed(
     catalog=None,
     publish_name: str | None = None,
     row_ids: bool = False,
+    scanned: Callable[[Any], Any] | None = None,
+    scan_stats: dict[str, int] | None = None,
 ) -> RunResult:
     """An input read, scanned, decided and written ``config.stream_rows`` rows at a time:
     only the match records, the texts of matched samples and one id per row (to refuse
@@ -397,7 +399,12 @@ def _run_streamed(
     Sample ids: the id field; without one, :func:`sample_uids`'s rule for the whole input:
     the ``uid`` column when it names every row once (checked per batch and across batches at
     the end; when it does not, :class:`_UidsNotUnique` is raised and the caller reruns with
-    ``row_ids``), else row-N over the whole input."""
+    ``row_ids``), else row-N over the whole input.
+
+    ``scanned``: where the batches' matches come from when they were scanned elsewhere (the
+    shards of :mod:`decontam.shards`): given the prepared batches ``(tbl, rows, texts, uids)``
+    it yields ``(tbl, rows, texts, uids, matches, stats)`` for each, in order; ``scan_stats``
+    then gives the run's scan counts (texts, texts_scanned, texts_cached)."""
     import contextlib
     import shutil
 
@@ -438,12 +445,13 @@ def _run_streamed(
                     batch_size=config.batch_size, use_cache=cache is not None, cache=cache,
                 )  # fmt: skip
 
-            n_workers = _stream_workers(config, src.approx_rows)
-            batches = (
-                _scanned_in_workers(iter(prepared), n_workers, worker_args)
-                if n_workers > 1
-                else ((*b, *scan_here(b[2])) for b in prepared)
-            )
+            n_workers = 1 if scanned else _stream_workers(config, src.approx_rows)
+            if scanned is not None:
+                batches = scanned(iter(prepared))
+            elif n_workers > 1:
+                batches = _scanned_in_workers(iter(prepared), n_workers, worker_args)
+            else:
+                batches = ((*b, *scan_here(b[2])) for b in prepared)
             stack.callback(batches.close)  # a failed run stops its scan workers
             timings["workers"] = max(n_workers, 1)
             for tbl, rows, texts, uids, matches, st in batches:
@@ -514,7 +522,7 @@ def _run_streamed(
                 n_contam=n_contam, flags=flags, detectors=detectors,
                 benchmarks=benchmarks, config=config, text_fields=text_fields,
                 id_field=id_field, command=command, clean_ref=clean_ref,
-                excluded_ref=excluded_ref, scan_stats={**stats, "timings": timings},
+                excluded_ref=excluded_ref, scan_stats={**stats, **(scan_stats or {}), "timings": timings},
             )  # fmt: skip
     finally:
         rundir.abandon(out)  # gone after finish(); removes the partial folder on failure
@@ -537,18 +545,48 @@ def _run_streamed_cli(
     publish_as: str | None = None,
 ) -> RunResult:
     """:func:`run_decontamination` for a streamed input (open it, load the benchmarks, fit
-    the detectors, then :func:`_run_streamed`; once more with row-N ids when the input's
-    ``uid`` column turns out not to name every row once)."""
-    import contextlib
-
+    the detectors, then :func:`_run_streamed_input`)."""
     src = _open_source(input, catalog=catalog, batch_rows=config.stream_rows)
     bset, root, dets, fit_s = _fit(config, benchmarks_dir, allow_benchmark_mismatch, data_root)
     worker_args = {
         "config": config, "benchmarks_dir": benchmarks_dir,
         "allow_benchmark_mismatch": allow_benchmark_mismatch, "data_root": root,
     }  # fmt: skip
+    return _run_streamed_input(
+        input, src, text_fields=text_fields, id_field=id_field, detectors=dets, benchmarks=bset,
+        config=config, out_dir=out_dir, data_root=root, command=command, catalog=catalog,
+        publish=publish, publish_as=publish_as, progress=progress, fit_s=fit_s,
+        worker_args=worker_args,
+    )  # fmt: skip
+
+
+def _run_streamed_input(
+    input: str,
+    src: _Source | None,
+    *,
+    text_fields: Sequence[str],
+    id_field: str | None,
+    detectors: Sequence[Detector],
+    benchmarks,
+    config: DecontamConfig,
+    out_dir: str | Path,
+    data_root: str | None,
+    command: str | None,
+    catalog=None,
+    publish: bool = True,
+    publish_as: str | None = None,
+    progress: bool = False,
+    fit_s: float = 0.0,
+    worker_args: dict[str, Any] | None = None,
+    scanned: Callable[[Any], Any] | None = None,
+    scan_stats: dict[str, int] | None = None,
+) -> RunResult:
+    """:func:`_run_streamed` over ``input`` (``src``: it opened already, or None), once more
+    with row-N ids when the input's ``uid`` column turns out not to name every row once."""
+    import contextlib
+
     for row_ids in (False, True):
-        if row_ids:
+        if row_ids or src is None:
             src = _open_source(input, catalog=catalog, batch_rows=config.stream_rows)
         with contextlib.ExitStack() as stack:
             on_rows = None
@@ -558,11 +596,11 @@ def _run_streamed_cli(
                 on_rows = stack.enter_context(ScanProgress(src.rows, what="rows")).advance
             try:
                 return _run_streamed(
-                    src, text_fields=text_fields, id_field=id_field, detectors=dets,
-                    benchmarks=bset, config=config, out_dir=out_dir, data_root=root,
+                    src, text_fields=text_fields, id_field=id_field, detectors=detectors,
+                    benchmarks=benchmarks, config=config, out_dir=out_dir, data_root=data_root,
                     command=command, on_rows=on_rows, fit_s=fit_s, worker_args=worker_args,
                     catalog=catalog, publish_name=_publish_name(src.inp, publish, publish_as),
-                    row_ids=row_ids,
+                    row_ids=row_ids, scanned=scanned, scan_stats=scan_stats,
                 )  # fmt: skip
             except _UidsNotUnique:
                 if row_ids:  # cannot happen: row-N ids are unique

@@ -2,9 +2,10 @@
 excluded versions in the catalog (+ a contamination artifact).
 
 One process by default (one task: :func:`flows.tasks.decontaminate_pool`). With ``shards > 1``
-the text table is split into shards, each scanned by its own cached task (a crashed run resumes
-at the first unscanned shard); with ``ray_address`` the shards are scanned on Ray. All three
-paths write the same run dir and publish the same versions.
+the input's texts are written to shards, each scanned by its own cached task (a crashed run
+resumes at the first unscanned shard); with ``ray_address`` the shards are scanned on Ray. All
+three paths read the input in batches of ``stream_rows`` rows (:mod:`decontam.shards`), write
+the same run dir and publish the same versions.
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ def decontaminate_flow(
 
 
 def _sharded(ref, out, root, benchmarks_dir, publish_as, shards, ray_address, common) -> dict:
+    from decontam.shards import DEFAULT_BATCH_ROWS
+
     work = Path(root) / "work" / _slug(ref) / f"shards-{max(shards, 1)}"
     paths = cached_or_rerun(
         prepare_shards,
@@ -83,6 +86,7 @@ def _sharded(ref, out, root, benchmarks_dir, publish_as, shards, ray_address, co
         shards=max(shards, 1),
         work_dir=str(work),
         data_root=root,
+        batch_rows=common["decontam"]["stream_rows"] or DEFAULT_BATCH_ROWS,
     )
     stats = {"texts": 0, "texts_scanned": 0, "texts_cached": 0}
     if ray_address:

@@ -14,6 +14,8 @@ and the benchmarks are shipped from the driver, so only the driver reads them.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -61,12 +63,50 @@ def ray_scan(
 ) -> pa.Table:
     """Score ``texts`` (:data:`~decontam.base.TEXT_TABLE_SCHEMA`) on Ray with ``num_workers``
     detector actors. Returns the match table sorted like :func:`decontam.run.scan`."""
-    from decontam.base import MATCH_SCHEMA, empty_matches
-    from decontam.run import _MATCH_SORT, DecontamConfig, load_benchmark_set
+    from decontam.base import empty_matches
+    from decontam.run import _MATCH_SORT
 
-    cfg = DecontamConfig(**decontam)
-    if texts.num_rows == 0:
+    blocks = ((None, texts.slice(i, block_rows)) for i in range(0, texts.num_rows, block_rows))
+    parts = [
+        m
+        for _, m in ray_scan_blocks(
+            blocks,
+            decontam,
+            benchmarks=benchmarks,
+            benchmarks_dir=benchmarks_dir,
+            address=address,
+            num_workers=num_workers,
+        )  # fmt: skip
+        if m.num_rows
+    ]
+    if not parts:
         return empty_matches()
+    return pa.concat_tables(parts).sort_by(_MATCH_SORT)
+
+
+def ray_scan_blocks(
+    blocks: Iterable[tuple[Any, pa.Table]],
+    decontam: dict[str, Any],
+    *,
+    benchmarks: Any = None,
+    benchmarks_dir: str | None = None,
+    address: str | None = None,
+    num_workers: int = 2,
+) -> Iterator[tuple[Any, pa.Table]]:
+    """``(key, matches)`` for each ``(key, texts)`` block, in order, scored on Ray with
+    ``num_workers`` detector actors (match records in :data:`~decontam.base.MATCH_SCHEMA`,
+    unsorted). At most two blocks per actor are in flight, so the driver holds a bounded
+    number of blocks however many it is given. Ray starts only when there is a block."""
+    from collections import deque
+
+    from decontam.base import MATCH_SCHEMA
+    from decontam.run import DecontamConfig, load_benchmark_set
+
+    it = iter(blocks)
+    first = next(it, None)
+    if first is None:
+        return
+    cfg = DecontamConfig(**decontam)
     if benchmarks is None:
         benchmarks = load_benchmark_set(cfg, benchmarks_dir=benchmarks_dir)
     ray = ensure_ray(address, num_cpus=num_workers)
@@ -76,12 +116,19 @@ def ray_scan(
     actor_cls = ray.remote(num_cpus=1)(_ScanActor)
     bench_ref = ray.put(benchmarks)  # shipped once, shared by every actor
     actors = [actor_cls.remote(cfg.to_dict(), bench_ref) for _ in range(num_workers)]
-    blocks = [texts.slice(i, block_rows) for i in range(0, texts.num_rows, block_rows)]
-    futures = [actors[k % num_workers].score.remote(b) for k, b in enumerate(blocks)]
-    parts = [t for t in ray.get(futures) if t.num_rows]
-    for a in actors:
-        ray.kill(a)
-    if not parts:
-        return empty_matches()
-    table = pa.concat_tables([t.select(MATCH_SCHEMA.names).cast(MATCH_SCHEMA) for t in parts])
-    return table.sort_by(_MATCH_SORT)
+    queue: deque = deque()
+
+    def done() -> tuple[Any, pa.Table]:
+        key, fut = queue.popleft()
+        return key, ray.get(fut).select(MATCH_SCHEMA.names).cast(MATCH_SCHEMA)
+
+    try:
+        for k, (key, block) in enumerate(itertools.chain([first], it)):
+            queue.append((key, actors[k % num_workers].score.remote(block)))
+            if len(queue) >= 2 * num_workers:
+                yield done()
+        while queue:
+            yield done()
+    finally:
+        for a in actors:
+            ray.kill(a)

@@ -319,23 +319,23 @@ def prepare_shards(
     shards: int,
     work_dir: str,
     data_root: str,
+    batch_rows: int = 50_000,
 ) -> list[str]:
-    """Melt the dataset's text fields into a text table and write it as ``shards`` Parquet
-    files (contiguous slices of the table in input order, so shards are deterministic)."""
-
+    """Write the dataset's texts as ``shards`` Parquet files (contiguous slices of its rows in
+    input order, so shards are deterministic), reading it ``batch_rows`` rows at a time
+    (:func:`decontam.shards.write_shards`)."""
     from curation.catalog import Catalog
-    from decontam.run import prepare_text_table, read_input
+    from decontam.shards import write_shards
 
-    inp = read_input(input_ref, catalog=Catalog(data_root))
-    texts = prepare_text_table(inp.table, text_fields, id_field, source=input_ref)
-    os.makedirs(work_dir, exist_ok=True)
-    per = max(1, -(-texts.num_rows // shards))
-    paths = []
-    for i in range(max(1, -(-texts.num_rows // per))):
-        path = os.path.join(work_dir, f"texts-{i:05d}-of-{shards:05d}.parquet")
-        _atomic_parquet(texts.slice(i * per, per), path)
-        paths.append(path)
-    return paths
+    return write_shards(
+        input_ref,
+        text_fields=text_fields,
+        id_field=id_field,
+        shards=shards,
+        work_dir=work_dir,
+        catalog=Catalog(data_root),
+        batch_rows=batch_rows,
+    )
 
 
 def _atomic_parquet(table: Any, path: str) -> None:
@@ -354,24 +354,16 @@ def scan_shard(
     data_root: str,
     benchmarks_dir: str | None = None,
 ) -> dict[str, Any]:
-    """Score one text-table shard through the per-text scan cache; writes
+    """Score one text-table shard in batches through the per-text scan cache; writes
     ``<shard>.matches.parquet``. Returns its path and the scan counts."""
-    import pyarrow.parquet as pq
-
-    from decontam.run import cached_scan
+    from decontam import shards
 
     _test_hook("scan:" + os.path.basename(shard_path))
     cfg, bset, dets = fitted_detectors(decontam, benchmarks_dir, data_root)
-    matches, stats = cached_scan(
-        pq.read_table(shard_path),
-        dets,
-        bset,
-        data_root=data_root,
-        batch_size=cfg.batch_size,
-        use_cache=cfg.use_cache,
-    )
     out = shard_path.removesuffix(".parquet") + ".matches.parquet"
-    _atomic_parquet(matches, out)
+    stats = shards.scan_shard(
+        shard_path, out, detectors=dets, benchmarks=bset, config=cfg, data_root=data_root
+    )
     return {"matches_path": out, **stats}
 
 
@@ -389,43 +381,22 @@ def finalize_shards(
     scan_stats: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """Merge shard matches (plus metadata matches), apply the policy, write the run dir and
-    publish: the same outputs :func:`decontaminate_pool` writes for the unsharded input."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+    publish, reading the input again in batches (:func:`decontam.shards.finalize_shards`):
+    the same outputs :func:`decontaminate_pool` writes for the unsharded input."""
     from curation.catalog import Catalog
-    from decontam.base import empty_matches
-    from decontam.run import (
-        _MATCH_SORT,
-        finalize,
-        prepare_text_table,
-        read_input,
-        sample_uids,
-        scan_metadata,
-    )
+    from decontam import shards
 
-    catalog = Catalog(data_root)
     cfg, bset, dets = fitted_detectors(decontam, benchmarks_dir, data_root)
-    inp = read_input(input_ref, catalog=catalog)
-    texts = prepare_text_table(inp.table, text_fields, id_field, source=input_ref)
-    uids = sample_uids(inp.table, id_field, source=input_ref)
-    parts = [pq.read_table(p) for p in matches_paths]
-    parts.append(scan_metadata(inp.table, uids, dets))
-    parts = [t for t in parts if t.num_rows]
-    matches = pa.concat_tables(parts).sort_by(_MATCH_SORT) if parts else empty_matches()
-    res = finalize(
-        inp=inp,
-        texts=texts,
-        matches=matches,
-        uids=uids,
+    res = shards.finalize_shards(
+        input_ref,
+        matches_paths,
+        text_fields=text_fields,
+        id_field=id_field,
         detectors=dets,
         benchmarks=bset,
         config=cfg,
         out_dir=out_dir,
-        text_fields=text_fields,
-        id_field=id_field,
-        command=None,
-        catalog=catalog,
+        catalog=Catalog(data_root),
         publish=True,
         publish_as=publish_as,
         scan_stats=scan_stats,
@@ -502,7 +473,7 @@ def artifact_key(pool: str, what: str) -> str:
 
 
 def _ray_key(ctx: Any, params: dict[str, Any]) -> str:
-    p = {k: v for k, v in params.items() if k not in ("address", "num_workers")}
+    p = {k: v for k, v in params.items() if k not in ("address", "num_workers", "block_rows")}
     p["shard_paths"] = [content_fingerprint(s) for s in params["shard_paths"]]
     return _hash(
         "ray-scan", p, _benchmarks_fingerprint(params.get("benchmarks_dir")), code_fingerprint()
@@ -516,26 +487,46 @@ def ray_scan_shards(
     benchmarks_dir: str | None = None,
     address: str | None = None,
     num_workers: int = 2,
+    block_rows: int = 2000,
 ) -> dict[str, Any]:
-    """Score every shard on Ray (see :mod:`flows.ray_scan`); one ``.matches.parquet`` per
-    shard. The result does not depend on the address or the worker count, so neither is part
-    of the cache key."""
+    """Score every shard on Ray (see :mod:`flows.ray_scan`), reading each in blocks of
+    ``block_rows`` texts and writing its matches block by block to one ``.matches.parquet``
+    per shard (memory bounded by the blocks in flight). The result depends on neither the
+    address, the worker count nor the block size, so none is part of the cache key."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from flows.ray_scan import ray_scan
+    from decontam.base import MATCH_SCHEMA
+    from flows.ray_scan import ray_scan_blocks
 
-    tables = [pq.read_table(p) for p in shard_paths]
-    texts = pa.concat_tables(tables) if tables else None
-    matches = ray_scan(
-        texts, decontam, benchmarks_dir=benchmarks_dir, address=address, num_workers=num_workers
-    )
-    outs = []
-    for p, t in zip(shard_paths, tables, strict=True):
-        mask = pc.is_in(matches["sample_uid"], value_set=pc.unique(t["sample_uid"]))
-        out = p.removesuffix(".parquet") + ".matches.parquet"
-        _atomic_parquet(matches.filter(mask), out)
-        outs.append(out)
-    n = texts.num_rows if texts is not None else 0
+    outs = [p.removesuffix(".parquet") + ".matches.parquet" for p in shard_paths]
+    tmps = [f"{o}.{os.getpid()}.tmp" for o in outs]
+    n = 0
+
+    def blocks():
+        nonlocal n
+        for i, p in enumerate(shard_paths):
+            for rb in pq.ParquetFile(p).iter_batches(batch_size=block_rows):
+                n += rb.num_rows
+                yield i, pa.Table.from_batches([rb])
+
+    writers: dict[int, Any] = {}
+    try:
+        for i, m in ray_scan_blocks(
+            blocks(), decontam, benchmarks_dir=benchmarks_dir, address=address,
+            num_workers=num_workers,
+        ):  # fmt: skip
+            if i not in writers:
+                writers[i] = pq.ParquetWriter(tmps[i], MATCH_SCHEMA)
+            writers[i].write_table(m)
+        for i in range(len(outs)):  # a shard without texts gets an empty matches file
+            if i not in writers:
+                writers[i] = pq.ParquetWriter(tmps[i], MATCH_SCHEMA)
+            writers[i].close()
+            os.replace(tmps[i], outs[i])
+    finally:
+        for w in writers.values():
+            w.close()
+        for t in tmps:
+            Path(t).unlink(missing_ok=True)
     return {"matches_paths": outs, "texts": n, "texts_scanned": n, "texts_cached": 0}
