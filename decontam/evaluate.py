@@ -14,8 +14,10 @@ kind (``lookalike``, ``near_miss``, ``pool``) and over all clean rows.
 target (on all clean rows and on lookalike+near_miss alone): it starts every detector at a
 threshold just above its highest clean score; the combination of lowered thresholds with the most
 item-level recall inside the budget is found by exhaustive search over the feasible steps (greedy
-when there are too many combinations); each final threshold
-sits midway between the highest clean score it excludes and the lowest positive it flags.
+when there are too many combinations); each positive caught is held by the detector that
+separates it most from the clean scores, and each final threshold sits midway between the highest
+clean score it excludes and the lowest positive it holds. With real negatives, no threshold goes
+below their clean-score tail (:func:`real_negative_floors`), in sample or in any fold.
 
 ``cross_validate`` measures the calibration on unseen data: folds grouped by benchmark item
 (:func:`assign_folds`), thresholds fitted by ``calibrate`` on the other folds and applied to the
@@ -116,10 +118,28 @@ class EvalConfig:
             "(the policy's evidence_only)"
         },
     )
+    negative_floors: bool = field(
+        default=True,
+        metadata={
+            "help": "with real negatives, keep every calibrated threshold (in sample and in each "
+            "fold) above their clean-score tail (real_negative_floors)"
+        },
+    )
+    cv_fold_counts: list[int] = field(
+        default_factory=lambda: [3, 5, 10],
+        metadata={
+            "help": "with cross-validation, also report the out-of-fold FPRs at these fold "
+            "counts: a calibration whose out-of-fold figure holds at one fold count only is "
+            "not robust"
+        },
+    )
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.target_fpr < 1.0:
             raise ConfigError(f"target_fpr must be in [0, 1), got {self.target_fpr}")
+        bad = [k for k in self.cv_fold_counts if not isinstance(k, int) or k < 2]
+        if bad:
+            raise ConfigError(f"cv_fold_counts must be integers >= 2, got {bad[0]!r}")
         unknown = [d for d in self.detectors if d not in ALL_DETECTORS + ("judge",)]
         if unknown:
             from curation.errors import did_you_mean
@@ -451,14 +471,23 @@ def calibrate(
     target_fpr: float,
     *,
     eps: float = 1e-4,
+    floors: dict[str, float] | None = None,
 ) -> dict[str, float]:
     """Per-detector thresholds whose combined FPR (all clean rows, and lookalike+near_miss) stays
-    within ``target_fpr`` while item-level recall is greedily maximised."""
+    within ``target_fpr`` while item-level recall is maximised.
+
+    ``floors``: per detector, a clean score from outside the labelled rows that its threshold must
+    stay above (:func:`real_negative_floors`: the tail of thousands of real clean pool rows). The
+    labelled clean rows are few (280 look-alikes and near misses), so the highest of them is a
+    noisy estimate of the clean tail: held out, a fold fitted on the rest set the embedding at
+    0.832 while real LeetCode rows reach 0.857. Real negatives are no benchmark item's rows, so
+    the same floors hold in every fold (issue 17 item 1)."""
+    floors = floors or {}
     neg = [r for r in labels if r["label"] == "clean"]
     ln = {r["uid"] for r in neg if r["kind"] in ("lookalike", "near_miss")}
     budget_all = math.floor(target_fpr * len(neg) + 1e-9)
     budget_ln = math.floor(target_fpr * len(ln) + 1e-9)
-    per: dict[str, dict[str, list]] = {}
+    per: dict[str, dict[str, Any]] = {}
     for det in detectors:
         d = scores.filter(pc.equal(scores.column("detector"), det)).to_pydict()
         clean = sorted(
@@ -469,9 +498,14 @@ def calibrate(
             },
             reverse=True,
         )
+        floor = float(floors.get(det, 0.0))
+        steps = [min(1.0, c + eps) for c in clean] + [max(eps, (clean[-1] if clean else 0) - eps)]
+        above = [t for t in steps if t > floor]
+        if len(above) < len(steps):  # the lowest step allowed: just above the floor
+            above.append(min(1.0, floor + eps))
         per[det] = {
-            "steps": [min(1.0, c + eps) for c in clean]
-            + [max(eps, (clean[-1] if clean else 0) - eps)],
+            "steps": above,
+            "floor": floor,
             "data": list(
                 zip(d["uid"], d["label"], d["best_score"], d["label_item_score"], strict=True)
             ),
@@ -508,26 +542,41 @@ def calibrate(
         pos_idx = {d: c[0] for d, c in zip(detectors, best_combo, strict=True)}
     else:
         pos_idx = _greedy(detectors, per, sets, budget_all, budget_ln, ln)
-    # As strict as the recall allows (issue 17): each threshold, in turn, rises to the lowest
-    # positive only it catches (the others' flags held fixed), or, when it catches none alone, to
-    # its highest positive; then it sits midway between that positive and the highest clean score
-    # under it. The same item recall on this data, and no detector keeps a low threshold that
-    # buys nothing: out of fold, a held-out clean row just above a threshold that bought no
-    # recall was a false positive for nothing (math-near_miss-01 on embedding, -08 on fuzzy).
     thr = {d: per[d]["steps"][pos_idx[d]] for d in detectors}
-    tp = {d: sets(d, thr[d])[0] for d in detectors}
+
+    def under(d: str, score: float) -> float:
+        """The clean score a threshold catching ``score`` must stay above: the highest
+        labelled clean score below it, or the detector's floor."""
+        below = [s for _u, lab, s, _ls in per[d]["data"] if lab == "clean" and s < score]
+        return max(max(below, default=thr[d] - eps), per[d]["floor"])
+
+    # As strict as the recall allows (issue 17): the positives the chosen thresholds catch are
+    # kept, each held by the detector that separates it most from the clean scores under it
+    # (the widest margin; ties by name); each threshold then rises to the lowest positive it
+    # holds, or, holding none, to its highest positive, and sits midway between that and the
+    # clean score under it. The same item recall on these rows, no threshold kept low for
+    # nothing, and no dependence on the order of ``detectors``: the earlier pass raised each
+    # detector in list order as far as the others' *starting* thresholds allowed, so a positive
+    # two detectors caught was left to whichever came later, at whatever margin it had there
+    # (a 3-fold fit put the embedding at 0.832, 0.001 under a format row the n-gram detector
+    # caught 0.10 clear of its clean scores, and flagged three held-out look-alikes).
+    caught = {
+        d: {u: ls for u, lab, _s, ls in per[d]["data"] if lab == "contaminated" and ls >= thr[d]}
+        for d in detectors
+    }
+    held: dict[str, list[float]] = defaultdict(list)
+    for u in sorted(set().union(*(c.keys() for c in caught.values()))):
+        _margin, d = max(
+            (caught[o][u] - under(o, caught[o][u]), o) for o in detectors if u in caught[o]
+        )
+        held[d].append(caught[d][u])
     out = {}
     for d in detectors:
-        others = set().union(*(tp[o] for o in detectors if o != d))
-        pos = {u: ls for u, lab, _s, ls in per[d]["data"] if lab == "contaminated" and ls >= thr[d]}
-        needed = [ls for u, ls in pos.items() if u not in others]
-        top = min(needed) if needed else max(pos.values(), default=None)
+        top = min(held[d]) if held[d] else max(caught[d].values(), default=None)
         if top is None:  # flags no positive at all: just above its highest clean score
             out[d] = round(thr[d], 4)
             continue
-        under = [s for _u, lab, s, _ls in per[d]["data"] if lab == "clean" and s < top]
-        out[d] = round(max(thr[d], (max(under, default=thr[d] - eps) + top) / 2), 4)
-        tp[d] = sets(d, out[d])[0]
+        out[d] = round(max(thr[d], (under(d, top) + top) / 2), 4)
     return out
 
 
@@ -584,13 +633,16 @@ def cross_validate(
     k: int,
     rules: dict[str, tuple[str, dict[str, float]]] | None = None,
     rule_only: list[str] | tuple[str, ...] = (),
+    floors: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """Grouped k-fold cross-validation of :func:`calibrate`: thresholds are chosen on the other
     folds and applied to the held-out one; every row is checked exactly once, by thresholds that
     never saw its benchmark item (or, for a clean row, itself). Returns the pooled out-of-fold
     metrics (FPRs with 95 % Clopper-Pearson intervals) and each fold's thresholds (``rules``:
     the corroboration rules among ``detectors``, see :func:`active_rules`; ``rule_only``: the
-    detectors that decide only through theirs, see :func:`policy_of`)."""
+    detectors that decide only through theirs, see :func:`policy_of`; ``floors``: the
+    real-negative floors of :func:`calibrate`, the same in every fold: real negatives are not
+    rows of any benchmark item)."""
     from decontam.policy import decide
 
     rules = rules or {}
@@ -602,7 +654,11 @@ def cross_validate(
         held = [r["uid"] for r in labels if folds[r["uid"]] == f]
         fit_uids = pa.array([r["uid"] for r in fit])
         thr = calibrate(
-            scores.filter(pc.is_in(scores.column("uid"), fit_uids)), fit, detectors, target_fpr
+            scores.filter(pc.is_in(scores.column("uid"), fit_uids)),
+            fit,
+            detectors,
+            target_fpr,
+            floors=floors,
         )
         held_matches = matches.filter(pc.is_in(matches.column("sample_uid"), pa.array(held)))
         pol = policy_of(thr, rules, rule_only)
@@ -733,6 +789,56 @@ def load_negatives(
     return rows, info
 
 
+def _negative_scores(
+    matches: pa.Table,
+    rows: list[dict[str, Any]],
+    detectors: list[str],
+    rules: dict[str, tuple[str, dict[str, float]]] | None,
+) -> tuple[dict[str, dict[str, tuple[float, str | None]]], dict[str, str]]:
+    """``{uid: {detector or rule name: (best score, its item)}}`` of real negatives, and the rows
+    that are benchmark copies, not negatives (``{uid: why}``: problem_id ties them to an item, or
+    they hold :data:`COPY_NGRAM_COVERAGE` of an item's 9-grams)."""
+    scores = best_scores(with_rules(matches, rules or {}), rows, detectors).to_pydict()
+    best: dict[str, dict[str, tuple[float, str | None]]] = defaultdict(dict)
+    for u, d, s, it in zip(
+        scores["uid"], scores["detector"], scores["best_score"], scores["best_item"], strict=True
+    ):
+        best[u][d] = (s, it)
+    excluded = {}
+    for r in rows:
+        b = best[r["uid"]]
+        if b.get("problem_id", (0.0, None))[0] >= 0.5:
+            excluded[r["uid"]] = f"problem_id -> {b['problem_id'][1]}"
+        elif b.get("ngram", (0.0, None))[0] >= COPY_NGRAM_COVERAGE:
+            excluded[r["uid"]] = f"ngram {b['ngram'][0]:.2f} -> {b['ngram'][1]}"
+    return best, excluded
+
+
+def real_negative_floors(
+    matches: pa.Table,
+    rows: list[dict[str, Any]],
+    detectors: list[str],
+    rules: dict[str, tuple[str, dict[str, float]]] | None = None,
+    target_fpr: float = 0.0,
+) -> dict[str, float]:
+    """The floor :func:`calibrate` keeps each threshold above, from real negatives (benchmark
+    copies among them left out): the highest score of a detector (or a rule, by its name) on
+    them at target 0, else the score of its ``floor(target x n) + 1``-th highest row, so that at
+    most the target's share of them scores above it. Real pools hold thousands of clean rows
+    where the dev set holds 280 look-alikes and near misses: a tail measured on them does not
+    move when a fold leaves a few labelled rows out."""
+    names = [*detectors, *(r for r in (rules or {}) if r not in detectors)]
+    best, excluded = _negative_scores(matches, rows, names, rules)
+    kept = [r["uid"] for r in rows if r["uid"] not in excluded]
+    allowed = math.floor(target_fpr * len(kept) + 1e-9)
+    out = {}
+    for d in names:
+        tail = sorted((best[u][d][0] for u in kept if best[u][d][0] > 0), reverse=True)
+        if len(tail) > allowed:
+            out[d] = float(tail[allowed])
+    return out
+
+
 def negatives_report(
     matches: pa.Table,
     rows: list[dict[str, Any]],
@@ -749,19 +855,7 @@ def negatives_report(
     from decontam.policy import decide
 
     detectors = [*detectors, *(rules or {})]  # a rule's tail: its detector where it may decide
-    scores = best_scores(with_rules(matches, rules or {}), rows, detectors).to_pydict()
-    best: dict[str, dict[str, tuple[float, str | None]]] = defaultdict(dict)
-    for u, d, s, it in zip(
-        scores["uid"], scores["detector"], scores["best_score"], scores["best_item"], strict=True
-    ):
-        best[u][d] = (s, it)
-    excluded = {}
-    for r in rows:
-        b = best[r["uid"]]
-        if b.get("problem_id", (0.0, None))[0] >= 0.5:
-            excluded[r["uid"]] = f"problem_id -> {b['problem_id'][1]}"
-        elif b.get("ngram", (0.0, None))[0] >= COPY_NGRAM_COVERAGE:
-            excluded[r["uid"]] = f"ngram {b['ngram'][0]:.2f} -> {b['ngram'][1]}"
+    best, excluded = _negative_scores(matches, rows, detectors, rules)
     kept = [r for r in rows if r["uid"] not in excluded]
     kept_uids = [r["uid"] for r in kept]
     tails = {}
@@ -884,8 +978,11 @@ def evaluate(
         "combined": metrics(flags, labels),
         "per_detector": per_detector,
     }
+    floors: dict[str, float] = {}
+    if neg_rows and cfg.negative_floors and (calibrate_thresholds or cv_folds):
+        floors = real_negative_floors(neg_matches, neg_rows, cal_names, rules, cfg.target_fpr)
     if calibrate_thresholds or cv_folds:
-        thr = calibrate(scores, labels, cal_names, cfg.target_fpr)
+        thr = calibrate(scores, labels, cal_names, cfg.target_fpr, floors=floors)
         cal_policy = policy_of(thr, rules, rule_only)
         flags = flagged_items(decide(matches, uids, cal_policy))
         result["calibration"] = {
@@ -893,15 +990,35 @@ def evaluate(
             "thresholds": cal_policy.thresholds,
             "rules": cal_policy.rules,
             "evidence_only": cal_policy.evidence_only,
+            "floors": {d: round(v, 4) for d, v in sorted(floors.items())},
             "combined": metrics(flags, labels),  # in sample: fitted on these rows
         }
         result["calibration"]["fpr_ci95"] = _fpr_ci(result["calibration"]["combined"])
     if cv_folds:
         if progress:
             progress(f"cross-validate ({cv_folds} folds)")
+        cv_args = (matches, scores, labels, cal_names, cfg.target_fpr)
         result["cross_validation"] = cross_validate(
-            matches, scores, labels, cal_names, cfg.target_fpr, cv_folds, rules, rule_only
+            *cv_args, cv_folds, rules, rule_only, floors=floors
         )
+        by_k = {}
+        for k in sorted({cv_folds, *cfg.cv_fold_counts}):
+            cv = (
+                result["cross_validation"]
+                if k == cv_folds
+                else cross_validate(*cv_args, k, rules, rule_only, floors=floors)
+            )
+            by_k[str(k)] = {
+                "fpr_by_kind": {
+                    n: cv["combined"]["fpr_by_kind"][n]
+                    for n in ("lookalike+near_miss", "all_clean")
+                },
+                "fpr_ci95": cv["fpr_ci95"],
+                "recall_by_kind": {
+                    kind: v["item"] for kind, v in cv["combined"]["recall_by_kind"].items()
+                },
+            }
+        result["cross_validation"]["by_fold_count"] = by_k
     if neg_rows:
         pols = {"default": default_policy}
         if "calibration" in result:
@@ -1079,6 +1196,27 @@ def render_markdown(result: dict[str, Any]) -> str:
             "thresholds calibrated on the other folds (same target FPR), so no benchmark item is "
             "both fitted and checked.",
         ]
+        by_k = cv.get("by_fold_count", {})
+        if len(by_k) > 1:
+            strong = ("verbatim", "format", "embedded", "edit")
+            lines += [
+                "",
+                _md_table(
+                    ["folds", "FPR look+near", "FPR all clean", "R " + " / ".join(strong)],
+                    [
+                        [
+                            k,
+                            *(
+                                f"{v['fpr_by_kind'][n]['fp']}/{v['fpr_by_kind'][n]['n']} "
+                                f"({v['fpr_ci95'][n][0]:.4f}-{v['fpr_ci95'][n][1]:.4f})"
+                                for n in ("lookalike+near_miss", "all_clean")
+                            ),
+                            " / ".join(f"{v['recall_by_kind'].get(x, 0):.2f}" for x in strong),
+                        ]
+                        for k, v in sorted(by_k.items(), key=lambda kv: int(kv[0]))
+                    ],
+                ),
+            ]
     if "negatives" in result:
         lines += ["", *render_negatives(result["negatives"])]
     if "calibration" in result:
@@ -1096,6 +1234,12 @@ def render_markdown(result: dict[str, Any]) -> str:
             )
         if c.get("evidence_only"):
             lines.append(f"\nDecide only through a rule: {', '.join(c['evidence_only'])}")
+        if c.get("floors"):
+            lines.append(
+                "\nFloors from the real negatives' clean-score tail (every threshold, in sample "
+                "and in each fold, stays above): "
+                + ", ".join(f"{d} {v}" for d, v in c["floors"].items())
+            )
     return "\n".join(lines) + "\n"
 
 

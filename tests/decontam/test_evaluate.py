@@ -415,3 +415,52 @@ def test_a_corroboration_rule_is_calibrated_like_a_detector_and_ships_as_a_polic
         for d in decide(_matches(rows), ["p1", "n1"], pol).to_pylist()
     }
     assert dec == {"p1": True, "n1": False}  # fmt: skip
+
+
+def test_a_positive_two_detectors_catch_is_held_by_the_one_with_the_wider_margin():
+    """p0 is caught by a (0.50 over clean 0.30) and by b (0.66 over clean 0.65). The detector
+    that separates it most holds it, whatever order the detectors are listed in; b, holding
+    nothing, rises to its highest positive. (Raised in list order, a first: a saw b catch both
+    at b's starting threshold, rose to 0.625 past p0 and left it to b at 0.655, 0.005 over b's
+    top clean score; listed b first, the same rows gave a 0.40 and b 0.675.)"""
+    labels = [_row(f"p{i}", "contaminated", "edit", f"I-{i}") for i in range(2)] + [
+        _row(f"n{i}", "clean", "pool") for i in range(40)
+    ]
+    rows = [("p0", "contaminated", "I-0", "a", 0.50), ("p1", "contaminated", "I-1", "a", 0.95),
+            ("p0", "contaminated", "I-0", "b", 0.66), ("p1", "contaminated", "I-1", "b", 0.70)]  # fmt: skip
+    rows += [(f"n{i}", "clean", None, "a", 0.30) for i in range(40)]
+    rows += [(f"n{i}", "clean", None, "b", 0.65 if i == 0 else 0.1) for i in range(40)]
+    thr = calibrate(_scores(rows), labels, ["a", "b"], target_fpr=0.0)
+    assert thr == calibrate(_scores(rows), labels, ["b", "a"], target_fpr=0.0)
+    assert thr["a"] == 0.4  # midway 0.30 / 0.50: holds p0 and p1
+    assert thr["b"] == 0.675  # holds nothing: midway 0.65 / its highest positive 0.70
+
+
+def test_real_negative_floors_keep_every_fold_above_the_real_clean_tail():
+    """The dev set's top clean row (n0, 0.85) props the threshold up in sample; a fold fitted
+    without it would drop to midway 0.1 / 0.9 = 0.5 and flag it. Real negatives reaching 0.84
+    (the same in every fold: they are no benchmark item's rows) keep each fold above 0.84."""
+    from decontam.evaluate import cross_validate, real_negative_floors
+
+    labels = [_row(f"p{i}", "contaminated", "edit", f"I-{i}") for i in range(6)] + [
+        _row(f"n{i}", "clean", "pool") for i in range(60)
+    ]
+    rows = [(f"p{i}", "contaminated", f"I-{i}", "a", 0.9) for i in range(6)]
+    rows += [(f"n{i}", "clean", None, "a", 0.85 if i == 0 else 0.1) for i in range(60)]
+    without = cross_validate(_matches(rows), _scores(rows), labels, ["a"], 0.0, 3)
+    assert without["combined"]["fpr_by_kind"]["all_clean"]["fp"] == 1  # n0, out of fold
+    negs = [_row(f"r{i}", "clean", "real") for i in range(100)]
+    neg_rows = [(f"r{i}", "clean", "I-9", "a", 0.84 if i < 2 else 0.2) for i in range(100)]
+    neg_rows += [("r99", "clean", "I-3", "problem_id", 1.0)]  # a benchmark copy: not a negative
+    neg_rows += [("r99", "clean", "I-3", "a", 0.99)]
+    floors = real_negative_floors(_matches(neg_rows), negs, ["a", "problem_id"])
+    assert floors == {"a": 0.84}
+    # at 2 %, one of the 99 kept rows may score above the floor: still 0.84 (two rows reach it);
+    # at 3 %, two may
+    assert real_negative_floors(_matches(neg_rows), negs, ["a"], target_fpr=0.02) == {"a": 0.84}
+    assert real_negative_floors(_matches(neg_rows), negs, ["a"], target_fpr=0.03) == {"a": 0.2}
+    cv = cross_validate(_matches(rows), _scores(rows), labels, ["a"], 0.0, 3, floors=floors)
+    assert cv["combined"]["fpr_by_kind"]["all_clean"]["fp"] == 0
+    assert cv["combined"]["recall_by_kind"]["edit"]["item"] == 1.0
+    assert all(0.84 < pf["thresholds"]["a"] <= 0.9 for pf in cv["per_fold"])
+    assert calibrate(_scores(rows), labels, ["a"], 0.0, floors=floors)["a"] == 0.875

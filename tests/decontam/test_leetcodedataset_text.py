@@ -101,7 +101,9 @@ def test_signature_rule_on_held_out_leetcode(with_rule):
     chosen on it. The rule finds two more of its LCB rows and flags none of its other rows."""
     res = with_rule["deepcoder_test"]
     assert res["rows"] == 200 and len(res["lcb"]) == 135
-    assert len(res["found"]) == 127  # 125 without the rule
+    # 125 without the rule; 127 with the n-gram threshold at 0.7511: the calibration of issue 17
+    # item 1 (0.725) finds deepcoder_test-107 too (LCB 3299, ngram 0.746), and no other row
+    assert len(res["found"]) == 128
     assert {"deepcoder_test-113", "deepcoder_test-24"} <= set(res["found"])
     # the two rows flagged outside the truth are "II" problems whose "I" is the LCB item, the
     # statement nearly verbatim: ngram flags them, with or without the rule
