@@ -30,6 +30,7 @@ from decontam.run import (
     _MATCH_SORT,
     DecontamConfig,
     RunResult,
+    _duplicate_id,
     _merge_timings,
     _scan_key,
     cached_scan,
@@ -48,6 +49,40 @@ def shard_path(work_dir: str | Path, i: int, shards: int) -> str:
     return os.path.join(work_dir, f"texts-{i:05d}-of-{shards:05d}.parquet")
 
 
+class _ShardFiles:
+    """The shard files of :func:`write_shards`, written one after another under temporary
+    names and renamed into place together at :meth:`finish`, so a failed or killed run leaves
+    no shard that looks complete; a shard that gets no text is an empty file."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self.paths, self.current, self.writer = paths, -1, None
+
+    def _tmp(self, k: int) -> str:
+        return f"{self.paths[k]}.{os.getpid()}.tmp"
+
+    def write(self, k: int, texts: pa.Table) -> None:
+        while self.current < k:
+            if self.writer is not None:
+                self.writer.close()
+            self.current += 1
+            self.writer = pq.ParquetWriter(self._tmp(self.current), TEXT_TABLE_SCHEMA)
+        if texts.num_rows:
+            self.writer.write_table(texts)
+
+    def finish(self) -> None:
+        self.write(len(self.paths) - 1, TEXT_TABLE_SCHEMA.empty_table())
+        self.writer.close()
+        self.writer = None
+        for k, path in enumerate(self.paths):
+            os.replace(self._tmp(k), path)
+
+    def abort(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        for k in range(self.current + 1):
+            Path(self._tmp(k)).unlink(missing_ok=True)
+
+
 def write_shards(
     input: str,
     *,
@@ -59,64 +94,56 @@ def write_shards(
     batch_rows: int = DEFAULT_BATCH_ROWS,
 ) -> list[str]:
     """Write the texts of ``input`` (a catalog ref or a file) as ``shards`` Parquet files of
-    :data:`~decontam.base.TEXT_TABLE_SCHEMA` (``sample_uid`` = the text's input row), each
-    the texts of a contiguous slice of rows; returns their paths (fewer than ``shards`` when
-    the input has fewer rows). Each file is written under a temporary name and renamed when
-    complete, so a killed run never leaves a half shard."""
-    from decontam.stream import _open_source, _Prepared
+    :data:`~decontam.base.TEXT_TABLE_SCHEMA` (``sample_uid`` = the text's input row, 0-based),
+    each the texts of a contiguous slice of rows; returns their paths (fewer than ``shards``
+    when the input has fewer rows). An id field's values must be unique over the whole input:
+    a repeat is refused here, naming both rows, before anything is scanned (as a streamed run
+    checks it: 8 bytes a row in memory, the ids themselves in a scratch folder)."""
+    import shutil
+
+    import polars as pl
+
+    from decontam.stream import _first_duplicate, _open_source, _Parts, _Prepared
 
     os.makedirs(work_dir, exist_ok=True)
     src = _open_source(input, catalog=catalog, batch_rows=batch_rows)
     n_rows = src.rows if src.rows is not None else _count(input, catalog, batch_rows)
     per = max(1, -(-n_rows // max(shards, 1)))
     n_files = max(1, -(-n_rows // per))
-    paths = [shard_path(work_dir, i, shards) for i in range(n_files)]
-    # row-N ids (or the id field's) only to check the rows as a streamed run does; a shard
-    # names texts by row
+    files = _ShardFiles([shard_path(work_dir, i, shards) for i in range(n_files)])
+    # the batches checked as a streamed run checks them (row-N ids unless an id field: a
+    # shard names texts by row, the run's ids are settled by finalize_shards)
     prepared = _Prepared(src, text_fields, id_field, row_ids=True, timings={})
-    writer, current, offset = None, -1, 0
-
-    def open_shard(k: int) -> pq.ParquetWriter:
-        return pq.ParquetWriter(f"{paths[k]}.{os.getpid()}.tmp", TEXT_TABLE_SCHEMA)
-
-    def close_shard(k: int, w: pq.ParquetWriter) -> None:
-        w.close()
-        os.replace(f"{paths[k]}.{os.getpid()}.tmp", paths[k])
-
+    ids, id_hashes, offset = None, [], 0
+    if id_field is not None:
+        shutil.rmtree(Path(work_dir) / f".ids.{os.getpid()}", ignore_errors=True)
+        ids = _Parts(Path(work_dir) / f".ids.{os.getpid()}")
     try:
-        for tbl, _rows, texts, uids in prepared:
+        for tbl, rows, texts, uids in prepared:
             if isinstance(uids, pa.ChunkedArray):
                 uids = uids.combine_chunks()
-            pos = pc.add(pc.index_in(texts["sample_uid"], value_set=uids), offset)
-            pos = pos.cast(pa.int64())
-            shard_of = pc.min_element_wise(pc.divide(pos, per), n_files - 1)
-            lo = min(offset // per, n_files - 1)
-            hi = min((offset + max(len(tbl), 1) - 1) // per, n_files - 1)
-            for k in range(lo, hi + 1):
-                while current < k:  # shards in order; one with no text stays empty
-                    if writer is not None:
-                        close_shard(current, writer)
-                    current += 1
-                    writer = open_shard(current)
-                sel = pc.equal(shard_of, k)
-                part = texts.filter(sel).set_column(
-                    0, TEXT_TABLE_SCHEMA.field(0), pc.cast(pos.filter(sel), pa.string())
-                )
-                if part.num_rows:
-                    writer.write_table(part)
+            if ids is not None:
+                ids.add(pa.table({"sample_uid": uids, "source_row": pa.array(list(rows))}))
+                id_hashes.append(pl.Series(uids).hash(seed=0).to_numpy())
+            row = pc.add(pc.index_in(texts["sample_uid"], value_set=uids), offset)
+            row = row.cast(pa.int64())
+            texts = texts.set_column(0, TEXT_TABLE_SCHEMA.field(0), pc.cast(row, pa.string()))
+            shard_of = pc.min_element_wise(pc.divide(row, per), n_files - 1)
+            last = min((offset + max(len(tbl), 1) - 1) // per, n_files - 1)
+            for k in range(min(offset // per, n_files - 1), last + 1):
+                files.write(k, texts.filter(pc.equal(shard_of, k)))
             offset += len(tbl)
-        while current < n_files - 1:
-            if writer is not None:
-                close_shard(current, writer)
-            current += 1
-            writer = open_shard(current)
-        close_shard(current, writer)
-        writer = None
+        if ids is not None:  # an id in two batches (one batch checks its own)
+            dup = _first_duplicate(id_hashes, ids, file_rows=True)
+            if dup is not None:
+                raise _duplicate_id(*dup, src.label, id_field)
+        files.finish()
     finally:
-        if writer is not None:  # a failed read: drop the partial shard
-            writer.close()
-            Path(f"{paths[current]}.{os.getpid()}.tmp").unlink(missing_ok=True)
-    return paths
+        files.abort()
+        if ids is not None:
+            ids._close()
+            shutil.rmtree(ids.folder, ignore_errors=True)
+    return files.paths
 
 
 def _count(input: str, catalog, batch_rows: int) -> int:

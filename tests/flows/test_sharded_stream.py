@@ -123,3 +123,30 @@ def test_sharded_flow_streams_and_equals_the_unsharded_run(
     assert cat.load(sharded["excluded_ref"]).num_rows == 30
     run = json.loads((tmp_path / "sharded" / "run.json").read_text())
     assert run["counts"]["texts_scanned"] == single["counts"]["texts"]
+
+
+def test_prepare_shards_refuses_a_repeated_id_before_any_scan(pools_dir, tmp_path):
+    """With an id field, an id repeated in a later batch is refused by prepare_shards (the
+    first task) naming file, both rows and the field, and no shard file is left."""
+    from curation.errors import InputError
+
+    src = Path(_input("file", pools_dir, tmp_path, str(tmp_path / "root")))
+    work = tmp_path / "work"
+    with pytest.raises(InputError, match=r"duplicate id 'u-2' \(first at row 3\)") as e:
+        prepare_shards.fn(str(src), ["problem"], "uid", 3, str(work), str(tmp_path / "root"),
+                          batch_rows=BATCH)  # fmt: skip
+    assert e.value.file == str(src.resolve()) and e.value.row == 250 and e.value.field == "uid"
+    assert sorted(p.name for p in work.iterdir()) == []
+    # unique ids: three shards, and the same texts as without the id field
+    rows = [json.loads(x) for x in src.read_text().splitlines()]
+    rows[249]["uid"] = "u-249"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    named = prepare_shards.fn(str(src), ["problem"], "uid", 3, str(work), str(tmp_path / "root"),
+                              batch_rows=BATCH)  # fmt: skip
+    assert len(named) == 3 and sorted(p.name for p in work.iterdir()) == sorted(
+        Path(p).name for p in named
+    )
+    unnamed = prepare_shards.fn(str(src), ["problem"], None, 3, str(tmp_path / "w2"),
+                                str(tmp_path / "root"), batch_rows=BATCH)  # fmt: skip
+    for a, b in zip(named, unnamed, strict=True):
+        assert pq.read_table(a).to_pylist() == pq.read_table(b).to_pylist()
