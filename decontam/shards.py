@@ -221,6 +221,13 @@ class _ShardMatches:
             offset += len(tbl)
             st = {"texts": texts.num_rows, "texts_scanned": 0, "texts_cached": 0, "timings": {}}
             yield tbl, rows, texts, uids, m, st
+        if len(self.pos) and self.pos[-1] >= offset:
+            from curation.errors import InputError
+
+            raise InputError(
+                f"the shards name row {int(self.pos[-1]) + 1} but the input has {offset} rows",
+                hint="the input changed after its shards were written: run the flow again",
+            )
 
 
 def finalize_shards(

@@ -150,3 +150,22 @@ def test_prepare_shards_refuses_a_repeated_id_before_any_scan(pools_dir, tmp_pat
                                 str(tmp_path / "root"), batch_rows=BATCH)  # fmt: skip
     for a, b in zip(named, unnamed, strict=True):
         assert pq.read_table(a).to_pylist() == pq.read_table(b).to_pylist()
+
+
+def test_finalize_refuses_shards_of_an_input_that_changed(pools_dir, benchmarks_dir, tmp_path):
+    """Shards name texts by row: when the file lost rows after its shards were scanned, the
+    shards' matches name rows it no longer has, and finalize says so instead of deciding."""
+    from curation.errors import InputError
+
+    root = str(tmp_path / "root")
+    src = Path(_input("file", pools_dir, tmp_path, root))
+    cfg = DecontamConfig(benchmarks=["aime24"], detectors=["ngram"], stream_rows=BATCH).to_dict()
+    shards = prepare_shards.fn(str(src), ["problem"], None, 3, str(tmp_path / "w"), root,
+                               batch_rows=BATCH)  # fmt: skip
+    scans = [scan_shard.fn(p, cfg, root, str(benchmarks_dir)) for p in shards]
+    lines = src.read_text().splitlines()
+    src.write_text("".join(x + "\n" for x in lines[:290]))  # row 320 (an AIME copy) is gone
+    with pytest.raises(InputError, match="the shards name row 320 but the input has 290 rows"):
+        finalize_shards.fn(str(src), [s["matches_path"] for s in scans], ["problem"], None, cfg,
+                           str(tmp_path / "out"), root, str(benchmarks_dir))  # fmt: skip
+    assert not (tmp_path / "out").exists()
