@@ -195,37 +195,56 @@ def scan_shard(
 
 
 class _ShardMatches:
-    """The match records of every shard, ordered by input row, handed out batch by batch with
-    the batch's sample ids in place of the row numbers."""
+    """The shards' match records handed out batch by batch, in input order, with the batch's
+    sample ids in place of the row numbers. A shard holds a contiguous slice of rows and the
+    files come in shard order, so at most two shards' records are held at a time."""
 
     def __init__(self, matches_paths: Sequence[str | Path]) -> None:
-        parts = [pq.read_table(p) for p in matches_paths]
-        parts = [t for t in parts if t.num_rows]
-        t = pa.concat_tables(parts) if parts else MATCH_SCHEMA.empty_table()
-        pos = pc.cast(t["sample_uid"], pa.int64())
-        order = pc.sort_indices(pos)  # stable: a row's matches keep their order
-        self.matches = t.take(order)
-        self.pos = pos.take(order).to_numpy()
+        import numpy as np
+
+        self.paths, self.next, self.last = list(matches_paths), 0, -1
+        self.matches, self.pos = MATCH_SCHEMA.empty_table(), np.empty(0, np.int64)
+
+    def _read_until(self, end: float) -> None:
+        """Read shard files until the rows held reach ``end - 1`` (later files hold only
+        later rows) or every file is read."""
+        import numpy as np
+
+        while self.next < len(self.paths) and (not len(self.pos) or self.pos[-1] < end - 1):
+            t = pq.read_table(self.paths[self.next])
+            self.next += 1
+            if not t.num_rows:
+                continue
+            pos = pc.cast(t["sample_uid"], pa.int64())
+            order = pc.sort_indices(pos)  # stable: a row's matches keep their order
+            p = pos.take(order).to_numpy()
+            if p[0] <= self.last:
+                raise ValueError("shard match files must be given in shard order")
+            self.last = int(p[-1])
+            self.matches = pa.concat_tables([self.matches, t.take(order)])
+            self.pos = np.concatenate([self.pos, p])
 
     def batches(self, prepared):
         """``(tbl, rows, texts, uids, matches, stats)`` per prepared batch (see
         :func:`decontam.stream._run_streamed`'s ``scanned``)."""
-        import numpy as np
-
         offset = 0
         for tbl, rows, texts, uids in prepared:
-            i0, i1 = np.searchsorted(self.pos, [offset, offset + len(tbl)])
-            m = self.matches.slice(i0, i1 - i0)
-            local = pa.array(self.pos[i0:i1] - offset, pa.int64())
+            end = offset + len(tbl)
+            self._read_until(end)
+            n = int((self.pos < end).sum())  # the held rows start at this batch's
+            local = pa.array(self.pos[:n] - offset, pa.int64())
+            m = self.matches.slice(0, n)
             m = m.set_column(0, MATCH_SCHEMA.field(0), pc.take(uids, local)).sort_by(_MATCH_SORT)
-            offset += len(tbl)
+            self.matches, self.pos = self.matches.slice(n), self.pos[n:]
+            offset = end
             st = {"texts": texts.num_rows, "texts_scanned": 0, "texts_cached": 0, "timings": {}}
             yield tbl, rows, texts, uids, m, st
-        if len(self.pos) and self.pos[-1] >= offset:
+        self._read_until(float("inf"))
+        if len(self.pos):
             from curation.errors import InputError
 
             raise InputError(
-                f"the shards name row {int(self.pos[-1]) + 1} but the input has {offset} rows",
+                f"the shards name row {self.last + 1} but the input has {offset} rows",
                 hint="the input changed after its shards were written: run the flow again",
             )
 
@@ -255,10 +274,12 @@ def finalize_shards(
     from decontam.stream import _run_streamed_input
 
     config = dataclasses.replace(config, stream_rows=batch_rows(config))
+    paths = list(matches_paths)
     stats = {k: v for k, v in (scan_stats or {}).items() if k != "timings"}
     return _run_streamed_input(
         input, None, text_fields=text_fields, id_field=id_field, detectors=detectors,
         benchmarks=benchmarks, config=config, out_dir=out_dir, data_root=None,
         command=command, catalog=catalog, publish=publish, publish_as=publish_as,
-        scanned=_ShardMatches(matches_paths).batches, scan_stats=stats or None,
+        scanned=lambda prepared: _ShardMatches(paths).batches(prepared),  # each pass anew
+        scan_stats=stats or None,
     )  # fmt: skip
