@@ -133,6 +133,13 @@ def register(decontam_app: typer.Typer) -> None:
                     f"calibrated, {name}: FPR(look+near) {f['fpr']:.4f} [{lo:.4f}, {hi:.4f}] "
                     f"recall {m['item']['recall']:.3f}"
                 )
+            for k, part in cv.get("by_fold_count", {}).items():  # the budget at any fold count
+                f = part["fpr_by_kind"]["lookalike+near_miss"]
+                lo, hi = part["fpr_ci95"]["lookalike+near_miss"]
+                typer.echo(
+                    f"  {k}-fold out of fold: FPR(look+near) {f['fpr']:.4f} [{lo:.4f}, {hi:.4f}] "
+                    f"({f['fp']}/{f['n']})"
+                )
         if "negatives" in result:
             neg = result["negatives"]
             typer.echo(

@@ -146,6 +146,12 @@ def test_cli_evaluate_writes_every_output(tmp_path, contam_dev_path, shared_dir)
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "calibrated, 3-fold out of fold: FPR(look+near)" in res.output
+    by_k = json.loads((out / "evaluation.json").read_text())["cross_validation"]["by_fold_count"]
+    for k, part in by_k.items():  # every fold count's figure is printed, with its counts
+        f = part["fpr_by_kind"]["lookalike+near_miss"]
+        assert f"  {k}-fold out of fold: FPR(look+near) {f['fpr']:.4f}" in res.output
+        assert f"({f['fp']}/{f['n']})" in res.output
+    assert set(by_k) >= {"3", "5", "10"}
     assert "3-fold out of fold" in (out / "evaluation.md").read_text()
     cv = json.loads((out / "evaluation.json").read_text())["cross_validation"]
     assert cv["folds"] == 3 and len(cv["per_fold"]) == 3
