@@ -54,6 +54,7 @@ from decontam.run import (
     prepare_text_table,
     sample_uids,
     scan_metadata,
+    shippable,
 )
 
 
@@ -551,6 +552,7 @@ def _run_streamed_cli(
     worker_args = {
         "config": config, "benchmarks_dir": benchmarks_dir,
         "allow_benchmark_mismatch": allow_benchmark_mismatch, "data_root": root,
+        "fitted": shippable(dets),  # pickled to each worker: no second fit there
     }  # fmt: skip
     return _run_streamed_input(
         input, src, text_fields=text_fields, id_field=id_field, detectors=dets, benchmarks=bset,
@@ -632,8 +634,14 @@ def _scan_worker_init(args: dict[str, Any]) -> None:
         benchmarks_dir=args["benchmarks_dir"],
         allow_mismatch=args["allow_benchmark_mismatch"],
     )
-    dets = build_detectors(config.detectors, config, bset, data_root=args["data_root"])
     root = args["data_root"]
+    fitted = None
+    if args.get("fitted_path"):  # written by this run's parent (_scanned_in_workers)
+        import pickle
+
+        with open(args["fitted_path"], "rb") as fh:
+            fitted = pickle.load(fh)
+    dets = build_detectors(config.detectors, config, bset, root, fitted=fitted)
     cache = None
     if config.use_cache and root is not None and "://" not in str(root):
         cache = ScanCache(root, cache_key(_scan_key(dets, bset)))
@@ -658,14 +666,27 @@ def _scanned_in_workers(prepared, n_workers: int, worker_args: dict[str, Any] | 
 
     if worker_args is None:
         raise ConfigError("workers > 1 needs the run's benchmark and data-root settings")
+    import pickle
+    import shutil
+    import tempfile
     from concurrent.futures.process import BrokenProcessPool
 
     from curation.errors import SluiceError
 
     ctx = mp.get_context("spawn")
+    # the fitted detectors go through a private file, not the spawn pipe: the parent writes a
+    # spawned child's arguments with the pipe's read end still open, so tens of MB to a child
+    # that dies at start (an unimportable __main__) would block the run forever
+    scratch = tempfile.mkdtemp(prefix="sluice-workers-")
+    args = dict(worker_args)
+    if args.get("fitted"):
+        path = os.path.join(scratch, "fitted.pickle")
+        with open(path, "wb") as fh:
+            pickle.dump(args.pop("fitted"), fh, protocol=pickle.HIGHEST_PROTOCOL)
+        args["fitted_path"] = path
     try:
         with ProcessPoolExecutor(
-            n_workers, mp_context=ctx, initializer=_scan_worker_init, initargs=(worker_args,)
+            n_workers, mp_context=ctx, initializer=_scan_worker_init, initargs=(args,)
         ) as pool:
             queue: deque = deque()
             for b in prepared:
@@ -681,6 +702,8 @@ def _scanned_in_workers(prepared, n_workers: int, worker_args: dict[str, Any] | 
             f"a decontamination scan worker process died: {exc}",
             hint="rerun with --workers 1 (scan in one process), or free memory",
         ) from None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _count_rows(path: Path) -> int | None:
