@@ -632,12 +632,10 @@ def cached_scan(
     streamed = cache is not None  # one cache for all batches: known texts are those of before
     if cache is None:
         cache = ScanCache(root, cache_key(_scan_key(detectors, benchmarks)))
-    new_idx = np.flatnonzero(~cache.known_mask(hashes)).tolist()
-    # scan each distinct new text once
-    first: dict[str, int] = {}
-    for i in new_idx:
-        first.setdefault(hashes[i], i)
-    todo_idx = sorted(first.values())
+    new_idx = np.flatnonzero(~cache.known_mask(hashes))
+    # scan each distinct new text once (its first row)
+    _, first = np.unique(np.array(hashes, "S32")[new_idx], return_index=True)
+    todo_idx = np.sort(new_idx[first]).tolist()
     fresh_c = None
     if todo_idx:
         todo = texts.take(pa.array(todo_idx, pa.int64()))
@@ -659,13 +657,16 @@ def cached_scan(
     if fresh_c is not None and fresh_c.num_rows:
         fresh_c = fresh_c.select(CACHED_MATCH_SCHEMA.names).cast(CACHED_MATCH_SCHEMA)
         cached = pa.concat_tables([cached, fresh_c]) if cached.num_rows else fresh_c
-    # re-attach sample ids and fields
-    by_hash: dict[str, list[int]] = {}
-    for i, h in enumerate(hashes):
-        by_hash.setdefault(h, []).append(i)
-    take_rows, uid_col, field_col = [], [], []
+    # re-attach sample ids and fields (of the rows whose text has matches: a few)
     ch = cached["text_hash"].to_pylist()
-    uids, fields = texts["sample_uid"].to_pylist(), texts["field"].to_pylist()
+    matched = pa.array(sorted(set(ch)), pa.string())
+    rows = np.flatnonzero(pc.is_in(pa.array(hashes, pa.string()), value_set=matched))
+    by_hash: dict[str, list[int]] = {}
+    for i in rows.tolist():
+        by_hash.setdefault(hashes[i], []).append(i)
+    take_rows, uid_col, field_col = [], [], []
+    uids = dict(zip(rows.tolist(), texts["sample_uid"].take(rows).to_pylist(), strict=True))
+    fields = dict(zip(rows.tolist(), texts["field"].take(rows).to_pylist(), strict=True))
     for r, h in enumerate(ch):
         for i in by_hash.get(h, ()):
             take_rows.append(r)

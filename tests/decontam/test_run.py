@@ -376,3 +376,35 @@ def test_shipped_detectors_score_like_the_ones_fitted_here(
     assert [d is received[d.name] for d in again] == [True] * len(names)
     want, got = scan(texts, dets), scan(texts, again)
     assert want.num_rows > 50 and got.equals(want)
+
+
+@pytest.mark.shared_data
+def test_a_text_on_several_rows_is_scanned_once_and_matched_on_every_row(
+    benchmarks_dir, pools_dir, tmp_path
+):
+    import pyarrow.compute as pc
+
+    from decontam.run import build_detectors, cached_scan, load_benchmark_set
+
+    config = DecontamConfig(benchmarks=["aime24"], detectors=["ngram"])
+    bset = load_benchmark_set(config, benchmarks_dir=benchmarks_dir)
+    dets = build_detectors(config.detectors, config, bset)
+    aime = [json.loads(x)["prompt"] for x in
+            (pools_dir / "math_ttrl_aime24_as_train.jsonl").read_text().splitlines()[:2]]  # fmt: skip
+    texts = [aime[0], "a clean text", aime[1], aime[0], "a clean text", aime[0]]
+    table = pa.table({"sample_uid": [f"r{i}" for i in range(6)], "field": ["p"] * 6,
+                      "text": texts})  # fmt: skip
+    m, stats = cached_scan(table, dets, bset, data_root=str(tmp_path))
+    assert stats["texts_scanned"] == 6 and stats["texts"] == 6  # rows new to the cache
+    assert sorted(set(m["sample_uid"].to_pylist())) == ["r0", "r2", "r3", "r5"]
+    by_row = {u: m.filter(pc.equal(m["sample_uid"], u)) for u in ("r0", "r3", "r5")}
+    items = {u: t["benchmark_item"].to_pylist() for u, t in by_row.items()}
+    assert items["r0"] == items["r3"] == items["r5"] and items["r0"]
+    calls = []
+    det = dets[0]
+    real = det.score
+    det.score = lambda t: calls.append(t.num_rows) or real(t)  # type: ignore[method-assign]
+    m2, stats2 = cached_scan(table, dets, bset, data_root=str(tmp_path))
+    assert calls == [] and stats2["texts_cached"] == 6 and m2.equals(m)
+    m3, _ = cached_scan(table, dets, bset, data_root=str(tmp_path / "fresh"))
+    assert calls == [3] and m3.equals(m)  # three distinct texts, each scanned once
