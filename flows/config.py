@@ -25,6 +25,8 @@ report_dir = "reports"
 [scale]
 shards = 1                             # > 1: scan shards as separate tasks (or on Ray)
 # ray_address = "auto"                 # set: shards run on that Ray cluster
+# workers = 0                          # unsharded: scan processes (0: one per core)
+# stream_rows = 50000                  # rows read, scanned and written at a time
 ```
 
 The dataclasses below are the single source of truth for these keys; the CLI reads the same
@@ -188,10 +190,26 @@ class ScaleConfig:
     ray_address: str | None = field(
         default=None, metadata={"help": "Ray cluster address; set: shards run on Ray"}
     )
+    workers: int = field(
+        default=0,
+        metadata={
+            "help": "scan processes of an unsharded pool (0: one per CPU core for pools of at "
+            "least 4 batches; 1: scan in the task's process); output does not depend on it"
+        },
+    )
+    stream_rows: int = field(
+        default=50_000,
+        metadata={
+            "help": "rows read, scanned, decided and written at a time (memory flat in pool "
+            "size; larger batches: less overhead, more memory)"
+        },
+    )
 
     def __post_init__(self) -> None:
-        if not isinstance(self.shards, int) or self.shards < 1:
-            raise ConfigError(f"[scale] shards must be an integer >= 1, got {self.shards!r}")
+        for key, low in (("shards", 1), ("workers", 0), ("stream_rows", 1)):
+            v = getattr(self, key)
+            if not isinstance(v, int) or isinstance(v, bool) or v < low:
+                raise ConfigError(f"[scale] {key} must be an integer >= {low}, got {v!r}")
 
 
 @dataclass
@@ -246,6 +264,8 @@ class PipelineConfig:
             policy=file_policy.merged_over(PolicyConfig.default()),
             window=b.window,
             include_variants=b.include_variants,
+            workers=self.scale.workers,
+            stream_rows=self.scale.stream_rows,
         )
 
     def hash(self) -> str:

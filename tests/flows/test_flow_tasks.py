@@ -77,6 +77,8 @@ def test_toml_and_yaml_configs_load_to_the_same_model(tmp_path):
         ("[outputs]\npublish_as='x'\n[[pools]]\nname='p'\nsource='x'\n", "{pool}"),
         ("[[pools]]\nname='p'\nsource='x'\n[[pools]]\nname='p'\nsource='y'\n", "repeated: p"),
         ("[[pools]\n", "not valid toml"),
+        ("[scale]\nworkers=-1\n[[pools]]\nname='p'\nsource='x'\n", "workers must be"),
+        ("[scale]\nstream_rows=0\n[[pools]]\nname='p'\nsource='x'\n", "stream_rows must be"),
     ],
 )
 def test_bad_configs_name_the_problem(tmp_path, text, needle):
@@ -198,4 +200,10 @@ def test_config_file_round_trip_via_helper(tmp_path):
     )
     c = load_config(cfg)
     assert isinstance(c, PipelineConfig) and c.scale.shards == 2
+    d = c.decontam_config()  # the flow scans on every core unless told: the CLI's default
+    assert (d.workers, d.stream_rows) == (0, 50_000)
+    text = cfg.read_text().replace("[scale]", "[scale]\nworkers = 1\nstream_rows = 1000")
+    cfg.write_text(text)
+    d = load_config(cfg).decontam_config()
+    assert (d.workers, d.stream_rows) == (1, 1000)
     assert c.report_root() == tmp_path / "root" / "reports"
