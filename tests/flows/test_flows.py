@@ -188,3 +188,41 @@ def test_demo_writes_its_pool_and_runs_end_to_end(tmp_path, benchmarks_dir):
     assert counts["read"] == counts["accepted"] + counts["duplicates"] + counts["rejected"]
     # the default detector set ran, the offline embedding model included
     assert {d["name"] for d in run["detectors"]} >= {"ngram", "minhash", "embedding"}
+
+
+def test_unsharded_flow_scans_in_worker_processes_like_one(tmp_path, pools_dir, benchmarks_dir):
+    """The flow's unsharded task scans a pool of several batches in spawned worker processes
+    (``workers`` 0, the pipeline default) from inside a Prefect task: same run files and
+    version as one process."""
+    import pyarrow.parquet as pq
+
+    from decontam.run import DecontamConfig
+    from flows.decontaminate import decontaminate_flow
+    from flows.ingest import ingest_flow
+
+    root = str(tmp_path / "root")
+    src = write_slice(pools_dir / "math_deepscaler_math_train.jsonl", tmp_path / "m.jsonl", 250)
+    aime = (pools_dir / "math_ttrl_aime24_as_train.jsonl").read_text().splitlines()
+    rows = [json.loads(x) for x in src.read_text().splitlines()]
+    rows += [{"problem": json.loads(x)["prompt"], "answer": "1"} for x in aime[:10]]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ref = ingest_flow(source=str(src), name="mix", field_map="deepscaler_math", data_root=root)
+    runs = {}
+    for workers in (0, 1):
+        cfg = DecontamConfig(benchmarks=["aime24"], detectors=["ngram"], workers=workers,
+                             stream_rows=50, use_cache=False).to_dict()  # fmt: skip
+        runs[workers] = decontaminate_flow(
+            input_ref=ref["ref"], text_fields=["problem"], decontam=cfg, data_root=root,
+            benchmarks_dir=str(benchmarks_dir), out_dir=str(tmp_path / f"w{workers}"),
+            publish_as=f"mix{workers}",
+        )  # fmt: skip
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    run_json = json.loads((tmp_path / "w0" / "run.json").read_text())
+    # 260 rows, 6 batches: one worker per core
+    assert run_json["timings"]["workers"] == (cores if cores > 1 else 1)
+    assert runs[0]["counts"] == runs[1]["counts"] and runs[0]["counts"]["contaminated"] == 10
+    for name in ("matches.parquet", "decisions.parquet"):
+        a, b = (pq.read_table(tmp_path / f"w{w}" / name) for w in (0, 1))
+        assert a.equals(b), name
