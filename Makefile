@@ -27,6 +27,7 @@ bench:
 	$(BIN)/python tests/benchmarks/bench_decontam_memory.py
 	$(BIN)/python tests/benchmarks/bench_decontam_e2e.py
 	$(BIN)/python tests/benchmarks/bench_decontam_catalog_memory.py
+	$(BIN)/python tests/benchmarks/bench_decontam_sharded_memory.py
 	$(BIN)/python tests/benchmarks/bench_default_set.py
 	$(BIN)/python tests/benchmarks/bench_rerun.py
 	$(BIN)/python tests/benchmarks/bench_grpo_hooks.py
