@@ -35,6 +35,7 @@ Outputs (``write_outputs``): ``evaluation.json``, ``evaluation.md``, ``sweep.par
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -212,6 +213,7 @@ def text_table(labels: list[dict[str, Any]]) -> pa.Table:
 def make_detectors(cfg: EvalConfig) -> tuple[list[Any], list[str]]:
     """Instantiate the configured detectors; missing modules become notes, not errors."""
     from decontam.registry import DETECTORS, detector_class
+    from decontam.run import SHARED_EMBEDDING_KEYS
 
     dets, notes = [], []
     for name in cfg.detectors:
@@ -223,8 +225,13 @@ def make_detectors(cfg: EvalConfig) -> tuple[list[Any], list[str]]:
         except ImportError as exc:
             notes.append(f"{name}: skipped ({DETECTORS[name]} could not be imported: {exc})")
             continue
-        conf = cls.config_cls(**cfg.detector_configs.get(name, {}))
-        dets.append(cls(conf))
+        overrides = dict(cfg.detector_configs.get(name, {}))
+        if any(f.name == "embedding" for f in dataclasses.fields(cls.config_cls)):
+            # candidates from the same model as the embedding detector, as `decontam run` does
+            base = cfg.detector_configs.get("embedding", {})
+            emb = {k: base[k] for k in SHARED_EMBEDDING_KEYS if k in base}
+            overrides["embedding"] = {**emb, **(overrides.get("embedding") or {})}
+        dets.append(cls(cls.config_cls(**overrides)))
     return dets, notes
 
 

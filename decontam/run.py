@@ -468,7 +468,7 @@ def load_benchmark_set(
     )
 
 
-_SHARED_EMBEDDING_KEYS = (
+SHARED_EMBEDDING_KEYS = (
     "model",
     "revision",
     "backend",
@@ -513,7 +513,7 @@ def build_detectors(
         if has_embedding:
             # ... and the same model as the embedding detector (backend, revision, device)
             base = config.detector_configs.get("embedding", {})
-            emb = {k: base[k] for k in _SHARED_EMBEDDING_KEYS if k in base}
+            emb = {k: base[k] for k in SHARED_EMBEDDING_KEYS if k in base}
             emb.update(overrides.get("embedding") or {})
             if data_root and not emb.get("cache_root"):
                 emb["cache_root"] = data_root

@@ -174,7 +174,10 @@ def prepare_benchmarks(
     revision: str | None = typer.Option(None, "--revision", help="model revision"),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
     backend: str = typer.Option(
-        "torch", "--backend", help="embedding backend: torch | onnx | onnx-int8 (CPU)"
+        "auto",
+        "--backend",
+        help="embedding backend: auto (what runs use by default) | torch | torch-bf16 | onnx | "
+        "onnx-int8 (CPU)",
     ),
     benchmarks_dir: str | None = typer.Option(None, "--benchmarks-dir", help=_DIR_HELP),
     window: str | None = typer.Option(None, "--window", help="'paper' or START..END"),

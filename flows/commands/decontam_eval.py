@@ -56,6 +56,12 @@ def register(decontam_app: typer.Typer) -> None:
         judge_model: str | None = typer.Option(
             None, "--judge-model", help="model name for the judge endpoint"
         ),
+        embedding_backend: str = typer.Option(
+            "auto",
+            "--embedding-backend",
+            help="embedding backend for every detector that uses the model: auto (what runs use "
+            "by default) | torch | torch-bf16 | onnx | onnx-int8",
+        ),
         judge_ceiling: bool = typer.Option(
             False,
             "--judge-ceiling",
@@ -75,7 +81,9 @@ def register(decontam_app: typer.Typer) -> None:
             if detectors
             else EvalConfig().detectors
         )
-        det_cfgs = {}
+        det_cfgs: dict = {}
+        if embedding_backend != "auto":  # the default keeps the shipped evaluation's config
+            det_cfgs["embedding"] = {"backend": embedding_backend}
         if judge_base_url or judge_model:
             if "judge" not in names:
                 names.append("judge")

@@ -21,7 +21,8 @@ dev set (``../shared/eval/contam_dev.jsonl``) with the embedding detector alone 
 threshold, per backend (recall per kind, FPR on look-alikes + near misses and on all clean rows).
 
 Run: ``.venv/bin/python tests/benchmarks/bench_default_set.py [--rows 600] [--backends
-torch,onnx,onnx-int8] [--no-dev]`` (needs the shared data folder and ``pip install
+torch,torch-bf16,onnx-int8] [--no-dev]`` (``auto``, the default backend, is one of torch or
+torch-bf16 depending on the CPU) (needs the shared data folder and ``pip install
 'sluice-data[onnx]'``). Take figures on a quiet machine.
 """
 
@@ -43,7 +44,7 @@ POOL = "code_leetcodedataset_v0.2.0_train.jsonl"
 
 
 def _config(work: Path, backend: str) -> list[str]:
-    if backend == "torch":
+    if backend == "auto":
         return []
     path = work / f"{backend}.toml"
     path.write_text(f'[decontam.detector_configs.embedding]\nbackend = "{backend}"\n')
@@ -60,7 +61,7 @@ def _decided(run_dir: Path) -> set[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=600)
-    ap.add_argument("--backends", default="torch,onnx,onnx-int8")
+    ap.add_argument("--backends", default="torch,torch-bf16,onnx-int8")
     ap.add_argument("--no-dev", action="store_true", help="skip the dev-set check")
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
@@ -118,22 +119,30 @@ def main() -> None:
 
 
 def _dev(shared: Path, backends: list[str], work: Path) -> None:
-    from decontam.evaluate import EvalConfig, evaluate
+    from decontam.evaluate import EvalConfig, evaluate, flagged_items, load_labels
+    from decontam.policy import PolicyConfig, decide
 
     labels = shared / "eval" / "contam_dev.jsonl"
-    print("dev set, embedding detector alone at the shipped threshold:")
+    print("dev set, the default detector set and the shipped policy, per backend:")
+    flagged = {}
     for b in backends:
-        cfg = EvalConfig(
-            detectors=["embedding"],
-            detector_configs={"embedding": {"backend": b, "cache_root": str(work / f"dev-{b}")}},
-        )
-        m = evaluate(labels, cfg)["combined"]
-        kinds = ", ".join(f"{k} {v['row']:.2f}" for k, v in sorted(m["recall_by_kind"].items()))
+        root = str(work / f"dev-{b}")
+        cfg = EvalConfig(detector_configs={"embedding": {"backend": b, "cache_root": root}})
+        res = evaluate(labels, cfg)
+        m = res["combined"]
+        kinds = ", ".join(f"{k} {v['item']:.2f}" for k, v in sorted(m["recall_by_kind"].items()))
         fk = m["fpr_by_kind"]
         print(
             f"  {b:10} FPR look+near {fk['lookalike+near_miss']['fpr']:.4f}, all clean "
-            f"{fk['all_clean']['fpr']:.4f}; row recall {m['row']['recall']:.3f} ({kinds})"
+            f"{fk['all_clean']['fpr']:.4f}; item recall {m['item']['recall']:.3f} ({kinds})"
         )
+        uids = [r["uid"] for r in load_labels(labels)]
+        flagged[b] = flagged_items(decide(res["matches"], uids, PolicyConfig.default()))
+    if "torch" in flagged:
+        for b in backends:
+            if b != "torch":
+                same = flagged[b] == flagged["torch"]
+                print(f"  {b}: {'the same' if same else 'DIFFERENT'} flagged items as torch")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
-"""The ONNX Runtime backends of the embedding encoder (issue 16 item 4): ``onnx`` reproduces
-torch's vectors, ``onnx-int8`` is a different (quantized) model with its own cache key, and the
-export is written once under the data root. Real offline MiniLM, real LeetCode statements."""
+"""The embedding encoder's backends (issue 16 item 4): ``torch-bf16`` (the default on CPUs with
+AMX) stays within bfloat16's rounding of float32 torch under its own cache key; ``onnx``
+reproduces torch's vectors, ``onnx-int8`` is a different (quantized) model with its own cache
+key, and the export is written once under the data root. Real offline MiniLM, real LeetCode
+statements."""
 
 from __future__ import annotations
 
@@ -10,10 +12,15 @@ import numpy as np
 import pytest
 
 from curation.errors import ConfigError
+from decontam import embedding
 from decontam.embedding import EmbeddingConfig, Encoder, embed_texts, get_encoder, word_windows
 
-pytest.importorskip("onnxruntime")
 pytestmark = pytest.mark.shared_data
+
+
+@pytest.fixture
+def ort():
+    pytest.importorskip("onnxruntime")
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +37,42 @@ def statements(pools_dir) -> list[str]:
     return out
 
 
-def test_onnx_backend_gives_torch_vectors_and_int8_close_but_not_equal(statements, tmp_path):
+def test_bf16_backend_is_float32_torch_within_rounding_under_its_own_key(statements, tmp_path):
     root = str(tmp_path / "root")
-    torch_vecs = get_encoder(EmbeddingConfig(device="cpu")).encode(statements)
+    f32 = get_encoder(EmbeddingConfig(device="cpu", backend="torch"))
+    bf16 = get_encoder(EmbeddingConfig(device="cpu", backend="torch-bf16", cache_root=root))
+    a, b = f32.encode(statements), bf16.encode(statements)
+    assert b.dtype == np.float32 and np.allclose(np.linalg.norm(b, axis=1), 1, atol=1e-5)
+    cos = (a * b).sum(1)
+    # the same model in bfloat16: every vector within rounding of float32's (measured >= 0.9999
+    # on these windows), but not bit-equal, so its vectors never share float32's cache
+    assert cos.min() > 0.999 and np.abs(cos - 1).max() > 1e-6
+    # what a decision reads: cosines between texts move far less than the calibrated margins
+    # (the embedding threshold sits 0.013 above the dev set's top clean score)
+    assert np.abs(a @ a.T - b @ b.T).max() < 0.01
+    assert bf16.key == f32.key + "+torch-bf16"
+    before = f32.texts_encoded
+    embed_texts(
+        statements[:3], EmbeddingConfig(device="cpu", backend="torch-bf16", cache_root=root)
+    )
+    embed_texts(statements[:3], EmbeddingConfig(device="cpu", backend="torch", cache_root=root))
+    assert f32.texts_encoded - before == 3  # bf16's cached vectors were not served to torch
+
+
+def test_auto_backend_is_bf16_only_on_a_cpu_with_amx(monkeypatch):
+    assert EmbeddingConfig().backend == "auto"
+    for amx, want in ((True, "torch-bf16"), (False, "torch")):
+        monkeypatch.setattr(embedding, "_cpu_has_amx", lambda amx=amx: amx)
+        assert embedding.resolve_backend("auto", "cpu") == want
+        assert embedding._cache_key(EmbeddingConfig(device="cpu")).endswith("+torch-bf16") is amx
+        # a GPU keeps float32 (the calibrated model); a named backend is taken as given
+        assert embedding.resolve_backend("auto", "cuda:0") == "torch"
+        assert embedding.resolve_backend("onnx-int8", "cpu") == "onnx-int8"
+
+
+def test_onnx_backend_gives_torch_vectors_and_int8_close_but_not_equal(ort, statements, tmp_path):
+    root = str(tmp_path / "root")
+    torch_vecs = get_encoder(EmbeddingConfig(device="cpu", backend="torch")).encode(statements)
     onnx = get_encoder(EmbeddingConfig(device="cpu", backend="onnx", cache_root=root))
     int8 = get_encoder(EmbeddingConfig(device="cpu", backend="onnx-int8", cache_root=root))
     v32, v8 = onnx.encode(statements), int8.encode(statements)
@@ -43,14 +83,15 @@ def test_onnx_backend_gives_torch_vectors_and_int8_close_but_not_equal(statement
     # measurably different, which is why it keeps its own cache and is not the default
     cos8 = (v8 * torch_vecs).sum(1)
     assert cos8.min() > 0.97 and np.abs(cos8 - 1).max() > 1e-4
-    assert len({get_encoder(EmbeddingConfig(device="cpu")).key, onnx.key, int8.key}) == 3
+    t_key = get_encoder(EmbeddingConfig(device="cpu", backend="torch")).key
+    assert len({t_key, onnx.key, int8.key}) == 3
     assert sorted(p.name for p in (tmp_path / "root" / "cache" / "onnx").rglob("*.onnx")) == [
         "model-int8.onnx",
         "model.onnx",
     ]
 
 
-def test_export_is_reused_and_backends_never_share_cached_vectors(statements, tmp_path):
+def test_export_is_reused_and_backends_never_share_cached_vectors(ort, statements, tmp_path):
     root = str(tmp_path / "root")
     cfg8 = EmbeddingConfig(device="cpu", backend="onnx-int8", cache_root=root, batch_size=7)
     enc8 = get_encoder(cfg8)
@@ -60,7 +101,7 @@ def test_export_is_reused_and_backends_never_share_cached_vectors(statements, tm
     Encoder(enc8.ref, device="cpu", backend="onnx-int8", cache_root=root)
     assert exported.stat().st_mtime_ns == stamp
     a = embed_texts(statements[:5], cfg8)
-    t_cfg = EmbeddingConfig(device="cpu", cache_root=root, batch_size=7)
+    t_cfg = EmbeddingConfig(device="cpu", backend="torch", cache_root=root, batch_size=7)
     t_enc = get_encoder(t_cfg)
     before = t_enc.texts_encoded
     b = embed_texts(statements[:5], t_cfg)  # same root: torch must not read int8's vectors
@@ -68,7 +109,7 @@ def test_export_is_reused_and_backends_never_share_cached_vectors(statements, tm
     assert not np.array_equal(a, b)
 
 
-def test_onnx_backend_refuses_a_gpu_device():
+def test_onnx_backend_refuses_a_gpu_device(ort):
     with pytest.raises(ConfigError, match="runs on the CPU"):
         get_encoder(EmbeddingConfig(device="cuda", backend="onnx"))
     with pytest.raises(ConfigError, match="unknown embedding backend"):
