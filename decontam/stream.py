@@ -553,6 +553,7 @@ def _run_streamed_cli(
         "config": config, "benchmarks_dir": benchmarks_dir,
         "allow_benchmark_mismatch": allow_benchmark_mismatch, "data_root": root,
         "fitted": shippable(dets),  # pickled to each worker: no second fit there
+        "benchmarks": bset,  # ... and no second read and hash check of the benchmark files
     }  # fmt: skip
     return _run_streamed_input(
         input, src, text_fields=text_fields, id_field=id_field, detectors=dets, benchmarks=bset,
@@ -629,18 +630,22 @@ def _scan_worker_init(args: dict[str, Any]) -> None:
     from decontam.scan_cache import ScanCache, cache_key
 
     config = args["config"]
-    bset = load_benchmark_set(
-        config,
-        benchmarks_dir=args["benchmarks_dir"],
-        allow_mismatch=args["allow_benchmark_mismatch"],
-    )
-    root = args["data_root"]
-    fitted = None
-    if args.get("fitted_path"):  # written by this run's parent (_scanned_in_workers)
+    shipped: dict[str, Any] = {}
+    if args.get("shipped_path"):  # written by this run's parent (_scanned_in_workers)
         import pickle
 
-        with open(args["fitted_path"], "rb") as fh:
-            fitted = pickle.load(fh)
+        with open(args["shipped_path"], "rb") as fh:
+            shipped = pickle.load(fh)
+    if "benchmarks" in shipped:
+        bset = shipped["benchmarks"]
+    else:
+        bset = load_benchmark_set(
+            config,
+            benchmarks_dir=args["benchmarks_dir"],
+            allow_mismatch=args["allow_benchmark_mismatch"],
+        )
+    root = args["data_root"]
+    fitted = shipped.get("fitted")
     dets = build_detectors(config.detectors, config, bset, root, fitted=fitted)
     cache = None
     if config.use_cache and root is not None and "://" not in str(root):
@@ -674,16 +679,18 @@ def _scanned_in_workers(prepared, n_workers: int, worker_args: dict[str, Any] | 
     from curation.errors import SluiceError
 
     ctx = mp.get_context("spawn")
-    # the fitted detectors go through a private file, not the spawn pipe: the parent writes a
-    # spawned child's arguments with the pipe's read end still open, so tens of MB to a child
-    # that dies at start (an unimportable __main__) would block the run forever
+    # the fitted detectors (and the loaded benchmark set) go through a private file, not the
+    # spawn pipe: the parent writes a spawned child's arguments with the pipe's read end still
+    # open, so tens of MB to a child that dies at start (an unimportable __main__) would block
+    # the run forever
     scratch = tempfile.mkdtemp(prefix="sluice-workers-")
     args = dict(worker_args)
-    if args.get("fitted"):
-        path = os.path.join(scratch, "fitted.pickle")
+    shipped = {k: args.pop(k) for k in ("fitted", "benchmarks") if args.get(k) is not None}
+    if shipped:
+        path = os.path.join(scratch, "shipped.pickle")
         with open(path, "wb") as fh:
-            pickle.dump(args.pop("fitted"), fh, protocol=pickle.HIGHEST_PROTOCOL)
-        args["fitted_path"] = path
+            pickle.dump(shipped, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        args["shipped_path"] = path
     try:
         with ProcessPoolExecutor(
             n_workers, mp_context=ctx, initializer=_scan_worker_init, initargs=(args,)
