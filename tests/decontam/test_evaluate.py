@@ -254,6 +254,14 @@ def test_folds_never_share_a_benchmark_item(contam_dev_path):
         assert min(sizes) > 0.6 * max(sizes), (label, sizes)
     with pytest.raises(Exception, match="at least 2"):
         assign_folds(labels, 1)
+    # other deals: other folds for the same groups, each as balanced and as grouped
+    deals = [assign_folds(labels, 5, deal=d) for d in range(1, 4)]
+    assert all(d != folds for d in deals) and deals[0] != deals[1]
+    for d in deals:
+        for r in labels:
+            if r["label"] == "contaminated":
+                assert len({d[x["uid"]] for x in labels
+                            if x.get("benchmark_item") == r["benchmark_item"]}) == 1  # fmt: skip
 
 
 def test_clopper_pearson_interval_matches_scipy_binomtest():
@@ -302,6 +310,32 @@ def test_out_of_fold_checks_each_row_with_thresholds_that_never_saw_it():
     lo, hi = cv["fpr_ci95"]["all_clean"]
     assert lo < 1 / 60 < hi
     assert sum(pf["rows"] for pf in cv["per_fold"]) == len(labels)
+
+
+def test_over_deals_reports_every_deal_and_the_budget():
+    """n0, a look-alike scoring above every positive, is let through by the fold it is held out
+    in, in every deal (a fit with it gives the positives up and flags nothing); two others
+    only when the deal holds them out with n0 (the fit's top clean score is then 0.2 and the
+    threshold falls under both). They are chosen so that deal 0 does."""
+    from decontam.evaluate import assign_folds, over_deals
+
+    labels = [_row(f"p{i}", "contaminated", "edit", f"I-{i}") for i in range(6)]
+    labels += [_row(f"n{i}", "clean", "lookalike") for i in range(60)]
+    f0 = assign_folds(labels, 3)
+    mates = [f"n{i}" for i in range(1, 60) if f0[f"n{i}"] == f0["n0"]][:2]
+    high = {"n0": 0.8, mates[0]: 0.45, mates[1]: 0.45}
+    rows = [(f"p{i}", "contaminated", f"I-{i}", "a", 0.5 + 0.05 * i) for i in range(6)]
+    rows += [(f"n{i}", "clean", None, "a", high.get(f"n{i}", 0.2)) for i in range(60)]
+    od = over_deals((_matches(rows), _scores(rows), labels, ["a"], 0.0), ["3"], 8, {}, [], None)
+    got = od["by_fold_count"]["3"]
+    deals = [assign_folds(labels, 3, deal=d) for d in range(8)]
+    together = [len({f[u] for u in high}) == 1 for f in deals]
+    assert together[0] and not all(together)  # the deals differ where it matters
+    assert got["fp_per_deal"] == [3 if t else 1 for t in together]
+    assert got["n"] == 60 and od["deals"] == 8 and od["budget"] == 0.005
+    assert got["mean_fpr"] == pytest.approx(sum(got["fp_per_deal"]) / 8 / 60, abs=1e-6)
+    assert got["min_fpr"] == pytest.approx(1 / 60, abs=1e-6)
+    assert got["deals_over_budget"] == 8  # 1/60 is over 0.5 % already
 
 
 def test_cross_validation_on_real_scores(slice_result):

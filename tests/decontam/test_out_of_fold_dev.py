@@ -44,7 +44,9 @@ STRONG = ("verbatim", "format", "embedded", "edit")
 BUDGET = 0.005  # look-alikes + near misses, out of fold
 
 
-@pytest.fixture(scope="module")
+# session, not module: xdist's loadgroup keeps these tests on one worker but may run other
+# modules' tests between them, and a module fixture is then built again (twice in CI: 2 x 160 s)
+@pytest.fixture(scope="session")
 def scored(contam_dev_path, pools_dir):
     from decontam.benchmarks import load_benchmarks
 
@@ -102,3 +104,20 @@ def test_out_of_fold_budget_holds_at_every_fold_count(scored, k):
     assert all(recall[kind]["item"] == 1.0 for kind in STRONG), (k, recall)
     for pf in cv["per_fold"]:
         assert pf["thresholds"]["embedding"] > floors["embedding"]
+
+
+def test_out_of_fold_budget_holds_on_average_over_deals(scored):
+    """One deal of the items into folds is one sample: which rows are held out together moves
+    the figure. Over ten deals the mean holds the budget at 3, 5 and 10 folds; single deals
+    reach 4/280 (measured: the three near misses of one AIME template, math-near_miss-08/-09/
+    -10, held out together let that fold's fit lower minhash to about 0.4)."""
+    from decontam.evaluate import BUDGET_FPR, over_deals
+
+    dev, scores, labels, cal_names, rules, rule_only, floors = scored
+    od = over_deals(
+        (dev, scores, labels, cal_names, 0.0), ["3", "5", "10"], 10, rules, rule_only, floors
+    )
+    for k, v in od["by_fold_count"].items():
+        assert v["n"] == 280 and len(v["fp_per_deal"]) == 10
+        assert v["mean_fpr"] <= BUDGET_FPR, (k, v["fp_per_deal"])  # 0.36 / 0.46 / 0.39 %
+        assert v["fp_per_deal"][0] == 1  # deal 0 is the one the fold-count test checks
