@@ -17,8 +17,12 @@ from semantic_data import cache_root
 
 WITH_RULE = ("ngram", "minhash", "fingerprint", "signature", "embedding")
 
+# one worker scans each pool once: the scans are module data (70 s with the embedding), and a
+# second worker, or a second build of a module fixture on the same worker, would repeat them
+pytestmark = pytest.mark.xdist_group("leetcodedataset_text")
 
-@pytest.fixture(scope="module")
+
+@pytest.fixture(scope="session")
 def result(pools_dir, benchmarks_dir):
     return scan(pools_dir, benchmarks_dir, ("ngram", "minhash", "fingerprint"))
 
@@ -61,7 +65,7 @@ def test_truth_by_examples_is_the_id_truth(pools_dir, benchmarks_dir):
     assert len(by_id) == 78 and by_examples == by_id
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def with_rule(pools_dir, benchmarks_dir):
     emb = {"embedding": {"cache_root": cache_root()}}
     return {
