@@ -61,7 +61,8 @@ class FuzzyConfig(DetectorConfig):
     threshold: float = field(
         default=0.90,
         metadata={
-            "help": "score (0-1) at or above which a fuzzy match flags (dev calibration: 0.904)"
+            "help": "score (0-1) recorded as the match's threshold; the policy decides (the "
+            "shipped policy: 0.9278) and this applies only where it names none"
         },
     )
     score_kind: str = field(
