@@ -209,8 +209,12 @@ class _Tokens:
         # past the last token (``_token_hashes``); ``arr`` views whole words of it, without a copy
         # (each text encoded alone keeps CPython's ASCII fast path; one wide character would make
         # a joined str, and so its encoding, wide)
+        from decontam.normalize import ascii_word_bytes
+
         pad = b"\0" * 16
-        self.buf = b" \x00 ".join(map(str.encode, norms)) + b" \x00" + pad if norms else pad
+        # texts from ``batch(..., ascii_words=False)`` get their words separated here
+        joined = ascii_word_bytes(b" \x00 ".join(map(str.encode, norms)) + b" \x00")
+        self.buf = joined + pad if norms else pad
         n = len(self.buf) - 16 if norms else 0
         self.arr = np.frombuffer(self.buf, np.uint8, count=len(self.buf) // 8 * 8)
         space = np.flatnonzero(self.arr[:n] == 32)
@@ -663,7 +667,10 @@ class NGramDetector(Detector):
         from decontam.normalize import batch_normalize_many
 
         # every index's normalizer over the batch at once: code shares latex's work (same text)
-        norms = batch_normalize_many([i.normalizer for i in self._indexes.values()], raw)
+        # ASCII rows without the last text rule: _Tokens separates their words on bytes
+        norms = batch_normalize_many(
+            [i.normalizer for i in self._indexes.values()], raw, ascii_words=False
+        )
         out: list[dict[str, Any]] = []
         for name in sorted(self._indexes):
             idx = self._indexes[name]

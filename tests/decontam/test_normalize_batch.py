@@ -121,6 +121,42 @@ def test_batch_normalize_many_equals_per_text_on_every_pool_and_benchmark_text(s
     assert stats["rows"] < 1.9 * len(texts), stats  # code ran on a part of the rows only
 
 
+def _words(texts: list[str], finish: bool) -> list[bytes]:
+    from decontam.normalize import ascii_word_bytes
+
+    joined = b" \x00 ".join(t.encode() for t in texts)
+    return (ascii_word_bytes(joined) if finish else joined).split()
+
+
+@pytest.mark.shared_data
+def test_ascii_words_are_the_final_words_on_every_pool_and_benchmark_text(shared_dir):
+    """``ascii_words=False`` leaves the text rule to a caller that splits words on bytes:
+    :func:`ascii_word_bytes` of the joined texts gives exactly the words of the final texts,
+    row by row (the NUL separators are words of their own), on every real text, through
+    ``batch`` and ``batch_normalize_many`` alike; and most rows really skipped the rule."""
+    from decontam.normalize import CODE, LATEX, TEXT, batch_normalize_many
+
+    texts = _real_texts(shared_dir)
+    deferred = batch_normalize_many([CODE, LATEX], texts, ascii_words=False)
+    deferred["text"] = TEXT.batch(texts, ascii_words=False)
+    for norm in (CODE, LATEX, TEXT):
+        final = [norm(t) for t in texts]
+        assert _words(deferred[norm.name], True) == _words(final, False), norm.name
+        assert sum(a != b for a, b in zip(deferred[norm.name], final, strict=True)) > len(texts) / 2
+
+
+@pytest.mark.parametrize("name", sorted(NORMALIZERS))
+def test_ascii_words_on_edge_cases(name):
+    norm = get_normalizer(name)
+    got = norm.batch(EDGE_CASES, ascii_words=False)
+    assert _words(got, True) == _words([norm(t) for t in EDGE_CASES], False)
+    # final texts pass through unchanged
+    final = "\x00".join(norm(t) for t in EDGE_CASES).encode()
+    from decontam.normalize import ascii_word_bytes
+
+    assert ascii_word_bytes(final) is final or ascii_word_bytes(final) == final
+
+
 def test_nonblank_is_python_strip_on_every_code_point():
     """``nonblank`` (one compiled pass) keeps exactly the texts ``t.strip()`` leaves non-empty:
     every Unicode scalar value alone and between ASCII blanks, nulls and empty strings."""
