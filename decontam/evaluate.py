@@ -142,7 +142,7 @@ class EvalConfig:
         metadata={
             "help": "with cross-validation, also deal the groups into folds this many ways (deal "
             "0 is the one reported above) and report each fold count's out-of-fold FPR over "
-            "the deals (mean, range, deals over the target): one deal's figure depends on "
+            "the deals (mean, range, deals over the 0.5 % budget): one deal's figure depends on "
             "which rows happen to be held out together"
         },
     )
