@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from pool_rows import math_rows_with_aime
 
 from curation.errors import InputError
 from decontam.run import RUN_PARQUET_FILES, DecontamConfig, run_decontamination
@@ -313,15 +314,7 @@ def _ingested(pools_dir: Path, tmp_path: Path, cat) -> str:
     ``mixed`` (content-derived uids, source file/row kept in metadata, ingest accounting)."""
     from curation.ingest import ingest
 
-    rows = []
-    for i, line in enumerate(open(pools_dir / "math_deepscaler_math_train.jsonl")):
-        if i >= 1500:
-            break
-        rows.append(json.loads(line))
-    for j, line in enumerate(open(pools_dir / "math_ttrl_aime24_as_train.jsonl")):
-        r = json.loads(line)
-        aime = {"problem": r["prompt"], "answer": str(r["answer"]), "difficulty": 9.0}
-        rows.insert(37 * j, {**aime, "type": "AIME"})
+    rows = math_rows_with_aime(pools_dir, 1500, 37)
     src = tmp_path / "mixed.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return ingest(str(src), field_map="deepscaler_math", name="mixed", catalog=cat).ref

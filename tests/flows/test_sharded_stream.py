@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from pool_rows import math_rows_with_aime
 
 from decontam.run import RUN_PARQUET_FILES, DecontamConfig
 from flows.tasks import decontaminate_pool, finalize_shards, prepare_shards, scan_shard
@@ -21,16 +22,7 @@ BATCH = 64  # rows per batch: the ~330-row pool spans six batches, shards cut in
 
 def _rows(pools_dir: Path) -> list[dict]:
     """300 MATH train problems with TTRL's 30 AIME 2024 rows (contaminated) among them."""
-    rows = []
-    for i, line in enumerate(open(pools_dir / "math_deepscaler_math_train.jsonl")):
-        if i >= 300:
-            break
-        rows.append(json.loads(line))
-    for j, line in enumerate(open(pools_dir / "math_ttrl_aime24_as_train.jsonl")):
-        r = json.loads(line)
-        aime = {"problem": r["prompt"], "answer": str(r["answer"]), "difficulty": 9.0}
-        rows.insert(11 * j, {**aime, "type": "AIME"})
-    return rows
+    return math_rows_with_aime(pools_dir, 300, 11)
 
 
 def _input(kind: str, pools_dir: Path, tmp_path: Path, root: str) -> str:
