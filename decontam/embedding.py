@@ -17,6 +17,7 @@ The fitted index is also the candidate generator for the fuzzy, fingerprint and 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -220,6 +221,7 @@ def _quiet_weight_loading():
             hf_logging.enable_progress_bar()
 
 
+@functools.cache  # the CPU does not change: probe it once per process
 def _cpu_has_amx() -> bool:
     torch = require("torch")
     probe = getattr(getattr(torch, "cpu", None), "_is_amx_tile_supported", None)
