@@ -116,6 +116,12 @@ class Detector(ABC):
     @abstractmethod
     def fit(self, benchmarks: BenchmarkSet) -> None: ...
 
+    def fit_is_pure(self) -> bool:
+        """Whether ``fit`` reads nothing but the config and the benchmark set, so that a run
+        may load an earlier identical fit (:mod:`decontam.fit_cache`): plain-data detectors,
+        unless they say otherwise."""
+        return self.ships_fitted
+
     @abstractmethod
     def score(self, texts: pa.Table) -> pa.Table: ...
 

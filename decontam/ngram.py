@@ -619,6 +619,9 @@ class NGramDetector(Detector):
         self._indexes: dict[str, _Index] = {}
 
     # -- fit -------------------------------------------------------------------------------
+    def fit_is_pure(self) -> bool:
+        return not self.config.background  # background corpora are read from files/catalog
+
     def _normalizer_name(self, domain: str) -> str:
         return self.config.normalizers.get(domain, self.config.default_normalizer)
 

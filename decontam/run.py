@@ -485,13 +485,21 @@ def build_detectors(
     benchmarks,
     data_root: str | None = None,
     fitted: dict[str, Detector] | None = None,
+    loaded: list[str] | None = None,
 ) -> list[Detector]:
     """Instantiate each detector with its typed config (overrides applied) and fit it.
 
     Detectors that keep an on-disk cache (embedding vectors, judge verdicts) keep it under
     ``data_root`` (the run's data root) unless their config names a ``cache_root``.
     ``fitted``: detectors already fitted by this run (:func:`shippable`, sent to a scan worker
-    process), used as they are."""
+    process), used as they are. With a local ``data_root`` and ``config.use_cache``, a detector
+    whose fit is pure is loaded from an identical earlier fit when there is one, and stored
+    after fitting otherwise (:mod:`decontam.fit_cache`); ``loaded`` gets their names."""
+    fit_cache = None
+    if config.use_cache and data_root and "://" not in str(data_root):
+        from decontam.fit_cache import FitCache
+
+        fit_cache = FitCache(data_root)
     dets = []
     for name in names:
         if fitted and name in fitted:
@@ -526,7 +534,15 @@ def build_detectors(
                 f"bad config for detector {name!r}: {exc}", hint=f"fields: {', '.join(fields)}"
             ) from None
         det = cls(det_cfg)
-        det.fit(benchmarks)
+        cached = fit_cache.load(det, benchmarks) if fit_cache and det.fit_is_pure() else None
+        if cached is not None:
+            det = cached
+            if loaded is not None:
+                loaded.append(name)
+        else:
+            det.fit(benchmarks)
+            if fit_cache and det.fit_is_pure():
+                fit_cache.store(det, benchmarks)
         dets.append(det)
     return dets
 
@@ -957,7 +973,7 @@ def _merge_timings(acc: dict[str, Any] | None, new: dict[str, Any] | None) -> di
                 a["seconds"] += t["seconds"]
                 a["texts"] += t["texts"]
         else:
-            acc[k] = acc.get(k, 0.0) + v
+            acc[k] = acc.get(k, 0) + v
     return acc
 
 
@@ -1031,7 +1047,8 @@ def _reproduce_command(input, text_fields, id_field, config: DecontamConfig, out
 
 def _fit(config: DecontamConfig, benchmarks_dir, allow_mismatch: bool, data_root):
     """Load the benchmarks and fit the detectors (both input paths): the benchmark set, the
-    cache root (elsewhere when the data root is read-only), the detectors and the fit time."""
+    cache root (elsewhere when the data root is read-only), the detectors and the fit's
+    timings (``fit_s``; ``fits_cached``: detectors loaded from the fit cache)."""
     import time
 
     from curation.settings import cache_root
@@ -1040,8 +1057,9 @@ def _fit(config: DecontamConfig, benchmarks_dir, allow_mismatch: bool, data_root
     bset = load_benchmark_set(config, benchmarks_dir=benchmarks_dir, allow_mismatch=allow_mismatch)
     root = cache_root(resolve_root(data_root))
     t0 = time.perf_counter()
-    dets = build_detectors(config.detectors, config, bset, data_root=root)
-    return bset, root, dets, time.perf_counter() - t0
+    loaded: list[str] = []
+    dets = build_detectors(config.detectors, config, bset, data_root=root, loaded=loaded)
+    return bset, root, dets, {"fit_s": time.perf_counter() - t0, "fits_cached": len(loaded)}
 
 
 def run_decontamination(
@@ -1101,7 +1119,7 @@ def run_decontamination(
     source = inp.ref or inp.path or input
     texts = prepare_text_table(inp.table, text_fields, id_field, source=source)
     uids = sample_uids(inp.table, id_field, source=source)
-    bset, root, dets, fit_s = _fit(config, benchmarks_dir, allow_benchmark_mismatch, data_root)
+    bset, root, dets, fit = _fit(config, benchmarks_dir, allow_benchmark_mismatch, data_root)
     import contextlib
 
     with contextlib.ExitStack() as stack:
@@ -1119,7 +1137,7 @@ def run_decontamination(
             use_cache=config.use_cache,
             on_batch=on_batch,
         )
-    stats["timings"] = _merge_timings(stats["timings"], {"fit_s": fit_s})
+    stats["timings"] = _merge_timings(stats["timings"], fit)
     meta_matches = scan_metadata(inp.table, uids, dets)
     if meta_matches.num_rows:
         matches = pa.concat_tables([matches, meta_matches]).sort_by(_MATCH_SORT)

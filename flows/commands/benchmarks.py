@@ -185,33 +185,73 @@ def prepare_benchmarks(
     root: str | None = typer.Option(
         None, "--root", help="data root (default $SLUICE_DATA_ROOT or ./.sluice)"
     ),
+    detectors: str | None = typer.Option(
+        None,
+        "--detectors",
+        help="detectors the runs use: their benchmark vectors are embedded (embedding, fuzzy, "
+        "judge) and their model-free fits kept (default: the default set; 'none': embed only)",
+    ),
+    config_file: str | None = typer.Option(
+        None, "--config", help="the TOML/JSON decontam config the runs use (detector settings)"
+    ),
 ) -> None:
-    """Embed every benchmark text once per model into the data root's embedding cache, so
-    `sluice decontam run` builds its index from it instead of encoding the items first."""
+    """Embed every benchmark text once per model into the data root's embedding cache, and fit
+    the model-free detectors (n-gram index, MinHash, fingerprints, ...) into its fit cache, so
+    `sluice decontam run` against these benchmarks starts from both instead of building them."""
+    import dataclasses
+    import time
+
     from rich.console import Console
 
     from curation.errors import ConfigError
     from curation.settings import cache_root, data_root
-    from decontam.benchmarks import load_benchmarks
     from decontam.embedding import EmbeddingConfig
     from decontam.embedding import prepare_benchmarks as prepare
+    from decontam.registry import DEFAULT_DETECTORS
+    from decontam.run import DecontamConfig, build_detectors, load_benchmark_set, load_config_file
 
     names = [b.strip() for b in benchmarks.split(",") if b.strip()]
     if not names:
         raise ConfigError(f"--benchmarks {benchmarks!r} names nothing", hint="e.g. aime24,lcb_v6")
-    bset = load_benchmarks(
-        names, benchmarks_dir=benchmarks_dir, window=window, include_variants=not no_variants
+    dets = [d.strip() for d in (detectors or ",".join(DEFAULT_DETECTORS)).split(",") if d.strip()]
+    run_cfg = load_config_file(config_file) if config_file else DecontamConfig()
+    run_cfg = dataclasses.replace(
+        run_cfg, benchmarks=names, window=window, include_variants=not no_variants
     )
+    bset = load_benchmark_set(run_cfg, benchmarks_dir=benchmarks_dir)
+    root_dir = cache_root(data_root(root))
+    con = Console(stderr=True, soft_wrap=True)
     cfg = EmbeddingConfig(
         model=model,
         revision=revision,
         device=device,
         backend=backend,
-        cache_root=cache_root(data_root(root)),
+        cache_root=root_dir,
     )
-    r = prepare(bset, cfg)
-    Console(stderr=True, soft_wrap=True).print(
-        f"{r['model']}@{r['revision']}: {r['texts']} benchmark texts ready "
-        f"({r['embedded']} embedded now, {r['texts'] - r['embedded']} already cached) "
-        f"in {r['seconds']:.1f} s"
-    )
+    from decontam.registry import detector_class
+
+    # the embedding detector, and those that take candidates from its model (fuzzy, judge)
+    embeds = dets == ["none"] or any(
+        d == "embedding" or any(f.name == "embedding" for f in dataclasses.fields(
+            detector_class(d).config_cls))
+        for d in dets
+    )  # fmt: skip
+    if embeds:
+        r = prepare(bset, cfg)
+        con.print(
+            f"{r['model']}@{r['revision']}: {r['texts']} benchmark texts ready "
+            f"({r['embedded']} embedded now, {r['texts'] - r['embedded']} already cached) "
+            f"in {r['seconds']:.1f} s"
+        )
+    if dets == ["none"]:
+        return
+
+    pure = [d for d in dets if detector_class(d).ships_fitted]  # model-free: cacheable fits
+    if pure:
+        t0 = time.perf_counter()
+        fitted = build_detectors(pure, dataclasses.replace(run_cfg, detectors=pure), bset, root_dir)
+        kept = [d.name for d in fitted if d.fit_is_pure()]
+        con.print(
+            f"fitted {', '.join(kept) or 'nothing cacheable'} for runs against "
+            f"{', '.join(names)} in {time.perf_counter() - t0:.1f} s (data root fit cache)"
+        )

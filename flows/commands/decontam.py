@@ -165,6 +165,10 @@ def run(
     for d, tm in sorted((timings.get("detectors") or {}).items()):
         rate = f", {tm['texts_per_s']:,.0f} texts/s" if tm.get("texts_per_s") else ""
         t.add_row(f"  {d} scan time", f"{tm['seconds']:.1f} s{rate}")
+    if "fit_s" in timings:
+        cached = timings.get("fits_cached", 0)
+        note = f" ({cached} loaded from the fit cache)" if cached else ""
+        t.add_row("fit (benchmark indexes)", f"{timings['fit_s']:.1f} s{note}")
     if "scan_s" in timings:
         t.add_row("scan stage (all detectors, cache)", f"{timings['scan_s']:.1f} s")
     console.print(t)
