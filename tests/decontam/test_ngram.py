@@ -418,3 +418,37 @@ def test_rare_runs_match_a_plain_python_oracle(aime, aime_det, pools_dir):
         run = runs.get((it["benchmark"], it["item_id"]))
         assert (run[0] if run else 0) == oracle, it["item_id"]
     assert got[-1] == {}
+
+
+def test_indexes_share_tokens_only_where_the_texts_agree(
+    benchmarks_dir, contam_dev_path, pools_dir, monkeypatch
+):
+    """The code index reuses the latex index's tokens for the rows both normalize alike and
+    tokenizes only the others (``_score_sharing``): the matches equal each index scoring the
+    whole batch with tokens of its own, on real math and code texts."""
+    import decontam.ngram as ngram
+
+    det = NGramDetector()
+    det.fit(load_set(benchmarks_dir, ["aime24", "aime25", "lcb_v6"]))
+    rows = [(r["uid"], r["text"]) for r in _jsonl(contam_dev_path)]
+    for name, field, limit in (("math_deepscaler_math_train.jsonl", "problem", 1500),
+                               ("code_leetcodedataset_v0.2.0_train.jsonl", "query", 300)):  # fmt: skip
+        rows += [(f"{name}:{i}", r[field]) for i, r in enumerate(_jsonl(pools_dir / name, limit))]
+    table = text_table([u for u, _ in rows], [t for _, t in rows])
+    built = []
+    real_tokens = ngram._Tokens
+    monkeypatch.setattr(
+        ngram, "_Tokens", lambda norms: built.append(len(norms)) or real_tokens(norms)
+    )
+    shared = det.score(table)
+    # the batch once, then only the rows the normalizers disagree on (then the partial-copy
+    # measure's tokens of the matched rows)
+    assert built[0] == len(rows) and 0 < built[1] < len(rows) / 2
+    monkeypatch.setattr(
+        NGramDetector, "_score_sharing",
+        lambda self, idx, uids, fields, raw, norms, toks: self._score_index(idx, uids, fields, raw, norms),
+    )  # fmt: skip
+    own = det.score(table)
+    assert shared.equals(own)
+    benches = set(own.column("benchmark").to_pylist())
+    assert {"aime24", "aime25", "lcb_v6"} <= benches and own.num_rows > 300
