@@ -9,7 +9,7 @@ reads more than that (:meth:`~decontam.base.Detector.fit_is_pure`, e.g. the n-gr
 with background corpora) or that hold a model (embedding, judge) fit as before.
 
 Layout: ``<data_root>/cache/fit/<detector>-<key>.pickle``. The key hashes the detector's name,
-version and config, the benchmark items (their Arrow bytes: every variant wording, every
+version and config (not its data and cache roots: a copied or moved data root keeps its fits), the benchmark items (their Arrow bytes: every variant wording, every
 field), the source files of the ``decontam`` and ``curation`` packages (an edited checkout fits
 again without a version bump) and the Python, numpy, pyarrow and polars versions. A file is
 written under a temporary name and renamed into place. Each detector keeps its newest
@@ -41,6 +41,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KEEP = 4  # entries kept per detector name
+# where a run keeps its caches and reads catalog refs: no part of a pure fit (a data root may be
+# copied or moved, its fits stay valid)
+_PLACE_FIELDS = ("data_root", "cache_root")
+
+
+def _fit_config(det: Detector) -> dict:
+    return {k: v for k, v in det.config.to_dict().items() if k not in _PLACE_FIELDS}
 
 
 @functools.cache
@@ -76,7 +83,7 @@ def fit_key(det: Detector, benchmarks: BenchmarkSet, items_hash: str | None = No
     definition = {
         "detector": det.name,
         "version": det.version,
-        "config": det.config.to_dict(),
+        "config": _fit_config(det),
         "items": items_hash or _items_hash(benchmarks),
         "code": _code_hash(),
         "python": sys.version,
@@ -122,8 +129,9 @@ class FitCache:
         except Exception as exc:  # truncated or from an incompatible build: fit again
             log.warning("fit cache: ignoring %s (%s)", path, exc)
             return None
-        if type(got) is not type(det) or got.config != det.config:
+        if type(got) is not type(det) or _fit_config(got) != _fit_config(det):
             return None
+        got.config = det.config  # this run's data root, not the one it was fitted under
         os.utime(path)  # recently used: pruned last
         return got
 

@@ -649,26 +649,28 @@ def cached_scan(
     if cache is None:
         cache = ScanCache(root, cache_key(_scan_key(detectors, benchmarks)))
     new_idx = np.flatnonzero(~cache.known_mask(hashes))
-    # scan each distinct new text once (its first row)
-    _, first = np.unique(np.array(hashes, "S32")[new_idx], return_index=True)
-    todo_idx = np.sort(new_idx[first]).tolist()
+    # scan each distinct new text once (its first row); a new pool's batch: every row is new
+    # and distinct (a set says so faster than sorting the hashes)
+    every = len(new_idx) == len(hashes) and len(set(hashes)) == len(hashes)
+    if every:
+        todo_idx = new_idx.tolist()
+    else:
+        _, first = np.unique(np.array(hashes, "S32")[new_idx], return_index=True)
+        todo_idx = np.sort(new_idx[first]).tolist()
     fresh_c = None
     if todo_idx:
-        todo = texts.take(pa.array(todo_idx, pa.int64()))
-        todo = todo.set_column(
-            0, "sample_uid", pa.array([hashes[i] for i in todo_idx], pa.string())
-        )
+        todo = texts if every else texts.take(pa.array(todo_idx, pa.int64()))
+        todo_hashes = hashes if every else [hashes[i] for i in todo_idx]
+        todo = todo.set_column(0, "sample_uid", pa.array(todo_hashes, pa.string()))
         fresh = scan(todo, detectors, batch_size=batch_size, on_batch=on_batch, timings=per_det)
         fresh_c = fresh.rename_columns(
             ["text_hash" if c == "sample_uid" else c for c in fresh.column_names]
         )
-        cache.add(
-            [hashes[i] for i in todo_idx], fresh_c.drop_columns(["field"]), remember=not streamed
-        )
+        cache.add(todo_hashes, fresh_c.drop_columns(["field"]), remember=not streamed)
     if on_batch and len(texts) - len(todo_idx):
         on_batch(len(texts) - len(todo_idx))
     # texts scanned just now: their matches are at hand; only the others are read back
-    old = set(hashes) - {hashes[i] for i in todo_idx}
+    old = set() if every else set(hashes) - {hashes[i] for i in todo_idx}
     cached = cache.matches_for(old) if old else CACHED_MATCH_SCHEMA.empty_table()
     if fresh_c is not None and fresh_c.num_rows:
         fresh_c = fresh_c.select(CACHED_MATCH_SCHEMA.names).cast(CACHED_MATCH_SCHEMA)

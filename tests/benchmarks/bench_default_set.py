@@ -2,14 +2,16 @@
 
 Pool: the first ``--rows`` LeetCode statements (``query``) of
 ``code_leetcodedataset_v0.2.0_train.jsonl``. Benchmarks: the default set (aime24, aime25,
-lcb_v5, lcb_v6), embedded once per backend by ``sluice benchmarks prepare`` (not timed: that is
-what "warm" means). Then, per backend, the whole command as a user runs it, each its own process:
+lcb_v5, lcb_v6), embedded once per backend, and the model-free detectors fitted, by ``sluice
+benchmarks prepare`` (not timed: that is what "warm" means). Then, per backend, the whole
+command as a user runs it, each its own process:
 
     sluice decontam run POOL --text-field query --id-field task_id --out DIR --no-publish
-        --no-cache [--config BACKEND.toml]
+        [--config BACKEND.toml]
 
-``--no-cache`` and a fresh copy of the prepared root per run: every statement is new to the
-scan (nothing served by the per-text cache or by cached pool vectors). Printed per backend:
+on a fresh copy of the prepared root per run: every statement is new to the scan (nothing
+served by the per-text cache or by cached pool vectors; the run writes both, as a first run
+does). Printed per backend:
 statements per second of the scan stage (``scan_s`` in ``run.json``: all six detectors),
 statements per second of the whole process (start to exit, wall clock: model loading and index
 building included), per-detector seconds, and the decisions: rows contaminated and whether the
@@ -90,7 +92,7 @@ def main() -> None:
             out = work / f"run-{b}"
             cmd = [sluice, "decontam", "run", str(pool), "--text-field", "query"]
             cmd += ["--id-field", "task_id", "--out", str(out), "--root", str(root)]
-            cmd += ["--no-publish", "--no-cache", *_config(work, b)]
+            cmd += ["--no-publish", *_config(work, b)]
             t0 = time.perf_counter()
             subprocess.run(cmd, env=env, check=True, capture_output=True)
             wall = time.perf_counter() - t0

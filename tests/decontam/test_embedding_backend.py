@@ -114,3 +114,20 @@ def test_onnx_backend_refuses_a_gpu_device(ort):
         get_encoder(EmbeddingConfig(device="cuda", backend="onnx"))
     with pytest.raises(ConfigError, match="unknown embedding backend"):
         EmbeddingConfig(backend="tensorrt")
+
+
+def test_batches_are_cut_by_token_count_and_vectors_keep_their_rows(statements):
+    """``token_order`` sorts by the model's tokens, not characters (digits and symbols are many
+    tokens in few characters), and the float32 encoder's vectors are sentence-transformers' own
+    for every row whatever the order of the batches."""
+    from decontam.embedding import token_order
+
+    enc = Encoder(embedding.resolve_model(), device="cpu", backend="torch")
+    texts = ["x = [1,2,3,4,5,6,7,8,9]", "a rather longer sentence of plain words", *statements]
+    order = token_order(enc.model, texts).tolist()
+    ids = enc.model.tokenizer(texts, truncation=True, max_length=enc.model.max_seq_length)
+    counts = [len(x) for x in ids["input_ids"]]
+    assert [counts[i] for i in order] == sorted(counts, reverse=True)
+    assert order.index(0) < order.index(1)  # fewer characters, more tokens: first
+    want = enc.model.encode(texts, batch_size=8, normalize_embeddings=True)
+    assert np.abs(enc.encode(texts) - want).max() < 1e-5

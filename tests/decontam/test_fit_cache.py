@@ -154,3 +154,15 @@ def test_cli_prepare_fits_once_and_runs_load_the_fit(benchmarks_dir, pools_dir, 
     assert prepared["timings"]["fits_cached"] == 2 and fresh["timings"]["fits_cached"] == 0
     assert "(2 loaded from the fit cache)" in summary
     assert prepared["counts"] == fresh["counts"] and prepared["counts"]["contaminated"] == 30
+
+
+def test_a_copied_data_root_keeps_its_fits(bset, tmp_path, monkeypatch):
+    import shutil
+
+    config = DecontamConfig(benchmarks=["aime24", "aime25"], detectors=["ngram"])
+    build_detectors(["ngram"], config, bset, data_root=str(tmp_path / "a"))
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    with monkeypatch.context() as m:
+        _no_fit(m)
+        [det] = build_detectors(["ngram"], config, bset, data_root=str(tmp_path / "b"))
+    assert det.config.data_root == str(tmp_path / "b")  # the run's root, not the first one's
