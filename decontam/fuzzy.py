@@ -119,6 +119,33 @@ def pair_scores(sample_norm: str, item_norm: str) -> dict[str, float]:
     }
 
 
+def many_pair_scores(
+    samples: list[str], items: list[str], words: tuple[list, list] | None = None
+) -> list[dict[str, float]]:
+    """``[pair_scores(s, i) for s, i in zip(samples, items)]``, each scorer over every pair in
+    one rapidfuzz call (``process.cpdist``, float64 as the scalar calls return, on every core).
+    ``words``: the texts' ``split()`` when the caller has them (a text in many pairs is split
+    once)."""
+    import numpy as np
+    from rapidfuzz import fuzz, process
+
+    if not samples:
+        return []
+    if words is None:
+        words = ([s.split() for s in samples], [i.split() for i in items])
+
+    def each(a, b, scorer):
+        return process.cpdist(a, b, scorer=scorer, dtype=np.float64, workers=-1)
+
+    cols = {
+        "partial_ratio": each(*words, fuzz.partial_ratio),
+        "token_set_ratio": each(samples, items, fuzz.token_set_ratio),
+        "ratio": each(samples, items, fuzz.ratio),
+    }
+    rounded = {k: [round(float(x), 2) for x in v.tolist()] for k, v in cols.items()}
+    return [dict(zip(rounded, vals, strict=True)) for vals in zip(*rounded.values(), strict=True)]
+
+
 def candidate_pairs(
     benchmarks_items: pa.Table,
     texts: list[str],
@@ -166,15 +193,22 @@ class FuzzyDetector(Detector):
         super().__init__(config)
         self.items: pa.Table | None = None
         self._norm_items: list[str] = []
+        self._item_columns: dict[str, list] = {}
+        self._item_words: list[list[str]] = []
         self._emb_index = None
         self._emb_config = None
 
     def fit(self, benchmarks: BenchmarkSet) -> None:
         cfg: FuzzyConfig = self.config
         self.items = benchmarks.items
+        self._item_columns = {  # as lists: one pyarrow scalar per candidate pair was slow
+            c: self.items.column(c).to_pylist()
+            for c in ("benchmark", "benchmark_version", "item_id", "variant")
+        }
         self._norm_items = [
             normalize(t)[: cfg.max_chars] for t in self.items.column("text").to_pylist()
         ]
+        self._item_words = [t.split() for t in self._norm_items]
         if cfg.candidates == "embedding":
             from decontam.embedding import EmbeddingConfig, shared_index
 
@@ -198,18 +232,23 @@ class FuzzyDetector(Detector):
             norm_texts=norm,
             norm_items=self._norm_items,
         )
-        items = self.items
+        cols = self._item_columns
+        pairs = [(r, j, cos) for r, j, cos in pairs if norm[r] and self._norm_items[j]]
+        split: dict[int, list[str]] = {}
+        words = (
+            [split[r] if r in split else split.setdefault(r, norm[r].split()) for r, _, _ in pairs],
+            [self._item_words[j] for _, j, _ in pairs],
+        )
+        scores = many_pair_scores([norm[r] for r, _, _ in pairs],
+                                  [self._norm_items[j] for _, j, _ in pairs], words)  # fmt: skip
         rows = []
         best: dict[tuple, dict] = {}
-        for r, j, cos in pairs:
-            if not norm[r] or not self._norm_items[j]:
-                continue
-            sc = pair_scores(norm[r], self._norm_items[j])
+        for (r, j, cos), sc in zip(pairs, scores, strict=True):
             sc["max"] = max(sc.values())
             score = sc[cfg.score_kind] / 100.0
             if score < cfg.min_score:
                 continue
-            bench, item = items.column("benchmark")[j].as_py(), items.column("item_id")[j].as_py()
+            bench, item = cols["benchmark"][j], cols["item_id"][j]
             key = (r, bench, item)
             if key in best and best[key]["score"] >= score:
                 continue
@@ -227,9 +266,9 @@ class FuzzyDetector(Detector):
                 "sample_uid": uids[r],
                 "field": fields[r],
                 "benchmark": bench,
-                "benchmark_version": items.column("benchmark_version")[j].as_py(),
+                "benchmark_version": cols["benchmark_version"][j],
                 "benchmark_item": item,
-                "benchmark_variant": items.column("variant")[j].as_py(),
+                "benchmark_variant": cols["variant"][j],
                 "detector": self.name,
                 "detector_version": self.version,
                 "score": round(score, 4),

@@ -54,3 +54,27 @@ def test_fuzzy_on_dev_slice(mode, benchmarks_dir, contam_dev_path):
             assert d["partial_ratio"] == 100.0 and d["normalizer"] == NORMALIZER_VERSION
     clean = [best[r["uid"]]["score"] for r in rows if r["kind"] == "pool" and r["uid"] in best]
     assert max(clean, default=0.0) < FuzzyConfig().threshold
+
+
+@pytest.mark.shared_data
+def test_many_pair_scores_are_the_scalar_scores(benchmarks_dir, contam_dev_path):
+    """The batched scorer (rapidfuzz cpdist) gives each pair exactly pair_scores' values, on
+    real dev texts against real benchmark items (math and code, short and long)."""
+    import json
+    import random
+
+    from benchsets import load_set
+
+    from decontam.fuzzy import many_pair_scores
+
+    items = [
+        normalize(t)
+        for t in load_set(benchmarks_dir, ["aime24", "lcb_v6"]).items.column("text").to_pylist()
+    ]
+    dev = [normalize(json.loads(x)["text"]) for x in contam_dev_path.read_text().splitlines()]
+    rng = random.Random(0)
+    pairs = [(rng.choice(dev), rng.choice(items)) for _ in range(1500)]
+    pairs += [(d, i) for d, i in zip(dev[:300], items, strict=False)]  # some true pairs
+    got = many_pair_scores([a for a, _ in pairs], [b for _, b in pairs])
+    assert got == [pair_scores(a, b) for a, b in pairs]
+    assert many_pair_scores([], []) == []
