@@ -201,10 +201,11 @@ class _Tokens:
     scans agree); n-gram hashes may collide, and every hit is verified on the bytes.
     """
 
-    __slots__ = ("buf", "arr", "starts", "ends", "hashes", "row_first", "row_end", "n_rows")
+    __slots__ = ("buf", "arr", "starts", "ends", "hashes", "row_first", "row_end", "n_rows", "_win")
 
     def __init__(self, norms: list[str]) -> None:
         self.n_rows = len(norms)
+        self._win: dict[int, np.ndarray] = {}
         # rows joined by separator tokens, then 16 zero bytes so that 8-byte words can be read
         # past the last token (``_token_hashes``); ``arr`` views whole words of it, without a copy
         # (each text encoded alone keeps CPython's ASCII fast path; one wide character would make
@@ -237,6 +238,13 @@ class _Tokens:
             )
         self.row_end = sep_pos
         self.row_first = np.concatenate(([0], sep_pos[:-1] + 1)) if self.n_rows else sep_pos
+
+    def window_hashes(self, k: int) -> np.ndarray:
+        """:func:`_window_hashes` of the tokens, kept: indexes sharing these tokens (and their
+        fallbacks of the same length) hash the windows once."""
+        if k not in self._win:
+            self._win[k] = _window_hashes(self.hashes, k)
+        return self._win[k]
 
     def rows(self, pos: np.ndarray) -> np.ndarray:
         """Row of each token position (a separator token belongs to the row it ends)."""
@@ -361,7 +369,7 @@ def _lookup(tok: _Tokens, ks: _KeySet, k: int) -> _Hits:
     m = len(tok.hashes) - k + 1
     if m <= 0 or len(ks) == 0:
         return _Hits(np.empty(0, np.int64), np.empty(0, np.int64))
-    h = _window_hashes(tok.hashes, k)
+    h = tok.window_hashes(k)
     cand = ks.maybe(h)
     # inside one row: the row's separator token comes after the window's last token
     cand = cand[tok.row_end[np.minimum(tok.rows(cand), tok.n_rows - 1)] > cand + k - 1]
