@@ -152,6 +152,19 @@ def _sub_tracked(
     into the replaced span (spread evenly over it, first char -> span start, last -> span end-1).
     """
     template = _parse_template(repl) if isinstance(repl, str) else None
+    if template is not None and (
+        not template
+        or (len(template) == 1 and isinstance(template[0], str) and len(template[0]) == 1)
+    ):
+        return _sub_one_char(pat, repl, text, offs)  # type: ignore[arg-type]
+    return _sub_general(pat, repl, template, text, offs)
+
+
+def _sub_general(
+    pat: re.Pattern, repl: Replacement, template, text: str, offs: list[int]
+) -> tuple[str, list[int]]:
+    """:func:`_sub_tracked` for any replacement (``template``: the parsed string one, or None
+    for a function)."""
     out_text: list[str] = []
     out_offs: list[int] = []
     pos = 0
@@ -196,6 +209,28 @@ def _sub_tracked(
     out_text.append(text[pos:])
     out_offs.extend(offs[pos:])
     return "".join(out_text), out_offs
+
+
+def _sub_one_char(pat: re.Pattern, repl: str, text: str, offs: list[int]):
+    """:func:`_sub_tracked` for a replacement of at most one literal character (the text rule's
+    runs of punctuation to one space, trims): what its general loop gives (a non-empty match's
+    character takes the match's first offset, an empty match's the next character's, as
+    :func:`_spread`), without the per-match template walk that was half of the tracked path's
+    time on matched pool rows."""
+    out_offs: list[int] = []
+    pos = 0
+    matched = False
+    for m in pat.finditer(text):
+        matched = True
+        s, e = m.span()
+        out_offs += offs[pos:s]
+        if repl:
+            out_offs += [offs[s]] if e > s else _spread(offs, s, e, 1)
+        pos = e
+    if not matched:
+        return text, offs
+    out_offs += offs[pos:]
+    return pat.sub(repl, text), out_offs
 
 
 _ALNUM_RUN = re.compile(r"[^\W_]+")

@@ -403,3 +403,35 @@ def test_rule_guards_only_skip_rules_that_would_not_match(
                     if t == before:
                         break
     assert skipped > 10_000  # the guards do skip work on real text
+
+
+def test_one_char_replacements_track_offsets_as_the_general_loop(
+    benchmarks_dir, contam_dev_path, pools_dir, monkeypatch
+):
+    """``_sub_one_char`` (the text rule's fast path) gives every offset the general tracked
+    substitution gives, for every normalizer, on real benchmark, dev and pool texts."""
+    import decontam.normalize as nm
+
+    texts = [json.loads(line)["problem"] for line in open(benchmarks_dir / "aime25.jsonl")]
+    with open(benchmarks_dir / "lcb_v6.jsonl") as f:
+        texts += [
+            json.loads(line)["question_content"] for _, line in zip(range(150), f, strict=False)
+        ]
+    with open(contam_dev_path) as f:
+        texts += [json.loads(line)["text"] for _, line in zip(range(300), f, strict=False)]
+    with open(pools_dir / "math_deepscaler_math_train.jsonl") as f:
+        texts += [json.loads(line)["problem"] for _, line in zip(range(300), f, strict=False)]
+    texts += ["", "   ", "a", "--", "x -- y ,, z", "ünï—cødé  text", " $x$ "]
+    fast = {n: [norm.with_offsets(t) for t in texts] for n, norm in NORMALIZERS.items()}
+    calls = []
+
+    def general(pat, repl, text, offs):
+        calls.append(1)
+        return nm._sub_general(pat, repl, nm._parse_template(repl), text, offs)
+
+    monkeypatch.setattr(nm, "_sub_one_char", general)
+    for n, norm in NORMALIZERS.items():
+        for t, (out, offs) in zip(texts, fast[n], strict=True):
+            want, want_offs = norm.with_offsets(t)
+            assert out == want and offs.tolist() == want_offs.tolist(), (n, t[:80])
+    assert len(calls) > 1000
