@@ -22,6 +22,7 @@ else, and any file that fails to load, is ignored and fitted again.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -132,7 +133,8 @@ class FitCache:
         if type(got) is not type(det) or _fit_config(got) != _fit_config(det):
             return None
         got.config = det.config  # this run's data root, not the one it was fitted under
-        os.utime(path)  # recently used: pruned last
+        with contextlib.suppress(OSError):  # recently used: pruned last
+            os.utime(path)
         return got
 
     def store(self, det: Detector, benchmarks: BenchmarkSet) -> None:
@@ -141,6 +143,9 @@ class FitCache:
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
         try:
             self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            st = self.dir.stat()  # made by other means (a umask, a copy): this user's only
+            if st.st_uid == os.getuid() and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                os.chmod(self.dir, 0o700)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as fh:
                 pickle.dump(det, fh, protocol=pickle.HIGHEST_PROTOCOL)

@@ -166,3 +166,15 @@ def test_a_copied_data_root_keeps_its_fits(bset, tmp_path, monkeypatch):
         _no_fit(m)
         [det] = build_detectors(["ngram"], config, bset, data_root=str(tmp_path / "b"))
     assert det.config.data_root == str(tmp_path / "b")  # the run's root, not the first one's
+
+
+def test_a_folder_open_to_others_is_closed_on_the_next_store(bset, tmp_path):
+    config = DecontamConfig(benchmarks=["aime24", "aime25"], detectors=["fingerprint"])
+    [det] = build_detectors(["fingerprint"], config, bset, data_root=str(tmp_path))
+    folder = tmp_path / "cache" / "fit"
+    os.chmod(folder, 0o777)  # a umask or a copy made it so: nothing in it is loaded
+    cache = FitCache(tmp_path)
+    assert cache.load(type(det)(det.config), bset) is None
+    build_detectors(["fingerprint"], config, bset, data_root=str(tmp_path))  # fits, stores
+    assert folder.stat().st_mode & 0o777 == 0o700
+    assert cache.load(type(det)(det.config), bset) is not None
