@@ -101,7 +101,10 @@ class DecontamConfig:
             "normalizers pay a fixed cost per batch, so small batches are slow)"
         },
     )
-    use_cache: bool = field(default=True, metadata={"help": "reuse per-text scan results"})
+    use_cache: bool = field(
+        default=True,
+        metadata={"help": "reuse per-text scan results and identical earlier detector fits"},
+    )
     workers: int = field(
         default=1,
         metadata={

@@ -77,7 +77,9 @@ def run(
         help="catalog name for the clean/excluded outputs (default: input name)",
     ),
     no_publish: bool = typer.Option(False, "--no-publish", help="write the run dir only"),
-    no_cache: bool = typer.Option(False, "--no-cache", help="rescan every text"),
+    no_cache: bool = typer.Option(
+        False, "--no-cache", help="rescan every text and fit every detector (no scan or fit cache)"
+    ),
     workers: int | None = typer.Option(
         None,
         "--workers",
