@@ -35,7 +35,6 @@ Outputs (``write_outputs``): ``evaluation.json``, ``evaluation.md``, ``sweep.par
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import itertools
 import json
@@ -227,7 +226,7 @@ def text_table(labels: list[dict[str, Any]]) -> pa.Table:
 def make_detectors(cfg: EvalConfig) -> tuple[list[Any], list[str]]:
     """Instantiate the configured detectors; missing modules become notes, not errors."""
     from decontam.registry import DETECTORS, detector_class
-    from decontam.run import SHARED_EMBEDDING_KEYS
+    from decontam.run import shared_embedding, takes_embedding_model
 
     dets, notes = [], []
     for name in cfg.detectors:
@@ -240,11 +239,11 @@ def make_detectors(cfg: EvalConfig) -> tuple[list[Any], list[str]]:
             notes.append(f"{name}: skipped ({DETECTORS[name]} could not be imported: {exc})")
             continue
         overrides = dict(cfg.detector_configs.get(name, {}))
-        if any(f.name == "embedding" for f in dataclasses.fields(cls.config_cls)):
+        if takes_embedding_model(cls):
             # candidates from the same model as the embedding detector, as `decontam run` does
-            base = cfg.detector_configs.get("embedding", {})
-            emb = {k: base[k] for k in SHARED_EMBEDDING_KEYS if k in base}
-            overrides["embedding"] = {**emb, **(overrides.get("embedding") or {})}
+            overrides["embedding"] = shared_embedding(
+                cfg.detector_configs, overrides.get("embedding")
+            )
         dets.append(cls(cls.config_cls(**overrides)))
     return dets, notes
 

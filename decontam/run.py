@@ -188,25 +188,24 @@ _NON_TEXT = b"sluice.first_non_text_row"  # = curation.readers.FIRST_NON_TEXT_RO
 
 
 def _file_hash(path: Path) -> str:
-    return _file_facts(path)[0]
-
-
-def _file_facts(path: Path) -> tuple[str, int]:
-    """(sha256, newline count) of a file, in one pass, remembered while the file is unchanged
-    (a streamed run needs both: the content hash and the progress total)."""
+    """sha256 of a file, remembered while the file is unchanged (a streamed file's is computed
+    in the background instead: ``decontam.stream._FileFacts``)."""
     st = path.stat()
-    return _file_facts_at(str(path.resolve()), st.st_size, st.st_mtime_ns)
+    return _file_hash_at(str(path.resolve()), st.st_size, st.st_mtime_ns)
+
+
+def file_chunks(path: str | Path):
+    """A file's bytes in 16 MiB chunks (hashing and counting lines hold one at a time)."""
+    with open(path, "rb") as fh:
+        yield from iter(lambda: fh.read(1 << 24), b"")
 
 
 @functools.lru_cache(maxsize=8)
-def _file_facts_at(path: str, size: int, mtime_ns: int) -> tuple[str, int]:
+def _file_hash_at(path: str, size: int, mtime_ns: int) -> str:
     h = hashlib.sha256()
-    n = 0
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 24), b""):
-            h.update(chunk)
-            n += chunk.count(b"\n")
-    return h.hexdigest(), n
+    for chunk in file_chunks(path):
+        h.update(chunk)
+    return h.hexdigest()
 
 
 def _file_stem(name: str) -> str:
@@ -482,6 +481,19 @@ SHARED_EMBEDDING_KEYS = (
 )
 
 
+def takes_embedding_model(cls) -> bool:
+    """Whether a detector class takes its candidates from the embedding model (its config has
+    an ``embedding`` sub-config: fuzzy, the judge)."""
+    return any(f.name == "embedding" for f in dataclasses.fields(cls.config_cls))
+
+
+def shared_embedding(detector_configs: dict[str, Any], own: dict[str, Any] | None) -> dict:
+    """The ``embedding`` sub-config such a detector gets: the embedding detector's model
+    settings (:data:`SHARED_EMBEDDING_KEYS`), then its own."""
+    base = detector_configs.get("embedding", {})
+    return {**{k: base[k] for k in SHARED_EMBEDDING_KEYS if k in base}, **(own or {})}
+
+
 def build_detectors(
     names: Sequence[str],
     config: DecontamConfig,
@@ -520,12 +532,9 @@ def build_detectors(
         # detectors that take candidates from the embedding model (fuzzy, judge) keep its
         # vectors in the run's cache too: one cache per run, so the pool's windows are encoded
         # once for every detector (before, fuzzy's went to ./.sluice and were encoded twice)
-        has_embedding = any(f.name == "embedding" for f in dataclasses.fields(cls.config_cls))
-        if has_embedding:
+        if takes_embedding_model(cls):
             # ... and the same model as the embedding detector (backend, revision, device)
-            base = config.detector_configs.get("embedding", {})
-            emb = {k: base[k] for k in SHARED_EMBEDDING_KEYS if k in base}
-            emb.update(overrides.get("embedding") or {})
+            emb = shared_embedding(config.detector_configs, overrides.get("embedding"))
             if data_root and not emb.get("cache_root"):
                 emb["cache_root"] = data_root
             overrides["embedding"] = emb
@@ -537,15 +546,16 @@ def build_detectors(
                 f"bad config for detector {name!r}: {exc}", hint=f"fields: {', '.join(fields)}"
             ) from None
         det = cls(det_cfg)
-        cached = fit_cache.load(det, benchmarks) if fit_cache and det.fit_is_pure() else None
+        cache = fit_cache if fit_cache is not None and det.fit_is_pure() else None
+        cached = cache.load(det, benchmarks) if cache is not None else None
         if cached is not None:
             det = cached
             if loaded is not None:
                 loaded.append(name)
         else:
             det.fit(benchmarks)
-            if fit_cache and det.fit_is_pure():
-                fit_cache.store(det, benchmarks)
+            if cache is not None:
+                cache.store(det, benchmarks)
         dets.append(det)
     return dets
 

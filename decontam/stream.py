@@ -47,6 +47,7 @@ from decontam.run import (
     _write_parquet,
     build_detectors,
     cached_scan,
+    file_chunks,
     ingest_accounting,
     load_benchmark_set,
     prepare_text_table,
@@ -281,19 +282,15 @@ class _FileFacts:
             self._counted.set()
         threading.Thread(target=self._work, args=(count,), daemon=True).start()
 
-    def _chunks(self):
-        with open(self.path, "rb") as fh:
-            yield from iter(lambda: fh.read(1 << 24), b"")
-
     def _work(self, count: bool) -> None:
         import hashlib
 
         try:
             if count:
-                self._rows = sum(chunk.count(b"\n") for chunk in self._chunks())
+                self._rows = sum(chunk.count(b"\n") for chunk in file_chunks(self.path))
                 self._counted.set()
             h = hashlib.sha256()
-            for chunk in self._chunks():
+            for chunk in file_chunks(self.path):
                 h.update(chunk)
             self._hash = h.hexdigest()
         except BaseException as exc:  # raised again where the result is asked for

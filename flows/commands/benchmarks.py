@@ -208,7 +208,13 @@ def prepare_benchmarks(
     from decontam.embedding import EmbeddingConfig
     from decontam.embedding import prepare_benchmarks as prepare
     from decontam.registry import DEFAULT_DETECTORS
-    from decontam.run import DecontamConfig, build_detectors, load_benchmark_set, load_config_file
+    from decontam.run import (
+        DecontamConfig,
+        build_detectors,
+        load_benchmark_set,
+        load_config_file,
+        takes_embedding_model,
+    )
 
     names = [b.strip() for b in benchmarks.split(",") if b.strip()]
     if not names:
@@ -232,10 +238,8 @@ def prepare_benchmarks(
 
     # the embedding detector, and those that take candidates from its model (fuzzy, judge)
     embeds = dets == ["none"] or any(
-        d == "embedding" or any(f.name == "embedding" for f in dataclasses.fields(
-            detector_class(d).config_cls))
-        for d in dets
-    )  # fmt: skip
+        d == "embedding" or takes_embedding_model(detector_class(d)) for d in dets
+    )
     if embeds:
         r = prepare(bset, cfg)
         con.print(
