@@ -537,6 +537,8 @@ def _run_streamed(
                 for k in ("texts", "texts_scanned", "texts_cached"):
                     stats[k] += st[k]
                 timings = _merge_timings(timings, st["timings"])
+                if "worker_threads" in st:  # each scan worker's polars pool (_worker_threads)
+                    timings["worker_threads"] = st["worker_threads"]
                 meta = scan_metadata(tbl, uids, detectors)
                 if meta.num_rows:
                     matches = pa.concat_tables([matches, meta])
@@ -695,8 +697,8 @@ def _stream_workers(config: DecontamConfig, rows: int) -> int:
     when the input holds at least 4 batches (worker start and fit cost seconds)."""
     if config.workers:
         return config.workers
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if (cores or 1) < 2:
+    cores = _cpu_cores()
+    if cores < 2:
         return 1
     return cores if rows >= 4 * config.stream_rows else 1
 
@@ -705,9 +707,25 @@ def _stream_workers(config: DecontamConfig, rows: int) -> int:
 _WORKER: dict[str, Any] = {}
 
 
+def _cpu_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _worker_threads(n_workers: int) -> int:
+    """Threads for each scan worker's polars pool: the cores shared out among the workers.
+    Polars' default pool has a thread per core in every process; idle, its threads spin
+    (``sched_yield``) before they sleep, so on a machine the workers already fill they take
+    CPU from the scan: 42k ``sched_yield`` calls and a quarter of the system time of a
+    600k-row run with 2 workers on 2 cores."""
+    return max(1, _cpu_cores() // max(n_workers, 1))
+
+
 def _scan_worker_init(args: dict[str, Any]) -> None:
     from decontam.scan_cache import ScanCache, cache_key
 
+    # before anything in this fresh (spawned) process imports polars: the size is read once
+    if args.get("threads"):
+        os.environ.setdefault("POLARS_MAX_THREADS", str(args["threads"]))  # a user's setting wins
     config = args["config"]
     shipped: dict[str, Any] = {}
     if args.get("shipped_path"):  # written by this run's parent (_scanned_in_workers)
@@ -733,11 +751,14 @@ def _scan_worker_init(args: dict[str, Any]) -> None:
 
 
 def _scan_worker(texts: pa.Table) -> tuple[pa.Table, dict[str, Any]]:
+    import polars as pl
+
     w = _WORKER
-    return cached_scan(
+    matches, stats = cached_scan(
         texts, w["dets"], w["bset"], data_root=w["root"], batch_size=w["config"].batch_size,
         use_cache=w["cache"] is not None, cache=w["cache"],
     )  # fmt: skip
+    return matches, {**stats, "worker_threads": pl.thread_pool_size()}
 
 
 def _scanned_in_workers(prepared, n_workers: int, worker_args: dict[str, Any] | None):
@@ -763,7 +784,7 @@ def _scanned_in_workers(prepared, n_workers: int, worker_args: dict[str, Any] | 
     # open, so tens of MB to a child that dies at start (an unimportable __main__) would block
     # the run forever
     scratch = tempfile.mkdtemp(prefix="sluice-workers-")
-    args = dict(worker_args)
+    args = dict(worker_args, threads=_worker_threads(n_workers))
     shipped = {k: args.pop(k) for k in ("fitted", "benchmarks") if args.get(k) is not None}
     if shipped:
         path = os.path.join(scratch, "shipped.pickle")

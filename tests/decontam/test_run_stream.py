@@ -4,6 +4,7 @@ run directory is the one the whole-table path writes, and errors still name file
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -105,6 +106,10 @@ def test_two_scan_processes_write_the_same_run_as_one(pools_dir, tmp_path):
     one = _run(src, tmp_path / "one", tmp_path / "r1", stream_rows=400)
     two = _run(src, tmp_path / "two", tmp_path / "r2", stream_rows=400, workers=2)
     assert one.manifest["timings"]["workers"] == 1 and two.manifest["timings"]["workers"] == 2
+    # each worker's polars pool gets its share of the cores, not a thread per core
+    assert "worker_threads" not in one.manifest["timings"]
+    share = os.environ.get("POLARS_MAX_THREADS") or max(1, len(os.sched_getaffinity(0)) // 2)
+    assert two.manifest["timings"]["worker_threads"] == int(share)
     for name in RUN_PARQUET_FILES:
         a = pq.read_table(one.out_dir / name)
         b = pq.read_table(two.out_dir / name)
