@@ -720,31 +720,15 @@ def _worker_threads(n_workers: int) -> int:
     return max(1, _cpu_cores() // max(n_workers, 1))
 
 
-def _keep_freed_memory() -> bool:
-    """Have glibc's malloc keep freed blocks of this process for reuse instead of returning
-    every large one to the kernel (its default for blocks over 128 KiB-32 MiB): a scan batch
-    allocates and frees the same tens of MB of numpy arrays each time, and each fresh mapping
-    costs a page fault per 4 KiB on first touch. Only for the scan workers (processes Sluice
-    owns, which exit after the run); their peak memory does not change. False where the C
-    library is not glibc (the setting is only a speed-up)."""
-    import ctypes
-
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    m_trim_threshold, m_mmap_threshold = -1, -3
-    # 1 GiB is above any single allocation of a batch (and the largest mmap threshold allowed)
-    return bool(mallopt(m_mmap_threshold, 1 << 30)) and bool(mallopt(m_trim_threshold, 1 << 30))
-
-
 def _scan_worker_init(args: dict[str, Any]) -> None:
     from decontam.scan_cache import ScanCache, cache_key
 
     # before anything in this fresh (spawned) process imports polars: the size is read once
     if args.get("threads"):
         os.environ.setdefault("POLARS_MAX_THREADS", str(args["threads"]))  # a user's setting wins
-    _keep_freed_memory()
+    from curation.allocator import keep_freed_memory
+
+    keep_freed_memory()  # a batch reallocates the same tens of MB each time
     config = args["config"]
     shipped: dict[str, Any] = {}
     if args.get("shipped_path"):  # written by this run's parent (_scanned_in_workers)

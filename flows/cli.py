@@ -75,6 +75,9 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: runs the app and turns Sluice errors into one clear line + exit code 2."""
     from rich.console import Console
 
+    from curation.allocator import keep_freed_memory
+
+    keep_freed_memory()  # this process is ours: batches reuse freed memory (see the module)
     try:
         # standalone mode: click prints usage errors and exits with its own codes
         app(args=argv, prog_name="sluice")

@@ -104,7 +104,10 @@ def main() -> None:
         print(f"{'backend':10} {'scan /s':>8} {'command /s':>11} {'fit s':>6}  per detector s")
         for b, (wall, t, cont) in results.items():
             per = ", ".join(f"{k} {v['seconds']:.1f}" for k, v in sorted(t["detectors"].items()))
-            same = "same rows as torch" if decided[b] == decided.get("torch") else "DIFFERENT rows"
+            if "torch" not in decided:
+                same = "torch not run to compare"
+            else:
+                same = "same rows as torch" if decided[b] == decided["torch"] else "DIFFERENT rows"
             print(
                 f"{b:10} {n / t['scan_s']:8.1f} {n / wall:11.1f} {t.get('fit_s', 0):6.1f}  "
                 f"{per}; {cont} contaminated ({same})"
