@@ -348,10 +348,13 @@ class _Source:
         return self.inp
 
 
-def _open_source(input: str, *, catalog, batch_rows: int) -> _Source:
+def _open_source(
+    input: str, *, catalog, batch_rows: int, facts: _FileFacts | None = None
+) -> _Source:
     """A file input is read through :func:`curation.readers.iter_tables`; a catalog version
     through :meth:`~curation.catalog.Catalog.scan`, whose file is checked against its recorded
-    hash here (before detectors are fitted or anything is scanned)."""
+    hash here (before detectors are fitted or anything is scanned). ``facts``: the file's
+    :class:`_FileFacts` from an earlier opening of the same input (not counted again)."""
     from curation.readers import iter_tables, kind_of
 
     kind, where = _resolve_input(input, catalog)
@@ -363,7 +366,8 @@ def _open_source(input: str, *, catalog, batch_rows: int) -> _Source:
         rows = pq.ParquetFile(path).metadata.num_rows if kind == "parquet" else None
         # newlines count the rows of a plain JSON Lines file (one fast pass over its bytes)
         count = kind == "jsonl" and not path.name.endswith(".gz")
-        facts = _FileFacts(path, count)
+        if facts is None or facts.path != path:
+            facts = _FileFacts(path, count)
         tables = iter_tables(path, batch_size=batch_rows)
         return _Source(
             inp, src, rows, tables, json_rows=kind != "parquet", facts=facts,
@@ -670,8 +674,9 @@ def _run_streamed_input(
     import contextlib
 
     for row_ids in (False, True):
-        if row_ids or src is None:
-            src = _open_source(input, catalog=catalog, batch_rows=config.stream_rows)
+        if row_ids or src is None:  # a second reading of the same file: its facts stand
+            facts = src.facts if src is not None else None
+            src = _open_source(input, catalog=catalog, batch_rows=config.stream_rows, facts=facts)
         with contextlib.ExitStack() as stack:
             on_rows = None
             if progress:

@@ -298,7 +298,18 @@ def test_streamed_run_without_id_field_equals_whole_table_run(
 
     whole = run("whole", "r1", stream_rows=0)
     _no_whole_reads(monkeypatch)
+    import decontam.stream as stream
+
+    counted = []  # the file's row count and hash: one background pass, a retry included
+
+    class CountedFacts(stream._FileFacts):
+        def __init__(self, path, count):
+            counted.append(path)
+            super().__init__(path, count)
+
+    monkeypatch.setattr(stream, "_FileFacts", CountedFacts)
     streamed = run("streamed", "r2", stream_rows=400, workers=2 if uid == "duplicate" else 1)
+    assert len(counted) == 1
     # "note" is a second text field that the last batch has no column for
     assert whole.counts["rows"] == 1530 and whole.counts["texts"] == 1530 + 15
     assert whole.counts["contaminated"] == 30
