@@ -729,8 +729,7 @@ def _scan_worker_init(args: dict[str, Any]) -> None:
     from decontam.scan_cache import ScanCache, cache_key
 
     # before anything in this fresh (spawned) process imports polars: the size is read once
-    if args.get("threads"):
-        os.environ.setdefault("POLARS_MAX_THREADS", str(args["threads"]))  # a user's setting wins
+    os.environ.setdefault("POLARS_MAX_THREADS", str(args["threads"]))  # a user's setting wins
     from curation.allocator import keep_freed_memory
 
     keep_freed_memory()  # a batch reallocates the same tens of MB each time
