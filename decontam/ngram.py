@@ -384,6 +384,20 @@ def _lookup(tok: _Tokens, ks: _KeySet, k: int) -> _Hits:
     return _Hits(pos, idx)
 
 
+def _same_windows(tok: _Tokens, a: np.ndarray, b: np.ndarray, k: int) -> np.ndarray:
+    """Whether the k-token windows starting at token ``a[i]`` and ``b[i]`` have the same bytes
+    (texts of single-spaced words, as the index's are: their byte slices are compared)."""
+    sa, sb = tok.starts[a], tok.starts[b]
+    la, lb = tok.ends[a + k - 1] - sa, tok.ends[b + k - 1] - sb
+    ok = la == lb
+    sel = np.flatnonzero(ok)
+    L = la[sel]
+    inner = np.arange(int(L.sum())) - np.repeat(np.cumsum(L) - L, L)
+    same = tok.arr[np.repeat(sa[sel], L) + inner] == tok.arr[np.repeat(sb[sel], L) + inner]
+    ok[sel[np.repeat(np.arange(len(sel)), L)[~same]]] = False
+    return ok
+
+
 def _verify(tok: _Tokens, ks: _KeySet, pos: np.ndarray, idx: np.ndarray, k: int) -> np.ndarray:
     """Whether the bytes of each window equal its key's bytes, vectorised: the window's bytes
     run from its first token's start to its last token's end; with single spaces between them
@@ -431,6 +445,10 @@ class _Variant:
     fallback: bool = False
 
 
+# normalized text as the byte tokenizer needs it: words (normalize.words) joined by single spaces
+_SPACED_WORDS = re.compile(r"(?:[^\W_]+(?: [^\W_]+)*)?")
+
+
 class _Index:
     """n-gram index over the benchmark items that share one normalizer."""
 
@@ -447,11 +465,9 @@ class _Index:
     def build(self, rows: list[dict[str, Any]], cfg: NGramConfig) -> None:
         n = self.n
         norms = self.normalize([r["text"] for r in rows])
-        from decontam.normalize import words
-
         for r, norm in zip(rows, norms, strict=True):
             # the byte tokenizer relies on normalized text being words + single spaces
-            if words(norm) != ([] if not norm else norm.split(" ")):
+            if not _SPACED_WORDS.fullmatch(norm):
                 raise ConfigError(
                     f"ngram: normalizer {self.normalizer.name!r} does not produce space-separated "
                     f"words (item {r['item_id']}); use a normalizer that ends with the text rules"
@@ -460,36 +476,37 @@ class _Index:
         self._tok_counts = tok.row_end - tok.row_first
         h_all = _window_hashes(tok.hashes, n)
         stmt_h = self._statement_hashes(rows, cfg)
-        all_h, all_v, all_p, all_i, all_s = [], [], [], [], []
-        for v in range(len(rows)):
-            a, e = int(tok.row_first[v]), int(tok.row_end[v])
-            if e - a < n:
-                continue
-            h = h_all[a : e - n + 1]
-            _, first = np.unique(h, return_index=True)
-            all_h.append(h[first])
-            all_s.append(np.isin(h[first], stmt_h[v]) if v in stmt_h else np.ones(len(first), bool))
-            all_v.append(np.full(len(first), v, np.int64))
-            all_p.append(first.astype(np.int64))
-            all_i.append(a + first)
-        all_b = tok.spans(np.concatenate(all_i), n) if all_i else []  # each n-gram's bytes
-        if all_h:
-            H, V, P = np.concatenate(all_h), np.concatenate(all_v), np.concatenate(all_p)
-            S = np.concatenate(all_s)
-        else:
-            H, V, P = np.empty(0, np.uint64), np.empty(0, np.int64), np.empty(0, np.int64)
-            S = np.empty(0, bool)
+        # every variant's distinct n-grams (first position of each), for all variants at once:
+        # the windows that stay inside their row, sorted by (variant, hash, position)
+        first_tok = tok.row_first.astype(np.int64)
+        n_win = np.maximum(tok.row_end - first_tok - n + 1, 0)
+        V = np.repeat(np.arange(len(rows), dtype=np.int64), n_win)
+        P = np.arange(len(V), dtype=np.int64) - np.repeat(np.cumsum(n_win) - n_win, n_win)
+        at = first_tok[V] + P  # global token index of each window
+        H = h_all[at]
+        order = np.lexsort((P, H, V))
+        V, P, at, H = V[order], P[order], at[order], H[order]
+        first = np.ones(len(V), bool)
+        first[1:] = (V[1:] != V[:-1]) | (H[1:] != H[:-1])
+        V, P, at, H = V[first], P[first], at[first], H[first]
+        S = np.ones(len(V), bool)  # in the statement part too (all of an item without samples)
+        if stmt_h:
+            bounds = np.searchsorted(V, np.arange(len(rows) + 1))
+            for v, sh in stmt_h.items():
+                S[bounds[v] : bounds[v + 1]] = np.isin(H[bounds[v] : bounds[v + 1]], sh)
         order = np.lexsort((V, H))
-        H, V, P, S = H[order], V[order], P[order], S[order]
+        H, V, P, S, at = H[order], V[order], P[order], S[order], at[order]
         self.post_stmt = S
         self._has_samples = set(stmt_h)
-        B = [all_b[i] for i in order.tolist()]
         keys, first, counts = np.unique(H, return_index=True, return_counts=True)
-        key_bytes = [B[i] for i in first.tolist()]
         # Two different n-grams with one 64-bit hash would share a key: refuse loudly
-        # (astronomically unlikely; hit verification relies on one byte string per key).
-        if len(set(zip(H.tolist(), B, strict=True))) != len(keys):
+        # (astronomically unlikely; hit verification relies on one byte string per key). Every
+        # window of a key must have the bytes of the key's first window.
+        of_key = np.repeat(first, counts)
+        dup = np.flatnonzero(of_key != np.arange(len(H)))
+        if len(dup) and not _same_windows(tok, at[dup], at[of_key[dup]], n).all():
             raise ConfigError("ngram: 64-bit hash collision inside the benchmark index; change n")
+        key_bytes = tok.spans(at[first], n)  # each key's n-gram, as bytes
         gram_of = np.repeat(np.arange(len(keys)), counts)
         # document frequency over distinct items (variants and benchmark copies count once)
         item_key: dict[str, int] = {}

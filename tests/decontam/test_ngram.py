@@ -374,6 +374,35 @@ def test_tokens_split_like_bytes_split_and_hash_by_content():
     assert tok.span(0, 3) == b"a bb ccc"
 
 
+def test_same_windows_compares_window_bytes_like_a_join():
+    import numpy as np
+
+    from decontam.ngram import _same_windows, _Tokens
+
+    rows = ["a bb ccc a bb ccc a bb", "a bb ccd a bb ccc", "x" * 20 + " a bb ccc"]
+    tok = _Tokens(rows)
+    toks = [t for r in rows for t in [*r.split(), "\x00"]]
+    k = 3
+    starts = [i for i in range(len(toks) - k + 1) if "\x00" not in toks[i : i + k]]
+    a, b = np.array([s for s in starts for _ in starts]), np.array(starts * len(starts))
+    want = [toks[i : i + k] == toks[j : j + k] for i, j in zip(a, b, strict=True)]
+    assert _same_windows(tok, a, b, k).tolist() == want
+    assert any(want) and not all(want)
+
+
+def test_an_ngram_hash_collision_in_the_index_refuses_the_fit(aime, monkeypatch):
+    """Two different benchmark n-grams with one hash would make hits ambiguous: the fit
+    refuses (forced here by a window hash that keeps 4 bits)."""
+    import numpy as np
+
+    import decontam.ngram as ngram
+
+    real = ngram._window_hashes
+    monkeypatch.setattr(ngram, "_window_hashes", lambda c, k: real(c, k) & np.uint64(15))
+    with pytest.raises(ConfigError, match="hash collision"):
+        NGramDetector().fit(aime)
+
+
 def _oracle_longest_run(det: NGramDetector, text: str, item_text: str, n: int) -> int:
     """Longest run of tokens the text shares contiguously with the item through rare n-grams,
     one start pair at a time (plain Python; every n-gram inside the run must be rare)."""
