@@ -191,6 +191,7 @@ def test_a_dead_scan_worker_is_one_error_and_leaves_no_run_dir(pools_dir, tmp_pa
     fails with one SluiceError naming the fix, not a traceback from the process pool."""
     import subprocess
     import sys
+    import tempfile
 
     src = _pool(pools_dir, tmp_path / "pool.jsonl")
     code = f"""
@@ -204,11 +205,17 @@ try:
 except SluiceError as e:
     print("ERROR:", e)
 """
-    r = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True,
-                       timeout=600)  # fmt: skip
-    assert "ERROR: a decontamination scan worker process died" in r.stdout, r.stderr[-2000:]
-    assert "--workers 1" in r.stdout
+    proc = subprocess.Popen([sys.executable, "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    out, err = proc.communicate(code, timeout=600)
+    assert "ERROR: a decontamination scan worker process died" in out, err[-2000:]
+    assert "--workers 1" in out
     assert not (tmp_path / "o").exists()
+    # the batches it had written for its workers (in memory) are gone too
+    from decontam.stream import _memory_dir
+
+    folder = Path(_memory_dir() or tempfile.gettempdir())
+    assert not list(folder.glob(f"sluice-batches-{proc.pid}-*"))
 
 
 # ------------------------------------------------------------------ every input streams (item 2)
