@@ -644,7 +644,7 @@ def cached_scan(
 
     import numpy as np
 
-    from decontam.scan_cache import CACHED_MATCH_SCHEMA, ScanCache, cache_key, text_hash
+    from decontam.scan_cache import CACHED_MATCH_SCHEMA, ScanCache, cache_key, text_hashes
 
     t_start = time.perf_counter()
     per_det: dict[str, dict[str, float]] = {d.name: {"seconds": 0.0, "texts": 0} for d in detectors}
@@ -652,7 +652,7 @@ def cached_scan(
     def timings() -> dict[str, Any]:
         return {"scan_s": time.perf_counter() - t_start, "detectors": per_det}
 
-    hashes = [text_hash(t) for t in texts["text"].to_pylist()]
+    hashes = text_hashes(texts["text"])
     root = data_root
     if not use_cache or root is None or "://" in str(root):
         m = scan(texts, detectors, batch_size=batch_size, on_batch=on_batch, timings=per_det)
@@ -668,13 +668,17 @@ def cached_scan(
     if every:
         todo_idx = new_idx.tolist()
     else:
-        _, first = np.unique(np.array(hashes, "S32")[new_idx], return_index=True)
-        todo_idx = np.sort(new_idx[first]).tolist()
+        first: dict[str, int] = {}
+        for i in new_idx.tolist():
+            first.setdefault(hashes[i], i)
+        todo_idx = list(first.values())  # ascending: new_idx is
+    hash_arr = pa.array(hashes, pa.string())
     fresh_c = None
     if todo_idx:
         todo = texts if every else texts.take(pa.array(todo_idx, pa.int64()))
         todo_hashes = hashes if every else [hashes[i] for i in todo_idx]
-        todo = todo.set_column(0, "sample_uid", pa.array(todo_hashes, pa.string()))
+        todo_arr = hash_arr if every else hash_arr.take(pa.array(todo_idx, pa.int64()))
+        todo = todo.set_column(0, "sample_uid", todo_arr)
         fresh = scan(todo, detectors, batch_size=batch_size, on_batch=on_batch, timings=per_det)
         fresh_c = fresh.rename_columns(
             ["text_hash" if c == "sample_uid" else c for c in fresh.column_names]
@@ -691,7 +695,7 @@ def cached_scan(
     # re-attach sample ids and fields (of the rows whose text has matches: a few)
     ch = cached["text_hash"].to_pylist()
     matched = pa.array(sorted(set(ch)), pa.string())
-    rows = np.flatnonzero(pc.is_in(pa.array(hashes, pa.string()), value_set=matched))
+    rows = np.flatnonzero(pc.is_in(hash_arr, value_set=matched))
     by_hash: dict[str, list[int]] = {}
     for i in rows.tolist():
         by_hash.setdefault(hashes[i], []).append(i)

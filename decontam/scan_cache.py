@@ -36,6 +36,22 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
+def text_hashes(texts: pa.Array | pa.ChunkedArray) -> list[str]:
+    """``[text_hash(t) for t in texts.to_pylist()]`` (no nulls), hashing each string's UTF-8
+    bytes where Arrow keeps them: no Python str per text (a quarter of the hashing time)."""
+    arr = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
+    if arr.null_count:
+        raise TypeError("text_hashes: a text is null")
+    if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+        return [text_hash(t) for t in arr.to_pylist()]
+    width = np.int32 if pa.types.is_string(arr.type) else np.int64
+    _, offsets, data = arr.buffers()
+    off = np.frombuffer(offsets, width)[arr.offset : arr.offset + len(arr) + 1].tolist()
+    view = memoryview(data if data is not None else b"")
+    sha = hashlib.sha256
+    return [sha(view[a:b]).hexdigest()[:32] for a, b in zip(off[:-1], off[1:], strict=True)]
+
+
 def cache_key(definition: dict[str, Any]) -> str:
     blob = json.dumps(definition, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:24]
@@ -155,8 +171,12 @@ class ScanCache:
         os.replace(m_tmp, self.dir / f"{part}.matches.parquet")
         # sorted: readers sort the known hashes of all parts (_load_known), and sorted runs
         # make that sort cheap (unsorted parts cost a warm 3M-row rerun 2 s more)
+        # (distinct hex digests: no dictionary; zstd halves them, snappy does not shrink hex)
         pq.write_table(
-            pa.table({"text_hash": pa.array(sorted(set(scanned_hashes)), pa.string())}), t_tmp
+            pa.table({"text_hash": pa.array(sorted(set(scanned_hashes)), pa.string())}),
+            t_tmp,
+            use_dictionary=False,
+            compression="zstd",
         )
         os.replace(t_tmp, self.dir / f"{part}.texts.parquet")  # commit point
         if remember and self._sorted is not None:  # else the parts, read later, hold them

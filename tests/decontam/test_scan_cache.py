@@ -91,3 +91,27 @@ def test_an_empty_cache_knows_nothing(tmp_path):
     assert not cache.known_mask([text_hash("x"), text_hash("y")]).any()
     assert cache.matches_for({text_hash("x")}).num_rows == 0
     assert cache.known() == set()
+
+
+@pytest.mark.shared_data
+def test_text_hashes_of_an_arrow_column_equal_text_hash_per_text(pools_dir):
+    """Real texts (ASCII and not), empty ones, a sliced chunked column and large strings."""
+    import pyarrow as pa
+
+    from decontam.scan_cache import text_hashes
+
+    texts = []
+    for name in ("math_gsm8k_train.jsonl", "code_leetcodedataset_v0.2.0_train.jsonl"):
+        with (pools_dir / name).open(encoding="utf-8") as fh:
+            for _, line in zip(range(500), fh, strict=False):
+                row = json.loads(line)
+                texts.append(row.get("question") or row["query"])
+    texts += ["", "é数学 \u2028", "\U0001f600"]
+    assert any(not t.isascii() for t in texts)
+    want = [text_hash(t) for t in texts]
+    col = pa.chunked_array([pa.array(texts[:100]), pa.array(texts[100:])])
+    assert text_hashes(col) == want
+    assert text_hashes(col.slice(37, 300)) == want[37:337]
+    assert text_hashes(pa.array(texts, pa.large_string())) == want
+    with pytest.raises(TypeError, match="null"):
+        text_hashes(pa.array(["a", None]))
