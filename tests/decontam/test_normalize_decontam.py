@@ -435,3 +435,34 @@ def test_one_char_replacements_track_offsets_as_the_general_loop(
             want, want_offs = norm.with_offsets(t)
             assert out == want and offs.tolist() == want_offs.tolist(), (n, t[:80])
     assert len(calls) > 1000
+
+
+def test_text_rules_tracked_fast_path_equals_the_tracked_regex_rules(
+    benchmarks_dir, contam_dev_path, pools_dir
+):
+    """The text rule's tracked fast path (words and their offsets, built from the words) gives
+    what the two regex rules give through the tracked substitution, on the text each normalizer
+    hands it: real benchmark, dev and pool texts, and edge cases."""
+    from decontam.normalize import _TEXT_RULES, _Rules
+
+    texts = [json.loads(line)["problem"] for line in open(benchmarks_dir / "aime24.jsonl")]
+    with open(benchmarks_dir / "lcb_v6.jsonl") as f:
+        texts += [
+            json.loads(line)["question_content"] for _, line in zip(range(150), f, strict=False)
+        ]
+    with open(contam_dev_path) as f:
+        texts += [json.loads(line)["text"] for _, line in zip(range(300), f, strict=False)]
+    with open(pools_dir / "math_deepscaler_math_train.jsonl") as f:
+        texts += [json.loads(line)["problem"] for _, line in zip(range(300), f, strict=False)]
+    texts += ["", "   ", "a", "--", "_a_", "x -- y ,, z", "ünï—cødé  text", " $x$ ", "数学"]
+    slow = _Rules(_TEXT_RULES.rules)  # the same rules, no fast paths
+    checked = 0
+    for norm in NORMALIZERS.values():
+        assert norm.steps[-1] is _TEXT_RULES
+        for t in texts:
+            offs = list(range(len(t)))
+            for step in norm.steps[:-1]:
+                t, offs = step.apply_tracked(t, offs)
+            assert _TEXT_RULES.apply_tracked(t, offs) == slow.apply_tracked(t, offs), t[:80]
+            checked += 1
+    assert checked > 2000
