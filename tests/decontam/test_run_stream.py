@@ -123,6 +123,40 @@ def test_two_scan_processes_write_the_same_run_as_one(pools_dir, tmp_path):
     )
 
 
+def test_batches_go_to_the_temp_folder_when_dev_shm_is_small(pools_dir, tmp_path, monkeypatch):
+    """The workers' batch files go to /dev/shm only where it has room (a container's default
+    is 64 MiB); else to the temporary folder, and the run is the same. The folder goes."""
+    import tempfile
+    from types import SimpleNamespace
+
+    import decontam.stream as stream
+
+    real = os.statvfs
+    small = SimpleNamespace(f_bavail=1024, f_frsize=4096)  # 4 MiB free
+    monkeypatch.setattr(stream.os, "statvfs", lambda p: small if str(p) == "/dev/shm" else real(p))
+    assert stream._memory_dir() is None
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    made = []
+    mkdtemp = tempfile.mkdtemp
+
+    def recorded(*a, **kw):
+        made.append(mkdtemp(*a, **kw))
+        return made[-1]
+
+    monkeypatch.setattr(tempfile, "mkdtemp", recorded)
+    src = _pool(pools_dir, tmp_path / "pool.jsonl")
+    one = _run(src, tmp_path / "one", tmp_path / "r1", stream_rows=400)
+    two = _run(src, tmp_path / "two", tmp_path / "r2", stream_rows=400, workers=2)
+    assert two.manifest["timings"]["workers"] == 2 and one.counts == two.counts
+    a, b = (pq.read_table(r.out_dir / "matches.parquet") for r in (one, two))
+    assert a.to_pylist() == b.to_pylist()
+    batches = [Path(d) for d in made if Path(d).name.startswith("sluice-batches-")]
+    assert len(batches) == 1 and batches[0].parent == tmp
+    assert not batches[0].exists()
+
+
 def test_streamed_run_names_file_and_row_of_a_bad_line_or_duplicate_id(pools_dir, tmp_path):
     src = _pool(pools_dir, tmp_path / "pool.jsonl")
     lines = src.read_text().splitlines()
