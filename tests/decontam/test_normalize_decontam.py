@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -405,15 +406,10 @@ def test_rule_guards_only_skip_rules_that_would_not_match(
     assert skipped > 10_000  # the guards do skip work on real text
 
 
-def test_one_char_replacements_track_offsets_as_the_general_loop(
-    benchmarks_dir, contam_dev_path, pools_dir, monkeypatch
-):
-    """``_sub_one_char`` (the text rule's fast path) gives every offset the general tracked
-    substitution gives, for every normalizer, on real benchmark, dev and pool texts."""
-    import decontam.normalize as nm
-
-    texts = [json.loads(line)["problem"] for line in open(benchmarks_dir / "aime25.jsonl")]
-    with open(benchmarks_dir / "lcb_v6.jsonl") as f:
+def _real_texts(aime: Path, contam_dev_path, pools_dir) -> list[str]:
+    """An AIME file's problems, 150 LCB v6 statements, 300 dev rows and 300 pool problems."""
+    texts = [json.loads(line)["problem"] for line in open(aime)]
+    with open(aime.parent / "lcb_v6.jsonl") as f:
         texts += [
             json.loads(line)["question_content"] for _, line in zip(range(150), f, strict=False)
         ]
@@ -421,6 +417,18 @@ def test_one_char_replacements_track_offsets_as_the_general_loop(
         texts += [json.loads(line)["text"] for _, line in zip(range(300), f, strict=False)]
     with open(pools_dir / "math_deepscaler_math_train.jsonl") as f:
         texts += [json.loads(line)["problem"] for _, line in zip(range(300), f, strict=False)]
+    return texts
+
+
+def test_one_char_replacements_track_offsets_as_the_general_loop(
+    benchmarks_dir, contam_dev_path, pools_dir, monkeypatch
+):
+    """``_sub_one_char`` (the path of every rule that replaces a match with at most one
+    character) gives every offset the general tracked substitution gives, for every
+    normalizer, on real benchmark, dev and pool texts."""
+    import decontam.normalize as nm
+
+    texts = _real_texts(benchmarks_dir / "aime25.jsonl", contam_dev_path, pools_dir)
     texts += ["", "   ", "a", "--", "x -- y ,, z", "ünï—cødé  text", " $x$ "]
     fast = {n: [norm.with_offsets(t) for t in texts] for n, norm in NORMALIZERS.items()}
     calls = []
@@ -445,15 +453,7 @@ def test_text_rules_tracked_fast_path_equals_the_tracked_regex_rules(
     hands it: real benchmark, dev and pool texts, and edge cases."""
     from decontam.normalize import _TEXT_RULES, _Rules
 
-    texts = [json.loads(line)["problem"] for line in open(benchmarks_dir / "aime24.jsonl")]
-    with open(benchmarks_dir / "lcb_v6.jsonl") as f:
-        texts += [
-            json.loads(line)["question_content"] for _, line in zip(range(150), f, strict=False)
-        ]
-    with open(contam_dev_path) as f:
-        texts += [json.loads(line)["text"] for _, line in zip(range(300), f, strict=False)]
-    with open(pools_dir / "math_deepscaler_math_train.jsonl") as f:
-        texts += [json.loads(line)["problem"] for _, line in zip(range(300), f, strict=False)]
+    texts = _real_texts(benchmarks_dir / "aime24.jsonl", contam_dev_path, pools_dir)
     texts += ["", "   ", "a", "--", "_a_", "x -- y ,, z", "ünï—cødé  text", " $x$ ", "数学"]
     slow = _Rules(_TEXT_RULES.rules)  # the same rules, no fast paths
     checked = 0
