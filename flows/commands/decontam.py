@@ -126,6 +126,9 @@ def run(
         from curation.catalog import Catalog
 
         catalog = Catalog(root)
+    import time
+
+    t_run = time.perf_counter()
     result = run_decontamination(
         input,
         text_fields=_split(text_field),
@@ -164,15 +167,20 @@ def run(
     for r, n in sorted((c.get("flagged_by_rule") or {}).items()):
         t.add_row(f"  flagged by rule {r.replace('+', ' + ')}", str(n))
     timings = result.manifest.get("timings") or {}
+    n_workers = timings.get("workers", 1)
+    # with scan workers, a detector's seconds are its batches' times added up over the workers
+    summed = f" ({n_workers} workers, summed)" if n_workers > 1 else ""
     for d, tm in sorted((timings.get("detectors") or {}).items()):
         rate = f", {tm['texts_per_s']:,.0f} texts/s" if tm.get("texts_per_s") else ""
-        t.add_row(f"  {d} scan time", f"{tm['seconds']:.1f} s{rate}")
+        t.add_row(f"  {d} scan time{summed}", f"{tm['seconds']:.1f} s{rate}")
     if "fit_s" in timings:
         cached = timings.get("fits_cached", 0)
         note = f" ({cached} loaded from the fit cache)" if cached else ""
         t.add_row("fit (benchmark indexes)", f"{timings['fit_s']:.1f} s{note}")
     if "scan_s" in timings:
-        t.add_row("scan stage (all detectors, cache)", f"{timings['scan_s']:.1f} s")
+        t.add_row(f"scan stage (all detectors, cache){summed}", f"{timings['scan_s']:.1f} s")
+    run_s = time.perf_counter() - t_run  # loading, fit, read, scan, decide, write, publish
+    t.add_row("whole run (wall)", f"{run_s:.1f} s, {c['rows'] / max(run_s, 1e-9):,.0f} rows/s")
     console.print(t)
     console.print(f"run directory: {result.out_dir}")
     if result.clean_ref:

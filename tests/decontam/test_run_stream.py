@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -216,8 +217,15 @@ def test_cli_prints_progress_lines_and_detector_times_without_a_terminal(pools_d
     assert r.returncode == 0, r.stderr
     assert "decontam: 1,530 / 1,530 rows (100%)" in r.stderr
     assert "ngram scan time" in r.stderr and "texts/s" in r.stderr
+    assert re.search(r"whole run \(wall\)\s*│\s*[\d.]+ s, [\d,]+ rows/s", r.stderr), r.stderr
     run = json.loads((tmp_path / "o" / "run.json").read_text())
     assert run["timings"]["detectors"]["ngram"]["texts"] == 1530
+    # with two scan workers the detector and stage times say they are summed over them
+    args[-1] = str(tmp_path / "o2")
+    r = subprocess.run([sluice, *args, "--workers", "2"], capture_output=True, text=True,
+                       env=env, timeout=600)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "ngram scan time (2 workers, summed)" in r.stderr, r.stderr
 
 
 def test_a_dead_scan_worker_is_one_error_and_leaves_no_run_dir(pools_dir, tmp_path):
