@@ -384,6 +384,17 @@ def _lookup(tok: _Tokens, ks: _KeySet, k: int) -> _Hits:
     return _Hits(pos, idx)
 
 
+def _equal_slices(a: np.ndarray, a_start: np.ndarray, b: np.ndarray, b_start: np.ndarray,
+                  length: np.ndarray) -> np.ndarray:  # fmt: skip
+    """Whether ``a[a_start[i]:a_start[i] + length[i]]`` equals ``b[b_start[i]:...]`` for each
+    i, in a few vector passes over all their bytes."""
+    inner = np.arange(int(length.sum())) - np.repeat(np.cumsum(length) - length, length)
+    same = a[np.repeat(a_start, length) + inner] == b[np.repeat(b_start, length) + inner]
+    ok = np.ones(len(length), bool)
+    ok[np.repeat(np.arange(len(length)), length)[~same]] = False
+    return ok
+
+
 def _same_windows(tok: _Tokens, a: np.ndarray, b: np.ndarray, k: int) -> np.ndarray:
     """Whether the k-token windows starting at token ``a[i]`` and ``b[i]`` have the same bytes
     (texts of single-spaced words, as the index's are: their byte slices are compared)."""
@@ -391,10 +402,7 @@ def _same_windows(tok: _Tokens, a: np.ndarray, b: np.ndarray, k: int) -> np.ndar
     la, lb = tok.ends[a + k - 1] - sa, tok.ends[b + k - 1] - sb
     ok = la == lb
     sel = np.flatnonzero(ok)
-    L = la[sel]
-    inner = np.arange(int(L.sum())) - np.repeat(np.cumsum(L) - L, L)
-    same = tok.arr[np.repeat(sa[sel], L) + inner] == tok.arr[np.repeat(sb[sel], L) + inner]
-    ok[sel[np.repeat(np.arange(len(sel)), L)[~same]]] = False
+    ok[sel] = _equal_slices(tok.arr, sa[sel], tok.arr, sb[sel], la[sel])
     return ok
 
 
@@ -409,17 +417,7 @@ def _verify(tok: _Tokens, ks: _KeySet, pos: np.ndarray, idx: np.ndarray, k: int)
     ok = ln == klen
     if ok.any():
         sel = np.flatnonzero(ok)
-        L = ln[sel]
-        tot = int(L.sum())
-        inner = np.arange(tot) - np.repeat(np.cumsum(L) - L, L)
-        same = (
-            tok.arr[np.repeat(s0[sel], L) + inner]
-            == ks.key_flat[np.repeat(ks.key_off[idx[sel]], L) + inner]
-        )
-        bad = np.repeat(np.arange(len(sel)), L)[~same]
-        good = np.ones(len(sel), bool)
-        good[bad] = False
-        ok[sel] = good
+        ok[sel] = _equal_slices(tok.arr, s0[sel], ks.key_flat, ks.key_off[idx[sel]], ln[sel])
     for j in np.flatnonzero(~ok & (ln > klen)).tolist():  # pragma: no cover - double spaces
         ok[j] = tok.span(int(pos[j]), k) == ks.key_bytes[int(idx[j])]
     return ok
@@ -486,9 +484,9 @@ class _Index:
         H = h_all[at]
         order = np.lexsort((P, H, V))
         V, P, at, H = V[order], P[order], at[order], H[order]
-        first = np.ones(len(V), bool)
-        first[1:] = (V[1:] != V[:-1]) | (H[1:] != H[:-1])
-        V, P, at, H = V[first], P[first], at[first], H[first]
+        distinct = np.ones(len(V), bool)  # the first window of each (variant, hash)
+        distinct[1:] = (V[1:] != V[:-1]) | (H[1:] != H[:-1])
+        V, P, at, H = V[distinct], P[distinct], at[distinct], H[distinct]
         S = np.ones(len(V), bool)  # in the statement part too (all of an item without samples)
         if stmt_h:
             bounds = np.searchsorted(V, np.arange(len(rows) + 1))

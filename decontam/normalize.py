@@ -403,15 +403,13 @@ def _alnum_words_tracked(text: str, offs: list[int]) -> tuple[str, list[int]]:
     # ends go (the second rule). A sixth of the tracked path's time on matched pool rows.
     out: list[int] = []
     prev = -1
-    words = []
     for m in _ALNUM_RUN.finditer(text):
         s, e = m.span()
         if prev >= 0:
             out.append(offs[prev])
         out += offs[s:e]
-        words.append(m.group())
         prev = e
-    return " ".join(words), out
+    return _alnum_words(text), out
 
 
 _TEXT_RULES = _Rules(

@@ -42,8 +42,8 @@ def text_hashes(texts: pa.Array | pa.ChunkedArray) -> list[str]:
     arr = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
     if arr.null_count:
         raise TypeError("text_hashes: a text is null")
-    if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
-        return [text_hash(t) for t in arr.to_pylist()]
+    if not pa.types.is_string(arr.type):
+        arr = arr.cast(pa.large_string())  # large strings keep theirs; others are made strings
     width = np.int32 if pa.types.is_string(arr.type) else np.int64
     _, offsets, data = arr.buffers()
     off = np.frombuffer(offsets, width)[arr.offset : arr.offset + len(arr) + 1].tolist()
