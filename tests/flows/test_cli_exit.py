@@ -1,0 +1,66 @@
+"""How the `sluice` process ends (flows.cli.run): exit codes as click and main() give them,
+atexit hooks run and output flushed before the process skips native teardown."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+# an atexit hook registered before the command runs must still run, after the command's output
+_PRELUDE = (
+    "import atexit, sys\n"
+    "atexit.register(lambda: print('hook ran', flush=True))\n"
+    "sys.argv = ['sluice', *sys.argv[1:]]\n"
+    "from flows.cli import run\n"
+    "run()\n"
+)
+
+
+def _run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", _PRELUDE, *args],
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+
+
+def test_success_flushes_output_then_runs_the_hooks():
+    res = _run("--version")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[0].startswith("sluice ")
+    assert res.stdout.splitlines()[-1] == "hook ran"
+
+
+def test_a_sluice_error_keeps_exit_code_2_and_its_one_line(tmp_path):
+    res = _run("datasets", "show", "nope", env={"SLUICE_DATA_ROOT": str(tmp_path)})
+    assert res.returncode == 2
+    assert "Traceback" not in res.stderr and res.stderr.startswith("error:")
+    assert res.stdout.strip() == "hook ran"
+
+
+def test_a_usage_error_keeps_clicks_exit_code():
+    res = _run("datasets", "show")
+    assert res.returncode == 2 and "Missing argument" in res.stderr
+    assert res.stdout.strip() == "hook ran"
+
+
+def test_the_console_script_and_python_m_use_run():
+    import tomllib
+
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["sluice"] == "flows.cli:run"
+    res = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "--version"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert res.returncode == 0 and res.stdout.startswith("sluice ")
