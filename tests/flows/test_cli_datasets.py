@@ -85,7 +85,7 @@ def test_root_option_overrides_the_environment(published, tmp_path):
 
 def test_unknown_refs_are_one_line_errors_with_exit_code_2(published, data_root):
     env = {**os.environ, "SLUICE_DATA_ROOT": str(data_root), "PYTHONPATH": str(REPO)}
-    code = "from flows.cli import main; main()"
+    code = "from flows.cli import run; run()"
     res = subprocess.run(
         [sys.executable, "-c", code, "datasets", "show", "clen"],
         env=env,

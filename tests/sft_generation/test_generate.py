@@ -205,7 +205,7 @@ def test_sigkill_mid_run_then_rerun_loses_and_duplicates_nothing(pool, tmp_path,
     cat, ref, rows = pool
     store = tmp_path / "store"
     with StandInServer(teacher_responder(_answers(rows)), latency_s=0.15) as srv:
-        cmd = [sys.executable, "-c", "from flows.cli import main; main()", "sft", "generate", ref,
+        cmd = [sys.executable, "-c", "from flows.cli import run; run()", "sft", "generate", ref,
                "--model", "r1-stand-in", "--base-url", srv.url, "-n", "8", "--concurrency", "2",
                "--store", str(store), "--root", str(data_root)]  # fmt: skip
         env = {**os.environ, "SLUICE_DATA_ROOT": str(data_root)}
