@@ -96,7 +96,8 @@ class EmbeddingConfig(DetectorConfig):
     backend: str = field(
         default="auto",
         metadata={
-            "help": "auto (torch-bf16 on a CPU with AMX bf16 matmuls, else torch; the default) | "
+            "help": "auto (torch-bf16 on a CPU with bfloat16 matmuls in hardware: AMX or "
+            "AVX512-BF16; else torch; the default) | "
             "torch (sentence-transformers as is, float32) | torch-bf16 (the same model with "
             "bfloat16 weights: ~2.5x faster on AMX CPUs, cosines within ~0.004 of float32, "
             "dev-set figures unchanged: docs/semantic.md) | onnx | onnx-int8: the transformer in "
@@ -222,20 +223,28 @@ def _quiet_weight_loading():
 
 
 @functools.cache  # the CPU does not change: probe it once per process
-def _cpu_has_amx() -> bool:
+def _cpu_has_bf16_matmul() -> bool:
+    """Does this CPU multiply bfloat16 in hardware: AMX tiles (Sapphire Rapids and later Xeons)
+    or AVX512-BF16's dot products (AMD Zen 4 and later, Cooper Lake)? Where neither is there,
+    torch emulates bfloat16 and float32 is faster."""
     torch = require("torch")
-    probe = getattr(getattr(torch, "cpu", None), "_is_amx_tile_supported", None)
-    try:
-        return bool(probe and probe())
-    except Exception:  # a private probe: any failure means "not known to have AMX"
-        return False
+    cpu = getattr(torch, "cpu", None)
+    for name in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"):
+        probe = getattr(cpu, name, None)
+        try:
+            if probe is not None and probe():
+                return True
+        except Exception:  # private probes: any failure means "not known to have it"
+            continue
+    return False
 
 
 def resolve_backend(backend: str, device: str = "auto") -> str:
     """The backend ``auto`` stands for on this machine: ``torch-bf16`` when the model runs on a
-    CPU with AMX tiles (bfloat16 matmuls in hardware: about 2.5x float32 on 2 cores, measured
-    by ``tests/benchmarks/bench_default_set.py``), ``torch`` elsewhere (GPUs and CPUs without
-    AMX, where bfloat16 is emulated and slower). Any other name is returned as is."""
+    CPU that multiplies bfloat16 in hardware (AMX: about 2.1x float32 on 2 cores; AVX512-BF16
+    on an AMD EPYC: 1.55x; measured by ``tests/benchmarks/bench_default_set.py``, with the
+    dev-set figures unchanged on both, docs/semantic.md), ``torch`` elsewhere (GPUs, and CPUs
+    where bfloat16 is emulated and slower). Any other name is returned as is."""
     if backend != "auto":
         return backend
     if device.startswith(("cuda", "mps")):
@@ -244,7 +253,7 @@ def resolve_backend(backend: str, device: str = "auto") -> str:
         torch = require("torch")
         if torch.cuda.is_available():
             return "torch"
-    return "torch-bf16" if _cpu_has_amx() else "torch"
+    return "torch-bf16" if _cpu_has_bf16_matmul() else "torch"
 
 
 class Encoder:
@@ -281,7 +290,7 @@ class Encoder:
         self.device = device
         # auto batch: on CPU, float32 is fastest in small batches (less padding; 8 measured 30 %
         # faster than 64 on 2 cores); bfloat16 on AMX tiles wants larger matrices (32: ~15 %
-        # faster than 8 on real LeetCode windows)
+        # faster than 8 on real LeetCode windows; on AVX512-BF16, 8 and 32 ran alike)
         cpu_batch = 32 if backend == "torch-bf16" else 8
         self.batch_size = batch_size or (cpu_batch if device == "cpu" else 64)
         kwargs: dict[str, Any] = {"device": device}

@@ -59,15 +59,29 @@ def test_bf16_backend_is_float32_torch_within_rounding_under_its_own_key(stateme
     assert f32.texts_encoded - before == 3  # bf16's cached vectors were not served to torch
 
 
-def test_auto_backend_is_bf16_only_on_a_cpu_with_amx(monkeypatch):
+def test_auto_backend_is_bf16_only_on_a_cpu_with_bf16_matmuls(monkeypatch):
     assert EmbeddingConfig().backend == "auto"
     for amx, want in ((True, "torch-bf16"), (False, "torch")):
-        monkeypatch.setattr(embedding, "_cpu_has_amx", lambda amx=amx: amx)
+        monkeypatch.setattr(embedding, "_cpu_has_bf16_matmul", lambda amx=amx: amx)
         assert embedding.resolve_backend("auto", "cpu") == want
         assert embedding._cache_key(EmbeddingConfig(device="cpu")).endswith("+torch-bf16") is amx
         # a GPU keeps float32 (the calibrated model); a named backend is taken as given
         assert embedding.resolve_backend("auto", "cuda:0") == "torch"
         assert embedding.resolve_backend("onnx-int8", "cpu") == "onnx-int8"
+
+
+def test_bf16_matmul_probe_takes_amx_or_avx512_bf16(monkeypatch):
+    import torch
+
+    def boom():
+        raise RuntimeError("probe failed")
+
+    probe = embedding._cpu_has_bf16_matmul.__wrapped__  # the uncached probe
+    for amx, avx, want in ((True, False, True), (False, True, True), (False, False, False),
+                           (boom, True, True), (boom, boom, False)):  # fmt: skip
+        for name, v in (("_is_amx_tile_supported", amx), ("_is_avx512_bf16_supported", avx)):
+            monkeypatch.setattr(torch.cpu, name, v if callable(v) else (lambda v=v: v))
+        assert probe() is want
 
 
 def test_onnx_backend_gives_torch_vectors_and_int8_close_but_not_equal(ort, statements, tmp_path):
