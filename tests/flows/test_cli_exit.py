@@ -10,14 +10,17 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-# an atexit hook registered before the command runs must still run, after the command's output
-_PRELUDE = (
+# An atexit hook registered before the command runs must still run, after the command's output;
+# an object left in sys.modules is finalized only by the interpreter's teardown, which the
+# process skips (its __del__ would print).
+_PROBES = (
     "import atexit, sys\n"
     "atexit.register(lambda: print('hook ran', flush=True))\n"
-    "sys.argv = ['sluice', *sys.argv[1:]]\n"
-    "from flows.cli import run\n"
-    "run()\n"
+    "class Probe:\n"
+    "    def __del__(self): print('finalized', flush=True)\n"
+    "sys.modules['_sluice_exit_probe'] = Probe()\n"
 )
+_PRELUDE = _PROBES + "sys.argv = ['sluice', *sys.argv[1:]]\nfrom flows.cli import run\nrun()\n"
 
 
 def _run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -35,7 +38,7 @@ def test_success_flushes_output_then_runs_the_hooks():
     res = _run("--version")
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[0].startswith("sluice ")
-    assert res.stdout.splitlines()[-1] == "hook ran"
+    assert res.stdout.splitlines()[-1] == "hook ran"  # and no "finalized": teardown skipped
 
 
 def test_a_sluice_error_keeps_exit_code_2_and_its_one_line(tmp_path):
@@ -56,11 +59,29 @@ def test_the_console_script_and_python_m_use_run():
 
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["sluice"] == "flows.cli:run"
+    # python -m flows.cli, as runpy runs it
+    code = _PROBES + "import runpy\nrunpy.run_module('flows.cli', run_name='__main__')\n"
     res = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "--version"],
+        [sys.executable, "-c", code, "--version"],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,
         cwd=REPO,
         timeout=120,
     )
-    assert res.returncode == 0 and res.stdout.startswith("sluice ")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("sluice ") and res.stdout.splitlines()[-1] == "hook ran"
+
+
+def test_main_called_in_process_leaves_the_interpreter_to_end_normally():
+    code = _PROBES + "from flows.cli import main\nmain(['--version'])\n"
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[-2:] == ["hook ran", "finalized"]
