@@ -23,9 +23,9 @@ _PROBES = (
 _PRELUDE = _PROBES + "sys.argv = ['sluice', *sys.argv[1:]]\nfrom flows.cli import run\nrun()\n"
 
 
-def _run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def _run(*args: str, env: dict | None = None, code: str = _PRELUDE) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", _PRELUDE, *args],
+        [sys.executable, "-c", code, *args],
         env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
         capture_output=True,
         text=True,
@@ -61,27 +61,12 @@ def test_the_console_script_and_python_m_use_run():
     assert scripts["sluice"] == "flows.cli:run"
     # python -m flows.cli, as runpy runs it
     code = _PROBES + "import runpy\nrunpy.run_module('flows.cli', run_name='__main__')\n"
-    res = subprocess.run(
-        [sys.executable, "-c", code, "--version"],
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
+    res = _run("--version", code=code)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("sluice ") and res.stdout.splitlines()[-1] == "hook ran"
 
 
 def test_main_called_in_process_leaves_the_interpreter_to_end_normally():
-    code = _PROBES + "from flows.cli import main\nmain(['--version'])\n"
-    res = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
+    res = _run(code=_PROBES + "from flows.cli import main\nmain(['--version'])\n")
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[-2:] == ["hook ran", "finalized"]
