@@ -786,7 +786,6 @@ def _scanned_in_workers(prepared, n_workers: int, worker_args: dict[str, Any] | 
     """``(tbl, rows, texts, uids, matches, stats)`` per prepared batch, in input order, the
     texts scanned by ``n_workers`` processes (spawned: polars' thread pool does not survive a
     fork). At most ``n_workers + 1`` batches are in flight, so memory stays bounded."""
-    import multiprocessing as mp
     from collections import deque
     from concurrent.futures import ProcessPoolExecutor
 
@@ -798,8 +797,11 @@ def _scanned_in_workers(prepared, n_workers: int, worker_args: dict[str, Any] | 
     from concurrent.futures.process import BrokenProcessPool
 
     from curation.errors import SluiceError
+    from curation.shutdown import EndingSpawnContext
 
-    ctx = mp.get_context("spawn")
+    # spawned (polars' thread pool does not survive a fork), and ended like the `sluice`
+    # command: Arrow's thread pool, used by every batch, must not abort a worker at teardown
+    ctx = EndingSpawnContext()
     # each batch goes to its worker as an Arrow file in memory (/dev/shm where it has room),
     # read there memory-mapped, not as a pickled table through the pool's pipe (pickled, then
     # copied into and out of the pipe, then unpickled, on two cores the scan needs): 600k rows

@@ -99,18 +99,13 @@ def main(argv: list[str] | None = None) -> None:
 def run() -> None:
     """The ``sluice`` command as its own process (the console script, ``python -m flows.cli``).
 
-    Runs :func:`main`, then ends the process the way a normal exit would up to the point where
-    CPython tears down native libraries: non-daemon threads are joined, ``atexit`` hooks run
-    (logging, multiprocessing, weakref finalizers, Prefect's ephemeral server), stdout and
-    stderr are flushed, and then ``os._exit`` skips the rest. DuckDB's and Arrow's thread pools
-    can be torn down during interpreter finalization while a worker thread is still joinable;
-    ``std::terminate`` then aborts a run that finished its work (exit -6, "terminate called
-    without an active exception"; duckdb/duckdb#13904, apache/arrow#34314). It happened once in
-    a CI run of ``sluice rl export``. Callers that import :func:`main` keep their process.
+    Runs :func:`main`, then ends the process through :func:`curation.shutdown.end_process`:
+    threads joined, ``atexit`` hooks run, output flushed, native teardown skipped (DuckDB's and
+    Arrow's thread pools can abort a finished run there: exit -6, "terminate called without an
+    active exception"; it happened once in a CI run of ``sluice rl export``). Callers that
+    import :func:`main` keep their process.
     """
-    import atexit
-    import os
-    import threading
+    from curation.shutdown import end_process
 
     code = 0
     try:
@@ -121,16 +116,7 @@ def run() -> None:
         else:  # sys.exit("message") prints the message, like the interpreter would
             print(exc.code, file=sys.stderr)
             code = 1
-    for t in threading.enumerate():
-        if t is not threading.main_thread() and not t.daemon:
-            t.join()
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe: nothing left to deliver
-            pass
-    os._exit(code)
+    end_process(code)
 
 
 if __name__ == "__main__":  # pragma: no cover

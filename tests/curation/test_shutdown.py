@@ -1,0 +1,85 @@
+"""How Sluice's own processes end (curation.shutdown): atexit hooks run, the exit code is kept,
+and the interpreter's teardown, where native thread pools can abort a finished process, is
+skipped. The command's entry point is tested in tests/flows/test_cli_exit.py."""
+
+from __future__ import annotations
+
+import atexit
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from curation.shutdown import EndingSpawnContext
+
+
+class _Probe:
+    """Left in sys.modules: only the interpreter's teardown finalizes it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __del__(self) -> None:
+        with open(self.path, "a") as fh:
+            fh.write("finalized\n")
+
+
+def _set_probes(log: str) -> None:
+    def hook() -> None:
+        with open(log, "a") as fh:
+            fh.write("hook ran\n")
+
+    atexit.register(hook)
+    sys.modules["_sluice_shutdown_probe"] = _Probe(log)  # type: ignore[assignment]
+
+
+def _probe_then_exit(log: str, code: int | None) -> None:
+    _set_probes(log)
+    if code is not None:
+        raise SystemExit(code)
+
+
+def _fails() -> None:
+    raise RuntimeError("boom")
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+def test_a_process_runs_its_hooks_keeps_its_exit_code_and_skips_teardown(tmp_path: Path):
+    ctx = EndingSpawnContext()
+    for code, expected in ((None, 0), (3, 3)):
+        log = tmp_path / f"log-{code}"
+        p = ctx.Process(target=_probe_then_exit, args=(str(log), code))
+        p.start()
+        p.join(60)
+        assert p.exitcode == expected
+        assert log.read_text().splitlines() == ["hook ran"]  # no "finalized"
+
+    p = ctx.Process(target=_fails)
+    p.start()
+    p.join(60)
+    assert p.exitcode == 1
+
+
+def test_the_same_process_ended_the_usual_way_is_finalized(tmp_path: Path):
+    """The oracle for the test above: a plain spawned process does run the teardown (so the
+    probe can tell the two apart)."""
+    import multiprocessing as mp
+
+    log = tmp_path / "log"
+    p = mp.get_context("spawn").Process(target=_probe_then_exit, args=(str(log), None))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0
+    assert log.read_text().splitlines() == ["hook ran", "finalized"]
+
+
+def test_a_process_pool_on_the_context_works_and_its_workers_skip_teardown(tmp_path: Path):
+    log = tmp_path / "log"
+    with ProcessPoolExecutor(
+        2, mp_context=EndingSpawnContext(), initializer=_set_probes, initargs=(str(log),)
+    ) as pool:
+        assert list(pool.map(_square, range(20))) == [x * x for x in range(20)]
+    lines = log.read_text().splitlines()
+    assert lines and set(lines) == {"hook ran"}  # every worker started ran its hook, none finalized
