@@ -125,6 +125,12 @@ class Detector(ABC):
     @abstractmethod
     def score(self, texts: pa.Table) -> pa.Table: ...
 
+    def take_fit_seconds(self) -> float:
+        """Seconds of fitting a detector deferred to its first ``score`` call and spent since
+        the last call of this method (the embedding model loads when a text first needs it);
+        :func:`~decontam.run.scan` reports them as fit time, not scan time."""
+        return 0.0
+
     def _text_batch(self, texts: pa.Table, fitted: bool) -> tuple[list, list, list[str]] | None:
         """The checks every ``score`` starts with: the detector is fitted (``fitted``) and the
         table has the text-table columns. Returns (sample uids, fields, texts with None as

@@ -341,6 +341,9 @@ class JudgeDetector(Detector):
                         cands.setdefault((r, j), {})["fingerprint"] = round(sc, 4)
         return cands
 
+    def take_fit_seconds(self) -> float:
+        return self._index.encoder.take_load_seconds() if self._index is not None else 0.0
+
     def score(self, texts: pa.Table) -> pa.Table:
         if self._index is not None and self.chat is None:
             raise ConfigError("this judge was fitted without a model backend (chat=False)")

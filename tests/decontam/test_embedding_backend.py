@@ -109,10 +109,13 @@ def test_export_is_reused_and_backends_never_share_cached_vectors(ort, statement
     root = str(tmp_path / "root")
     cfg8 = EmbeddingConfig(device="cpu", backend="onnx-int8", cache_root=root, batch_size=7)
     enc8 = get_encoder(cfg8)
+    assert not (tmp_path / "root" / "cache" / "onnx").exists()  # the model loads at first use
+    assert enc8.dim == 384  # ... which is now: the export is written
     exported = next((tmp_path / "root" / "cache" / "onnx").rglob("model-int8.onnx"))
     stamp = exported.stat().st_mtime_ns
     # a second encoder over the same root loads the export, it does not write it again
-    Encoder(enc8.ref, device="cpu", backend="onnx-int8", cache_root=root)
+    again = Encoder(enc8.ref, device="cpu", backend="onnx-int8", cache_root=root)
+    assert again.dim == 384 and again.loaded
     assert exported.stat().st_mtime_ns == stamp
     a = embed_texts(statements[:5], cfg8)
     t_cfg = EmbeddingConfig(device="cpu", backend="torch", cache_root=root, batch_size=7)

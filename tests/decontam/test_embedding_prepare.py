@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from decontam.benchmarks import load_benchmarks
@@ -60,3 +61,49 @@ def test_cli_prepare_then_the_same_root_is_ready(benchmarks_dir, tmp_path):
     assert "30 benchmark texts ready (30 embedded now, 0 already cached)" in r.stderr
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert "(0 embedded now, 30 already cached)" in r.stderr
+
+
+def test_a_prepared_root_loads_the_model_only_when_a_text_needs_encoding(
+    benchmarks_dir, tmp_path, monkeypatch
+):
+    import numpy as np
+
+    import decontam.embedding as emb
+    from decontam.embedding import EmbeddingDetector
+    from decontam.run import cached_scan
+
+    bset = load_benchmarks(["aime25"], benchmarks_dir=str(benchmarks_dir), include_variants=False)
+    cfg = EmbeddingConfig(cache_root=str(tmp_path / "root"))
+    prepare_benchmarks(bset, cfg)
+    oracle = get_encoder(cfg)  # loaded by the prepare above
+    # a new process's encoders and indexes: nothing loaded yet
+    monkeypatch.setattr(emb, "_ENCODERS", {})
+    monkeypatch.setattr(emb, "_INDEXES", {})
+    det = EmbeddingDetector(cfg)
+    det.fit(bset)
+    enc = det.index.encoder
+    assert enc is not oracle and not enc.loaded  # the index came from the cached vectors
+    assert det.index.index.ntotal == 30 and det.index.index.d == oracle.dim
+    assert det.take_fit_seconds() == 0.0
+
+    # a benchmark problem with a line of its own: a text no cache has a vector for
+    text = bset.items.column("text")[0].as_py() + "\nShow your work."
+    table = pa.table({"sample_uid": ["a"], "field": ["problem"], "text": [text]})
+    matches, stats = cached_scan(table, [det], bset, data_root=str(tmp_path / "root"))
+    assert enc.loaded and enc.load_s > 0
+    timings = stats["timings"]
+    # the load is fit time: reported apart, not in the detector's or the stage's seconds
+    assert timings["fit_deferred_s"] == timings["detectors"]["embedding"]["fit_s"] == enc.load_s
+    assert timings["detectors"]["embedding"]["seconds"] < timings["scan_s"] + 1e-9
+    assert det.take_fit_seconds() == 0.0  # handed over once
+    assert matches.column("score")[0].as_py() > 0.95  # the item, found
+    np.testing.assert_allclose(enc.encode([text]), oracle.encode([text]), atol=1e-6)
+
+    # the same text again: served by the scan cache, no model time, no deferred fit
+    monkeypatch.setattr(emb, "_ENCODERS", {})
+    monkeypatch.setattr(emb, "_INDEXES", {})
+    det2 = EmbeddingDetector(cfg)
+    det2.fit(bset)
+    _, stats2 = cached_scan(table, [det2], bset, data_root=str(tmp_path / "root"))
+    assert stats2["texts_cached"] == 1 and "fit_deferred_s" not in stats2["timings"]
+    assert not det2.index.encoder.loaded
