@@ -556,6 +556,7 @@ def build_detectors(
             det.fit(benchmarks)
             if cache is not None:
                 cache.store(det, benchmarks)
+        det.take_fit_seconds()  # a model loaded by the fit itself is in the fit's time already
         dets.append(det)
     return dets
 

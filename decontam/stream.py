@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -405,8 +407,6 @@ class _Prepared:
         self.by_uid = id_field is None and not row_ids
 
     def __iter__(self):
-        import time
-
         src, text_fields, id_field = self.src, self.text_fields, self.id_field
         source = src.label
         t_read, offset = time.perf_counter(), 0
@@ -541,8 +541,9 @@ def _run_streamed(
                 for k in ("texts", "texts_scanned", "texts_cached"):
                     stats[k] += st[k]
                 timings = _merge_timings(timings, st["timings"])
-                if "worker_threads" in st:  # each scan worker's polars pool (_worker_threads)
-                    timings["worker_threads"] = st["worker_threads"]
+                for k in ("worker_threads", "worker_torch_threads"):  # each worker's pools
+                    if k in st:
+                        timings[k] = st[k]
                 meta = scan_metadata(tbl, uids, detectors)
                 if meta.num_rows:
                     matches = pa.concat_tables([matches, meta])
@@ -728,8 +729,12 @@ def _worker_threads(n_workers: int) -> int:
 def _scan_worker_init(args: dict[str, Any]) -> None:
     from decontam.scan_cache import ScanCache, cache_key
 
-    # before anything in this fresh (spawned) process imports polars: the size is read once
-    os.environ.setdefault("POLARS_MAX_THREADS", str(args["threads"]))  # a user's setting wins
+    # before anything in this fresh (spawned) process imports polars or torch: the sizes are
+    # read once. Torch's intra-op pool (and faiss', both OpenMP) would otherwise take a thread
+    # per core in every worker: 2 workers on 2 cores ran the embedding detector 2.4x slower,
+    # summed, than one process (spinning OpenMP threads fighting for the cores)
+    for var in ("POLARS_MAX_THREADS", "OMP_NUM_THREADS"):
+        os.environ.setdefault(var, str(args["threads"]))  # a user's setting wins
     from curation.allocator import keep_freed_memory
 
     keep_freed_memory()  # a batch reallocates the same tens of MB each time
@@ -750,7 +755,10 @@ def _scan_worker_init(args: dict[str, Any]) -> None:
         )
     root = args["data_root"]
     fitted = shipped.get("fitted")
+    t0 = time.perf_counter()
     dets = build_detectors(config.detectors, config, bset, root, fitted=fitted)
+    # this worker's own fit (detectors not shipped fitted): reported with its first batch
+    _WORKER["fit_s"] = time.perf_counter() - t0
     cache = None
     if config.use_cache and root is not None and "://" not in str(root):
         cache = ScanCache(root, cache_key(_scan_key(dets, bset)))
@@ -768,7 +776,15 @@ def _scan_worker(path: str) -> tuple[pa.Table, dict[str, Any]]:
         texts, w["dets"], w["bset"], data_root=w["root"], batch_size=w["config"].batch_size,
         use_cache=w["cache"] is not None, cache=w["cache"],
     )  # fmt: skip
-    return matches, {**stats, "worker_threads": pl.thread_pool_size()}
+    own_fit = w.pop("fit_s", 0.0)  # once per worker: fit time outside the parent's fit
+    if own_fit:
+        t = stats["timings"]
+        t["fit_deferred_s"] = t.get("fit_deferred_s", 0.0) + own_fit
+    threads = {"worker_threads": pl.thread_pool_size()}
+    torch = sys.modules.get("torch")  # imported when a detector's model loaded
+    if torch is not None:
+        threads["worker_torch_threads"] = torch.get_num_threads()
+    return matches, {**stats, **threads}
 
 
 def _memory_dir(need: int = 1 << 30) -> str | None:

@@ -177,8 +177,9 @@ def run(
         cached = timings.get("fits_cached", 0)
         note = f" ({cached} loaded from the fit cache)" if cached else ""
         t.add_row("fit (benchmark indexes)", f"{timings['fit_s']:.1f} s{note}")
-    if timings.get("fit_deferred_s"):  # the embedding model, loaded when a text first needed it
-        t.add_row(f"  model loaded for new texts{summed}", f"{timings['fit_deferred_s']:.1f} s")
+    if timings.get("fit_deferred_s"):  # models loaded at the first text; workers' own fits
+        label = "  fit in the scan workers" if n_workers > 1 else "  model loaded at first text"
+        t.add_row(f"{label}{summed}", f"{timings['fit_deferred_s']:.1f} s")
     if "scan_s" in timings:
         t.add_row(f"scan stage (all detectors, cache){summed}", f"{timings['scan_s']:.1f} s")
     run_s = time.perf_counter() - t_run  # loading, fit, read, scan, decide, write, publish
