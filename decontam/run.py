@@ -587,9 +587,9 @@ def scan(
         for det in detectors:
             t0 = time.perf_counter()
             m = det.score(batch)
+            fit = det.take_fit_seconds()  # a model loaded at its first text is fit time
             if timings is not None:
                 t = timings.setdefault(det.name, {"seconds": 0.0, "texts": 0})
-                fit = det.take_fit_seconds()  # a model loaded at its first text is fit time
                 t["seconds"] += time.perf_counter() - t0 - fit
                 t["texts"] += batch.num_rows
                 if fit:
