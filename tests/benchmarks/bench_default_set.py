@@ -16,8 +16,8 @@ statements per second of the scan stage (``scan_s`` in ``run.json``: all six det
 model's load at the first statement is fit time, ``fit_deferred_s``, and in the "fit s" column),
 statements per second of the whole process (start to exit, wall clock: model loading and index
 building included), the wall seconds of the same command run again on that root (the nightly
-rerun: every statement served by the scan cache; the model is not loaded), per-detector seconds, and the decisions: rows contaminated and whether the
-decided rows equal torch's. Goal: warm default-set scan >= 100 code statements/s on the 2-core
+rerun: every statement served by the scan cache; the model is not loaded), per-detector
+seconds, and the decisions: rows contaminated and whether the decided rows equal torch's. Goal: warm default-set scan >= 100 code statements/s on the 2-core
 machine.
 
 Then the calibration check the issue asks for before a backend may become the CPU default: the

@@ -94,7 +94,8 @@ def test_a_prepared_root_loads_the_model_only_when_a_text_needs_encoding(
     timings = stats["timings"]
     # the load is fit time: reported apart, not in the detector's or the stage's seconds
     assert timings["fit_deferred_s"] == timings["detectors"]["embedding"]["fit_s"] == enc.load_s
-    assert timings["detectors"]["embedding"]["seconds"] < timings["scan_s"] + 1e-9
+    # (encoding one text takes a small part of the model's load: the stage's seconds hold none)
+    assert timings["detectors"]["embedding"]["seconds"] <= timings["scan_s"] < enc.load_s
     assert det.take_fit_seconds() == 0.0  # handed over once
     assert matches.column("score")[0].as_py() > 0.95  # the item, found
     np.testing.assert_allclose(enc.encode([text]), oracle.encode([text]), atol=1e-6)
