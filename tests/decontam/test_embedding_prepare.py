@@ -66,6 +66,8 @@ def test_cli_prepare_then_the_same_root_is_ready(benchmarks_dir, tmp_path):
 def test_a_prepared_root_loads_the_model_only_when_a_text_needs_encoding(
     benchmarks_dir, tmp_path, monkeypatch
 ):
+    import time
+
     import numpy as np
 
     import decontam.embedding as emb
@@ -89,13 +91,14 @@ def test_a_prepared_root_loads_the_model_only_when_a_text_needs_encoding(
     # a benchmark problem with a line of its own: a text no cache has a vector for
     text = bset.items.column("text")[0].as_py() + "\nShow your work."
     table = pa.table({"sample_uid": ["a"], "field": ["problem"], "text": [text]})
+    t0 = time.perf_counter()
     matches, stats = cached_scan(table, [det], bset, data_root=str(tmp_path / "root"))
+    wall = time.perf_counter() - t0
     assert enc.loaded and enc.load_s > 0
     timings = stats["timings"]
     # the load is fit time: reported apart, not in the detector's or the stage's seconds
     assert timings["fit_deferred_s"] == timings["detectors"]["embedding"]["fit_s"] == enc.load_s
-    # (encoding one text takes a small part of the model's load: the stage's seconds hold none)
-    assert timings["detectors"]["embedding"]["seconds"] <= timings["scan_s"] < enc.load_s
+    assert timings["detectors"]["embedding"]["seconds"] <= timings["scan_s"] <= wall - enc.load_s
     assert det.take_fit_seconds() == 0.0  # handed over once
     assert matches.column("score")[0].as_py() > 0.95  # the item, found
     np.testing.assert_allclose(enc.encode([text]), oracle.encode([text]), atol=1e-6)
