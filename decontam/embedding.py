@@ -110,8 +110,8 @@ class EmbeddingConfig(DetectorConfig):
     batch_size: int = field(
         default=0,
         metadata={
-            "help": "encoder batch size; 0 = auto: 8 on CPU (less padding; measured 30 % faster "
-            "than 64 on 2 cores), 64 on a GPU"
+            "help": "encoder batch size; 0 = auto: 8 on CPU with float32 (less padding; measured "
+            "30 % faster than 64 on 2 cores), 32 with bfloat16, 256 on a GPU"
         },
     )
     top_k: int = field(default=5, metadata={"help": "nearest benchmark texts per window"})
@@ -300,9 +300,11 @@ class Encoder:
         self.device = device
         # auto batch: on CPU, float32 is fastest in small batches (less padding; 8 measured 30 %
         # faster than 64 on 2 cores); bfloat16 on AMX tiles wants larger matrices (32: ~15 %
-        # faster than 8 on real LeetCode windows; on AVX512-BF16, 8 and 32 ran alike)
+        # faster than 8 on real LeetCode windows; on AVX512-BF16, 8 and 32 ran alike). On a GPU
+        # 256: 13-15 % more windows/s than 64 on an H200 (scripts/gpu_embedding.py; 1024 gave
+        # 10 % more again, with 4.4 GiB of GPU memory at its peak)
         cpu_batch = 32 if backend == "torch-bf16" else 8
-        self.batch_size = batch_size or (cpu_batch if device == "cpu" else 64)
+        self.batch_size = batch_size or (cpu_batch if device == "cpu" else 256)
         self._cache_root = cache_root
         self._model: Any = None
         self._dim: int | None = None
@@ -397,13 +399,39 @@ def token_order(model: Any, texts: list[str]) -> np.ndarray:
     sentence-transformers sorts by characters: on 730 real LeetCode windows that left 17 % of a
     batch's token positions padding (28 % of its attention work); by tokens 3 % (5 %), and the
     bfloat16 encoder ran 13-18 % faster (float32 10 %, the same vectors to 2e-7). Costs a
-    second pass of the fast tokenizer."""
+    second pass of the fast tokenizer: its Rust ``encode_batch``, counted and capped at the
+    model's length (what truncation gives), not the ``transformers`` call, whose conversion of
+    every encoding to Python lists was most of this function's time (18 % of a GPU encode)."""
     if len(texts) <= 1:
         return np.arange(len(texts))
-    ids = model.tokenizer(
-        texts, truncation=True, max_length=model.max_seq_length, return_attention_mask=False
-    )["input_ids"]
-    return np.argsort([-len(x) for x in ids], kind="stable")
+    counter = _token_counter(model.tokenizer)
+    if counter is not None:
+        counts = np.fromiter((len(e) for e in counter.encode_batch(texts)), np.int64, len(texts))
+        counts = np.minimum(counts, model.max_seq_length)
+    else:  # a slow (Python) tokenizer: the transformers call
+        ids = model.tokenizer(
+            texts, truncation=True, max_length=model.max_seq_length, return_attention_mask=False
+        )["input_ids"]
+        counts = np.array([len(x) for x in ids], np.int64)
+    return np.argsort(-counts, kind="stable")
+
+
+def _token_counter(tokenizer: Any) -> Any:
+    """A copy of a fast tokenizer's Rust backend without truncation or padding (transformers
+    sets both on the backend per call; a copy leaves the model's own as it is), kept on the
+    tokenizer; None for a slow tokenizer."""
+    counter = getattr(tokenizer, "_sluice_token_counter", None)
+    if counter is None:
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        if backend is None:
+            return None
+        from tokenizers import Tokenizer
+
+        counter = Tokenizer.from_str(backend.to_str())
+        counter.no_truncation()
+        counter.no_padding()
+        tokenizer._sluice_token_counter = counter
+    return counter
 
 
 _ENCODERS: dict[tuple, Encoder] = {}

@@ -141,10 +141,16 @@ def test_batches_are_cut_by_token_count_and_vectors_keep_their_rows(statements):
 
     enc = Encoder(embedding.resolve_model(), device="cpu", backend="torch")
     texts = ["x = [1,2,3,4,5,6,7,8,9]", "a rather longer sentence of plain words", *statements]
+    backend = enc.model.tokenizer.backend_tokenizer
+    before = (backend.truncation, backend.padding)
     order = token_order(enc.model, texts).tolist()
+    assert (backend.truncation, backend.padding) == before  # the model's tokenizer untouched
+    # the oracle: the transformers call, truncated as the model truncates (texts over 256
+    # tokens among the statements)
     ids = enc.model.tokenizer(texts, truncation=True, max_length=enc.model.max_seq_length)
     counts = [len(x) for x in ids["input_ids"]]
-    assert [counts[i] for i in order] == sorted(counts, reverse=True)
+    assert max(counts) == enc.model.max_seq_length
+    assert order == np.argsort([-c for c in counts], kind="stable").tolist()
     assert order.index(0) < order.index(1)  # fewer characters, more tokens: first
     want = enc.model.encode(texts, batch_size=8, normalize_embeddings=True)
     assert np.abs(enc.encode(texts) - want).max() < 1e-5
