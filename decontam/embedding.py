@@ -324,8 +324,7 @@ class Encoder:
 
     @property
     def dim(self) -> int:
-        if self._dim is None:
-            self._load()
+        self.model  # noqa: B018 - loads the model on first use, which sets the width
         return self._dim  # type: ignore[return-value]
 
     def take_load_seconds(self) -> float:
