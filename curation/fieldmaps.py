@@ -233,6 +233,10 @@ class FieldSpec:
             value = self.const
         for p in self.paths:
             value = resolve(row, p)
+            if (
+                isinstance(value, float) and value != value
+            ):  # NaN: how pandas writes a missing value
+                value = None
             if value is not _MISSING and value is not None:
                 break
         if value is _MISSING:
@@ -267,10 +271,16 @@ class TestsSpec:
     optional: bool = False
 
 
-def _as_tuple(v: Any) -> tuple[str, ...]:
+def _as_tuple(v: Any, where: str = "", key: str = "") -> tuple[str, ...]:
     if v is None:
         return ()
-    return (v,) if isinstance(v, str) else tuple(v)
+    out = (v,) if isinstance(v, str) else tuple(v) if isinstance(v, list) else None
+    if out is None or not all(isinstance(x, str) for x in out):
+        raise ConfigError(
+            f"{where}: {key} must be a string or a list of strings, not {v!r}",
+            hint=f'e.g. {key} = "answer" or {key} = ["answer", "solution"]',
+        )
+    return out
 
 
 def _spec(where: str, raw: Any) -> FieldSpec:
@@ -291,21 +301,30 @@ def _spec(where: str, raw: Any) -> FieldSpec:
         raise ConfigError(f"{where}: parse must be json, python or auto, not {parse!r}")
     ext = raw.get("extract")
     if ext is not None and not (
-        ext in ("gsm8k", "boxed") or ext.startswith("tag:") or ext.startswith("regex:")
+        isinstance(ext, str)
+        and (ext in ("gsm8k", "boxed") or ext.startswith("tag:") or ext.startswith("regex:"))
     ):
         raise ConfigError(
             f"{where}: unknown extractor {ext!r}",
             hint="use gsm8k, boxed, tag:NAME or regex:PATTERN",
         )
-    raw_paths = _as_tuple(raw.get("path"))
+    if ext is not None and ext.startswith("regex:"):
+        try:
+            re.compile(ext[6:])
+        except re.error as exc:
+            raise ConfigError(
+                f"{where}: extract {ext!r} is not a valid regular expression: {exc}",
+                hint="Python `re` syntax; group 1, if any, is the value",
+            ) from None
+    raw_paths = _as_tuple(raw.get("path"), where, "path")
     return FieldSpec(
         paths=tuple(parse_path(p) for p in raw_paths),
         raw_paths=raw_paths,
         const=raw.get("const"),
         parse=parse,
         extract=ext,
-        strip_prefix=_as_tuple(raw.get("strip_prefix")),
-        strip_suffix=_as_tuple(raw.get("strip_suffix")),
+        strip_prefix=_as_tuple(raw.get("strip_prefix"), where, "strip_prefix"),
+        strip_suffix=_as_tuple(raw.get("strip_suffix"), where, "strip_suffix"),
         as_list=bool(raw.get("as_list", False)),
         optional=bool(raw.get("optional", False)),
     )
@@ -323,7 +342,7 @@ def _tests_spec(where: str, raw: Any) -> TestsSpec:
     fmt = raw.get("format", "auto")
     if fmt not in ("auto", "stdin", "functional"):
         raise ConfigError(f"{where}: format must be auto, stdin or functional, not {fmt!r}")
-    raw_paths = _as_tuple(raw.get("path"))
+    raw_paths = _as_tuple(raw.get("path"), where, "path")
     if not raw_paths:
         raise ConfigError(f"{where}: 'path' is required")
     ep = raw.get("entry_point")

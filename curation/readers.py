@@ -187,10 +187,20 @@ def _open_binary(path: Path):
     return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
 
 
+# a run of 19 digits: an integer that may not fit 64 bits. orjson and Arrow's JSON reader read
+# such integers as floats (2**100 -> 1.2676506002282294e+30), so lines holding one are parsed by
+# ``json``, which keeps every integer exact (a reference answer must keep its digits)
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+_BOM = b"\xef\xbb\xbf"
+
+
 def _parse_line(line: bytes) -> tuple[Any, str | None, str]:
     """Parse one JSON line: (value, None, "") or (None, reason, field)."""
     try:
-        return _loads(line), None, ""
+        value = _loads(line)
+        if _loads is not json.loads and _LONG_DIGITS.search(line):
+            value = json.loads(line)
+        return value, None, ""
     except _JSONError as exc:
         try:
             line.decode("utf-8")
@@ -202,6 +212,8 @@ def _parse_line(line: bytes) -> tuple[Any, str | None, str]:
 def _add_line(batch: RowBatch, lineno: int, line: bytes) -> bool:
     """Parse one JSON Lines line into ``batch`` (a row or an error); False for a blank line."""
     line = line.rstrip(b"\r\n")
+    if lineno == 1 and line.startswith(_BOM):  # written by Windows tools; not part of the row
+        line = line[len(_BOM) :]
     if not line.strip():
         return False
     value, reason, fld = _parse_line(line)
@@ -235,13 +247,13 @@ def _read_jsonl(path: Path, batch_size: int) -> Iterator[RowBatch]:
 
 def _read_json(path: Path, batch_size: int) -> Iterator[RowBatch]:
     with _open_binary(path) as fh:
-        head = fh.read(4096).lstrip()
+        head = fh.read(4096).removeprefix(_BOM).lstrip()
     if not head.startswith(b"["):
         yield from _read_jsonl(path, batch_size)  # JSON Lines under a .json name
         return
     label = str(path)
     with _open_binary(path) as fh:
-        data = fh.read()
+        data = fh.read().removeprefix(_BOM)
     value, reason, fld = _parse_line(data)
     if reason is not None:
         yield RowBatch(label, errors=[ReadError(label, 1, fld, reason, excerpt(data))])
@@ -385,7 +397,7 @@ def rows_to_table(rows: list[dict[str, Any]], row_numbers: list[int] | None = No
         try:
             arr = pa.array(values)
             fields.append(pa.field(k, arr.type))
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # overflow: beyond 64 bits
             arr = pa.array(
                 [None if v is None else v if isinstance(v, str) else json.dumps(v) for v in values],
                 pa.string(),
@@ -448,6 +460,8 @@ def _jsonl_tables(p: Path, batch_size: int):
         last = 0  # line number of the chunk's last line
         while lines := list(itertools.islice(fh, batch_size)):
             first, last = last + 1, last + len(lines)
+            if first == 1 and lines[0].startswith(_BOM):
+                lines[0] = lines[0][len(_BOM) :]
             table = _arrow_rows(lines)
             if table is not None:
                 yield table, list(range(first, last + 1))
@@ -477,6 +491,8 @@ def _arrow_rows(lines: list[bytes]):
     if any(not line.strip() for line in lines):
         return None
     data = b"".join(lines)
+    if _LONG_DIGITS.search(data):  # an integer Arrow would read as a float
+        return None
     read = pj.ReadOptions(use_threads=False, block_size=len(data) + 1)
     try:
         table = pj.read_json(io.BytesIO(data), read_options=read)

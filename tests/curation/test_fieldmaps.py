@@ -163,6 +163,23 @@ level = { path = "info", parse = "json" }
             "unknown extractor",
         ),
         ("[map\n", "not valid TOML"),
+        (
+            '[map]\ndomain="math"\nsource="s"\n[fields]\nproblem="q"\n'
+            'answer={path="a", extract="regex:(["}\n',
+            "not a valid regular expression",
+        ),
+        (
+            '[map]\ndomain="math"\nsource="s"\n[fields]\nproblem={path=5}\n',
+            "path must be a string or a list of strings",
+        ),
+        (
+            '[map]\ndomain="math"\nsource="s"\n[fields]\nproblem={path="q", strip_suffix=5}\n',
+            "strip_suffix must be a string",
+        ),
+        (
+            '[map]\ndomain="math"\nsource="s"\n[fields]\nproblem={path="q", extract=3}\n',
+            "unknown extractor",
+        ),
     ],
 )
 def test_broken_maps_raise_config_errors_that_name_the_fix(tmp_path, body, message):
@@ -251,3 +268,13 @@ def test_hub_numinamath_answer_is_the_last_boxed_value():
     assert rec["answer"] == r"\frac{1}{2}" and rec["metadata"] == {"origin": "olympiads"}
     with pytest.raises(FieldError, match="missing or empty"):
         m.apply({"source": "s", "problem": "Find x.", "solution": "no final box"})
+
+
+def test_a_nan_value_is_missing_not_the_text_nan():
+    """pandas writes a missing value as NaN: a required field that holds one is missing (the
+    row is rejected as for null), never the answer "nan"; an optional one is None."""
+    m = load_map("generic_math")
+    with pytest.raises(FieldError, match="missing or empty") as exc:
+        m.apply({"problem": "What?", "answer": float("nan")})
+    assert exc.value.field == "answer"
+    assert m.apply({"problem": "What?", "answer": 1.5})["answer"] == "1.5"

@@ -216,3 +216,37 @@ def test_arrow_jsonl_falls_back_where_arrow_would_differ(tmp_path):
     with pytest.raises(InputError) as exc:
         list(iter_tables(bad, batch_size=10))
     assert exc.value.row == 3 and str(bad) in str(exc.value)
+
+
+def test_integers_beyond_64_bits_keep_their_digits(tmp_path):
+    """orjson and Arrow's JSON reader read 2**100 as a float (1.2676506002282294e+30): a
+    reference answer would lose its digits. Every reader keeps them exact."""
+    from curation.readers import iter_tables
+
+    big, neg = 2**100, -(10**20) + 1
+    rows = [{"problem": "2^100?", "answer": big}, {"problem": "neg", "answer": neg}]
+    p = _write_jsonl(tmp_path / "big.jsonl", rows)
+    assert _collect(str(p))[0] == rows
+    arr = tmp_path / "big.json"
+    arr.write_text(json.dumps(rows), encoding="utf-8")
+    assert _collect(str(arr))[0] == rows
+    ((table, numbers),) = iter_tables(p)
+    assert numbers == [1, 2]
+    assert table.column("answer").to_pylist() == [str(big), str(neg)]
+    # an integer that fits 64 bits stays an integer (the fast path is unchanged)
+    small = _write_jsonl(tmp_path / "small.jsonl", [{"a": 2**62}, {"a": 1}])
+    assert next(iter_tables(small))[0].schema.field("a").type == pa.int64()
+
+
+def test_a_byte_order_mark_does_not_cost_the_first_row(tmp_path):
+    from curation.readers import iter_tables
+
+    bom = b"\xef\xbb\xbf"
+    p = tmp_path / "bom.jsonl"
+    p.write_bytes(bom + b"".join(json.dumps(r).encode() + b"\r\n" for r in ROWS[:3]))
+    rows, numbers, errors, _ = _collect(str(p))
+    assert (rows, numbers, errors) == (ROWS[:3], [1, 2, 3], [])
+    assert [r for t, _ in iter_tables(p) for r in t.to_pylist()] == ROWS[:3]
+    arr = tmp_path / "bom.json"
+    arr.write_bytes(bom + json.dumps(ROWS[:2]).encode())
+    assert _collect(str(arr))[0] == ROWS[:2]
