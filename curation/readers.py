@@ -25,12 +25,14 @@ from __future__ import annotations
 import gzip
 import json
 import re
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from curation.errors import ConfigError, NotFoundError
+from curation.errors import ConfigError, NotFoundError, SluiceError
 
 try:  # orjson is ~3x faster than json for this loop; json is the fallback.
     import orjson
@@ -160,12 +162,13 @@ def read_batches(
 ) -> Iterator[RowBatch]:
     """Yield bounded :class:`RowBatch` chunks from a source spec."""
     spec = parse_source(source) if isinstance(source, str) else source
-    if spec.kind == "jsonl":
-        yield from _read_jsonl(Path(spec.location), batch_size)
-    elif spec.kind == "json":
-        yield from _read_json(Path(spec.location), batch_size)
-    elif spec.kind == "parquet":
-        yield from _read_parquet(Path(spec.location), batch_size)
+    readers = {"jsonl": _read_jsonl, "json": _read_json, "parquet": _read_parquet}
+    if spec.kind in readers:
+        done = 0  # rows (and read errors) of this file handed out
+        with damage_names(spec.location, lambda: done):
+            for batch in readers[spec.kind](Path(spec.location), batch_size):
+                done += len(batch.rows) + len(batch.errors)
+                yield batch
     elif spec.kind == "hf_disk":
         yield from _read_hf_disk(spec, batch_size)
     elif spec.kind == "hf_hub":
@@ -181,6 +184,43 @@ def read_batches(
             yield from read_batches(SourceSpec(kind_of(p) or "", str(p)), batch_size=batch_size)
     else:  # pragma: no cover - parse_source only builds the kinds above
         raise ConfigError(f"unknown source kind {spec.kind!r}")
+
+
+def _is_damage(exc: BaseException) -> bool:
+    """Whether ``exc`` says a file's bytes are not what its name promises (a truncated or
+    corrupt gzip stream, a damaged or non-Parquet file), not that the system refused a read."""
+    import zlib
+
+    if isinstance(exc, (EOFError, zlib.error)):
+        return True
+    if isinstance(exc, OSError):  # gzip.BadGzipFile; Parquet's "Couldn't deserialize thrift"
+        return exc.errno is None
+    pa = sys.modules.get("pyarrow")  # Arrow is loaded when it raised
+    return pa is not None and isinstance(exc, pa.ArrowInvalid)
+
+
+@contextmanager
+def damage_names(path: str | Path, rows_read: Callable[[], int]):
+    """Turn a damaged file's decoder error into an :class:`InputError` naming the file and how
+    many rows were read before the damage (``rows_read()``), not a traceback from gzip, zlib
+    or Arrow."""
+    try:
+        yield
+    except Exception as exc:
+        if isinstance(exc, SluiceError) or not _is_damage(exc):
+            raise
+        from curation.errors import InputError
+
+        n = rows_read()
+        raise InputError(
+            f"cannot read the file: it is damaged, truncated or not what its name says "
+            f"({type(exc).__name__}: {str(exc).strip() or 'no detail'}); "
+            + (f"it reads up to row {n:,}" if n else "no row could be read"),
+            file=str(path),
+            row=n + 1 if n else None,
+            hint="download or write the file again; check it with `gzip -t` (.gz) or "
+            "`python -c 'import pyarrow.parquet as pq; pq.read_table(PATH)'` (.parquet)",
+        ) from None
 
 
 def _open_binary(path: Path):
@@ -233,13 +273,15 @@ def _read_jsonl(path: Path, batch_size: int) -> Iterator[RowBatch]:
         # ``raw.tell()`` is the on-disk position (compressed bytes for .gz): progress, not rows.
         fh = gzip.GzipFile(fileobj=raw) if path.name.lower().endswith(".gz") else raw
         batch = RowBatch(label)
-        for lineno, line in enumerate(fh, start=1):
-            if not _add_line(batch, lineno, line):
-                continue  # blank lines carry no row
-            if len(batch.rows) + len(batch.errors) >= batch_size:
-                batch.bytes_read = raw.tell()
-                yield batch
-                batch = RowBatch(label)
+        lineno = 0
+        with damage_names(path, lambda: lineno):  # names the last line read before the damage
+            for lineno, line in enumerate(fh, start=1):  # noqa: B007 - read by the lambda
+                if not _add_line(batch, lineno, line):
+                    continue  # blank lines carry no row
+                if len(batch.rows) + len(batch.errors) >= batch_size:
+                    batch.bytes_read = raw.tell()
+                    yield batch
+                    batch = RowBatch(label)
         if batch.rows or batch.errors:
             batch.bytes_read = raw.tell()
             yield batch
@@ -419,7 +461,8 @@ def read_table(source: str | Path):
     if p.exists() and kind_of(p) == "parquet":
         import pyarrow.parquet as pq
 
-        return pq.read_table(p)
+        with damage_names(p, lambda: 0):
+            return pq.read_table(p)
     return rows_to_table(read_records(p))
 
 
@@ -431,20 +474,24 @@ def iter_tables(source: str | Path, *, batch_size: int = DEFAULT_BATCH_SIZE):
     p = Path(source)
     if not p.exists():
         raise NotFoundError(f"file {p} not found", hint="give an existing JSONL/JSON/Parquet file")
-    if kind_of(p) == "parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+    row = 0
+    with damage_names(p, lambda: row):
+        if kind_of(p) == "parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
 
-        row = 0
-        for rb in pq.ParquetFile(p).iter_batches(batch_size=batch_size):
-            yield pa.Table.from_batches([rb]), list(range(row + 1, row + rb.num_rows + 1))
-            row += rb.num_rows
-        return
-    if kind_of(p) == "jsonl":
-        yield from _jsonl_tables(p, batch_size)
-        return
-    for batch in _strict_batches(p, batch_size):
-        yield rows_to_table(batch.rows, batch.row_numbers), batch.row_numbers
+            for rb in pq.ParquetFile(p).iter_batches(batch_size=batch_size):
+                yield pa.Table.from_batches([rb]), list(range(row + 1, row + rb.num_rows + 1))
+                row += rb.num_rows
+            return
+        if kind_of(p) == "jsonl":
+            for table, numbers in _jsonl_tables(p, batch_size):
+                yield table, numbers
+                row = numbers[-1] if numbers else row
+            return
+        for batch in _strict_batches(p, batch_size):
+            yield rows_to_table(batch.rows, batch.row_numbers), batch.row_numbers
+            row = batch.row_numbers[-1] if batch.row_numbers else row
 
 
 def _jsonl_tables(p: Path, batch_size: int):
@@ -456,8 +503,8 @@ def _jsonl_tables(p: Path, batch_size: int):
 
     from curation.errors import InputError
 
-    with _open_binary(p) as fh:
-        last = 0  # line number of the chunk's last line
+    last = 0  # line number of the chunk's last line
+    with _open_binary(p) as fh, damage_names(p, lambda: last):
         while lines := list(itertools.islice(fh, batch_size)):
             first, last = last + 1, last + len(lines)
             if first == 1 and lines[0].startswith(_BOM):

@@ -250,3 +250,36 @@ def test_a_byte_order_mark_does_not_cost_the_first_row(tmp_path):
     arr = tmp_path / "bom.json"
     arr.write_bytes(bom + json.dumps(ROWS[:2]).encode())
     assert _collect(str(arr))[0] == ROWS[:2]
+
+
+def test_damaged_files_are_input_errors_that_name_the_file(tmp_path):
+    """A truncated or corrupt .gz, a non-Parquet or truncated .parquet: one InputError naming
+    the file (and, for a stream cut short, the last row read), not a gzip/zlib/Arrow
+    traceback, from every reader."""
+    from curation.errors import InputError
+    from curation.readers import iter_records, iter_tables, read_table
+
+    body = b"".join(json.dumps(r).encode() + b"\n" for r in ROWS * 50)
+    z = gzip.compress(body)
+    (tmp_path / "cut.jsonl.gz").write_bytes(z[: len(z) // 2])
+    (tmp_path / "plain.jsonl.gz").write_bytes(body)
+    pq.write_table(pa.Table.from_pylist(ROWS), tmp_path / "good.parquet")
+    pbytes = (tmp_path / "good.parquet").read_bytes()
+    (tmp_path / "cut.parquet").write_bytes(pbytes[: len(pbytes) // 2])
+    (tmp_path / "text.parquet").write_text("hello\n")
+    for name in ("cut.jsonl.gz", "plain.jsonl.gz", "cut.parquet", "text.parquet"):
+        path = tmp_path / name
+        for read in (
+            lambda p: _collect(str(p), batch_size=7),
+            lambda p: list(iter_tables(p, batch_size=7)),
+            lambda p: list(iter_records(p)),
+            read_table,
+        ):
+            with pytest.raises(InputError, match="damaged, truncated") as exc:
+                read(path)
+            assert exc.value.file == str(path), name
+    # the cut stream names the row after the last one it could read
+    with pytest.raises(InputError) as exc:
+        _collect(str(tmp_path / "cut.jsonl.gz"), batch_size=7)
+    assert exc.value.row is not None and 1 < exc.value.row <= len(ROWS) * 50
+    assert f"reads up to row {exc.value.row - 1}" in str(exc.value)
