@@ -1349,16 +1349,13 @@ class Catalog:
                 if g and not all(r in manifests for r in g.get("members", [])):
                     skipped.append(f"{ref}: published with {g['members']}, not all restorable")
                     del manifests[ref]
-            moved = None
-            if self.db_path.exists():
-                moved = self.db_path.with_name(
-                    f"{self.db_path.name}.damaged-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
-                )
-                os.replace(self.db_path, moved)
-            wal = self.db_path.with_name(self.db_path.name + ".wal")
-            if wal.exists():
-                os.replace(wal, Path(str(moved or self.db_path) + ".wal"))
-            con = duckdb.connect(str(self.db_path))
+            # built beside the catalog and renamed into place only when complete: a rebuild
+            # killed half way leaves the old file where it was (and this scratch file, removed
+            # by the next rebuild), never an empty catalog that reads as "no datasets"
+            new_db = self.db_path.with_name(self.db_path.name + ".rebuilding")
+            for leftover in (new_db, Path(str(new_db) + ".wal")):
+                leftover.unlink(missing_ok=True)
+            con = duckdb.connect(str(new_db))
             try:
                 for stmt in _DDL:
                     con.execute(stmt)
@@ -1388,6 +1385,17 @@ class Catalog:
                 con.execute("CHECKPOINT")
             finally:
                 con.close()
+            Path(str(new_db) + ".wal").unlink(missing_ok=True)  # checkpointed: nothing in it
+            moved = None
+            if self.db_path.exists():
+                moved = self.db_path.with_name(
+                    f"{self.db_path.name}.damaged-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
+                )
+                os.replace(self.db_path, moved)
+            wal = self.db_path.with_name(self.db_path.name + ".wal")
+            if wal.exists():
+                os.replace(wal, Path(str(moved or self.db_path) + ".wal"))
+            os.replace(new_db, self.db_path)
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
         return {
             "restored": sorted(manifests),

@@ -689,6 +689,30 @@ def test_truncated_catalog_names_rebuild_and_rebuild_restores_it(data_root):
     assert list(data_root.glob("catalog.duckdb.damaged-*"))  # the old file is kept aside
 
 
+def test_a_rebuild_killed_half_way_leaves_the_catalog_as_it_was(data_root):
+    """The new catalog is built beside the old one and renamed into place when complete: a
+    rebuild killed while it writes leaves the old catalog (not an empty one that lists no
+    datasets), and the next rebuild finishes."""
+    import subprocess
+    import sys
+
+    cat = Catalog(data_root)
+    v = cat.publish("keep", make_problems(12, tag="keep"))
+    script = (
+        "import os, sys; import curation.catalog as cc\n"
+        "cc._json = lambda *a, **k: os._exit(9)  # dies inside the rebuild's inserts\n"
+        "cc.Catalog(sys.argv[1]).rebuild()\n"
+    )
+    p = subprocess.run([sys.executable, "-c", script, str(data_root)], capture_output=True)
+    assert p.returncode == 9, p.stderr
+    assert [x.ref for x in Catalog(data_root).list()] == [v.ref]
+    assert not list(data_root.glob("catalog.duckdb.damaged-*"))
+    assert (data_root / "catalog.duckdb.rebuilding").exists()  # the scratch file it left
+    Catalog(data_root).rebuild()
+    assert [x.ref for x in Catalog(data_root).list()] == [v.ref]
+    assert not (data_root / "catalog.duckdb.rebuilding").exists()
+
+
 def test_deleted_catalog_is_not_an_empty_one_and_gc_keeps_claimed_objects(data_root):
     cat = Catalog(data_root)
     v = cat.publish("pool", make_problems(30))
