@@ -997,6 +997,8 @@ class Catalog:
         def lit(s: str) -> str:
             return "'" + s.replace("'", "''") + "'"
 
+        for v in (a, b):  # as load and scan: a modified or damaged file is refused first
+            self._checked_bytes(v, keep=False)
         con = duckdb.connect()
         try:
             if not self.is_local:
@@ -1009,9 +1011,22 @@ class Catalog:
             n_chg: int | None = None
             if key is not None:
                 k = q(key)
+                for v, view in ((a, "a"), (b, "b")):
+                    # rows are matched by key: a key two rows share would pair them arbitrarily
+                    n, n_keys = con.execute(
+                        f"SELECT count(*), count(DISTINCT {k}) + max(({k} IS NULL)::INT) "
+                        f"FROM {view}"
+                    ).fetchone()
+                    if n and n != n_keys:
+                        raise ConfigError(
+                            f"key column {key!r} is not unique in {v.ref}: {n:,} rows, "
+                            f"{n_keys:,} distinct values",
+                            hint="diff by a column that names each row once (uid), or without "
+                            "--key to compare whole rows",
+                        )
                 anti = (
                     "FROM (SELECT DISTINCT {k} AS k FROM {x}) x "
-                    "ANTI JOIN (SELECT DISTINCT {k} AS k FROM {y}) y ON x.k = y.k"
+                    "ANTI JOIN (SELECT DISTINCT {k} AS k FROM {y}) y ON x.k IS NOT DISTINCT FROM y.k"
                 )
                 add_sql = anti.format(k=k, x="b", y="a")
                 rem_sql = anti.format(k=k, x="a", y="b")
@@ -1033,8 +1048,13 @@ class Catalog:
                 if others:
                     ra = "row(" + ", ".join(f"a.{q(c)}" for c in others) + ")"
                     rb = "row(" + ", ".join(f"b.{q(c)}" for c in others) + ")"
-                    chg_sql = f"FROM a JOIN b ON a.{k} = b.{k} WHERE {ra} IS DISTINCT FROM {rb}"
-                    n_chg = con.execute(f"SELECT count(DISTINCT a.{k}) {chg_sql}").fetchone()[0]
+                    chg_sql = (
+                        f"FROM a JOIN b ON a.{k} IS NOT DISTINCT FROM b.{k} "
+                        f"WHERE {ra} IS DISTINCT FROM {rb}"
+                    )
+                    n_chg = con.execute(f"SELECT count(*) {chg_sql}").fetchone()[
+                        0
+                    ]  # keys are unique
                     s_chg = [
                         r[0]
                         for r in con.execute(

@@ -440,6 +440,40 @@ def test_diff_without_key_counts_whole_rows_as_multisets(data_root):
     assert cat.diff("a", cat.publish("c", c).ref).changed_types == {"x": ("int64", "int32")}
 
 
+def test_diff_refuses_a_key_that_is_not_unique_and_matches_null_keys(data_root):
+    """Rows are paired by key: a shared key would pair them arbitrarily (a version differed
+    from itself), so it is refused; a null key is a value like any other (one null-key row
+    in each version is the same row, not one added and one removed)."""
+    cat = Catalog(data_root)
+    a = pa.table({"k": ["x", None, "y"], "v": [1, 2, 3]})
+    b = pa.table({"k": ["x", None, "z"], "v": [1, 5, 3]})
+    va, vb = cat.publish("a", a), cat.publish("b", b)
+    d = cat.diff(va.ref, vb.ref, key="k")
+    assert (d.rows_added, d.rows_removed, d.rows_changed) == (1, 1, 1)
+    assert cat.diff(va.ref, va.ref, key="k").identical
+    dup = cat.publish("dup", pa.table({"k": ["x", "x", None], "v": [1, 2, 3]}))
+    with pytest.raises(ConfigError, match="'k' is not unique in dup@.*3 rows, 2 distinct"):
+        cat.diff(dup.ref, dup.ref, key="k")
+    nulls = cat.publish("nulls", pa.table({"k": [None, None], "v": [1, 2]}))
+    with pytest.raises(ConfigError, match="not unique"):
+        cat.diff(va.ref, nulls.ref, key="k")
+
+
+def test_diff_checks_the_files_like_load(data_root):
+    """A modified object is an IntegrityError naming the version, as for load and scan (not
+    a wrong answer or a DuckDB traceback); so is a missing one."""
+    cat = Catalog(data_root)
+    va, vb = cat.publish("a", make_problems(30, tag="a")), cat.publish("b", make_problems(30))
+    pq.write_table(make_problems(30, tag="x"), va.path + ".tmp")
+    os.chmod(va.path, 0o644)
+    os.replace(va.path + ".tmp", va.path)
+    with pytest.raises(IntegrityError, match=va.ref):
+        cat.diff(va.ref, vb.ref)
+    os.remove(vb.path)
+    with pytest.raises(IntegrityError, match=vb.ref):
+        cat.diff(vb.ref, vb.ref)
+
+
 # ---------------------------------------------------------------------------------------------
 # non-local roots
 # ---------------------------------------------------------------------------------------------
