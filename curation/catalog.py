@@ -84,6 +84,32 @@ _REPAIR_HINT = (
     "(publishing the same content replaces a damaged object) or restore it from a backup"
 )
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/]*$")
+# a manifest's file name is the quoted name (a '/' quotes to 3 characters) and, while written,
+# 43 more characters (".", ".json.", 32 hex, ".tmp"): 200 keep it under the 255-byte file-name
+# limit of common file systems
+MAX_NAME_CHARS = 200
+
+
+def check_name(name: Any, suffix: str = "") -> str:
+    """``name`` if it can name a dataset (and ``name + suffix`` too: a step that publishes
+    ``NAME.rejects`` checks for its longest suffix), else a :class:`ConfigError` saying what
+    can."""
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ConfigError(
+            f"invalid dataset name {name!r}",
+            hint="use letters, digits, '.', '_', '-' and '/', starting with a letter or digit",
+        )
+    quoted = len(urllib.parse.quote(name + suffix, safe=""))
+    if quoted > MAX_NAME_CHARS:
+        most = MAX_NAME_CHARS - len(suffix)
+        raise ConfigError(
+            f"dataset name too long: {len(name)} characters (at most {most}, a '/' counting 3"
+            + (f", as {suffix!r} is added to it)" if suffix else ")"),
+            hint="use a shorter name; put details in the version's metadata",
+        )
+    return name
+
+
 # Schema metadata keys written by tools (pandas version, Arrow's own copy of the schema)
 # vary across machines and say nothing about the content: they are dropped before hashing.
 _VOLATILE_METADATA_PREFIXES = (b"pandas", b"ARROW:", b"huggingface")
@@ -1138,11 +1164,7 @@ class Catalog:
         can name another in its metadata. Several staged versions committed together are
         published together or not at all (ingest's NAME, NAME.rejects, NAME.duplicates).
         """
-        if not isinstance(name, str) or not _NAME_RE.match(name):
-            raise ConfigError(
-                f"invalid dataset name {name!r}",
-                hint="use letters, digits, '.', '_', '-' and '/', starting with a letter or digit",
-            )
+        check_name(name)
         for label, obj in (("config", config), ("metadata", metadata)):
             if obj is not None and not isinstance(obj, dict):
                 raise ConfigError(f"{label} must be a dict, got {type(obj).__name__}")

@@ -42,6 +42,8 @@ from curation.readers import (
 from curation.records import PROBLEM_SCHEMA, SFT_SAMPLE_SCHEMA, dumps_metadata, schema_version
 
 INGEST_VERSION = "ingest/1"
+# the datasets an ingest of NAME publishes beside it: no ingest may be called by one of them
+RESERVED_SUFFIXES = (".rejects", ".duplicates", ".near_duplicates")
 DEFAULT_MAX_ROW_BYTES = 1_000_000  # of problem (or prompt+response) text, UTF-8
 
 REJECTS_SCHEMA = pa.schema(
@@ -413,9 +415,18 @@ def ingest(
     A source that yields no usable row (empty, or every row rejected or a duplicate) is an
     :class:`InputError` naming the most common reject reason, and nothing is published, unless
     ``allow_empty``."""
-    from curation.catalog import Catalog
+    from curation.catalog import Catalog, check_name
 
     t0 = time.perf_counter()
+    check_name(name, max(RESERVED_SUFFIXES, key=len))  # before a row is read, as the user gave it
+    reserved = next((s for s in RESERVED_SUFFIXES if name.endswith(s)), None)
+    if reserved:
+        raise ConfigError(
+            f"dataset name {name!r} ends in {reserved!r}, which ingest gives its evidence "
+            f"datasets ({name.removesuffix(reserved)}{reserved} belongs to the ingest of "
+            f"{name.removesuffix(reserved)!r})",
+            hint="choose a name without that suffix",
+        )
     spec = parse_source(source)
     fmap = select_map(field_map, spec)
     cat = catalog if catalog is not None else Catalog()

@@ -121,6 +121,28 @@ def test_map_errors_are_one_clear_line(tmp_path, data_root):
         ingest(str(tmp_path / "absent.jsonl"), field_map="gsm8k", name="x")
 
 
+def test_names_ingest_cannot_take_are_refused_before_reading(tmp_path, data_root):
+    """The evidence datasets' suffixes are ingest's own, a name is checked as the user gave it
+    (not as NAME.rejects), and a name too long for a manifest's file name is a clear error:
+    all before a row is read, and nothing is published."""
+    src = _broken_pool(tmp_path)
+    for name in ("pool.rejects", "pool.duplicates", "pool.near_duplicates"):
+        with pytest.raises(ConfigError, match=f"ends in '{name[4:]}'"):
+            ingest(str(src), field_map="generic_math", name=name)
+    with pytest.raises(ConfigError, match="invalid dataset name 'ñame'"):
+        ingest(str(src), field_map="generic_math", name="ñame")
+    with pytest.raises(ConfigError, match="too long: 300 characters"):
+        ingest(str(src), field_map="generic_math", name="a" * 300)
+    assert Catalog(data_root).datasets() == []
+    with pytest.raises(ConfigError, match="at most 184, a '/' counting 3, as '.near_dup"):
+        ingest(str(src), field_map="generic_math", name="a" * 185)
+    with pytest.raises(ConfigError, match="too long"):
+        ingest(str(src), field_map="generic_math", name="a/" * 47)
+    longest = "a/" * 45 + "abcd"  # 94 characters, 184 quoted
+    ok = ingest(str(src), field_map="generic_math", name=longest, near_dup_threshold=0.8)
+    assert ok.near_duplicates_ref.startswith(longest + ".near_duplicates@")
+
+
 def test_auto_map_by_file_name_then_by_columns(tmp_path, pools_dir):
     assert select_map("auto", str(pools_dir / "math_gsm8k_train.jsonl")).name == "gsm8k"
     renamed = tmp_path / "my_pool.jsonl"
