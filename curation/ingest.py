@@ -320,7 +320,10 @@ def ingest_to_files(
                     meta = dict(rec["metadata"])
                 else:
                     meta = {"source": fmap.source, **rec["metadata"]}
-                meta["source_file"], meta["source_row"] = label, rowno
+                for key, where in (("source_file", label), ("source_row", rowno)):
+                    if key in meta and meta[key] != where:  # the source's own value (e.g. a
+                        meta[f"original_{key}"] = meta[key]  # re-ingested export): kept
+                    meta[key] = where
                 rec["metadata"] = dumps_metadata(meta)
                 accepted.append({c: rec.get(c) for c in columns})
             acc.write(_convertible(accepted, schema, label, rejects, dedup))

@@ -331,7 +331,18 @@ def near_duplicate_clusters(
     sets = [shingles(t or "", kind=shingle_kind, size=shingle_size) for t in texts]
     mh = MinHasher(num_perm=num_perm, seed=seed, hash=hash)
     sigs = mh.signatures(sets)
-    lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
+    # datasketch finds no banding for thresholds near 1 (b < 2: 0.99 with 128 permutations,
+    # 0.98 with 64); candidates come from the highest threshold it can band, and the exact
+    # Jaccard check below keeps only pairs at ``threshold`` or above
+    lsh_threshold = threshold
+    while True:
+        try:
+            lsh = MinHashLSH(threshold=lsh_threshold, num_perm=num_perm)
+            break
+        except ValueError:
+            if lsh_threshold <= 0.5:
+                raise
+            lsh_threshold = round(lsh_threshold - 0.01, 2)
     parent = list(range(len(texts)))
 
     def find(x: int) -> int:

@@ -90,6 +90,28 @@ def test_publish_records_accounting_and_is_idempotent(tmp_path, data_root):
     assert Catalog().resolve(r1.duplicates_ref).num_rows == exp["duplicates"]
 
 
+def test_a_source_s_own_source_file_and_row_are_kept(tmp_path, data_root):
+    """Ingest records where each row came from as metadata source_file/source_row; a source
+    that has those keys itself (an export re-ingested) keeps its values as original_*."""
+    src = tmp_path / "collide.jsonl"
+    rows = [
+        {"problem": "What is 2 + 2?", "answer": "4", "source_file": "orig.jsonl", "source_row": 77},
+        {"problem": "What is 3 + 3?", "answer": "6", "note": "plain"},
+    ]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = ingest(str(src), field_map="generic_math", name="collide")
+    meta = [json.loads(m) for m in Catalog().load(res.ref).column("metadata").to_pylist()]
+    by_row = {m["source_row"]: m for m in meta}
+    assert by_row[1]["source_file"] == str(src) or by_row[1]["source_file"].endswith(
+        "collide.jsonl"
+    )
+    assert (by_row[1]["original_source_file"], by_row[1]["original_source_row"]) == (
+        "orig.jsonl",
+        77,
+    )
+    assert "original_source_file" not in by_row[2] and by_row[2]["note"] == "plain"
+
+
 def test_sample_code_pool_and_extra_rows(tmp_path, data_root):
     pool = write_sample_pool(
         tmp_path / "pool",

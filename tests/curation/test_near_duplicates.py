@@ -33,3 +33,30 @@ def test_ingest_publishes_near_duplicate_clusters_as_evidence(pools_dir, tmp_pat
     ]
     assert 0.7 <= near[0]["jaccard"] < 1.0
     assert cat.resolve(res.ref).metadata["near_duplicates"] == res.near_duplicates_ref
+
+
+def test_thresholds_near_one_find_the_pairs_an_exact_check_finds(pools_dir):
+    """datasketch cannot band a threshold of 0.99 or 1 (b < 2): the clusters at those thresholds
+    are still exactly the pairs whose shingle sets have that Jaccard (the all-pairs oracle)."""
+    from curation.minhash import jaccard, near_duplicate_clusters, shingles
+
+    rows = [
+        json.loads(x) for x in (pools_dir / "math_gsm8k_train.jsonl").read_text().splitlines()[:30]
+    ]
+    texts = [r["question"] for r in rows]
+    texts += [texts[3] + "  ", texts[5].replace(" how ", " how exactly ", 1), texts[7].upper()]
+    sets = [shingles(t) for t in texts]
+    for threshold in (1.0, 0.99, 0.9):
+        got = {
+            (c.kept, uid)
+            for c in near_duplicate_clusters(texts, threshold=threshold)
+            for uid, _ in c.members
+        }
+        want = {
+            (str(i), str(j))
+            for i in range(len(texts))
+            for j in range(i + 1, len(texts))
+            if jaccard(sets[i], sets[j]) >= threshold
+        }
+        assert got == want, threshold
+        assert ("3", "30") in got  # the same words: Jaccard 1
