@@ -160,8 +160,56 @@ class PoolConfig:
                 f"pool name {self.name!r} is not a valid dataset name",
                 hint="use lowercase letters, digits, '.', '_' and '-'",
             )
+        for key in ("source", "map"):
+            if not isinstance(getattr(self, key), str):
+                raise ConfigError(
+                    f"pool {self.name!r}: {key} must be a string, got {getattr(self, key)!r}"
+                )
+        if not isinstance(self.text_fields, list) or not all(
+            isinstance(f, str) for f in self.text_fields
+        ):
+            raise ConfigError(
+                f"pool {self.name!r}: text_fields must be a list of column names, got "
+                f"{self.text_fields!r}",
+                hint='e.g. text_fields = ["problem"]',
+            )
         if not self.text_fields:
             raise ConfigError(f"pool {self.name!r}: text_fields must name at least one field")
+        if self.id_field is not None and not isinstance(self.id_field, str):
+            raise ConfigError(
+                f"pool {self.name!r}: id_field must be a string, got {self.id_field!r}"
+            )
+
+    def check(self) -> None:
+        """What can be checked before any work: the source exists, the field map loads (``auto``
+        picks one, from the file's name or first rows), and the text and id fields are columns
+        of the schema that map produces. Raises the first problem as a SluiceError."""
+        from curation.ingest import select_map
+        from curation.readers import parse_source, read_batches
+        from curation.records import PROBLEM_SCHEMA, SFT_SAMPLE_SCHEMA
+
+        spec = parse_source(self.source)
+        if spec.kind == "hf_hub" and self.map == "auto":
+            return  # choosing a map would read the hub: the ingest does that
+        fmap = select_map(self.map, spec)
+        if spec.kind != "hf_hub":  # the map reads columns the file has (its first rows)
+            seen: set[str] = set()
+            for batch in read_batches(spec, batch_size=100):
+                seen.update(k for r in batch.rows for k in r)
+                if seen:
+                    fmap.check_columns(seen, spec.location)
+                    break
+        columns = (PROBLEM_SCHEMA if fmap.schema == "problem" else SFT_SAMPLE_SCHEMA).names
+        for what, name in [
+            *(("text_fields", f) for f in self.text_fields),
+            ("id_field", self.id_field),
+        ]:
+            if name is not None and name not in columns:
+                raise ConfigError(
+                    f"{what}: {name!r} is not a column of what field map {fmap.name!r} "
+                    f"produces ({fmap.schema} schema)",
+                    hint=did_you_mean(name, columns),
+                )
 
 
 @dataclass
@@ -228,6 +276,24 @@ class PipelineConfig:
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ConfigError(f"pool names must be unique; repeated: {', '.join(dupes)}")
+
+    def check_pools(self) -> None:
+        """:meth:`PoolConfig.check` for every pool, before anything starts (no Prefect server,
+        no ingest): one :class:`ConfigError` naming each pool that fails, a line each."""
+        from curation.errors import SluiceError
+
+        problems = []
+        for pool in self.pools:
+            try:
+                pool.check()
+            except SluiceError as exc:
+                problems.append(f"pool {pool.name!r}: {exc}")
+        if problems:
+            n = len(problems)
+            raise ConfigError(
+                f"{n} of {len(self.pools)} pools cannot run:\n  " + "\n  ".join(problems),
+                hint="fix those [[pools]] entries; nothing was ingested",
+            )
 
     # -- derived -----------------------------------------------------------------------
     def resolved_data_root(self) -> str:

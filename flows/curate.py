@@ -12,6 +12,7 @@ from typing import Any
 
 from prefect import flow
 
+from curation.errors import SluiceError
 from flows.decontaminate import decontaminate_flow, publish_contamination_artifact
 from flows.ingest import ingest_counts, ingest_flow
 from flows.report import report_flow
@@ -32,27 +33,57 @@ def curate_flow(
     root = cfg.resolved_data_root()
     decontam = cfg.decontam_config().to_dict()
     results: dict[str, Any] = {}
+    failed: dict[str, str] = {}
     for pool in cfg.pools:
-        ing = ingest_flow(source=pool.source, name=pool.name, field_map=pool.map, data_root=root)
-        dec = decontaminate_flow(
-            input_ref=ing["ref"],
-            text_fields=pool.text_fields,
-            id_field=pool.id_field,
-            decontam=decontam,
-            data_root=root,
-            benchmarks_dir=cfg.benchmarks.dir,
-            publish_as=cfg.publish_name(pool.name),
-            shards=cfg.scale.shards,
-            ray_address=ray_address or cfg.scale.ray_address,
-        )
-        rep = report_flow(
-            run_dir=dec["run_dir"], out_dir=str(cfg.report_root() / pool.name), data_root=root
-        )
-        # again, now with the report link (the artifact key keeps its history)
-        publish_contamination_artifact(dec, report_html=rep["html"])
-        results[pool.name] = {"ingest": ing, "decontaminate": dec, "report": rep}
-    publish_summary_artifact(results)
+        # a pool that fails does not stop the others (a nightly run curates what it can); the
+        # run still fails, naming each failed pool, once every pool had its turn
+        try:
+            results[pool.name] = _curate_pool(cfg, pool, root, decontam, ray_address)
+        except SluiceError as exc:
+            failed[pool.name] = str(exc)
+        except Exception as exc:  # not one of Sluice's: its type says more than its text
+            failed[pool.name] = f"{type(exc).__name__}: {exc}"
+    if results:
+        publish_summary_artifact(results)
+    if failed:
+        raise PoolsFailed(results, failed)
     return results
+
+
+class PoolsFailed(SluiceError):
+    """Some pools of a curate run failed; the others ran. ``results`` holds the ones that ran
+    (as :func:`curate_flow` returns them), ``failed`` each failed pool's error."""
+
+    def __init__(self, results: dict[str, Any], failed: dict[str, str]) -> None:
+        n = len(failed) + len(results)
+        lines = "\n  ".join(f"pool {name!r}: {msg}" for name, msg in failed.items())
+        super().__init__(
+            f"{len(failed)} of {n} pools failed (the other {len(results)} ran):\n  {lines}",
+            hint="fix those pools and run again: the pools that ran are cached",
+        )
+        self.results, self.failed = results, failed
+
+
+def _curate_pool(cfg: Any, pool: Any, root: str, decontam: dict, ray_address: str | None):
+    """One pool through ingest -> decontaminate -> report; its results."""
+    ing = ingest_flow(source=pool.source, name=pool.name, field_map=pool.map, data_root=root)
+    dec = decontaminate_flow(
+        input_ref=ing["ref"],
+        text_fields=pool.text_fields,
+        id_field=pool.id_field,
+        decontam=decontam,
+        data_root=root,
+        benchmarks_dir=cfg.benchmarks.dir,
+        publish_as=cfg.publish_name(pool.name),
+        shards=cfg.scale.shards,
+        ray_address=ray_address or cfg.scale.ray_address,
+    )
+    rep = report_flow(
+        run_dir=dec["run_dir"], out_dir=str(cfg.report_root() / pool.name), data_root=root
+    )
+    # again, now with the report link (the artifact key keeps its history)
+    publish_contamination_artifact(dec, report_html=rep["html"])
+    return {"ingest": ing, "decontaminate": dec, "report": rep}
 
 
 def summary_rows(results: dict[str, Any]) -> list[dict[str, Any]]:

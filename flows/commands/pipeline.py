@@ -45,7 +45,13 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Run the curate flow (ingest -> decontaminate -> report) for every pool in CONFIG."""
-        results = run_pipeline(config, data_root=data_root, ray_address=ray_address)
+        from flows.curate import PoolsFailed
+
+        try:
+            results = run_pipeline(config, data_root=data_root, ray_address=ray_address)
+        except PoolsFailed as exc:
+            _print_results(exc.results)  # the pools that ran; then the error, exit 2
+            raise
         _print_results(results)
 
     @app.command("serve")
@@ -65,6 +71,7 @@ def register(app: typer.Typer) -> None:
         from flows.deployments import check_schedule
 
         cfg = load_config(config)
+        cfg.check_pools()
         check_schedule(cron, interval)
         prefect_env_defaults(data_root or cfg.resolved_data_root())
         if not os.environ.get("PREFECT_API_URL"):
@@ -105,6 +112,7 @@ def run_pipeline(
     from flows.config import load_config, prefect_env_defaults
 
     cfg = load_config(config)  # validated before anything starts
+    cfg.check_pools()  # sources, maps and fields too: before the server and any ingest
     prefect_env_defaults(data_root or cfg.resolved_data_root())
     from flows.prefect_server import temporary_server
 

@@ -260,6 +260,50 @@ def test_run_with_a_bad_benchmark_fails_before_prefect_starts(aime_head, tmp_pat
     assert not root.exists()  # no Prefect home, no catalog, nothing ingested
 
 
+def test_run_names_every_pool_that_cannot_run_before_prefect_starts(aime_head, tmp_path):
+    """A missing source, an unknown map, a text field the map does not produce and a text
+    field given as a string: one error naming each pool, before the server, nothing
+    ingested (not Prefect tracebacks after the first pool was published)."""
+    root = tmp_path / "root"
+    cfg = tmp_path / "pipeline.toml"
+    pools = [
+        ("good", aime_head, "ttrl", '["problem"]'),
+        ("gone", tmp_path / "absent.jsonl", "ttrl", '["problem"]'),
+        ("nomap", aime_head, "nosuchmap", '["problem"]'),
+        ("field", aime_head, "ttrl", '["problme"]'),
+        ("columns", aime_head, "gsm8k", '["problem"]'),  # the file has no 'question' column
+    ]
+    cfg.write_text(
+        f'data_root = "{root}"\n[benchmarks]\nnames = ["aime24"]\n'
+        + "".join(
+            f'\n[[pools]]\nname = "{n}"\nsource = "{src}"\nmap = "{m}"\ntext_fields = {tf}\n'
+            for n, src, m, tf in pools
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.pop("PREFECT_HOME", None)
+    p = subprocess.run(
+        [SLUICE, "run", str(cfg)], capture_output=True, text=True, env=env, timeout=300
+    )
+    line = _one_error_line(p)
+    out = p.stdout + p.stderr
+    assert "4 of 5 pools cannot run" in line
+    assert "pool 'columns'" in out and "'question'" in out
+    assert "pool 'gone'" in out and "absent.jsonl" in out
+    assert "pool 'nomap'" in out and "nosuchmap" in out
+    assert "pool 'field'" in out and "did you mean 'problem'" in out
+    assert "pool 'good'" not in out
+    assert not root.exists()  # no Prefect home, no catalog, nothing ingested
+    cfg.write_text(
+        f'data_root = "{root}"\n[[pools]]\nname = "a"\nsource = "{aime_head}"\n'
+        'text_fields = "problem"\n'
+    )
+    p = subprocess.run(
+        [SLUICE, "run", str(cfg)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert "text_fields must be a list of column names" in _one_error_line(p)
+
+
 # -- items 11 and 12: the temporary Prefect server -----------------------------------------------
 
 

@@ -169,6 +169,30 @@ def test_sluice_run_command(tmp_path, two_pools, benchmarks_dir):
     assert "did you mean 'map'" in res.stderr and "Traceback" not in res.stderr
 
 
+def test_a_pool_that_fails_does_not_stop_the_others(tmp_path, two_pools, benchmarks_dir):
+    """A pool that passes the config checks but fails at run time (every row rejected) is
+    named in the error, the run exits 2, and the pools after it still ran and published."""
+    import os
+    import subprocess
+    import sys
+
+    from prefect.settings import PREFECT_API_URL
+
+    rows = [json.loads(x) for x in Path(two_pools[0]["source"]).read_text().splitlines()[:2]]
+    broken = tmp_path / "broken.jsonl"  # the real rows with their problems blanked
+    broken.write_text("".join(json.dumps({**r, "prompt": " "}) + "\n" for r in rows))
+    pools = [{"name": "broken", "source": str(broken), "map": "ttrl"}, two_pools[0]]
+    cfg = write_config(tmp_path / "pipeline.toml", pools, data_root=tmp_path / "root")
+    sluice = str(Path(sys.executable).with_name("sluice"))
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
+    res = subprocess.run([sluice, "run", str(cfg)], env=env, capture_output=True, text=True)
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert "1 of 2 pools failed (the other 1 ran)" in res.stderr
+    assert "pool 'broken'" in res.stderr and "no usable rows" in res.stderr
+    assert "ttrl-aime24.decontaminated@" in res.stdout  # the good pool's line
+    assert any(v.startswith("ttrl-aime24.decontaminated@") for v in _versions(tmp_path / "root"))
+
+
 def test_demo_writes_its_pool_and_runs_end_to_end(tmp_path, benchmarks_dir):
     from curation.catalog import Catalog
     from flows.demo import run_demo
