@@ -111,6 +111,10 @@ class IngestResult:
     seconds: float  # wall time of the whole ingest
     publish_seconds: float = 0.0  # of which: publishing the three datasets
     near_duplicates_ref: str | None = None  # name.near_duplicates@version, when requested
+    # the accepted rows were already a version, published by an earlier ingest whose record
+    # it keeps (versions are content-addressed and immutable): that record's counts and
+    # evidence refs, when they differ from this ingest's (None: they are this ingest's)
+    earlier_record: dict[str, Any] | None = None
 
     @property
     def version(self) -> str:
@@ -515,6 +519,13 @@ def ingest(
         )
         staged = [rejects_v, dups_v, *([near_v] if near_v else []), main_v]
         cat.commit(staged)
+        kept = cat.resolve(main_v.ref).metadata
+        keys = ("counts", "rejects", "duplicates", "near_duplicates")
+        earlier = {k: kept.get(k) for k in keys if k in kept or k in main_v.metadata}
+        if earlier != {k: main_v.metadata.get(k) for k in earlier}:
+            earlier["source"] = (kept.get("source") or {}).get("location")
+        else:
+            earlier = None
     return IngestResult(
         ref=main_v.ref,
         rejects_ref=rejects_v.ref,
@@ -525,6 +536,7 @@ def ingest(
         source=source,
         seconds=round(time.perf_counter() - t0, 3),
         publish_seconds=round(time.perf_counter() - t_publish, 3),
+        earlier_record=earlier,
     )
 
 

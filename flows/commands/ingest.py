@@ -106,4 +106,16 @@ def ingest_command(
     for reason, n in list(c["reject_reasons"].items())[:10]:
         console.print(f"  rejected {n:,} x {reason}", highlight=False)
     console.print(f"{c['identity']}  ({res.seconds:.1f} s)", highlight=False)
+    if res.earlier_record:
+        e = res.earlier_record
+        ec = e.get("counts") or {}
+        console.print(
+            f"[yellow]note:[/] {res.ref} already held these rows, published by an earlier "
+            f"ingest{' of ' + str(e['source']) if e.get('source') else ''}; the version keeps "
+            f"that ingest's record ({ec.get('identity', 'no counts')}; rejects "
+            f"{e.get('rejects')}). This ingest's evidence: {res.rejects_ref}, "
+            f"{res.duplicates_ref}.",
+            highlight=False,
+            soft_wrap=True,
+        )
     typer.echo(res.ref)

@@ -78,6 +78,7 @@ def test_publish_records_accounting_and_is_idempotent(tmp_path, data_root):
     r1 = ingest(str(pool.math), field_map=pool.math_map, name="sample")
     r2 = ingest(str(pool.math), field_map=pool.math_map, name="sample")
     assert r1.ref == r2.ref and r1.rejects_ref == r2.rejects_ref
+    assert r1.earlier_record is None and r2.earlier_record is None  # the same record
     exp = pool.expected["math"]
     assert {k: r1.counts[k] for k in exp} == exp
     v = Catalog().resolve(r1.ref)
@@ -110,6 +111,23 @@ def test_a_source_s_own_source_file_and_row_are_kept(tmp_path, data_root):
         77,
     )
     assert "original_source_file" not in by_row[2] and by_row[2]["note"] == "plain"
+
+
+def test_a_changed_source_with_the_same_rows_says_the_version_keeps_its_record(tmp_path, data_root):
+    """Versions are content-addressed: a source that gains only a bad row gives the same
+    accepted version, which keeps the first ingest's accounting; the result says so and names
+    this ingest's own evidence (a user must not read the old rejects as this ingest's)."""
+    src = tmp_path / "acc.jsonl"
+    rows = [{"problem": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(5)]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    first = ingest(str(src), field_map="generic_math", name="acc")
+    src.write_text(src.read_text() + '{"problem": "truncated\n')
+    second = ingest(str(src), field_map="generic_math", name="acc")
+    assert second.ref == first.ref and second.rejects_ref != first.rejects_ref
+    assert second.counts["rejected"] == 1
+    e = second.earlier_record
+    assert e["rejects"] == first.rejects_ref and e["counts"]["rejected"] == 0
+    assert Catalog().resolve(second.rejects_ref).num_rows == 1
 
 
 def test_sample_code_pool_and_extra_rows(tmp_path, data_root):
