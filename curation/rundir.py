@@ -6,16 +6,22 @@ so a failed or killed rerun never leaves new files beside an old ``run.json``. T
 records each file's size, row count and SHA-256 (:func:`describe_files`), and a reader refuses a
 folder whose files disagree with it (:func:`check_files`).
 
+Replacing ``--out`` deletes what was there, so only an empty folder or a run directory of the
+same kind (its manifest's ``schema_version``, :class:`Kind`) is replaced; any other folder is
+refused before any work is done (and again just before the rename).
+
 Hand-written (no library does this): it is a rename protocol on one file system, a few lines.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +31,65 @@ _PARTIAL = ".partial-"
 _OLD = ".old-"
 
 
-def check_out_dir(out: str | os.PathLike) -> Path:
-    """Refuse an ``--out`` that cannot become a folder, before any work is done."""
+@dataclass(frozen=True)
+class Kind:
+    """The run directories a command writes: its manifest file and the ``schema_version`` prefix
+    it writes there (``"decontam_run/"``). A folder whose manifest has that prefix is one of
+    them, and is replaced by a rerun; ``command`` names the writer in messages."""
+
+    schema_prefix: str
+    command: str
+    manifest_name: str = "run.json"
+
+    def written_here(self, folder: Path) -> bool:
+        """Whether ``folder`` holds a manifest of this kind (a run directory this tool wrote)."""
+        try:
+            manifest = json.loads((folder / self.manifest_name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        version = manifest.get("schema_version") if isinstance(manifest, dict) else None
+        return isinstance(version, str) and version.startswith(self.schema_prefix)
+
+
+def _refuse_replacing(out: Path, kind: Kind) -> None:
+    """Refuse an existing ``out`` that replacing would lose data from: the current folder (or
+    one holding it), or a folder that is neither empty nor a run directory of ``kind``."""
+    here = Path.cwd().resolve()
+    full = out.resolve()
+    if full == here or full in here.parents:
+        raise StorageError(
+            f"--out {out} is the current folder or holds it: writing the run there would "
+            "replace it, and everything in it",
+            hint="choose a new or empty folder for --out, e.g. --out runs/NAME",
+        )
+    if not out.is_dir() or kind.written_here(out):
+        return
+    try:
+        entry = next(iter(sorted(out.iterdir())), None)
+    except OSError as exc:
+        raise StorageError(
+            f"cannot read --out {out}: {exc.strerror}", hint="point --out to a new folder"
+        ) from None
+    if entry is not None:
+        raise StorageError(
+            f"--out {out} is not empty (it holds {entry.name}) and is not a run directory "
+            f"written by `{kind.command}` (its {kind.manifest_name} would say so): writing the "
+            "run there would delete what it holds",
+            hint="choose a new or empty folder for --out",
+        )
+
+
+def check_out_dir(out: str | os.PathLike, *, kind: Kind) -> Path:
+    """Refuse an ``--out`` that cannot become a folder, or that holds anything but an earlier
+    run directory of ``kind`` (it would be replaced, and its contents lost), before any work
+    is done."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise StorageError(
             f"--out {out} is a file, not a folder",
             hint="give a folder path (it is created), or remove/rename that file",
         )
+    _refuse_replacing(out, kind)
     parent = out.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
@@ -49,9 +106,9 @@ def check_out_dir(out: str | os.PathLike) -> Path:
     return out
 
 
-def start(out: str | os.PathLike) -> Path:
+def start(out: str | os.PathLike, *, kind: Kind) -> Path:
     """A fresh temporary sibling of ``out`` to write into (removed by :func:`abandon`)."""
-    out = check_out_dir(out)
+    out = check_out_dir(out, kind=kind)
     with writing_to(str(out)):
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.parent / f".{out.name}{_PARTIAL}{uuid.uuid4().hex[:12]}"
@@ -59,9 +116,10 @@ def start(out: str | os.PathLike) -> Path:
     return tmp
 
 
-def finish(tmp: Path, out: str | os.PathLike) -> Path:
-    """Move the complete folder ``tmp`` into place at ``out`` (replacing an older one)."""
-    out = Path(out)
+def finish(tmp: Path, out: str | os.PathLike, *, kind: Kind) -> Path:
+    """Move the complete folder ``tmp`` into place at ``out`` (replacing an older run directory
+    of ``kind``; anything else found there meanwhile is refused, not deleted)."""
+    out = check_out_dir(out, kind=kind)
     with writing_to(str(out)):
         for f in tmp.iterdir():
             if f.is_file():

@@ -35,12 +35,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from curation import rundir
 from curation.errors import ConfigError, InputError, NotFoundError, did_you_mean
 from decontam.base import MATCH_SCHEMA, TEXT_TABLE_SCHEMA, Detector, empty_matches
 from decontam.policy import PolicyConfig, decide
 from decontam.registry import DEFAULT_DETECTORS, detector_class
 
 RUN_SCHEMA_VERSION = "decontam_run/1"
+# what --out may replace: an empty folder or a run directory whose run.json has this schema
+RUN_DIR_KIND = rundir.Kind(schema_prefix="decontam_run/", command="sluice decontam run")
 ALL_BENCHMARKS = ("aime24", "aime25", "lcb_v5", "lcb_v6")
 _MATCH_SORT = [
     ("sample_uid", "ascending"),
@@ -769,10 +772,8 @@ def finalize(
 
     The files go to a temporary sibling of ``out_dir`` that is renamed into place at the end
     (:mod:`curation.rundir`): a failed rerun leaves the previous run directory as it was."""
-    from curation import rundir
-
     final = Path(out_dir)
-    out = rundir.start(final)
+    out = rundir.start(final, kind=RUN_DIR_KIND)
     try:
         return _write_run(
             inp, texts, matches, uids, detectors, benchmarks, config, out, final, text_fields,
@@ -923,7 +924,6 @@ def _finish_run(
     scan_stats: dict[str, Any] | None,
 ) -> RunResult:
     """Counts and ``run.json`` of a run whose Parquet files are written; moves it into place."""
-    from curation import rundir
 
     scan_stats = dict(scan_stats or {})
     timings = _timing_summary(scan_stats.pop("timings", None))
@@ -979,7 +979,7 @@ def _finish_run(
         "timings": timings,
     }
     (out / "run.json").write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
-    out = rundir.finish(out, final)
+    out = rundir.finish(out, final, kind=RUN_DIR_KIND)
     return RunResult(
         out,
         out / "matches.parquet",
@@ -1126,9 +1126,7 @@ def run_decontamination(
             raise ConfigError(
                 f"unknown benchmark {bad[0]!r}", hint=did_you_mean(bad[0], list(known))
             )
-    from curation.rundir import check_out_dir
-
-    check_out_dir(out_dir)  # before reading or scanning anything
+    rundir.check_out_dir(out_dir, kind=RUN_DIR_KIND)  # before reading or scanning anything
     command = (
         command
         if command is not None

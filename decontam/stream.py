@@ -30,6 +30,7 @@ from decontam.base import TEXT_TABLE_SCHEMA, Detector, empty_matches
 from decontam.run import (
     _MATCH_SORT,
     _NON_TEXT,
+    RUN_DIR_KIND,
     DecontamConfig,
     InputData,
     RunResult,
@@ -501,7 +502,7 @@ def _run_streamed(
     if config.use_cache and data_root is not None and "://" not in str(data_root):
         cache = ScanCache(data_root, cache_key(_scan_key(detectors, benchmarks)))
     final = Path(out_dir)
-    out = rundir.start(final)
+    out = rundir.start(final, kind=RUN_DIR_KIND)
     try:
         with contextlib.ExitStack() as stack:
             cat = None

@@ -57,7 +57,12 @@ def run(
     detectors: str | None = typer.Option(
         None, "--detectors", help="comma-separated detectors (default: the calibrated default set)"
     ),
-    out: str = typer.Option(..., "--out", help="run directory to write"),
+    out: str = typer.Option(
+        ...,
+        "--out",
+        help="run directory to write: a new or empty folder, or an earlier run directory "
+        "(replaced); any other folder is refused",
+    ),
     benchmarks_dir: str | None = typer.Option(
         None,
         "--benchmarks-dir",

@@ -145,6 +145,54 @@ def test_out_that_is_a_file_or_not_writable_is_refused_before_the_scan(aime_head
     assert str(ro) in line and "not writable" in line
 
 
+def test_out_that_holds_other_files_is_refused_and_left_intact(aime_head, tmp_path):
+    """--out replaces only an empty folder or an earlier run directory: a project folder (here
+    holding the input itself) or the current folder is refused before the scan, nothing lost."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    src = proj / "aime.jsonl"
+    shutil.copy(aime_head, src)
+    (proj / "notes.md").write_text("mine")
+    before = sorted(p.name for p in proj.iterdir())
+    args = ["decontam", "run", str(src), "--text-field", "prompt", "--benchmarks", "aime24"]
+    args += ["--detectors", "ngram", "--no-publish"]
+    line = _one_error_line(_sluice(*args, "--out", str(proj), root=tmp_path / "r"))
+    assert str(proj) in line and "not empty" in line and "new or empty folder" in line, line
+    assert sorted(p.name for p in proj.iterdir()) == before
+    assert src.read_bytes() == aime_head.read_bytes()
+    line = _one_error_line(_sluice(*args, "--out", ".", root=tmp_path / "r", cwd=proj))
+    assert "current folder" in line and "new or empty folder" in line, line
+    assert sorted(p.name for p in proj.iterdir()) == before
+    # an empty folder and an earlier run directory are written (the latter replaced)
+    (tmp_path / "empty").mkdir()
+    for out in (tmp_path / "empty", tmp_path / "empty"):
+        p = _sluice(*args, "--out", str(out), root=tmp_path / "r")
+        assert p.returncode == 0, p.stderr
+    assert (tmp_path / "empty" / "run.json").is_file()
+
+
+def test_out_filled_during_the_scan_is_not_replaced(tmp_path):
+    from curation import rundir
+    from curation.errors import StorageError
+    from decontam.run import RUN_DIR_KIND
+
+    out = tmp_path / "out"
+    tmp = rundir.start(out, kind=RUN_DIR_KIND)
+    (tmp / "run.json").write_text(json.dumps({"schema_version": "decontam_run/1"}))
+    out.mkdir()
+    (out / "thesis.tex").write_text("years of work")
+    with pytest.raises(StorageError, match="not empty"):
+        rundir.finish(tmp, out, kind=RUN_DIR_KIND)
+    assert (out / "thesis.tex").read_text() == "years of work"
+    (out / "thesis.tex").unlink()
+    (out / "run.json").write_text(json.dumps({"schema_version": "other_tool/3"}))
+    with pytest.raises(StorageError, match="not empty"):
+        rundir.finish(tmp, out, kind=RUN_DIR_KIND)
+    (out / "run.json").write_text(json.dumps({"schema_version": "decontam_run/1", "old": 1}))
+    rundir.finish(tmp, out, kind=RUN_DIR_KIND)  # an earlier run directory: replaced
+    assert json.loads((out / "run.json").read_text()) == {"schema_version": "decontam_run/1"}
+
+
 # -- item 10: a failed rerun, a run directory whose files disagree ------------------------------
 
 
