@@ -540,6 +540,11 @@ def _arrow_rows(lines: list[bytes]):
     data = b"".join(lines)
     if _LONG_DIGITS.search(data):  # an integer Arrow would read as a float
         return None
+    if not data.isascii():  # Arrow keeps invalid UTF-8 in its strings: the row path names it
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
     read = pj.ReadOptions(use_threads=False, block_size=len(data) + 1)
     try:
         table = pj.read_json(io.BytesIO(data), read_options=read)

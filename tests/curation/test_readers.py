@@ -218,6 +218,28 @@ def test_arrow_jsonl_falls_back_where_arrow_would_differ(tmp_path):
     assert exc.value.row == 3 and str(bad) in str(exc.value)
 
 
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
+def test_invalid_utf8_in_a_value_or_a_key_is_an_error_naming_file_row_and_byte(tmp_path, suffix):
+    """Arrow's JSON reader keeps invalid UTF-8 in its strings (out-of-spec Parquet downstream):
+    iter_tables refuses such a line as the per-row path does, in a value or in a key."""
+    from curation.errors import InputError
+    from curation.readers import iter_tables
+
+    good = _write_jsonl(tmp_path / "good.jsonl", ROWS[:3]).read_bytes().splitlines(True)
+    for bad_line in (b'{"problem": "caf\xe9", "id": 9}\n', b'{"id\xff": 1}\n'):
+        data = b"".join([*good, bad_line, *good])
+        path = tmp_path / f"bad{suffix}"
+        path.write_bytes(gzip.compress(data) if suffix.endswith(".gz") else data)
+        for batch_size in (2, 10):
+            with pytest.raises(InputError) as exc:
+                list(iter_tables(path, batch_size=batch_size))
+            assert exc.value.row == 4 and str(path) in str(exc.value)
+            assert "invalid UTF-8 at byte" in str(exc.value)
+    p = tmp_path / "accents.jsonl"  # valid non-ASCII UTF-8 is read as it is
+    p.write_text('{"problem": "café ∑ 数学"}\n', encoding="utf-8")
+    assert next(iter_tables(p))[0].to_pylist() == [{"problem": "café ∑ 数学"}]
+
+
 def test_integers_beyond_64_bits_keep_their_digits(tmp_path):
     """orjson and Arrow's JSON reader read 2**100 as a float (1.2676506002282294e+30): a
     reference answer would lose its digits. Every reader keeps them exact."""

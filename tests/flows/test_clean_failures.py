@@ -193,6 +193,22 @@ def test_out_filled_during_the_scan_is_not_replaced(tmp_path):
     assert json.loads((out / "run.json").read_text()) == {"schema_version": "decontam_run/1"}
 
 
+def test_invalid_utf8_in_the_input_is_one_line_naming_file_row_and_byte(aime_head, tmp_path):
+    """A bad byte in a scanned text or in the --id-field: one error line, no run directory (it
+    gave a traceback, or out-of-spec Parquet that reports could not read)."""
+    lines = aime_head.read_bytes().splitlines(True)
+    for i, (old, new) in enumerate(
+        ((b'"prompt": "', b'"prompt": "\xff'), (b'"id": "', b'"id": "\xe9'))
+    ):
+        src = tmp_path / f"bad{i}.jsonl"
+        src.write_bytes(b"".join([*lines[:4], lines[4].replace(old, new, 1), *lines[5:]]))
+        out = tmp_path / f"run{i}"
+        p = _decontam(src, "prompt", out, tmp_path / "root", "--id-field", "id", "--no-publish")
+        line = _one_error_line(p)
+        assert f"file {src}, row 5: invalid UTF-8 at byte" in line, line
+        assert not out.exists()
+
+
 # -- item 10: a failed rerun, a run directory whose files disagree ------------------------------
 
 
