@@ -166,21 +166,28 @@ def describe_files(folder: Path, names: Iterable[str]) -> dict[str, dict[str, An
     return out
 
 
-def check_files(folder: Path, described: dict[str, dict[str, Any]], manifest_name: str) -> None:
-    """Raise unless every file ``described`` is in ``folder`` with its recorded size and hash."""
+def check_files(
+    folder: Path, described: dict[str, dict[str, Any]], manifest_name: str
+) -> dict[str, str]:
+    """Raise unless every file ``described`` is in ``folder`` with its recorded size and hash;
+    return each file's SHA-256 (as checked)."""
+    hashes: dict[str, str] = {}
     for name, rec in described.items():
         p = folder / name
+        rec = rec if isinstance(rec, dict) else {}
         if not p.is_file():
             problem = "is missing"
-        elif p.stat().st_size != rec.get("bytes") or _sha256(p) != rec.get("sha256"):
+        elif p.stat().st_size != rec.get("bytes") or (h := _sha256(p)) != rec.get("sha256"):
             problem = "is not the file its manifest describes"
         else:
+            hashes[name] = h
             continue
         raise IntegrityError(
             f"run directory {folder} is inconsistent: {name} {problem} ({manifest_name} "
             "records its size and SHA-256; another run or an edit changed it)",
             hint="re-run the command recorded in run.json to write the directory again",
         )
+    return hashes
 
 
 def reseal(folder: str | os.PathLike, manifest_name: str = "run.json") -> None:

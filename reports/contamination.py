@@ -802,6 +802,9 @@ def build_report(
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "report_sluice_version": _sluice_version(),
         "provenance": prov,
+        # what this report was computed from: SHA-256 of run.json and of each run file it read
+        # (checked against run.json's record), so a signed report is tied to its run
+        "run_files_sha256": dict(sorted(run.sha256.items())),
         "summary": _summary(run, pairs),
         "evidence": {
             "total": len(evidence),

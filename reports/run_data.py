@@ -8,6 +8,7 @@ detector and whether it reached the threshold that decided the run. That view li
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from curation.errors import InputError, NotFoundError
+from curation.errors import InputError, IntegrityError, NotFoundError
 
 RUN_FILES = ("run.json", "matches.parquet", "decisions.parquet")
 OPTIONAL_FILES = ("texts.parquet", "benchmark_items.parquet")
@@ -83,6 +84,8 @@ class RunData:
     decisions: pa.Table
     texts: pa.Table | None
     bench_items: pa.Table | None
+    # SHA-256 of run.json and of each run file read (checked against run.json's record)
+    sha256: dict[str, str] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ derived
     def detector_thresholds(self) -> dict[str, float]:
@@ -152,6 +155,78 @@ def _read_parquet(path: Path, required: tuple[str, ...]) -> pa.Table:
     return table
 
 
+# run.json schemas this reader knows (decontam.run.RUN_SCHEMA_VERSION writes the newest)
+KNOWN_RUN_SCHEMAS = ("decontam_run/1",)
+_HINT = "run.json is written by `sluice decontam run`: re-run the command recorded in it"
+
+
+def _expect(value: Any, kinds: tuple[type, ...], what: str, path: Path, fld: str) -> None:
+    ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+    if value is not None and not ok:
+        raise InputError(
+            f"expected {what}, got {type(value).__name__} {json.dumps(value)[:60]}",
+            file=str(path),
+            field=fld,
+            hint=_HINT,
+        )
+
+
+def check_manifest(m: dict[str, Any], path: Path) -> None:
+    """Refuse a run.json of an unknown schema, without its files record, or whose fields that
+    reports read have the wrong shape (each named as ``policy.effective_thresholds.ngram``)."""
+    version = m.get("schema_version")
+    if version not in KNOWN_RUN_SCHEMAS:
+        raise IntegrityError(
+            f"{path}: field 'schema_version' is {json.dumps(version)}, not a run directory "
+            f"schema this version of Sluice reads ({', '.join(KNOWN_RUN_SCHEMAS)})",
+            hint="give a run directory written by `sluice decontam run`, or upgrade Sluice",
+        )
+    if not isinstance(m.get("files"), dict) or not m["files"]:
+        raise IntegrityError(
+            f"{path}: field 'files' (each run file's size and SHA-256) is missing or empty, so "
+            "the run's files cannot be checked",
+            hint="re-run the command recorded in run.json to write the directory again",
+        )
+    for fld in ("input", "policy", "counts", "outputs"):
+        _expect(m.get(fld), (dict,), "an object", path, fld)
+    for fld in ("command", "created_at", "sluice_version", "id_field"):
+        _expect(m.get(fld), (str,), "a string", path, fld)
+    for fld in ("text_fields", "benchmarks", "detectors"):
+        _expect(m.get(fld), (list,), "a list", path, fld)
+    for i, f in enumerate(m.get("text_fields") or []):
+        _expect(f, (str,), "a string", path, f"text_fields[{i}]")
+    for fld in ("benchmarks", "detectors"):
+        for i, b in enumerate(m.get(fld) or []):
+            _expect(b, (dict,), "an object", path, f"{fld}[{i}]")
+            if b is None:
+                raise InputError(
+                    "expected an object, got null", file=str(path), field=f"{fld}[{i}]"
+                )
+            _expect(b.get("name"), (str,), "a string", path, f"{fld}[{i}].name")
+            if fld == "detectors":
+                _expect(b.get("config"), (dict,), "an object", path, f"{fld}[{i}].config")
+    pol = m.get("policy") or {}
+    for fld in ("thresholds", "effective_thresholds"):
+        _expect(pol.get(fld), (dict,), "an object", path, f"policy.{fld}")
+        for k, v in (pol.get(fld) or {}).items():
+            _expect(v, (int, float), "a number", path, f"policy.{fld}.{k}")
+            if v is None:
+                raise InputError(
+                    "expected a number, got null", file=str(path), field=f"policy.{fld}.{k}"
+                )
+    _expect(pol.get("evidence_only"), (list,), "a list", path, "policy.evidence_only")
+    for i, e in enumerate(pol.get("evidence_only") or []):
+        _expect(e, (str,), "a string", path, f"policy.evidence_only[{i}]")
+    inp, counts = m.get("input") or {}, m.get("counts") or {}
+    _expect(inp.get("rows"), (int,), "an integer", path, "input.rows")
+    _expect(inp.get("name"), (str,), "a string", path, "input.name")
+    for k, v in counts.items():
+        if k in ("rows", "contaminated", "texts", "matches", "clean"):
+            _expect(v, (int,), "an integer", path, f"counts.{k}")
+        elif k.startswith("flagged_by_"):
+            _expect(v, (dict,), "an object", path, f"counts.{k}")
+
+
 def load_run(run_dir: str | Path) -> RunData:
     """Read a run directory; a missing or malformed file is named in the error."""
     d = Path(run_dir)
@@ -164,18 +239,32 @@ def load_run(run_dir: str | Path) -> RunData:
             raise NotFoundError(
                 f"{d / f} not found", hint="a run directory needs " + ", ".join(RUN_FILES)
             )
+    raw = (d / "run.json").read_bytes()
     try:
-        manifest = json.loads((d / "run.json").read_text(encoding="utf-8"))
+        manifest = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InputError(f"invalid UTF-8 at byte {exc.start}", file=str(d / "run.json")) from None
     except json.JSONDecodeError as exc:
         raise InputError(
             f"malformed JSON: {exc.msg}", file=str(d / "run.json"), row=exc.lineno
         ) from None
     if not isinstance(manifest, dict):
         raise InputError("run.json must hold a JSON object", file=str(d / "run.json"))
-    if isinstance(manifest.get("files"), dict):  # runs since run.json records its files
-        from curation.rundir import check_files
+    check_manifest(manifest, d / "run.json")
+    from curation.rundir import check_files
 
-        check_files(d, manifest["files"], "run.json")
+    # every file the report reads must be one run.json records (size and SHA-256): a run.json
+    # without that record would let an edited decisions.parquet through unnoticed
+    read = [*RUN_FILES[1:], *(f for f in OPTIONAL_FILES if (d / f).is_file())]
+    unrecorded = [f for f in read if f not in manifest["files"]]
+    if unrecorded:
+        raise IntegrityError(
+            f"{d / 'run.json'}: field 'files' does not record {unrecorded[0]} (its size and "
+            "SHA-256), so the report cannot tell whether it is the file the run wrote",
+            hint="re-run the command recorded in run.json to write the directory again",
+        )
+    hashes = check_files(d, manifest["files"], "run.json")
+    sha256 = {"run.json": hashlib.sha256(raw).hexdigest(), **{f: hashes[f] for f in read}}
     matches = _read_parquet(d / "matches.parquet", (*_MATCH_COLUMNS, "detector_version"))
     decisions = _read_parquet(d / "decisions.parquet", ("sample_uid", "contaminated", "reasons"))
     texts = (
@@ -188,4 +277,4 @@ def load_run(run_dir: str | Path) -> RunData:
         if (d / "benchmark_items.parquet").is_file()
         else None
     )
-    return RunData(d, manifest, matches, decisions, texts, items)
+    return RunData(d, manifest, matches, decisions, texts, items, sha256)

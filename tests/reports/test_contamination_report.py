@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from fixture_run import build_fixture_run
 
-from curation.errors import InputError, NotFoundError
+from curation.errors import InputError, IntegrityError, NotFoundError
 from curation.rundir import reseal
 from reports.contamination import (
     REPORT_SCHEMA_VERSION,
@@ -70,6 +70,8 @@ def normalize_json(report: dict, run_dir: Path, benchmarks_dir: Path) -> str:
     p = r["provenance"]
     p["created_at"] = "<created_at>"
     p["sluice_version"] = "<version>"
+    # the files the report read (run.json holds times; Parquet bytes vary with the writer)
+    r["run_files_sha256"] = dict.fromkeys(r["run_files_sha256"], "<sha256>")
     text = json.dumps(r, indent=2, sort_keys=True) + "\n"
     return normalize_text(text, run_dir, benchmarks_dir)
 
@@ -234,14 +236,23 @@ def test_a_clean_run_gives_an_empty_but_complete_report(run_dir, tmp_path):
 
 
 def test_a_sparse_manifest_still_renders(run_dir, tmp_path):
-    """A run.json from an older or partial writer: missing fields show as empty, never crash."""
+    """A run.json with its schema and files record but little else: missing fields show as
+    empty, never crash."""
     sparse = tmp_path / "sparse-run"
     sparse.mkdir()
     for f in run_dir.iterdir():
         if f.is_file():
             (sparse / f.name).write_bytes(f.read_bytes())
+    files = json.loads((run_dir / "run.json").read_text())["files"]
     (sparse / "run.json").write_text(
-        json.dumps({"benchmarks": [{"name": "aime24"}], "detectors": [{"name": "ngram"}]})
+        json.dumps(
+            {
+                "schema_version": "decontam_run/1",
+                "files": files,
+                "benchmarks": [{"name": "aime24"}],
+                "detectors": [{"name": "ngram"}],
+            }
+        )
     )
     paths = render_report(sparse, tmp_path / "out")
     report = json.loads(paths.json.read_text())
@@ -436,9 +447,99 @@ def test_bad_run_directories_name_the_problem(run_dir, tmp_path):
         render_report(broken, tmp_path / "out")
     pq.write_table(pa.table({"sample_uid": ["x"]}), broken / "matches.parquet")
     pq.write_table(pq.read_table(run_dir / "decisions.parquet"), broken / "decisions.parquet")
+    with pytest.raises(IntegrityError, match="'schema_version'"):
+        render_report(broken, tmp_path / "out")
+    files = {"matches.parquet": {}, "decisions.parquet": {}}
+    (broken / "run.json").write_text(
+        json.dumps({"schema_version": "decontam_run/1", "files": files})
+    )
+    reseal(broken)
     with pytest.raises(InputError, match="'field'") as exc:
         render_report(broken, tmp_path / "out")
     assert exc.value.file.endswith("matches.parquet") and exc.value.field == "field"
+
+
+def _variant(run_dir: Path, dest: Path, edit) -> Path:
+    """A copy of the run whose run.json is ``edit(manifest)`` (files unchanged)."""
+    dest.mkdir()
+    for f in run_dir.iterdir():
+        if f.is_file():
+            (dest / f.name).write_bytes(f.read_bytes())
+    m = json.loads((run_dir / "run.json").read_text())
+    edit(m)
+    (dest / "run.json").write_text(json.dumps(m))
+    return dest
+
+
+def test_a_run_json_without_its_files_record_or_schema_is_refused(run_dir, tmp_path):
+    """Without a files record, an edited decisions.parquet (a verbatim AIME copy shown as kept)
+    would go unnoticed; an unknown schema or an empty run.json is not a run this reader knows."""
+    from reports.diff import diff_runs
+
+    def tamper(d: Path) -> None:
+        dec = pq.read_table(d / "decisions.parquet")
+        n = dec.num_rows
+        pq.write_table(
+            dec.set_column(1, "contaminated", pa.array([False] * n)), d / "decisions.parquet"
+        )
+
+    cases = {
+        "no-files": (lambda m: m.pop("files"), "'files'"),
+        "empty-files": (lambda m: m.update(files={}), "'files'"),
+        "partial-files": (lambda m: m["files"].pop("decisions.parquet"), "decisions.parquet"),
+        "no-texts-record": (lambda m: m["files"].pop("texts.parquet"), "texts.parquet"),
+        "empty": (lambda m: m.clear(), "'schema_version'"),
+        "future": (lambda m: m.update(schema_version="decontam_run/9"), "'schema_version'"),
+    }
+    for name, (edit, words) in cases.items():
+        d = _variant(run_dir, tmp_path / name, edit)
+        if name.endswith("files"):
+            tamper(d)
+        for call in (
+            lambda d=d: render_report(d, tmp_path / "out"),
+            lambda d=d: diff_runs(run_dir, d),
+        ):
+            with pytest.raises(IntegrityError, match=words) as exc:
+                call()
+            assert str(d / "run.json") in str(exc.value), name
+    assert not (tmp_path / "out").exists()
+
+
+def test_malformed_run_json_values_are_input_errors_naming_the_field(run_dir, tmp_path):
+    from reports.diff import diff_runs
+
+    cases = {
+        "benchmarks": (lambda m: m.update(benchmarks="aime24"), "benchmarks"),
+        "policy": (lambda m: m.update(policy="x"), "policy"),
+        "threshold": (
+            lambda m: m["policy"]["effective_thresholds"].update(ngram="high"),
+            "policy.effective_thresholds.ngram",
+        ),
+        "detector": (lambda m: m["detectors"].append(3), "detectors[2]"),
+        "rows": (lambda m: m["input"].update(rows="9"), "input.rows"),
+    }
+    for name, (edit, fld) in cases.items():
+        d = _variant(run_dir, tmp_path / name, edit)
+        for call in (
+            lambda d=d: render_report(d, tmp_path / "out"),
+            lambda d=d: diff_runs(d, run_dir),
+        ):
+            with pytest.raises(InputError) as exc:
+                call()
+            assert exc.value.field == fld and exc.value.file == str(d / "run.json"), exc.value
+
+
+def test_report_json_records_the_hashes_of_what_it_read(run_dir, report_dir):
+    import hashlib
+
+    got = json.loads((report_dir / "report.json").read_text())["run_files_sha256"]
+    want = {
+        f.name: hashlib.sha256(f.read_bytes()).hexdigest()
+        for f in run_dir.iterdir()
+        if f.name in ("run.json", "matches.parquet", "decisions.parquet", "texts.parquet")
+        or f.name == "benchmark_items.parquet"
+    }
+    assert got == want and len(got) == 5
 
 
 def test_cli_writes_the_report(run_dir, tmp_path):
