@@ -47,3 +47,51 @@ def read_config_file(
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {str(p)!r} must hold a table/mapping at the top")
     return raw
+
+
+def read_json_or_toml(path: str | os.PathLike, *, what: str = "config file") -> dict[str, Any]:
+    """The object in a ``.toml`` file (TOML) or any other file (JSON): ``--policy`` and
+    ``decontam --config``. A file that does not parse is one :class:`ConfigError`
+    ``file X: not valid JSON: <reason> (line L, column C)``, not the parser's traceback."""
+    import json
+    import re
+
+    p = Path(path)
+    if not p.is_file():
+        raise NotFoundError(f"{what} {p} not found")
+    kind = "TOML" if p.suffix.lower() == ".toml" else "JSON"
+    fix = f"fix the {kind} there, or give another {what}"
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"file {p}: invalid UTF-8 at byte {exc.start}", hint=fix) from None
+    try:
+        if kind == "TOML":
+            import tomllib
+
+            data = tomllib.loads(text)
+        else:
+            data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"file {p}: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
+            hint=fix,
+        ) from None
+    except ValueError as exc:  # tomllib.TOMLDecodeError: "... (at line L, column C)"
+        msg = str(exc)
+        at = re.search(r"\s*\(at line (\d+), column (\d+)\)", msg) or re.search(
+            r"\s*\(at end of document\)", msg
+        )
+        where = ""
+        if at is not None:
+            msg = msg[: at.start()] + msg[at.end() :]
+            where = (
+                f" (line {at[1]}, column {at[2]})" if at.groups() else " (at the end of the file)"
+            )
+        raise ConfigError(f"file {p}: not valid TOML: {msg}{where}", hint=fix) from None
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"file {p}: expected a {kind} object at the top, got {type(data).__name__}",
+            hint=fix,
+        )
+    return data

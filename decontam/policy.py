@@ -16,7 +16,6 @@ Detectors listed in ``evidence_only`` never flag on their own; they can still ta
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections import defaultdict
@@ -26,7 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from curation.errors import ConfigError, NotFoundError
+from curation.errors import ConfigError
 from decontam.base import DECISION_SCHEMA
 
 POLICY_VERSION = "policy/1"
@@ -123,15 +122,9 @@ class PolicyConfig:
 
     @classmethod
     def _from_file(cls, path: str | Path) -> PolicyConfig:
-        p = Path(path)
-        if not p.is_file():
-            raise NotFoundError(f"policy file {p} not found")
-        if p.suffix == ".toml":
-            import tomllib
+        from curation.config_files import read_json_or_toml
 
-            data = tomllib.loads(p.read_text())
-        else:
-            data = json.loads(p.read_text())
+        data = read_json_or_toml(path, what="policy file")
         if "policy" in data and isinstance(data["policy"], dict):
             data = data["policy"]
         if data and all(isinstance(v, int | float) for v in data.values()):

@@ -1188,15 +1188,10 @@ def run_decontamination(
 
 def load_config_file(path: str | Path) -> DecontamConfig:
     """A :class:`DecontamConfig` from TOML or JSON (keys = the dataclass fields)."""
-    p = Path(path)
-    if not p.is_file():
-        raise NotFoundError(f"config file {p} not found")
-    if p.suffix == ".toml":
-        import tomllib
+    from curation.config_files import read_json_or_toml
 
-        data = tomllib.loads(p.read_text())
-    else:
-        data = json.loads(p.read_text())
+    p = Path(path)
+    data = read_json_or_toml(p, what="config file")
     data = data.get("decontam", data)
     allowed = {f.name for f in dataclasses.fields(DecontamConfig)}
     unknown = set(data) - allowed

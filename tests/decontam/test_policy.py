@@ -129,3 +129,27 @@ def test_flagged_rows_keep_their_place_among_many_clean_ones():
         assert d[4999]["reasons"] == ["ngram:aime24/2024-II-3 score=0.700>=0.500 field=problem"]
         assert all(r["reasons"] == [] == r["benchmarks"] for i, r in enumerate(d)
                    if i not in (0, 2500, 4999))  # fmt: skip
+
+
+def test_a_policy_or_config_file_that_does_not_parse_names_file_line_and_format(tmp_path):
+    """--policy / --config with a syntax error: one ConfigError naming the file, the format and
+    the line (it was a JSONDecodeError / TOMLDecodeError traceback)."""
+    from decontam.run import load_config_file
+
+    bad_json = tmp_path / "pol.json"
+    bad_json.write_text('{"thresholds": {\n  "ngram": 0.3,\n}}\n')
+    bad_toml = tmp_path / "cfg.toml"
+    bad_toml.write_text('[decontam]\nbenchmarks = "aime24\n')
+    not_object = tmp_path / "list.json"
+    not_object.write_text("[0.3]")
+    for load in (PolicyConfig.from_file, load_config_file):
+        with pytest.raises(ConfigError) as exc:
+            load(bad_json)
+        assert str(exc.value).startswith(f"file {bad_json}: not valid JSON: ")
+        assert "(line 3, column 1)" in str(exc.value)
+        with pytest.raises(ConfigError) as exc:
+            load(bad_toml)
+        assert str(exc.value).startswith(f"file {bad_toml}: not valid TOML: ")
+        assert "(line 2, column" in str(exc.value)
+        with pytest.raises(ConfigError, match="expected a JSON object at the top, got list"):
+            load(not_object)
