@@ -24,7 +24,7 @@ from decontam.base import Detector, DetectorConfig, empty_matches, matches_from_
 if TYPE_CHECKING:  # pragma: no cover
     from decontam.benchmarks import BenchmarkSet
 
-NORMALIZER_VERSION = "fuzzy-norm/2"
+NORMALIZER_VERSION = "fuzzy-norm/3"
 SCORE_KINDS = ("partial_ratio", "token_set_ratio", "ratio", "max")
 
 _DIAGRAM_RE = re.compile(
@@ -45,10 +45,14 @@ def normalize(text: str) -> str:
     removed and only ``[0-9a-z]`` words kept, space-separated.
     Versioned by :data:`NORMALIZER_VERSION`."""
     from decontam.fingerprint import canonical_text
+    from decontam.normalize import drop_ignorable
 
     # number spellings unified first (2\times 10^5 = 2*10^5 = 2e5 = 200000), so a constraint line
     # rewritten in plain numbers still aligns with the LaTeX original
     t = canonical_text(text or "")
+    # invisible characters (soft hyphens, zero-width spaces) would split the words they sit in
+    # (fuzzy-norm/3; as the n-gram normalizers since text/2)
+    t = drop_ignorable(t)
     t = _FRAC_RE.sub(r" \1 / \2 ", t)
     t = _SQRT_RE.sub(r" sqrt \1 ", t)
     t = _CMD_RE.sub(" ", t)

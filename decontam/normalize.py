@@ -19,7 +19,9 @@ Normalizers (``name`` -> ``version``; bump the version whenever the output can c
 match records and reports record it):
 
 * ``text`` (``text/1``): NFKC, casefold, every run of non-alphanumeric characters -> one space,
-  stripped. For plain prose.
+  stripped. For plain prose. ``text/2`` (and ``latex/3``, ``code/5``): Unicode's
+  default-ignorable characters (soft hyphen, zero-width space/joiners, bidi controls, variation
+  selectors) are dropped after NFKC, so a copy with them inside its words still matches.
 * ``latex`` (``latex/2``): LaTeX-aware math. Drops diagram source (``<asy>``, ``[asy]``,
   ``\\begin{asy}``, TikZ), math delimiters, ellipses (``\\dots``, ``\\ldots``, ``\\cdots``: new
   in ``/2``, so ``a_1, \\ldots, a_n`` and ``a_1, ..., a_n`` meet), ``\\left``/``\\right``, spacing
@@ -325,6 +327,33 @@ def _nfkc_tracked(text: str, offs: list[int]) -> tuple[str, list[int]]:
     return "".join(out_text), out_offs
 
 
+# Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt): invisible characters (soft
+# hyphen, zero-width space and joiners, bidi controls, variation selectors, tags) that change no
+# word a reader sees. Inside a word each split it in two, so a verbatim copy with soft hyphens
+# (as scraped HTML has them) or zero-width spaces matched no n-gram. Dropped right after NFKC
+# (which maps the Hangul fillers U+3164/U+FFA0 to U+1160, itself ignorable): text/2, latex/3,
+# code/5. Listed here because Python's unicodedata has no such property.
+_IGNORABLE_RANGES = (
+    (0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
+    (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164),
+    (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF),
+)  # fmt: skip
+_IGNORABLE = re.compile("[" + "".join(f"{chr(a)}-{chr(b)}" for a, b in _IGNORABLE_RANGES) + "]")
+_IGNORABLE_RUST = "[" + "".join(f"\\x{{{a:X}}}-\\x{{{b:X}}}" for a, b in _IGNORABLE_RANGES) + "]"
+
+
+def drop_ignorable(text: str) -> str:
+    return text if text.isascii() else _IGNORABLE.sub("", text)
+
+
+def _drop_ignorable_tracked(text: str, offs: list[int]) -> tuple[str, list[int]]:
+    if text.isascii() or not _IGNORABLE.search(text):
+        return text, offs
+    kept = [i for i, c in enumerate(text) if not _IGNORABLE.match(c)]
+    return "".join(text[i] for i in kept), [offs[i] for i in kept]
+
+
 def _casefold_tracked(text: str, offs: list[int]) -> tuple[str, list[int]]:
     folded = text.casefold()
     if len(folded) == len(text):  # casefold never shrinks a char, so this is 1:1
@@ -340,11 +369,11 @@ class _Unicode:
     kind: str  # "nfkc" | "casefold"
 
     def apply(self, text: str) -> str:
-        return _nfkc(text) if self.kind == "nfkc" else text.casefold()
+        return drop_ignorable(_nfkc(text)) if self.kind == "nfkc" else text.casefold()
 
     def apply_tracked(self, text: str, offs: list[int]) -> tuple[str, list[int]]:
         if self.kind == "nfkc":
-            return _nfkc_tracked(text, offs)
+            return _drop_ignorable_tracked(*_nfkc_tracked(text, offs))
         return _casefold_tracked(text, offs)
 
 
@@ -715,20 +744,20 @@ _LATEX_GUARD = r"[\\<\[{>!~$^_√≤⩽≥⩾≠×·⋅∙]"
 
 TEXT = Normalizer(
     "text",
-    "text/1",
+    "text/2",
     (_Unicode("nfkc"), *_TEXT_TAIL),
-    "NFKC, casefold, non-alphanumeric runs -> one space",
+    "NFKC, default-ignorable characters dropped, casefold, non-alphanumeric runs -> one space",
 )
 LATEX = Normalizer(
     "latex",
-    "latex/2",
+    "latex/3",
     (_Unicode("nfkc"), _DIAGRAM_RULES, _LATEX_FLAT, _LATEX_NESTED, _LATEX_TAIL, *_TEXT_TAIL),
-    "LaTeX-aware math: diagrams dropped, \\frac/sqrt/operators unified, then text/1",
+    "LaTeX-aware math: diagrams dropped, \\frac/sqrt/operators unified, then text/2",
     batch_guard=_LATEX_GUARD,
 )
 CODE = Normalizer(
     "code",
-    "code/4",
+    "code/5",
     (
         _Unicode("nfkc"),
         _MARKDOWN_RULES,
@@ -739,7 +768,7 @@ CODE = Normalizer(
         _LATEX_TAIL,
         *_TEXT_TAIL,
     ),
-    "programming statements: markdown dropped, latex/2 rewrites, powers of ten as digits, "
+    "programming statements: markdown dropped, latex/3 rewrites, powers of ten as digits, "
     "x_i/x_{i}/start_i -> xi/starti and i^th -> ith",
     batch_guard=_LATEX_GUARD[:-1] + r"`#*&]|[<D>][eE]\+?[<D>]",
 )
@@ -934,7 +963,9 @@ def _batch_step(step: _Step, ser, stats: dict[str, int]):
     import polars as pl
 
     if isinstance(step, _Unicode):
-        return _nfkc_column(ser) if step.kind == "nfkc" else ser.str.to_lowercase()
+        if step.kind == "nfkc":
+            return _replace_rows(_nfkc_column(ser), _IGNORABLE_RUST, "")
+        return ser.str.to_lowercase()
     if step.batch is None:  # Python on the rows that may match, in place
         idx = ser.str.contains(_rust_pattern(step.batch_candidates or ".")).arg_true()
         if len(idx):
@@ -985,7 +1016,7 @@ def _batch_normalize(
     bad_sub = sub.str.contains(nfkc_bad)
     if steps and isinstance(steps[0], _Unicode) and steps[0].kind == "nfkc":
         if len(wide):
-            sub = _nfkc_column(sub)
+            sub = _replace_rows(_nfkc_column(sub), _IGNORABLE_RUST, "")
             ser = ser.clone()
             ser.scatter(wide, sub)
         steps = steps[1:]

@@ -45,9 +45,9 @@ def _check_offsets(norm, text: str, *, with_offsets: bool = False):
 
 def test_versions_and_names():
     assert {n: x.version for n, x in NORMALIZERS.items()} == {
-        "text": "text/1",
-        "latex": "latex/2",
-        "code": "code/4",
+        "text": "text/2",
+        "latex": "latex/3",
+        "code": "code/5",
     }
     with pytest.raises(ConfigError, match="available: code, latex, text"):
         get_normalizer("latx")
@@ -164,6 +164,31 @@ def test_offsets_cover_the_matched_word():
 
 def text_of(text, offs, s, e):
     return text[slice(*original_span(offs, s, e))]
+
+
+def test_invisible_characters_inside_words_do_not_split_them(benchmarks_dir):
+    """Soft hyphens, zero-width spaces and joiners, bidi marks, a BOM and variation selectors
+    inside the words of a real AIME item (text/2, latex/3, code/5): every normalizer gives the
+    item's own text, on the per-text, tracked and columnar paths, and the offsets of the
+    copy's words point at those words."""
+    import json
+
+    item = json.loads((benchmarks_dir / "aime24.jsonl").read_text().splitlines()[0])["problem"]
+    marks = ["\u00ad", "\u200b", "\u200c", "\u200d", "\u2060", "\u200e", "\ufeff", "\ufe0f"]
+    words = item.split(" ")
+    copy = " ".join(
+        w[:2] + marks[i % len(marks)] + w[2:] if len(w) > 3 else w for i, w in enumerate(words)
+    )
+    assert copy != item
+    for n in ("text", "latex", "code"):
+        norm = get_normalizer(n)
+        assert norm(copy) == norm(item), n
+        out, offs = norm.with_offsets(copy)
+        assert out == norm(item)
+        assert norm.batch([copy, item, "x"]) == [norm(item), norm(item), norm("x")]
+        i = out.index("morning")
+        s, e = original_span(offs, i, i + len("morning"))
+        assert "".join(c for c in copy[s:e] if c not in marks) == "morning"
 
 
 def test_nfkc_offsets_with_combining_and_wide_chars():
