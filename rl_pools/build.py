@@ -63,7 +63,7 @@ def rollouts_ref(
     backend: Any = None,
 ) -> dict[str, Any]:
     from curation import settings
-    from rl_pools.rollouts import publish_rollouts, run_rollouts
+    from rl_pools.rollouts import publish_rollouts, run_rollouts, verifier_version
 
     cat = catalog or Catalog()
     v = cat.resolve(ref)
@@ -77,7 +77,12 @@ def rollouts_ref(
     conf = {"generation": {k: val for k, val in gen.to_dict().items() if k != "api_key_env"},
             "sampling": params.to_dict(), "rollout": config.to_dict(), "store": str(store)}  # fmt: skip
     rv, cv = publish_rollouts(cat, v.ref, res, conf)
-    return {"rollouts_ref": rv.ref, "passcounts_ref": cv.ref, **res.summary()}
+    # the setting these counts were measured under, so a caller can select exactly them
+    # (the counts dataset may hold the same model under other settings)
+    domains = set(table.column("domain").to_pylist()) if "domain" in table.column_names else set()
+    return {"rollouts_ref": rv.ref, "passcounts_ref": cv.ref, "params_hash": params.key_hash(),
+            "verifier_versions": sorted({verifier_version(d) for d in domains if d}),
+            **res.summary()}  # fmt: skip
 
 
 def import_counts_ref(

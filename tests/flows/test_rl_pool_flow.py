@@ -45,6 +45,13 @@ def test_rl_pool_flow_end_to_end_and_rerun_without_model_calls(
         shutil.rmtree(data_root / "prefect-results")
         third = rl_pool_flow(**kw)
         assert len(srv.posts()) == n_posts and third["rollouts"]["generated"] == 0
+        # another sampling setting for the same model: the counts dataset now holds the model
+        # twice, and the flow selects on the counts it just produced
+        other = rl_pool_flow(**{**kw, "sampling": {**kw["sampling"], "max_tokens": 32}})
+        assert other["rollouts"]["generated"] == 40
+        assert other["rollouts"]["params_hash"] != first["rollouts"]["params_hash"]
+        sel_cfg = cat.resolve(other["select"]["ref"]).config
+        assert sel_cfg["passcounts"] == other["rollouts"]["passcounts_ref"]
     s = first["select"]
     assert s["rows_in"] == 10 and s["kept"] + sum(x["dropped"] for x in s["steps"]) == 10
     rl = cat.resolve(s["ref"])
