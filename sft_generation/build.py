@@ -65,6 +65,7 @@ def rows_from_sft_samples(table: pa.Table, *, source: str) -> list[dict[str, Any
     The reference answer comes from ``metadata.reference_answer`` (a field map puts it there);
     the problem uid is the content uid of the prompt, as ingest computes it for problems.
     """
+    from curation.fieldmaps import _scalar_text
     from curation.normalize import problem_uid
 
     rows = []
@@ -78,7 +79,8 @@ def rows_from_sft_samples(table: pa.Table, *, source: str) -> list[dict[str, Any
         problem = {
             "uid": puid,
             "domain": domain,
-            "answer": md.get("reference_answer"),
+            # text, as ingest makes a problem's answer: a source may ship the int 8
+            "answer": _scalar_text(md.get("reference_answer")),
             "source": md.get("source"),
         }
         sp = r.get("sampling_params") or "{}"

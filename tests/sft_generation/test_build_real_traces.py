@@ -12,6 +12,7 @@ import pytest
 from curation.catalog import Catalog
 from curation.ingest import ingest
 from sft_generation.build import build_sft, rows_from_sft_samples
+from sft_generation.config import FilterConfig
 
 pytestmark = pytest.mark.shared_data
 
@@ -93,3 +94,24 @@ def test_planted_aime_problem_in_thinking_is_flagged_with_its_span(
     assert min(s["sample_start"] for s in spans) <= start + 40
     assert max(s["sample_end"] for s in spans) >= end - 40
     assert all(start - 40 <= s["sample_start"] and s["sample_end"] <= end + 40 for s in spans)
+
+
+def test_a_numeric_reference_answer_is_text(pools_dir, data_root, tmp_path):
+    """A source that ships ``gt_answer`` as the int 8 builds like one that ships "8"."""
+    raw = [json.loads(line) for line in open(pools_dir / TRACES)][:3]
+    raw = [r for r in raw if "</think>" in r["solutions"][0]["solution"]]
+    raw[0]["gt_answer"] = int(raw[0]["gt_answer"])
+    src = tmp_path / "numeric.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in raw))
+    cat = Catalog(data_root)
+    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="num", catalog=cat).ref
+    rows = rows_from_sft_samples(cat.load(ref), source=ref)
+    assert rows[0]["reference_answer"] == str(raw[0]["gt_answer"])
+    res = build_sft(rows, name="num", out_dir=tmp_path / "run", catalog=cat,
+                    filters=FilterConfig(decontaminate=False))  # fmt: skip
+    out = pq.read_table(tmp_path / "run" / "responses.parquet").to_pylist()
+    first = next(r for r in out if r["uid"] == rows[0]["uid"])
+    assert (
+        first["reference_answer"] == str(raw[0]["gt_answer"]) and first["verification"] == "correct"
+    )
+    assert res.counts["filters"]["rows_in"] == len(raw)
