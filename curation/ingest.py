@@ -203,10 +203,12 @@ def _label(file: str, spec: SourceSpec) -> str:
     return Path(file).name
 
 
-def _text_bytes(rec: dict[str, Any], fmap: FieldMap) -> int:
+def _text_bytes(rec: dict[str, Any], fmap: FieldMap) -> tuple[int, str]:
+    """The text size of a record and the field that holds most of it (named in a reject)."""
     if fmap.schema == "problem":
-        return len(rec["problem"].encode("utf-8"))
-    return len(rec["prompt"].encode("utf-8")) + len(rec["response"].encode("utf-8"))
+        return len(rec["problem"].encode("utf-8")), "problem"
+    prompt, response = len(rec["prompt"].encode("utf-8")), len(rec["response"].encode("utf-8"))
+    return prompt + response, "prompt" if prompt > response else "response"
 
 
 def ingest_to_files(
@@ -280,10 +282,10 @@ def ingest_to_files(
                     continue
                 try:
                     rec = fmap.apply(item)
-                    size = _text_bytes(rec, fmap)
+                    size, big_field = _text_bytes(rec, fmap)
                     if size > max_row_bytes:
                         raise FieldError(
-                            fmap.text_field,
+                            big_field,
                             f"too large: {size} bytes > max_row_bytes {max_row_bytes}",
                         )
                 except FieldError as exc:

@@ -307,3 +307,22 @@ def test_sigkill_inside_the_commit_publishes_nothing_and_staging_is_collected(tm
     assert p.returncode == 0, p.stderr
     assert list((data_root / "staging").iterdir()) == []  # the dead run's folder is collected
     assert cat.datasets() == ["broken", "broken.duplicates", "broken.rejects"]
+
+
+def test_an_oversized_trace_names_the_field_that_is_too_large(tmp_path, data_root, pools_dir):
+    """A 1 MB solution in real R1 traces is a reject of ``response``, a huge problem one of
+    ``prompt``."""
+    first = json.loads(
+        open(pools_dir / "sft_r1distill_math_traces_thoughtanchors.jsonl").readline()
+    )
+    big_response = json.loads(json.dumps(first))
+    big_response["solutions"][0]["solution"] += "x" * 1_000_000
+    big_prompt = json.loads(json.dumps(first))
+    big_prompt["problem"] += " y" * 500_000
+    src = tmp_path / "traces.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in (first, big_response, big_prompt)))
+    res = ingest(str(src), field_map="thoughtanchors_r1_traces", name="traces")
+    rejects = {r["row"]: r for r in Catalog().load(res.rejects_ref).to_pylist()}
+    assert res.counts["accepted"] == 1 and set(rejects) == {2, 3}
+    assert rejects[2]["field"] == "response" and rejects[2]["reason"].startswith("too large")
+    assert rejects[3]["field"] == "prompt" and rejects[3]["reason"].startswith("too large")
