@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import time
@@ -113,6 +114,10 @@ class RolloutConfig:
         prompt_templates.check_template(self.code_template)
         if min(self.verify_workers, self.sandbox_workers, self.grade_chunk, self.chunk_prompts) < 1:
             raise ConfigError("workers and grade_chunk must be >= 1")
+        for name in ("verify_timeout_s", "code_time_limit_s"):  # before any model call
+            v = getattr(self, name)
+            if not math.isfinite(v) or v <= 0:
+                raise ConfigError(f"RolloutConfig.{name} must be a finite number > 0, got {v}")
 
     def to_dict(self) -> dict[str, Any]:
         import dataclasses

@@ -129,6 +129,12 @@ class SandboxConfig:
         for name in ("time_limit_s", "memory_mb", "max_processes", "max_output_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"SandboxConfig.{name} must be > 0, got {getattr(self, name)}")
+        # NaN compares false with everything (no limit at all); inf overflows the rlimits
+        for name in ("time_limit_s", "cpu_limit_s", "total_time_limit_s"):
+            v = getattr(self, name)
+            if v is not None and not math.isfinite(v):
+                raise ConfigError(f"SandboxConfig.{name} must be a finite number, got {v}",
+                                  hint="e.g. 5 (seconds)")  # fmt: skip
         if self.cpu_limit_s is not None and self.cpu_limit_s <= 0:
             raise ConfigError(f"SandboxConfig.cpu_limit_s must be > 0, got {self.cpu_limit_s}")
         if self.memory_mb < 32:

@@ -14,6 +14,7 @@ Rows in = kept + dropped, always; the counts per reason are returned and recorde
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +60,12 @@ class PoolValidationConfig:
     def __post_init__(self) -> None:
         if self.verify_workers < 1 or self.sandbox_workers < 1 or self.max_solutions < 1:
             raise ConfigError("validation workers and max_solutions must be >= 1")
+        for name in ("verify_timeout_s", "time_limit_s"):
+            v = getattr(self, name)
+            if not math.isfinite(v) or v <= 0:
+                raise ConfigError(
+                    f"PoolValidationConfig.{name} must be a finite number > 0, got {v}"
+                )
 
 
 @dataclass

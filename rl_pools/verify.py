@@ -23,6 +23,7 @@ a deadline and kills and replaces the worker that overruns it. It works from any
 from __future__ import annotations
 
 import dataclasses
+import math
 import multiprocessing as mp
 import re
 import time
@@ -72,8 +73,12 @@ class VerifyConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.timeout_s <= 0:
-            raise ConfigError(f"VerifyConfig.timeout_s must be > 0, got {self.timeout_s}")
+        # NaN compares false with everything: it would disable the hard deadline; inf overflows
+        if not math.isfinite(self.timeout_s) or self.timeout_s <= 0:
+            raise ConfigError(
+                f"VerifyConfig.timeout_s must be a finite number > 0, got {self.timeout_s}",
+                hint="e.g. timeout_s = 5 (seconds)",
+            )
         if self.workers < 1:
             raise ConfigError(f"VerifyConfig.workers must be >= 1, got {self.workers}")
 

@@ -295,12 +295,29 @@ class TrainConfig:
                     f"[trl] {key} is set by {_STAGE_OWNED[key]}, not in [trl]",
                     hint=f"move it to {_STAGE_OWNED[key]}",
                 )
+        self._check_service("verify", "rl_pools.verify", "VerifyConfig")
+        self._check_service("sandbox", "rl_pools.sandbox", "SandboxConfig")
         ng = self.trl.get("num_generations", 8)
         if not isinstance(ng, int) or ng < 2:
             raise ConfigError(
                 f"[trl] num_generations must be an integer >= 2, got {ng!r}",
                 hint="GRPO compares rollouts within a group",
             )
+
+    def _check_service(self, key: str, module: str, klass: str) -> None:
+        """[verify] / [sandbox] are checked by their own typed config when the config loads
+        (a NaN timeout, an unknown key), not when the first reward is computed."""
+        import importlib
+
+        val = getattr(self, key)
+        if not isinstance(val, dict):
+            raise ConfigError(f"[{key}] must be a table")
+        cls = getattr(importlib.import_module(module), klass)
+        _check_keys(f"[{key}]", val, cls)
+        try:
+            cls(**val)
+        except ConfigError as exc:
+            raise ConfigError(f"[{key}] {exc.message}", hint=exc.hint) from exc
 
     # ---- (de)serialisation --------------------------------------------------------------
 

@@ -70,3 +70,19 @@ def test_verify_math_prints_one_json_object():
         "verify", "math", "--answer", r"\boxed{9^{9^{9^{9}}}}", "--reference", "1", "--timeout", "1"
     )
     assert rc == 0 and obj["status"] == "timeout", raw
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-1"])
+def test_non_finite_limits_are_refused_like_zero(tmp_path, value):
+    """A NaN timeout would turn the hard deadline off (every comparison with NaN is false), an
+    infinite one overflowed: both are refused by the typed configs, like 0 and -1."""
+    rc, _, raw = _sluice(
+        "verify", "math", "--answer", r"\boxed{1}", "--reference", "1", "--timeout", value
+    )
+    assert rc == 2 and "timeout_s must be a finite number > 0" in raw, raw
+    assert "Traceback" not in raw
+    prog = tmp_path / "ok.py"
+    prog.write_text("print(1)\n")
+    rc, _, raw = _sluice("sandbox", "run", str(prog), "--time-limit", value)
+    assert rc == 2 and "SandboxConfig.time_limit_s must be" in raw, raw
+    assert "Traceback" not in raw

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
+import pytest
 from rl_helpers import ingest_real
 
 from curation.catalog import Catalog
@@ -55,3 +56,16 @@ def test_code_tests_must_accept_the_reference_solution(data_root, pools_dir):
     assert res.unvalidated_code == 1 and res.rows_in == 4
     assert json.loads(json.dumps(res.summary()))["dropped_by_reason"] == {
         "no_tests": 1, "reference_solution_fails": 1}  # fmt: skip
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 0.0])
+def test_non_finite_time_limits_are_refused_before_any_work(value):
+    from curation.errors import ConfigError
+    from rl_pools.rollouts import RolloutConfig
+    from rl_pools.validate import PoolValidationConfig
+
+    for cfg, name in ((RolloutConfig, "verify_timeout_s"), (RolloutConfig, "code_time_limit_s"),
+                      (PoolValidationConfig, "verify_timeout_s"),
+                      (PoolValidationConfig, "time_limit_s")):  # fmt: skip
+        with pytest.raises(ConfigError, match=f"{name} must be a finite number > 0"):
+            cfg(**{name: value})

@@ -59,6 +59,12 @@ def test_srpo_example_is_math_then_code():
         ({"rewards": [{"name": "math_acc"}]}, "math_accuracy"),
         ({"rewards": [{"name": "format"}]}, "correct_rewards"),
         ({"trl": {"num_generations": 1}}, "num_generations"),
+        (
+            {"verify": {"timeout_s": float("nan")}},
+            "[verify] VerifyConfig.timeout_s must be a finite",
+        ),
+        ({"sandbox": {"time_limit_s": float("inf")}}, "[sandbox] SandboxConfig.time_limit_s"),
+        ({"sandbox": {"time_limt_s": 5}}, "unknown key 'time_limt_s' in [sandbox]"),
     ],
 )
 def test_config_errors_name_the_fix(over, message):
