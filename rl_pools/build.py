@@ -86,10 +86,18 @@ def rollouts_ref(
 
 
 def import_counts_ref(
-    counts: Any, pool_ref: str, *, catalog: Catalog | None = None, origin: str = ""
+    counts: Any,
+    pool_ref: str,
+    *,
+    catalog: Catalog | None = None,
+    origin: str = "",
+    locations: Any = None,
 ) -> dict[str, Any]:
-    """Merge imported counts (a PASSCOUNT_SCHEMA table) into ``BASE.passcounts``. Uids not in
-    the pool are an error (they would never match a row)."""
+    """Merge imported counts (a PASSCOUNT_SCHEMA table) into ``BASE.passcounts``.
+
+    Counts whose uid is not in the pool would never match a row: they are not published, and
+    the first few are named in ``unmatched_rows`` (``locations`` maps a uid to where it was
+    read, e.g. ``counts.jsonl row 7``). None matching at all is an error."""
     from rl_pools.passcounts import publish_counts
 
     cat = catalog or Catalog()
@@ -98,16 +106,25 @@ def import_counts_ref(
     uids = counts.column("uid").to_pylist()
     unknown = [u for u in uids if u not in pool_uids]
     matched = len(uids) - len(unknown)
+    named = [f"{(locations or {}).get(u, 'uid')}: uid {u}" for u in unknown[:5]]
     if matched == 0:
         raise InputError(
-            f"none of the {len(uids)} imported counts matches a problem of {v.ref}",
+            f"none of the {len(uids)} imported counts matches a problem of {v.ref} "
+            f"(first: {'; '.join(named)})",
             hint="the uid is the content uid of the problem text; import against the pool the "
             "counts were measured on",
         )
+    if unknown:
+        keep = pa.array([u in pool_uids for u in uids])
+        counts = counts.filter(keep)
     cv = publish_counts(cat, f"{base_name(v.name)}.passcounts", counts, parents=[v.ref],
                         config={"import": origin, "rows": len(uids), "unmatched": len(unknown)})  # fmt: skip
-    return {"passcounts_ref": cv.ref, "rows": len(uids), "matched": matched,
-            "unmatched": len(unknown)}  # fmt: skip
+    out = {"passcounts_ref": cv.ref, "rows": len(uids), "matched": matched,
+           "unmatched": len(unknown)}  # fmt: skip
+    if unknown:
+        out["unmatched_rows"] = named + ([f"... and {len(unknown) - 5} more"]
+                                         if len(unknown) > 5 else [])  # fmt: skip
+    return out
 
 
 def select_ref(

@@ -13,13 +13,14 @@ maps) and a plain table of ``(uid | problem, model, k, passed)`` or ``pass_rate`
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from curation.errors import InputError, NotFoundError
+from curation.errors import ConfigError, InputError, NotFoundError
 
 PASSCOUNT_SCHEMA = pa.schema(
     [
@@ -170,33 +171,98 @@ def import_skywork(pool: pa.Table, *, k: int = 16, origin: str = "skywork_model_
     return counts_table(rows), missing
 
 
-def _read_any(path: Path) -> pa.Table:
-    import pyarrow.csv as pcsv
-    import pyarrow.json as pjson
+def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
+    """(columns, [(row, record)]) of a counts table. Rows are numbered as a user finds them: the
+    line of a .jsonl / .csv file (a CSV header is line 1), the 1-based row of a Parquet file.
+    Values stay as the file wrote them (CSV: text), so each is checked on its own row."""
+    import csv
+
     import pyarrow.parquet as pq
 
-    if not path.exists():
+    if not path.is_file():
         raise NotFoundError(f"file {path} does not exist")
     suf = path.suffix.lower()
+    rows: list[tuple[int, dict[str, Any]]] = []
     if suf == ".parquet":
-        return pq.read_table(path)
-    if suf == ".csv":
-        return pcsv.read_csv(path)
-    if suf in (".jsonl", ".json"):
-        rows = []
-        with open(path, encoding="utf-8") as f:
+        try:
+            t = pq.read_table(path)
+        except (OSError, pa.ArrowException) as exc:
+            raise InputError(f"not a readable Parquet file: {exc}", file=str(path)) from exc
+        cols = t.column_names
+        rows = list(enumerate(t.to_pylist(), 1))
+    elif suf == ".csv":
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            reader = csv.DictReader(f)
+            cols = list(reader.fieldnames or [])
+            for r in reader:
+                rows.append((reader.line_num, {k: (v if v != "" else None) for k, v in r.items()}))
+    elif suf in (".jsonl", ".json"):
+        seen: set[str] = set()
+        with open(path, encoding="utf-8-sig") as f:
             for n, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError as exc:
-                        raise InputError(f"not JSON: {exc}", file=str(path), row=n) from exc
-        return pa.Table.from_pylist(rows) if rows else pjson.read_json(path)
-    raise InputError(f"unsupported file type {suf!r}", file=str(path),
-                     hint="use .parquet, .csv or .jsonl")  # fmt: skip
+                if not line.strip():
+                    continue
+                try:
+                    r = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise InputError(f"not JSON: {exc}", file=str(path), row=n) from exc
+                if not isinstance(r, dict):
+                    raise InputError(f"expected a JSON object, got {type(r).__name__}",
+                                     file=str(path), row=n)  # fmt: skip
+                seen.update(r)
+                rows.append((n, r))
+        cols = sorted(seen)
+    else:
+        raise InputError(f"unsupported file type {suf!r}", file=str(path),
+                         hint="use .parquet, .csv or .jsonl")  # fmt: skip
+    if not rows:
+        raise InputError("the file has no rows", file=str(path),
+                         hint="one row per (uid | problem, model) with k + passed or pass_rate")  # fmt: skip
+    return cols, rows
 
 
-def import_table(
+def _number(v: Any) -> Any:
+    """CSV text as a number; other values as they are (a bad one is left for the caller)."""
+    if isinstance(v, str):
+        if not v.strip():
+            return None
+        try:
+            return float(v.strip())
+        except ValueError:
+            return v
+    return v
+
+
+def _count(v: Any, path: Path, row: int, name: str) -> int | None:
+    """A whole number from a JSON/Parquet number or CSV text; None when missing."""
+    n = _number(v)
+    if n is None:
+        return None
+    if (isinstance(n, bool) or not isinstance(n, (int, float)) or not math.isfinite(n)
+            or n != int(n)):  # fmt: skip
+        raise InputError(f"{name} must be a whole number, got {v!r}", file=str(path), row=row,
+                         field=name)  # fmt: skip
+    return int(n)
+
+
+def _fraction(v: Any, path: Path, row: int, name: str) -> float | None:
+    n = _number(v)
+    if n is None:
+        return None
+    if isinstance(n, bool) or not isinstance(n, (int, float)) or not 0 <= n <= 1:
+        raise InputError(f"{name} must be a number in [0, 1], got {v!r}", file=str(path),
+                         row=row, field=name)  # fmt: skip
+    return float(n)
+
+
+def _text(v: Any, path: Path, row: int, name: str, hint: str) -> str:
+    if not isinstance(v, str) or not v.strip():
+        what = "missing" if v is None else "empty" if isinstance(v, str) else f"not text: {v!r}"
+        raise InputError(f"{name} is {what}", file=str(path), row=row, field=name, hint=hint)
+    return v
+
+
+def read_table_rows(
     path: str | Path,
     *,
     model: str | None = None,
@@ -204,15 +270,16 @@ def import_table(
     domain: str = "math",
     verifier_version: str = "external",
     problem_field: str = "problem",
-) -> pa.Table:
-    """A plain table: ``uid`` (or the problem text in ``problem_field``, turned into the same
-    content uid as ingest), ``model`` (or ``--model``), and ``k`` + ``passed`` (or ``--k``) or a
-    ``pass_rate`` / ``accuracy`` column (k may then stay unknown)."""
+) -> list[tuple[int, dict[str, Any]]]:
+    """The checked count rows of a plain table with their row numbers (see :func:`import_table`).
+
+    Every value is checked where it is read: a bad one is an error naming the file, the row and
+    the field, never a row imported as ungraded. The same (uid, model) twice with different
+    counts is an error naming both rows; an exact repeat is kept once."""
     from curation.normalize import problem_uid
 
     path = Path(path)
-    t = _read_any(path)
-    cols = t.column_names
+    cols, raw = _read_rows(path)
     if "uid" not in cols and problem_field not in cols:
         raise InputError(
             f"the table has neither 'uid' nor {problem_field!r}", file=str(path), field="uid",
@@ -227,25 +294,72 @@ def import_table(
             "the table has neither 'passed' nor 'pass_rate'/'accuracy'", file=str(path),
             field="passed", hint="add passed (with k) or a pass_rate column",
         )  # fmt: skip
-    out = []
-    for i, r in enumerate(t.to_pylist(), 1):
-        uid = r.get("uid") or problem_uid(r.get("domain") or domain, r[problem_field])
-        kk = r.get("k", k)
-        passed = r.get("passed")
-        rate = r.get(rate_col) if rate_col else None
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise ConfigError(f"--k must be a whole number >= 1, got {k!r}")
+    out: list[tuple[int, dict[str, Any]]] = []
+    first: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
+    for i, r in raw:
+        if r.get("uid") is not None:
+            uid = _text(r.get("uid"), path, i, "uid", "the pool's content uid of the problem")
+        else:
+            text = _text(r.get(problem_field), path, i, problem_field,
+                         "each row needs a uid or the problem text")  # fmt: skip
+            uid = problem_uid(r.get("domain") or domain, text)
+        m = r.get("model")
+        m = model if m is None or (isinstance(m, str) and not m.strip() and model) else m
+        m = _text(m, path, i, "model", "name the model in the row, or pass --model NAME")
+        kk = _count(r.get("k"), path, i, "k")
+        kk = k if kk is None else kk
+        if kk is not None and kk < 1:
+            raise InputError(f"k must be >= 1, got {kk}", file=str(path), row=i, field="k",
+                             hint="k is the number of samples graded per prompt")  # fmt: skip
+        passed = _count(r.get("passed"), path, i, "passed")
+        rate = _fraction(r.get(rate_col), path, i, rate_col) if rate_col else None
+        if passed is None and rate is None:
+            field = "passed" if "passed" in cols else rate_col
+            raise InputError(f"{field} is missing", file=str(path), row=i, field=field,
+                             hint="every row needs passed (with k) or a pass rate")  # fmt: skip
         if passed is not None and kk is None:
             raise InputError("'passed' given without k", file=str(path), row=i, field="k",
                              hint="add a k column or pass --k")  # fmt: skip
         if passed is not None and not 0 <= passed <= kk:
             raise InputError(f"passed={passed} is outside 0..{kk}", file=str(path), row=i,
                              field="passed")  # fmt: skip
-        if rate is not None and not 0 <= rate <= 1:
-            raise InputError(f"{rate_col}={rate} is outside [0, 1]", file=str(path), row=i,
-                             field=rate_col)  # fmt: skip
         if passed is None and rate is not None and kk is not None:
             passed = round(rate * kk)
-        out.append({"uid": uid, "model": r.get("model") or model, "params_hash": "",
-                    "verifier_version": verifier_version, "k": kk, "passed": passed,
-                    "pass_rate": rate if passed is None else None,
-                    "origin": f"table:{path.name}"})  # fmt: skip
-    return counts_table(out)
+        rec = {"uid": uid, "model": m, "params_hash": "", "verifier_version": verifier_version,
+               "k": kk, "passed": passed, "pass_rate": rate if passed is None else None,
+               "origin": f"table:{path.name}"}  # fmt: skip
+        prev = first.get((uid, m))
+        if prev is not None:
+            if prev[1] == rec:
+                continue
+            raise InputError(
+                f"uid {uid} of model {m!r} has two different counts: row {prev[0]} "
+                f"(k={prev[1]['k']}, passed={prev[1]['passed']}, pass_rate={prev[1]['pass_rate']})"
+                f" and row {i} (k={kk}, passed={passed}, pass_rate={rec['pass_rate']})",
+                file=str(path), row=i, field="uid",
+                hint="keep one row per (uid | problem, model); nothing was imported",
+            )  # fmt: skip
+        first[(uid, m)] = (i, rec)
+        out.append((i, rec))
+    return out
+
+
+def import_table(
+    path: str | Path,
+    *,
+    model: str | None = None,
+    k: int | None = None,
+    domain: str = "math",
+    verifier_version: str = "external",
+    problem_field: str = "problem",
+) -> pa.Table:
+    """A plain table: ``uid`` (or the problem text in ``problem_field``, turned into the same
+    content uid as ingest, for ``domain`` or the row's own ``domain`` column), ``model`` (or
+    ``--model``), and ``k`` + ``passed`` (or ``--k``) or a ``pass_rate`` / ``accuracy`` column
+    (k may then stay unknown). Bad values are errors naming file, row and field (see
+    :func:`read_table_rows`)."""
+    rows = read_table_rows(path, model=model, k=k, domain=domain,
+                           verifier_version=verifier_version, problem_field=problem_field)  # fmt: skip
+    return counts_table(r for _, r in rows)

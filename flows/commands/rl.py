@@ -108,20 +108,23 @@ def import_counts(
     from curation.catalog import Catalog
     from curation.errors import ConfigError
     from rl_pools.build import import_counts_ref
-    from rl_pools.passcounts import import_skywork, import_table
+    from rl_pools.passcounts import counts_table, import_skywork, read_table_rows
 
     cat = Catalog()
+    locations = None
     if fmt == "skywork":
         counts, _missing = import_skywork(cat.load(cat.resolve(pool).ref), k=k or 16)
         origin = "skywork_model_difficulty"
     elif fmt == "table":
         if file is None:
             raise ConfigError("--format table needs --file PATH")
-        counts = import_table(file, model=model, k=k, problem_field=problem_field)
+        rows = read_table_rows(file, model=model, k=k, problem_field=problem_field)
+        counts = counts_table(r for _, r in rows)
+        locations = {r["uid"]: f"{file.name} row {n}" for n, r in rows}
         origin = f"table:{file}"
     else:
         raise ConfigError(f"unknown import format {fmt!r}", hint="use table or skywork")
-    _echo(import_counts_ref(counts, pool, catalog=cat, origin=origin))
+    _echo(import_counts_ref(counts, pool, catalog=cat, origin=origin, locations=locations))
 
 
 @app.command("select")

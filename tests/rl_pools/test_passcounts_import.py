@@ -1,0 +1,117 @@
+"""`rl import-counts` of a plain table, on the real graded rollouts of Qwen2.5-Math
+(``rollouts_qwen25math_math_cot_100_k8.jsonl``): every bad value is an error naming the file,
+the row and the field (never a row imported as ungraded, never a traceback), conflicting
+duplicates name both rows, and counts for problems outside the pool are named, not published."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from curation.catalog import Catalog
+from curation.errors import InputError
+from rl_pools.build import import_counts_ref
+from rl_pools.passcounts import import_table, read_table_rows
+
+QWEN = "rollouts_qwen25math_math_cot_100_k8.jsonl"
+
+
+@pytest.fixture()
+def qwen(pools_dir):
+    with open(pools_dir / QWEN, encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f][:6]
+    return [{"problem": r["question"], "model": "qwen", "k": 8, "passed": sum(r["score"])}
+            for r in rows]  # fmt: skip
+
+
+def _jsonl(tmp_path, rows, name="counts.jsonl"):
+    p = tmp_path / name
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return p
+
+
+@pytest.mark.parametrize(
+    ("row", "field", "message"),
+    [
+        ({"pass_rate": None, "passed": None}, "passed", "passed is missing"),
+        ({"k": 0}, "k", "k must be >= 1"),
+        ({"k": 8.5}, "k", "k must be a whole number, got 8.5"),
+        ({"passed": True}, "passed", "passed must be a whole number, got True"),
+        ({"model": ""}, "model", "model is empty"),
+        ({"passed": None, "pass_rate": "high"}, "pass_rate", "must be a number in [0, 1]"),
+    ],
+)
+def test_bad_values_name_file_row_and_field(qwen, tmp_path, row, field, message):
+    rows = [dict(r) for r in qwen]
+    rows[0]["pass_rate"] = 0.5  # the others carry a number: "high" is mixed with numbers
+    rows[3].update(row)
+    p = _jsonl(tmp_path, rows)
+    with pytest.raises(InputError) as e:
+        import_table(p)
+    assert (e.value.file, e.value.row, e.value.field) == (str(p), 4, field)
+    assert message in str(e.value)
+
+
+def test_csv_values_are_checked_too(qwen, tmp_path):
+    head = "problem,model,k,passed\n"
+    lines = [f'"{r["problem"]}",qwen,8,{r["passed"]}' for r in qwen[:3]]
+    p = tmp_path / "c.csv"
+    p.write_text(head + "\n".join([*lines[:2], lines[2].replace(",8,", ",eight,")]) + "\n")
+    with pytest.raises(
+        InputError, match=r"row 4, field 'k': k must be a whole number, got 'eight'"
+    ):
+        import_table(p)
+    p.write_text(head + "\n".join([*lines[:2], lines[2].rsplit(",", 1)[0] + ","]) + "\n")
+    with pytest.raises(InputError, match=r"row 4, field 'passed': passed is missing"):
+        import_table(p)
+    p.write_text(head + "\n".join(lines) + "\n")
+    passed = import_table(p).column("passed").to_pylist()
+    assert sorted(passed) == sorted(r["passed"] for r in qwen[:3])
+
+
+def test_empty_file_and_conflicting_duplicates(qwen, tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(InputError, match="empty.jsonl: the file has no rows"):
+        import_table(empty)
+    rows = [*qwen, dict(qwen[1])]
+    assert len(read_table_rows(_jsonl(tmp_path, rows))) == len(qwen)  # an exact repeat: once
+    rows[-1]["passed"] = (qwen[1]["passed"] + 1) % 9
+    with pytest.raises(InputError, match=r"row 7, field 'uid'.*two different counts: row 2 "):
+        import_table(_jsonl(tmp_path, rows))
+
+
+def test_unmatched_counts_are_named_and_not_published(qwen, pools_dir, data_root, tmp_path):
+    from curation.ingest import ingest
+
+    m = tmp_path / "q.toml"
+    m.write_text('[map]\ndomain = "math"\nsource = "qwen"\nrequired = ["answer"]\n'
+                 '[fields]\nproblem = "question"\nanswer = "answer"\n')  # fmt: skip
+    ingest(str(pools_dir / QWEN), field_map=str(m), name="qwen", limit=4)
+    p = _jsonl(tmp_path, qwen)  # rows 5 and 6 are not in the 4-row pool
+    rows = read_table_rows(p)
+    out = import_counts_ref(import_table(p), "qwen@latest",
+                            locations={r["uid"]: f"counts.jsonl row {n}" for n, r in rows})  # fmt: skip
+    assert (out["matched"], out["unmatched"]) == (4, 2)
+    named = sorted(x.split(":")[0] for x in out["unmatched_rows"])
+    assert named == ["counts.jsonl row 5", "counts.jsonl row 6"]
+    assert Catalog().load(out["passcounts_ref"]).num_rows == 4
+
+
+def test_cli_errors_are_one_line(qwen, pools_dir, data_root, tmp_path):
+    from curation.ingest import ingest
+
+    ingest(str(pools_dir / "math_gsm8k_train.jsonl"), field_map="gsm8k", name="g", limit=3)
+    env = {**os.environ, "SLUICE_DATA_ROOT": str(data_root)}
+    rows = [dict(r) for r in qwen]
+    rows[2]["passed"] = True
+    for path in (_jsonl(tmp_path, rows), _jsonl(tmp_path, [], "empty.jsonl")):
+        r = subprocess.run([sys.executable, "-m", "flows.cli", "rl", "import-counts", "g@latest",
+                            "--file", str(path)], env=env, capture_output=True, text=True,
+                           timeout=120)  # fmt: skip
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert f"file {path}" in r.stderr
