@@ -267,7 +267,7 @@ def read_table_rows(
     *,
     model: str | None = None,
     k: int | None = None,
-    domain: str = "math",
+    domain: str | None = "math",
     verifier_version: str = "external",
     problem_field: str = "problem",
 ) -> list[tuple[int, dict[str, Any]]]:
@@ -304,7 +304,14 @@ def read_table_rows(
         else:
             text = _text(r.get(problem_field), path, i, problem_field,
                          "each row needs a uid or the problem text")  # fmt: skip
-            uid = problem_uid(r.get("domain") or domain, text)
+            dom = r.get("domain") or domain
+            if not dom:
+                raise InputError(
+                    "the row gives the problem text but no domain", file=str(path), row=i,
+                    field="domain", hint="the pool mixes domains: pass --domain math|code or "
+                    "add a domain column (the uid of a problem text depends on its domain)",
+                )  # fmt: skip
+            uid = problem_uid(dom, text)
         m = r.get("model")
         m = model if m is None or (isinstance(m, str) and not m.strip() and model) else m
         m = _text(m, path, i, "model", "name the model in the row, or pass --model NAME")

@@ -103,6 +103,12 @@ def import_counts(
     model: str | None = typer.Option(None, "--model", help="model, when the table has none"),
     k: int | None = typer.Option(None, "--k", help="samples per prompt, when the table has none"),
     problem_field: str = typer.Option("problem", "--problem-field", help="problem text column"),
+    domain: str | None = typer.Option(
+        None,
+        "--domain",
+        help="math | code: the domain of the problem texts (their uid depends on it); default: "
+        "the pool's domain (a table's domain column wins)",
+    ),
 ) -> None:
     """Import externally produced pass counts into BASE.passcounts."""
     from curation.catalog import Catalog
@@ -118,7 +124,14 @@ def import_counts(
     elif fmt == "table":
         if file is None:
             raise ConfigError("--format table needs --file PATH")
-        rows = read_table_rows(file, model=model, k=k, problem_field=problem_field)
+        if domain is not None and domain not in ("math", "code"):
+            raise ConfigError(f"unknown --domain {domain!r}", hint="use math or code")
+        if domain is None:  # the uid of a problem text is computed in the pool's domain
+            pv = cat.resolve(pool)
+            have = set(cat.load(pv.ref, columns=["domain"]).column("domain").to_pylist())
+            domain = next(iter(have)) if len(have) == 1 else None
+        rows = read_table_rows(file, model=model, k=k, domain=domain,
+                               problem_field=problem_field)  # fmt: skip
         counts = counts_table(r for _, r in rows)
         locations = {r["uid"]: f"{file.name} row {n}" for n, r in rows}
         origin = f"table:{file}"

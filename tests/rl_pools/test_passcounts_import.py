@@ -115,3 +115,18 @@ def test_cli_errors_are_one_line(qwen, pools_dir, data_root, tmp_path):
                            timeout=120)  # fmt: skip
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
         assert f"file {path}" in r.stderr
+
+
+def test_problem_texts_of_a_code_pool_match_it(pools_dir, data_root, tmp_path):
+    """The uid of a problem text is computed in the pool's domain: a code pool's counts match."""
+    from curation.ingest import ingest
+
+    ingest(str(pools_dir / "code_deepcoder_leetcode_train.jsonl"), field_map="deepcoder_leetcode",
+           name="code", limit=3)  # fmt: skip
+    problems = Catalog().load("code@latest").column("problem").to_pylist()
+    p = _jsonl(tmp_path, [{"problem": t, "model": "m", "k": 4, "passed": 2} for t in problems])
+    env = {**os.environ, "SLUICE_DATA_ROOT": str(data_root)}
+    r = subprocess.run([sys.executable, "-m", "flows.cli", "rl", "import-counts", "code@latest",
+                        "--file", str(p)], env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["matched"] == 3
