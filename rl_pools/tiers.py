@@ -2,7 +2,10 @@
 
 Tiers come from a model's pass rate on each prompt: ``unsolved`` (0/k), the solved-sometimes
 range split into configurable bands (default ``hard`` / ``medium`` / ``easy`` at 1/3 and 2/3),
-``solved`` (k/k), and ``ungraded`` (no usable count). Keep rules are lists of steps, each a small
+``solved`` (k/k), and ``ungraded`` (no usable count). The pass rate is over the valid grades
+(``passed / (k - n_invalid)``; a verifier timeout or sandbox error is neither pass nor fail), and
+a prompt whose valid grades are fewer than ``min_valid_share`` of k (default half) is
+``ungraded``: 1 pass of 1 valid grade out of 4 is not "solved". Keep rules are lists of steps, each a small
 dict; the presets reproduce published recipes (see docs/rl_pools.md):
 
 =============== ==============================================================================
@@ -80,6 +83,10 @@ class TierConfig:
     names: tuple[str, ...] = field(
         default=("hard", "medium", "easy"), metadata={"help": "band names, hardest first"}
     )
+    min_valid_share: float = field(
+        default=0.5,
+        metadata={"help": "a prompt with fewer valid grades than this share of k is ungraded"},
+    )
 
     def __post_init__(self) -> None:
         self.bands, self.names = tuple(self.bands), tuple(self.names)
@@ -92,9 +99,20 @@ class TierConfig:
             raise ConfigError(f"tier cut points must be increasing, inside (0, 1): {self.bands}")
         if {UNSOLVED, SOLVED, UNGRADED} & set(self.names):
             raise ConfigError("band names must differ from unsolved / solved / ungraded")
+        v = self.min_valid_share
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+            raise ConfigError(f"[tiers] min_valid_share must be a number in (0, 1], got {v!r}",
+                              hint="e.g. 0.5: at least half of the k grades must be valid")  # fmt: skip
 
     def all_tiers(self) -> list[str]:
         return [UNSOLVED, *self.names, SOLVED, UNGRADED]
+
+    def usable_rate(self, count: dict[str, Any]) -> float | None:
+        """The pass rate of a count row, or None when too few of its grades are valid."""
+        rate, k, invalid = count.get("pass_rate"), count.get("k"), count.get("n_invalid") or 0
+        if rate is not None and k and (k - invalid) < self.min_valid_share * k:
+            return None
+        return rate
 
     def tier_of(self, pass_rate: float | None) -> str:
         if pass_rate is None:
@@ -125,7 +143,7 @@ def assign_tiers(pool: pa.Table, counts: pa.Table, tiers: TierConfig | None = No
     rows = []
     for r in pool.to_pylist():
         c = by_uid.get(r["uid"], {})
-        rate = c.get("pass_rate")
+        rate = tiers.usable_rate(c)
         rows.append({**r, "model": c.get("model") or (models[0] if models else None),
                      "params_hash": c.get("params_hash"),
                      "verifier_version": c.get("verifier_version"), "k": c.get("k"),
@@ -186,7 +204,8 @@ class SelectionConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {"preset": self.preset, "steps": self.resolved_steps(), "seed": self.seed,
-                "tiers": {"bands": list(self.tiers.bands), "names": list(self.tiers.names)}}  # fmt: skip
+                "tiers": {"bands": list(self.tiers.bands), "names": list(self.tiers.names),
+                          "min_valid_share": self.tiers.min_valid_share}}  # fmt: skip
 
 
 def _check_step(s: dict[str, Any]) -> None:

@@ -229,3 +229,25 @@ def test_curricula_and_skywork_import(data_root):
     with pytest.raises(Exception, match="outside 0..16"):
         import_skywork(pool.append_column("metadata", pa.array(
             [json.dumps({"model_difficulty": {"x": 17}})] * pool.num_rows)))  # fmt: skip
+
+
+def test_invalid_grades_do_not_make_a_prompt_solved():
+    """k=4 with 3 verifier timeouts and 1 pass is not "solved": too few valid grades, ungraded."""
+    pool = pa.Table.from_pylist([{"uid": u, "source": "s", "domain": "math", "problem": u,
+                                  "answer": "1"} for u in ("a", "b", "c")])  # fmt: skip
+    counts = counts_table([
+        {"uid": "a", "model": "m", "verifier_version": "v", "k": 4, "passed": 1, "n_invalid": 3},
+        {"uid": "b", "model": "m", "verifier_version": "v", "k": 4, "passed": 1, "n_invalid": 2},
+        {"uid": "c", "model": "m", "verifier_version": "v", "k": 4, "passed": 2, "n_invalid": 0},
+    ])  # fmt: skip
+    tiered = {r["uid"]: r for r in assign_tiers(pool, counts).to_pylist()}
+    assert tiered["a"]["tier"] == "ungraded" and tiered["a"]["pass_rate"] is None
+    assert tiered["b"]["tier"] == "medium" and tiered["b"]["pass_rate"] == 0.5  # 2 of 4 valid
+    assert tiered["c"]["tier"] == "medium"
+    strict = assign_tiers(pool, counts, TierConfig(min_valid_share=1.0)).to_pylist()
+    assert [r["tier"] for r in strict] == ["ungraded", "ungraded", "medium"]
+    kept = select_rows(assign_tiers(pool, counts), SelectionConfig(preset="srpo")).kept
+    assert sorted(kept.column("uid").to_pylist()) == ["b", "c"]
+    for bad in (0, 1.5, "half"):
+        with pytest.raises(Exception, match="min_valid_share must be a number in"):
+            TierConfig(min_valid_share=bad)
