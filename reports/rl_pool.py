@@ -79,7 +79,7 @@ def build_rl_report(ref: str, catalog: Any = None, contamination_report: str | N
             if sources and c["uid"] not in sources:
                 continue
             label = f"{c['model']} | {sources.get(c['uid'], '?')}"
-            t = tcfg.tier_of(c["pass_rate"])
+            t = tcfg.tier_of(tcfg.usable_rate(c))  # as select tiers it
             hist.setdefault(label, Counter())[t] += 1
             if c["pass_rate"] is not None:
                 rates.setdefault(c["model"], []).append(c["pass_rate"])
