@@ -74,6 +74,7 @@ _load_commands()
 def main(argv: list[str] | None = None) -> None:
     """Entry point: runs the app and turns Sluice errors into one clear line + exit code 2."""
     from rich.console import Console
+    from rich.markup import escape
 
     from curation.allocator import keep_freed_memory
 
@@ -82,7 +83,9 @@ def main(argv: list[str] | None = None) -> None:
         # standalone mode: click prints usage errors and exits with its own codes
         app(args=argv, prog_name="sluice")
     except SluiceError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        Console(stderr=True).print(
+            f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True
+        )
         sys.exit(2)
     except Exception as exc:
         # A full disk, a read-only data root, an --out that is a file: one line naming the path
@@ -92,7 +95,9 @@ def main(argv: list[str] | None = None) -> None:
         err = storage_error(exc)
         if err is None:
             raise
-        Console(stderr=True).print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+        Console(stderr=True).print(
+            f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True
+        )
         sys.exit(2)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+from rich.markup import escape  # help text is rich markup: keep [tables] visible
 
 
 def register(app: typer.Typer) -> None:
@@ -13,8 +14,10 @@ def register(app: typer.Typer) -> None:
 def ingest_command(
     source: str = typer.Argument(
         None,
-        help="A .jsonl/.jsonl.gz/.json/.parquet file, a folder (save_to_disk or data files), "
-        "or hf://<repo>[:<config>][@<revision>]#<split>.",
+        help=escape(
+            "A .jsonl/.jsonl.gz/.json/.parquet file, a folder (save_to_disk or data files), "
+            "or hf://<repo>[:<config>][@<revision>]#<split>."
+        ),
         show_default=False,
     ),
     field_map: str = typer.Option(

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import typer
+from rich.markup import escape  # help text is rich markup: keep [tables] visible
 
 app = typer.Typer(no_args_is_help=True, help="RL pools: validation, rollouts, tiers, exports.")
 
@@ -148,7 +149,7 @@ def select(
         None, "--preset", help="skywork-or1 | polaris | open-r1-dapo | srpo"
     ),  # fmt: skip
     config: Path | None = typer.Option(
-        None, "--config", help="TOML with [selection] steps (and [tiers], [curriculum])"
+        None, "--config", help=escape("TOML with [selection] steps (and [tiers], [curriculum])")
     ),  # fmt: skip
     bands: str | None = typer.Option(None, "--bands", help="tier cut points, e.g. 0.33,0.67"),
     balance_tiers: bool = typer.Option(False, "--balance-tiers", help="equal rows per tier"),

@@ -4,6 +4,7 @@ responses, scaling grid), exports."""
 from __future__ import annotations
 
 import typer
+from rich.markup import escape  # help text is rich markup: keep [tables] visible
 
 app = typer.Typer(no_args_is_help=True, help="R1-distilled SFT sets: generate, build, export.")
 
@@ -107,7 +108,7 @@ def build(
     detectors: str = typer.Option("ngram", "--detectors", help="detectors over the responses"),
     rebalance_bins: int | None = typer.Option(None, "--rebalance-bins"),
     config_file: str | None = typer.Option(
-        None, "--config", help="TOML with an [sft.filters] table"
+        None, "--config", help=escape("TOML with an [sft.filters] table")
     ),
     name: str | None = typer.Option(None, "--name", help="catalog name (default: the input's)"),
     benchmarks_dir: str | None = typer.Option(None, "--benchmarks-dir"),
@@ -204,7 +205,7 @@ def export(
 
 @app.command("run")
 def run_cmd(
-    config: str = typer.Argument(..., help="config file with an [sft] table (docs/sft.md)"),
+    config: str = typer.Argument(..., help=escape("config file with an [sft] table (docs/sft.md)")),
     data_root: str | None = typer.Option(None, "--data-root", help="override the data root"),
 ) -> None:
     """Run the SFT flow (generate -> build -> report) for CONFIG."""
@@ -226,7 +227,7 @@ def run_cmd(
 
 @app.command("serve")
 def serve_cmd(
-    config: str = typer.Argument(..., help="config file with an [sft] table"),
+    config: str = typer.Argument(..., help=escape("config file with an [sft] table")),
     cron: str | None = typer.Option(None, "--cron", help='schedule, e.g. "0 4 * * *"'),
     interval: float | None = typer.Option(None, "--interval", help="schedule: every N s"),
     name: str = typer.Option("sluice-sft", "--name", help="deployment name"),

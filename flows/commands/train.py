@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+from rich.markup import escape  # help text is rich markup: keep [tables] visible
 
 app = typer.Typer(no_args_is_help=True, help="Train policies with GRPO on versioned RL pools.")
 
@@ -76,8 +77,10 @@ def entropy_sweep_cmd(
     config: str | None = typer.Option(
         None,
         "--config",
-        help="train config: its model, [prompt] templates and [entropy] settings, and the "
-        "pools of --stage (explicit options win)",
+        help=escape(
+            "train config: its model, [prompt] templates and [entropy] settings, and the "
+            "pools of --stage (explicit options win)"
+        ),
     ),
     stage: str | None = typer.Option(None, "--stage", help="stage of --config (default: first)"),
     temperatures: str | None = typer.Option(

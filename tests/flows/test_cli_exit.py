@@ -70,3 +70,19 @@ def test_main_called_in_process_leaves_the_interpreter_to_end_normally():
     res = _run(code=_PROBES + "from flows.cli import main\nmain(['--version'])\n")
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[-2:] == ["hook ran", "finalized"]
+
+
+def test_brackets_in_help_and_errors_are_printed_as_written(tmp_path):
+    """Help and errors go through rich markup: [selection], [[stages]] must not vanish."""
+    wide = {"COLUMNS": "250", "TERM": "dumb"}
+    res = _run("rl", "select", "--help", env=wide)
+    assert "TOML with [selection] steps (and [tiers], [curriculum])" in res.stdout, res.stdout
+    res = _run("sft", "build", "--help", env=wide)
+    assert "TOML with an [sft.filters] table" in res.stdout, res.stdout
+    res = _run("ingest", "--help", env=wide)
+    assert "hf://<repo>[:<config>][@<revision>]#<split>" in res.stdout, res.stdout
+    cfg = tmp_path / "t.toml"
+    cfg.write_text('name = "t"\n[model]\nname_or_path = "m"\n[[stages]]\nname = "s"\n'
+                   'pools = ["p@latest"]\nepochs = 1\ntemprature = 1\n')  # fmt: skip
+    res = _run("train", "grpo", str(cfg), env=wide)
+    assert res.returncode == 2 and "in [[stages]] entry 0" in res.stderr, res.stderr
