@@ -25,8 +25,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from curation.errors import ConfigError
+from curation.errors import ConfigError, did_you_mean
 from decontam.base import DECISION_SCHEMA
+from decontam.registry import DETECTORS
 
 POLICY_VERSION = "policy/1"
 
@@ -60,12 +61,41 @@ class PolicyConfig:
     )
 
     def __post_init__(self) -> None:
+        if not isinstance(self.thresholds, dict):
+            raise ConfigError(
+                f"policy thresholds must be a table {{detector: score}}, got {self.thresholds!r}"
+            )
         for name, t in self.thresholds.items():
-            if not isinstance(t, int | float) or math.isnan(float(t)):
-                raise ConfigError(f"policy threshold for {name!r} must be a number, got {t!r}")
+            _check_score(t, f"policy threshold for {name!r}")
+        if isinstance(self.evidence_only, str) or not isinstance(self.evidence_only, list | tuple):
+            raise ConfigError(
+                f"policy evidence_only must be a list of detectors, got {self.evidence_only!r}"
+            )
+        if not isinstance(self.rules, list | tuple):
+            raise ConfigError(f"policy rules must be a list of tables, got {self.rules!r}")
         for i, rule in enumerate(self.rules):
+            if not isinstance(rule, dict):
+                raise ConfigError(
+                    f"policy rule {i} must be a table {{detector: min score, ...}}, got {rule!r}"
+                )
             if not rule:
                 raise ConfigError(f"policy rule {i} is empty: give at least one detector: score")
+            for name, m in rule.items():
+                _check_score(m, f"policy rule {i} score for {name!r}")
+
+    def check_detectors(self) -> PolicyConfig:
+        """Refuse a detector name that is not registered (:data:`decontam.registry.DETECTORS`),
+        with a did-you-mean: a typo'd threshold would otherwise never apply. Called where a
+        policy comes from the user (a file, a dict, a run's config); calibration builds
+        policies over whatever detectors it scored, so the constructor does not."""
+        for name in self.thresholds:
+            _check_detector(name, "thresholds")
+        for name in self.evidence_only:
+            _check_detector(name, "evidence_only")
+        for i, rule in enumerate(self.rules):
+            for name in rule:
+                _check_detector(name, f"rule {i}")
+        return self
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -103,7 +133,7 @@ class PolicyConfig:
                 f"unknown policy keys {sorted(unknown)}",
                 hint="allowed: thresholds, evidence_only, rules",
             )
-        return cls(**d)
+        return cls(**d).check_detectors()
 
     @classmethod
     def default(cls) -> PolicyConfig:
@@ -129,7 +159,28 @@ class PolicyConfig:
             data = data["policy"]
         if data and all(isinstance(v, int | float) for v in data.values()):
             data = {"thresholds": data}
-        return cls.from_dict(data)
+        try:
+            return cls.from_dict(data)
+        except ConfigError as exc:
+            raise ConfigError(f"policy file {path}: {exc.message}", hint=exc.hint) from None
+
+
+def _check_detector(name: Any, where: str) -> None:
+    """A policy may only name registered detectors: a typo would otherwise never apply."""
+    if not isinstance(name, str) or name not in DETECTORS:
+        raise ConfigError(
+            f"policy {where} names unknown detector {name!r}",
+            hint=did_you_mean(str(name), list(DETECTORS)),
+        )
+
+
+def _check_score(value: Any, what: str) -> None:
+    """A threshold or rule score: a finite number >= 0 (above 1 is allowed: a threshold no
+    score reaches, e.g. 1.01 = "never flags alone", or a 0-100 scale such as fuzzy's)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{what} must be a number, got {value!r}")
+    if not math.isfinite(float(value)) or value < 0:
+        raise ConfigError(f"{what} must be a finite number >= 0, got {value!r}")
 
 
 def decide(

@@ -128,6 +128,7 @@ class DecontamConfig:
     def __post_init__(self) -> None:
         if isinstance(self.policy, dict):
             self.policy = PolicyConfig.from_dict(self.policy)
+        self.policy.check_detectors()
         if not self.detectors:
             raise ConfigError("no detectors selected", hint="e.g. --detectors ngram,minhash")
         if not self.benchmarks:

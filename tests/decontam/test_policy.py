@@ -1,4 +1,5 @@
 import json
+import re
 
 import pyarrow as pa
 import pytest
@@ -153,3 +154,47 @@ def test_a_policy_or_config_file_that_does_not_parse_names_file_line_and_format(
         assert "(line 2, column" in str(exc.value)
         with pytest.raises(ConfigError, match="expected a JSON object at the top, got list"):
             load(not_object)
+
+
+@pytest.mark.parametrize(
+    ("policy", "match"),
+    [
+        ({"thresholds": {"ngarm": 0.05}}, "thresholds names unknown detector 'ngarm'.*'ngram'"),
+        ({"rules": [{"embeding": 0.5}]}, "rule 0 names unknown detector 'embeding'.*'embedding'"),
+        ({"evidence_only": ["fingerprnt"]}, "evidence_only names unknown.*'fingerprint'"),
+        (
+            {"ngarm": 0.05},
+            "thresholds names unknown detector 'ngarm'",
+        ),  # the flat calibrated-thresholds form
+    ],
+)
+def test_policy_file_naming_an_unknown_detector_is_refused_with_did_you_mean(
+    tmp_path, policy, match
+):
+    p = tmp_path / "policy.json"
+    p.write_text(json.dumps(policy))
+    with pytest.raises(ConfigError, match=f"policy file {re.escape(str(p))}: policy {match}"):
+        PolicyConfig.from_file(p, over_default=True)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -0.1, "0.5", True])
+def test_policy_scores_must_be_finite_non_negative_numbers(bad):
+    with pytest.raises(ConfigError, match="threshold for 'ngram' must be"):
+        PolicyConfig(thresholds={"ngram": bad})
+    with pytest.raises(ConfigError, match="rule 0 score for 'fuzzy' must be"):
+        PolicyConfig(rules=[{"fuzzy": bad}])
+
+
+def test_policy_scores_above_one_stay_allowed():
+    # 1.01: "never flags alone"; fuzzy scores on a 0-100 scale
+    pol = PolicyConfig(thresholds={"ngram": 1.01}, rules=[{"embedding": 0.8, "fuzzy": 60}])
+    assert pol.threshold("ngram") == 1.01
+
+
+def test_run_config_refuses_a_policy_naming_an_unknown_detector():
+    from decontam.run import DecontamConfig
+
+    with pytest.raises(ConfigError, match="rule 0 names unknown detector 'embeding'"):
+        DecontamConfig(policy=PolicyConfig(rules=[{"embeding": 0.5}]))
+    with pytest.raises(ConfigError, match="thresholds names unknown detector 'ngarm'"):
+        DecontamConfig(policy={"thresholds": {"ngarm": 0.05}})
