@@ -465,13 +465,36 @@ def load_benchmark_set(
 ):
     from decontam.benchmarks import load_benchmarks
 
-    return load_benchmarks(
+    bset = load_benchmarks(
         list(config.benchmarks),
         benchmarks_dir=benchmarks_dir,
         allow_mismatch=allow_mismatch,
         window=config.window,
         include_variants=config.include_variants,
     )
+    _refuse_emptied_benchmarks(bset)
+    return bset
+
+
+def _refuse_emptied_benchmarks(bset) -> None:
+    """A window that leaves a benchmark no items is a config error, before any scan: a run
+    would otherwise claim to have checked that benchmark (or fail in a detector's fit)."""
+    emptied = [i for i in bset.infos if i.window is not None and i.item_count == 0]
+    if not emptied:
+        return
+    what = "; ".join(
+        f"window {i.window[0]}..{i.window[1]} leaves 0 items of {i.name}" for i in emptied
+    )
+    kept = [i.name for i in bset.infos if i not in emptied]
+    if kept:
+        what += f"; {', '.join(kept)} keep items"
+        hint = (
+            f"drop {', '.join(i.name for i in emptied)} from --benchmarks, or choose a window "
+            "that covers its contest dates"
+        )
+    else:
+        hint = "choose a window that covers the benchmarks' contest dates (e.g. --window paper)"
+    raise ConfigError(what, hint=hint)
 
 
 SHARED_EMBEDDING_KEYS = (

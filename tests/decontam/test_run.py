@@ -408,3 +408,39 @@ def test_a_text_on_several_rows_is_scanned_once_and_matched_on_every_row(
     assert calls == [] and stats2["texts_cached"] == 6 and m2.equals(m)
     m3, _ = cached_scan(table, dets, bset, data_root=str(tmp_path / "fresh"))
     assert calls == [3] and m3.equals(m)  # three distinct texts, each scanned once
+
+
+def test_window_leaving_a_benchmark_no_items_is_refused_before_the_scan(pools_dir, tmp_path):
+    r = _sluice(
+        "decontam",
+        "run",
+        str(pools_dir / "math_ttrl_aime24_as_train.jsonl"),
+        "--text-field",
+        "prompt",
+        "--benchmarks",
+        "lcb_v5",
+        "--window",
+        "2030-01-01..2031-01-01",
+        "--detectors",
+        "ngram",
+        "--out",
+        str(tmp_path / "o"),
+        env_root=tmp_path / "root",
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "window 2030-01-01..2031-01-01 leaves 0 items of lcb_v5" in r.stderr, r.stderr
+    assert not (tmp_path / "o" / "run.json").exists()
+
+
+def test_window_emptying_some_benchmarks_names_them(benchmarks_dir):
+    from curation.errors import ConfigError
+    from decontam.run import load_benchmark_set
+
+    # lcb_v5's contests end in January 2025; lcb_v6 has items in this window; AIME is undated
+    cfg = DecontamConfig(
+        benchmarks=["lcb_v5", "lcb_v6", "aime24"],
+        detectors=["ngram"],
+        window="2025-02-01..2025-05-01",
+    )
+    with pytest.raises(ConfigError, match=r"leaves 0 items of lcb_v5; lcb_v6, aime24 keep items"):
+        load_benchmark_set(cfg, benchmarks_dir=benchmarks_dir)
