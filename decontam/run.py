@@ -843,13 +843,20 @@ def _write_run(
     flags.add(excl)
     return _finish_run(
         out, final, inp=inp, n_rows=inp.table.num_rows, n_texts=texts.num_rows, matches=matches,
-        n_contam=n_contam, flags=flags, detectors=detectors, benchmarks=benchmarks,
-        config=config, text_fields=text_fields, id_field=id_field, command=command,
-        clean_ref=clean_ref, excluded_ref=excluded_ref, scan_stats=scan_stats,
+        n_without_text=rows_without_text(inp.table.num_rows, texts), n_contam=n_contam,
+        flags=flags, detectors=detectors, benchmarks=benchmarks, config=config,
+        text_fields=text_fields, id_field=id_field, command=command, clean_ref=clean_ref,
+        excluded_ref=excluded_ref, scan_stats=scan_stats,
     )  # fmt: skip
 
 
 # the same steps for a whole table (finalize) and for each batch of a streamed run
+
+
+def rows_without_text(n_rows: int, texts: pa.Table) -> int:
+    """How many of ``n_rows`` rows (ids unique) have no text to scan in any text field (null,
+    blank, or the field missing): kept as clean unscanned, so the run counts them."""
+    return n_rows - (pc.count_distinct(texts["sample_uid"]).as_py() if texts.num_rows else 0)
 
 
 def _batch_decisions(
@@ -935,6 +942,7 @@ def _finish_run(
     n_rows: int,
     n_texts: int,
     matches: pa.Table,
+    n_without_text: int,
     n_contam: int,
     flags: _FlagCounts,
     detectors: Sequence[Detector],
@@ -969,6 +977,8 @@ def _finish_run(
     counts = {
         "rows": n_rows,
         "texts": n_texts,
+        # rows with no text in any text field: not scanned, so clean by default
+        "rows_without_text": n_without_text,
         "matches": matches.num_rows,
         "contaminated": n_contam,
         "clean": n_rows - n_contam,

@@ -54,6 +54,7 @@ from decontam.run import (
     ingest_accounting,
     load_benchmark_set,
     prepare_text_table,
+    rows_without_text,
     sample_uids,
     scan_metadata,
     shippable,
@@ -517,7 +518,7 @@ def _run_streamed(
             clean_p = _Parts(scratch / "clean") if publish_name else None
             columns = _Columns()
             match_parts, text_parts, id_hashes = [], [], []
-            n_rows = n_texts = n_contam = 0
+            n_rows = n_texts = n_contam = n_without_text = 0
             flags = _FlagCounts()
             stats: dict[str, Any] = {"texts": 0, "texts_scanned": 0, "texts_cached": 0}
             timings = _merge_timings(None, fit)
@@ -567,6 +568,7 @@ def _run_streamed(
                     id_hashes.append(pl.Series(uids).hash(seed=0).to_numpy())
                 n_rows += tbl.num_rows
                 n_texts += texts.num_rows
+                n_without_text += rows_without_text(tbl.num_rows, texts)
                 n_contam += excl.num_rows
                 if on_rows:
                     on_rows(tbl.num_rows)
@@ -607,7 +609,7 @@ def _run_streamed(
                 shutil.rmtree(scratch)
             return _finish_run(
                 out, final, inp=inp, n_rows=n_rows, n_texts=n_texts, matches=matches,
-                n_contam=n_contam, flags=flags, detectors=detectors,
+                n_without_text=n_without_text, n_contam=n_contam, flags=flags, detectors=detectors,
                 benchmarks=benchmarks, config=config, text_fields=text_fields,
                 id_field=id_field, command=command, clean_ref=clean_ref,
                 excluded_ref=excluded_ref, scan_stats={**stats, **(scan_stats or {}), "timings": timings},

@@ -162,6 +162,11 @@ def run(
         "texts scanned (new / cached)",
         f"{c.get('texts_scanned', c['texts'])} / {c.get('texts_cached', 0)}",
     )
+    if c.get("rows_without_text"):
+        t.add_row(
+            "[yellow]rows without text (not scanned, kept as clean)[/]",
+            f"[yellow]{c['rows_without_text']}[/]",
+        )
     t.add_row("match records", str(c["matches"]))
     t.add_row("[bold]contaminated rows[/]", f"[bold]{c['contaminated']}[/]")
     t.add_row("clean rows", str(c["clean"]))

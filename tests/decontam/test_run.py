@@ -444,3 +444,43 @@ def test_window_emptying_some_benchmarks_names_them(benchmarks_dir):
     )
     with pytest.raises(ConfigError, match=r"leaves 0 items of lcb_v5; lcb_v6, aime24 keep items"):
         load_benchmark_set(cfg, benchmarks_dir=benchmarks_dir)
+
+
+@pytest.mark.parametrize("stream_rows", [0, 2])
+def test_rows_without_text_are_counted_not_dropped_silently(pools_dir, tmp_path, stream_rows):
+    src = pools_dir / "math_ttrl_aime24_as_train.jsonl"
+    real = [json.loads(line) for line in src.read_text().splitlines()[:2]]
+    rows = [
+        real[0],
+        {"id": "null", "prompt": None},
+        {"id": "empty", "prompt": ""},
+        {"id": "blank", "prompt": " \n\t "},
+        {"id": "no-key"},
+        real[1],
+    ]
+    p = tmp_path / "holes.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = DecontamConfig(benchmarks=["aime24"], detectors=["ngram"], stream_rows=stream_rows)
+    res = run_decontamination(
+        str(p), text_fields=["prompt"], id_field="id", out_dir=tmp_path / "o", config=cfg,
+        data_root=str(tmp_path / "root"), publish=False,
+    )  # fmt: skip
+    assert res.counts["rows"] == 6 and res.counts["rows_without_text"] == 4
+    assert res.counts["contaminated"] == 2  # the run still decides every row
+    manifest = json.loads((res.out_dir / "run.json").read_text())
+    assert manifest["counts"]["rows_without_text"] == 4
+
+
+def test_cli_summary_shows_rows_without_text(pools_dir, tmp_path):
+    src = _head(pools_dir / "math_ttrl_aime24_as_train.jsonl", tmp_path / "p.jsonl", 3)
+    with open(src, "a") as fh:
+        fh.write(json.dumps({"id": "x", "prompt": None}) + "\n")
+    r = _sluice(
+        "decontam", "run", str(src), "--text-field", "prompt", "--id-field", "id",
+        "--benchmarks", "aime24", "--detectors", "ngram", "--out", str(tmp_path / "o"),
+        "--no-publish", env_root=tmp_path / "root",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert any("rows without text" in line and line.rstrip(" │").endswith("1")
+               for line in r.stderr.splitlines()), r.stderr  # fmt: skip
+
