@@ -386,6 +386,7 @@ def prepare_text_table(
         raise ConfigError(
             "no text fields given", hint="e.g. --text-field problem --text-field response"
         )
+    text_fields = list(dict.fromkeys(text_fields))  # a field named twice is melted once
     missing = [f for f in text_fields if f not in table.column_names]
     if missing:
         raise ConfigError(
@@ -1146,6 +1147,8 @@ def run_decontamination(
     override the config's lists."""
 
     config = config or DecontamConfig()
+    # a field named twice (`--text-field resp --text-field resp`) is scanned once
+    text_fields = list(dict.fromkeys(text_fields))
     if benchmarks:
         config = dataclasses.replace(config, benchmarks=list(benchmarks))
     if detectors:

@@ -175,6 +175,7 @@ class PoolConfig:
             )
         if not self.text_fields:
             raise ConfigError(f"pool {self.name!r}: text_fields must name at least one field")
+        self.text_fields = list(dict.fromkeys(self.text_fields))  # a field named twice scans once
         if self.id_field is not None and not isinstance(self.id_field, str):
             raise ConfigError(
                 f"pool {self.name!r}: id_field must be a string, got {self.id_field!r}"

@@ -484,3 +484,18 @@ def test_cli_summary_shows_rows_without_text(pools_dir, tmp_path):
     assert any("rows without text" in line and line.rstrip(" │").endswith("1")
                for line in r.stderr.splitlines()), r.stderr  # fmt: skip
 
+
+@pytest.mark.parametrize("stream_rows", [0, 50_000])
+def test_a_text_field_named_twice_is_scanned_once(pools_dir, tmp_path, stream_rows):
+    src = _head(pools_dir / "math_ttrl_aime24_as_train.jsonl", tmp_path / "p.jsonl", 5)
+    cfg = DecontamConfig(benchmarks=["aime24"], detectors=["ngram"], stream_rows=stream_rows)
+    kw = dict(id_field="id", config=cfg, data_root=str(tmp_path / "root"), publish=False)
+    once = run_decontamination(str(src), text_fields=["prompt"], out_dir=tmp_path / "a", **kw)
+    twice = run_decontamination(
+        str(src), text_fields=["prompt", "prompt"], out_dir=tmp_path / "b", **kw
+    )
+    assert once.counts["matches"] > 0
+    assert twice.counts["matches"] == once.counts["matches"]
+    assert twice.counts["texts"] == once.counts["texts"] == 5
+    assert pq.read_table(twice.matches_path).num_rows == once.counts["matches"]
+    assert twice.manifest["text_fields"] == ["prompt"]
