@@ -738,6 +738,17 @@ def _measured_quality(run: RunData, evaluation_dir: str | Path | None) -> dict[s
                 f"benchmark {name} version: run {run_b[name]}, evaluated {b.get('version')}"
             )
             same_det.clear()  # no detector's numbers carry over to other benchmark data
+    if isinstance(ev.get("benchmarks"), list):  # an evaluation that records what it covered
+        ev_names = sorted({str(b.get("name")) for b in ev["benchmarks"] if isinstance(b, dict)})
+        unevaluated = [n for n in run_b if n and n not in ev_names]
+        if unevaluated:
+            differences.append(
+                f"benchmark{'s' if len(unevaluated) > 1 else ''} {', '.join(unevaluated)} "
+                f"{'are' if len(unevaluated) > 1 else 'is'} in this run but not in the "
+                f"evaluation (it covered {', '.join(ev_names) or 'none'}): its numbers do not "
+                "describe matches against them"
+            )
+            same_det.clear()  # the measured rates are of other benchmarks' data
     run_hash, ev_hash = run.manifest.get("config_hash"), ev.get("config_hash")
     if run_hash and ev_hash and run_hash != ev_hash:
         differences.append(f"config hash: run {run_hash}, evaluated {ev_hash}")

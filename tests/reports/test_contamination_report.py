@@ -421,6 +421,33 @@ def test_real_evaluation_with_another_threshold_is_called_out(run_dir, real_eval
     assert "DIFFERENT configuration" in paths.markdown.read_text()
 
 
+def test_evaluation_lacking_some_of_the_runs_benchmarks_does_not_apply(
+    run_dir, real_evaluation, tmp_path
+):
+    """An evaluation on aime24 only does not describe a run that also checked aime25 and
+    lcb_v5: those benchmarks are differences, named, and no row applies."""
+    c = tmp_path / "run-more-benchmarks"
+    c.mkdir()
+    for f in run_dir.iterdir():
+        if f.is_file():
+            (c / f.name).write_bytes(f.read_bytes())
+    m = json.loads((c / "run.json").read_text())
+    m["benchmarks"] += [
+        dict(m["benchmarks"][0], name=n, version=f"{n}@1") for n in ("aime25", "lcb_v5")
+    ]
+    (c / "run.json").write_text(json.dumps(m))
+    paths = render_report(c, tmp_path / "out", evaluation_dir=real_evaluation)
+    q = json.loads(paths.json.read_text())["measured_quality"]
+    assert q["status"] == "different_configuration"
+    assert q["differences"] == [
+        "benchmarks aime25, lcb_v5 are in this run but not in the evaluation (it covered "
+        "aime24): its numbers do not describe matches against them"
+    ]
+    assert not any(r["applies"] for r in q["metrics"])
+    md = paths.markdown.read_text()
+    assert "same detectors, versions and thresholds" not in md and "aime25, lcb_v5" in md
+
+
 def test_missing_evaluation_is_a_clear_error(run_dir, tmp_path):
     with pytest.raises(NotFoundError, match="evaluation.json"):
         build_report(run_dir, evaluation_dir=tmp_path)
