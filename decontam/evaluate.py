@@ -35,6 +35,7 @@ Outputs (``write_outputs``): ``evaluation.json``, ``evaluation.md``, ``sweep.par
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import itertools
 import json
@@ -48,7 +49,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from curation.errors import ConfigError, InputError, NotFoundError
+from curation.errors import ConfigError, InputError, NotFoundError, did_you_mean
 from decontam.registry import DEFAULT_DETECTORS
 
 EVAL_SCHEMA_VERSION = "evaluation/1"
@@ -174,12 +175,17 @@ class EvalConfig:
 
 def load_labels(path: str | Path) -> list[dict[str, Any]]:
     """Read and check a labelled JSONL (bad rows raise an error naming file, row and field)."""
+    return [r for _row, r in _load_labels(path)]
+
+
+def _load_labels(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """:func:`load_labels`, each row with its row number in the file."""
     p = Path(path)
     if not p.is_file():
         raise NotFoundError(f"labels file {p} not found")
     from curation.readers import iter_records
 
-    rows: list[dict[str, Any]] = []
+    rows: list[tuple[int, dict[str, Any]]] = []
     seen: set[str] = set()
     for i, r in iter_records(p):  # the project's one reader: bad JSON names file and row
         for k in LABEL_FIELDS:
@@ -204,10 +210,76 @@ def load_labels(path: str | Path) -> list[dict[str, Any]]:
         if r["uid"] in seen:
             raise InputError(f"duplicate uid {r['uid']!r}", file=str(p), row=i, field="uid")
         seen.add(r["uid"])
-        rows.append(r)
+        rows.append((i, r))
     if not rows:
         raise InputError("no labelled rows", file=str(p))
     return rows
+
+
+def labels_for_benchmarks(
+    path: str | Path, rows: list[tuple[int, dict[str, Any]]], benchmarks: Any
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Check each label's ``benchmark`` / ``benchmark_item`` against the benchmarks this
+    evaluation loaded; returns (the labels to measure, {benchmark: contaminated rows left out}).
+
+    A benchmark no definition knows, or an item no loaded benchmark holds, is an
+    :class:`InputError` naming file, row and field (it would count as a miss or a false
+    positive). A contaminated row labelled for a real benchmark that is not loaded here (and
+    whose item no loaded benchmark holds: lcb_v6 holds lcb_v5's) cannot be found by any
+    detector: it is left out of the metrics, and counted."""
+    from decontam.benchmarks import available_benchmarks
+
+    infos = getattr(benchmarks, "infos", None)
+    if infos is None:  # a bare stand-in (tests): nothing to check against
+        return [r for _i, r in rows], {}
+    items = getattr(benchmarks, "items", None)
+    held: dict[str, set[str]] = defaultdict(set)
+    if items is not None and items.num_rows:
+        cols = items.select(["benchmark", "item_id"]).to_pydict()
+        for b, item in zip(cols["benchmark"], cols["item_id"], strict=True):
+            held[b].add(item)
+    loaded = {i.name for i in infos}
+    any_loaded = set().union(*held.values()) if held else set()
+    known = set(available_benchmarks()) | loaded
+    keep: list[dict[str, Any]] = []
+    left_out: dict[str, int] = defaultdict(int)
+    for i, r in rows:
+        bench, item = r.get("benchmark"), r.get("benchmark_item")
+        if bench is None:
+            keep.append(r)
+            continue
+        if not isinstance(bench, str) or bench not in known:
+            raise InputError(
+                f"unknown benchmark {bench!r}",
+                file=str(path),
+                row=i,
+                field="benchmark",
+                hint=did_you_mean(str(bench), sorted(known)),
+            )
+        if bench in loaded:
+            # matched by item id: an lcb_v5 item is found in a loaded lcb_v6 as well
+            if item is not None and str(item) not in any_loaded:
+                pool = held[bench] or any_loaded
+                close = difflib.get_close_matches(str(item), sorted(pool), n=1)
+                raise InputError(
+                    f"{bench} has no item {item!r}",
+                    file=str(path),
+                    row=i,
+                    field="benchmark_item",
+                    hint=(f"did you mean {close[0]!r}? " if close else "")
+                    + f"{bench} holds {len(held[bench])} items",
+                )
+        elif r["label"] == "contaminated" and str(item) not in any_loaded:
+            left_out[bench] += 1
+            continue
+        keep.append(r)
+    if not keep:
+        raise InputError(
+            "no labelled row is left to measure: every row names a benchmark that is not loaded",
+            file=str(path),
+            hint=f"load {', '.join(sorted(left_out))} (--benchmarks)",
+        )
+    return keep, dict(sorted(left_out.items()))
 
 
 def text_table(labels: list[dict[str, Any]]) -> pa.Table:
@@ -979,12 +1051,20 @@ def evaluate(
     from decontam.policy import PolicyConfig, decide
 
     cfg = config or EvalConfig()
-    labels = load_labels(labels_path)
+    label_rows = _load_labels(labels_path)
     if benchmarks is None:
         from decontam.benchmarks import load_benchmarks
 
         benchmarks = load_benchmarks(cfg.benchmarks, include_variants=True)
+    labels, left_out = labels_for_benchmarks(labels_path, label_rows, benchmarks)
     dets, notes = make_detectors(cfg)
+    if left_out:
+        notes.append(
+            f"{sum(left_out.values())} contaminated label rows left out of every metric: they "
+            "name benchmarks this evaluation did not load ("
+            + ", ".join(f"{b}: {n}" for b, n in left_out.items())
+            + "), so no detector could find them (load them with --benchmarks to measure them)"
+        )
     neg_rows, neg_files = load_negatives(negatives, negatives_limit) if negatives else ([], {})
     clash = {r["uid"] for r in labels} & {r["uid"] for r in neg_rows}
     if clash:
@@ -1021,7 +1101,9 @@ def evaluate(
         "config": asdict(cfg),
         "labels": {
             "path": str(labels_path),
-            "rows": len(labels),
+            "rows": len(label_rows),
+            "rows_measured": len(labels),
+            "left_out_not_loaded": left_out,
             "sha256": hashlib.sha256(Path(labels_path).read_bytes()).hexdigest(),
         },
         "benchmarks": [i.to_dict() for i in getattr(benchmarks, "infos", [])],

@@ -504,3 +504,45 @@ def test_real_negative_floors_keep_every_fold_above_the_real_clean_tail():
     assert cv["combined"]["recall_by_kind"]["edit"]["item"] == 1.0
     assert all(0.84 < pf["thresholds"]["a"] <= 0.9 for pf in cv["per_fold"])
     assert calibrate(_scores(rows), labels, ["a"], 0.0, floors=floors)["a"] == 0.875
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"benchmark_item": "2024-I-99"}, r"row 2, field 'benchmark_item': aime24 has no item "
+         r"'2024-I-99' \(did you mean '2024-I-9"),
+        ({"benchmark": "aime2099"}, r"row 2, field 'benchmark': unknown benchmark 'aime2099' "
+         r"\(did you mean 'aime2"),
+    ],
+)  # fmt: skip
+def test_labels_naming_a_missing_item_or_benchmark_are_refused(
+    tmp_path, benchmarks_dir, change, match
+):
+    from decontam.benchmarks import load_benchmarks
+
+    path = _write(tmp_path / "l.jsonl", [LABELS[0], {**LABELS[1], **change}, *LABELS[2:]])
+    bench = load_benchmarks(["aime24"], benchmarks_dir=benchmarks_dir)
+    with pytest.raises(InputError, match=f"l.jsonl, {match}"):
+        evaluate(path, EvalConfig(detectors=["ngram"], benchmarks=["aime24"]), benchmarks=bench)
+
+
+def test_rows_of_a_benchmark_not_loaded_are_left_out_with_a_note(
+    tmp_path, benchmarks_dir, contam_dev_path
+):
+    """contam_dev with only aime24 loaded: the aime25/LCB positives cannot be found, so they
+    leave the metrics (recall is of aime24's positives), and the evaluation says so."""
+    from decontam.benchmarks import load_benchmarks
+
+    rows = [json.loads(line) for line in contam_dev_path.read_text().splitlines()]
+    per = {b: sum(r["benchmark"] == b for r in rows) for b in ("aime25", "lcb_v5", "lcb_v6")}
+    bench = load_benchmarks(["aime24"], benchmarks_dir=benchmarks_dir)
+    cfg = EvalConfig(detectors=["ngram"], benchmarks=["aime24"])
+    res = evaluate(contam_dev_path, cfg, benchmarks=bench, policy=PolicyConfig())
+    assert res["labels"]["left_out_not_loaded"] == per
+    assert res["labels"]["rows_measured"] == len(rows) - sum(per.values())
+    (note,) = [n for n in res["notes"] if "left out" in n]
+    assert note.startswith(f"{sum(per.values())} contaminated label rows left out")
+    assert "aime25: 51" in note
+    n_aime24 = sum(r["benchmark"] == "aime24" for r in rows)
+    row = res["combined"]["row"]
+    assert row["recall"] == pytest.approx(row["tp"] / n_aime24, abs=1e-4)
