@@ -854,6 +854,13 @@ def _write_run(
 # the same steps for a whole table (finalize) and for each batch of a streamed run
 
 
+def _run_environment() -> dict[str, str]:
+    env = {"cwd": os.getcwd()}
+    if os.environ.get("SLUICE_BENCHMARKS_DIR"):
+        env["SLUICE_BENCHMARKS_DIR"] = os.environ["SLUICE_BENCHMARKS_DIR"]
+    return env
+
+
 def rows_without_text(n_rows: int, texts: pa.Table) -> int:
     """How many of ``n_rows`` rows (ids unique) have no text to scan in any text field (null,
     blank, or the field missing): kept as clean unscanned, so the run counts them."""
@@ -1010,6 +1017,9 @@ def _finish_run(
         "config": config.to_dict(),
         "counts": counts,
         "outputs": {"clean": clean_ref, "excluded": excluded_ref},
+        # what the command line does not show but the run depends on: where it ran (relative
+        # paths) and where the benchmark copies came from
+        "environment": _run_environment(),
         "files": rundir.describe_files(out, RUN_PARQUET_FILES),
         "timings": timings,
     }

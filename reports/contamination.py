@@ -203,12 +203,15 @@ def _provenance(run: RunData) -> dict[str, Any]:
                 "config": cfg,
             }
         )
+    env = m.get("environment") if isinstance(m.get("environment"), dict) else {}
     return {
         "run_dir": str(run.run_dir),
         "run_schema_version": m.get("schema_version"),
         "created_at": m.get("created_at"),
         "sluice_version": m.get("sluice_version"),
         "command": m.get("command"),
+        "environment": env,
+        "reproduce": _reproduce(m.get("command"), env),
         # every key the templates read is present (older or partial manifests render too)
         "input": dict.fromkeys(_INPUT_KEYS) | (m.get("input") or {}),
         "text_fields": m.get("text_fields") or [],
@@ -219,6 +222,35 @@ def _provenance(run: RunData) -> dict[str, Any]:
         "counts": m.get("counts") or {},
         "outputs": m.get("outputs") or {},
     }
+
+
+def _reproduce(command: Any, env: dict[str, Any]) -> str | None:
+    """The run's command as a shell line that repeats it: in its working directory, with the
+    benchmark copies it read (``SLUICE_BENCHMARKS_DIR``), when the run recorded them."""
+    import shlex
+
+    if not isinstance(command, str) or not command:
+        return None
+    prefix = f"cd {shlex.quote(str(env['cwd']))} && " if env.get("cwd") else ""
+    if env.get("SLUICE_BENCHMARKS_DIR"):
+        prefix += f"SLUICE_BENCHMARKS_DIR={shlex.quote(str(env['SLUICE_BENCHMARKS_DIR']))} "
+    return prefix + command
+
+
+def _unverified_warning(run: RunData) -> str | None:
+    """The headline warning of a run that used benchmark copies not matching their pins."""
+    bad = [
+        str(b.get("name"))
+        for b in run.manifest.get("benchmarks") or []
+        if isinstance(b, dict) and b.get("verified") is False
+    ]
+    if not bad:
+        return None
+    return (
+        f"UNVERIFIED BENCHMARKS: this run used copies of {', '.join(bad)} that do not match "
+        "their pinned hashes (--allow-benchmark-mismatch); its decisions are not against the "
+        "pinned benchmarks and this report must not be signed off"
+    )
 
 
 def _total_rows(run: RunData) -> int:
@@ -313,6 +345,7 @@ def _summary(run: RunData, pairs: dict[tuple[str, str, str], Pair]) -> dict[str,
         # one per (row, problem): LCB v5 and v6 carry the same items
         "flagged_pairs": len({problem_key(*p.key) for p in flagged_pairs}),
         "consistency_note": note,
+        "benchmark_warning": _unverified_warning(run),
         "by_benchmark": [
             {"benchmark": b, "flagged": n, "share_of_pool": _share(n, total)}
             for b, n in sorted(by_bench.items())

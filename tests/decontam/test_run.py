@@ -499,3 +499,20 @@ def test_a_text_field_named_twice_is_scanned_once(pools_dir, tmp_path, stream_ro
     assert twice.counts["texts"] == once.counts["texts"] == 5
     assert pq.read_table(twice.matches_path).num_rows == once.counts["matches"]
     assert twice.manifest["text_fields"] == ["prompt"]
+
+
+def test_run_records_its_working_directory_and_benchmark_copies(
+    pools_dir, benchmarks_dir, tmp_path, monkeypatch
+):
+    src = _head(pools_dir / "math_ttrl_aime24_as_train.jsonl", tmp_path / "p.jsonl", 3)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SLUICE_BENCHMARKS_DIR", str(benchmarks_dir))
+    cfg = DecontamConfig(benchmarks=["aime24"], detectors=["ngram"])
+    res = run_decontamination(
+        src.name, text_fields=["prompt"], id_field="id", out_dir="o", config=cfg,
+        data_root=str(tmp_path / "root"), publish=False,
+    )  # fmt: skip
+    assert res.manifest["environment"] == {
+        "cwd": str(tmp_path),
+        "SLUICE_BENCHMARKS_DIR": str(benchmarks_dir),
+    }

@@ -80,6 +80,8 @@ def normalize_text(text: str, run_dir: Path, benchmarks_dir: Path) -> str:
     """Replace what changes between machines and runs: temp paths, the data folder, times,
     the Sluice version."""
     text = text.replace(str(run_dir.parent), "<tmp>").replace(str(benchmarks_dir), "<benchmarks>")
+    if len(os.getcwd()) > 1:  # the run records where it ran (its reproduce line: cd <cwd>)
+        text = text.replace(os.getcwd(), "<cwd>")
     text = re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(\+00:00|Z)?", "<time>", text)
     text = re.sub(r"(Sluice version \(run\) \| )[^|]+", r"\1<version> ", text)
     return re.sub(r"Sluice \d+\.\d+\.\d+\S*", "Sluice <version>", text)
@@ -446,6 +448,32 @@ def test_evaluation_lacking_some_of_the_runs_benchmarks_does_not_apply(
     assert not any(r["applies"] for r in q["metrics"])
     md = paths.markdown.read_text()
     assert "same detectors, versions and thresholds" not in md and "aime25, lcb_v5" in md
+
+
+def test_unverified_benchmark_copies_are_a_warning_at_the_top(run_dir, tmp_path):
+    """A run on a benchmark copy that does not match its pins (--allow-benchmark-mismatch)
+    says so in the headline of every format, not only in the provenance table; the reproduce
+    line carries the working directory and SLUICE_BENCHMARKS_DIR the run recorded."""
+    c = tmp_path / "run-unverified"
+    c.mkdir()
+    for f in run_dir.iterdir():
+        if f.is_file():
+            (c / f.name).write_bytes(f.read_bytes())
+    m = json.loads((c / "run.json").read_text())
+    m["benchmarks"][0]["verified"] = False
+    m["environment"] = {"cwd": "/work/x y", "SLUICE_BENCHMARKS_DIR": "/data/bench copy"}
+    (c / "run.json").write_text(json.dumps(m))
+    paths = render_report(c, tmp_path / "out")
+    warning = json.loads(paths.json.read_text())["summary"]["benchmark_warning"]
+    assert warning.startswith("UNVERIFIED BENCHMARKS: this run used copies of aime24 that do not")
+    assert "must not be signed" in warning
+    md = paths.markdown.read_text()
+    assert md.index("UNVERIFIED BENCHMARKS") < md.index("rows flagged and removed")
+    html = paths.html.read_text()
+    assert html.index('id="benchmark-warning"') < html.index('class="cards"')
+    assert f"cd '/work/x y' && SLUICE_BENCHMARKS_DIR='/data/bench copy' {m['command']}" in md
+    # a verified run has no warning
+    assert "UNVERIFIED" not in render_report(run_dir, tmp_path / "ok").markdown.read_text()
 
 
 def test_missing_evaluation_is_a_clear_error(run_dir, tmp_path):
