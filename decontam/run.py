@@ -403,11 +403,14 @@ def prepare_text_table(
         if note:  # a mixed column that _read_rows stringified
             row, kind = json.loads(note)
             raise InputError(
-                f"wrong type: expected text (or a chat / list of strings), got {kind}",
+                f"mixed types: this row holds a {kind}, other rows of the column another kind "
+                "(such as text); a text field must hold one kind in every row: all text, or all "
+                "chats / lists of strings",
                 file=source,
                 row=row,
                 field=f,
-                hint="fix that row, or choose text fields with --text-field",
+                hint="make that row's value the same kind as the others, or choose text fields "
+                "with --text-field",
             )
         col = table[f]
         if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):

@@ -727,7 +727,9 @@ def _measured_quality(run: RunData, evaluation_dir: str | Path | None) -> dict[s
     try:
         ev = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise InputError(f"malformed JSON: {exc.msg}", file=str(path), row=exc.lineno) from None
+        raise InputError(
+            f"malformed JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})", file=str(path)
+        ) from None
     if not isinstance(ev, dict):
         raise InputError("evaluation.json must hold a JSON object", file=str(path))
     run_dets = {

@@ -246,7 +246,8 @@ def load_run(run_dir: str | Path) -> RunData:
         raise InputError(f"invalid UTF-8 at byte {exc.start}", file=str(d / "run.json")) from None
     except json.JSONDecodeError as exc:
         raise InputError(
-            f"malformed JSON: {exc.msg}", file=str(d / "run.json"), row=exc.lineno
+            f"malformed JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
+            file=str(d / "run.json"),
         ) from None
     if not isinstance(manifest, dict):
         raise InputError("run.json must hold a JSON object", file=str(d / "run.json"))

@@ -516,3 +516,18 @@ def test_run_records_its_working_directory_and_benchmark_copies(
         "cwd": str(tmp_path),
         "SLUICE_BENCHMARKS_DIR": str(benchmarks_dir),
     }
+
+
+def test_a_column_mixing_text_and_lists_names_the_mix(tmp_path):
+    from curation.errors import InputError
+
+    p = tmp_path / "mixed.jsonl"
+    p.write_text('{"id": "a", "resp": "some text"}\n{"id": "b", "resp": ["a", "list"]}\n')
+    cfg = DecontamConfig(benchmarks=["aime24"], detectors=["ngram"], stream_rows=0)
+    with pytest.raises(
+        InputError, match=r"row 2, field 'resp': mixed types: this row holds a list"
+    ):
+        run_decontamination(
+            str(p), text_fields=["resp"], id_field="id", out_dir=tmp_path / "o", config=cfg,
+            data_root=str(tmp_path / "root"), publish=False,
+        )  # fmt: skip

@@ -476,6 +476,21 @@ def test_unverified_benchmark_copies_are_a_warning_at_the_top(run_dir, tmp_path)
     assert "UNVERIFIED" not in render_report(run_dir, tmp_path / "ok").markdown.read_text()
 
 
+def test_malformed_run_json_names_line_and_column(run_dir, tmp_path):
+    from reports.run_data import load_run
+
+    c = tmp_path / "run-bad-json"
+    c.mkdir()
+    for f in run_dir.iterdir():
+        if f.is_file():
+            (c / f.name).write_bytes(f.read_bytes())
+    (c / "run.json").write_text('{\n  "command": "a\x01b"\n}\n')
+    with pytest.raises(
+        InputError, match=r"malformed JSON: Invalid control character at \(line 2, column 16\)"
+    ):
+        load_run(c)
+
+
 def test_missing_evaluation_is_a_clear_error(run_dir, tmp_path):
     with pytest.raises(NotFoundError, match="evaluation.json"):
         build_report(run_dir, evaluation_dir=tmp_path)
