@@ -589,6 +589,12 @@ def _train_stage(
         if steps_done == 0:
             stop_reason = "an epoch made no optimizer step"
             break
+    if stage_steps == 0:
+        raise ConfigError(
+            f"stage {stage.name!r}: 0 training steps ({stop_reason}); nothing was published",
+            hint="give the stage more prompts, or lower [trl] per_device_train_batch_size / "
+            "gradient_accumulation_steps",
+        )
     ckpt = None
     if cfg.save_model:
         ckpt = run_dir / "checkpoints" / stage.name
@@ -648,6 +654,8 @@ def run_grpo(
         for ln in (run_dir / "skipped_rows.jsonl").read_text().splitlines():
             st_name = json.loads(ln)["stage"]
             skipped_by_stage[st_name] = skipped_by_stage.get(st_name, 0) + 1
+
+    _check_stage_batches(resolved, datasets_by_stage, run_dir, skip=len(done))
 
     import torch
 
@@ -739,6 +747,38 @@ def run_grpo(
     tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=_json_default))
     os.replace(tmp, run_dir / "run.json")
     return TrainResult(run_dir, manifest, checkpoint_dir, checkpoint_ref)
+
+
+def _check_stage_batches(
+    config: TrainConfig,
+    datasets_by_stage: dict[str, list[dict[str, Any]]],
+    run_dir: Path,
+    *,
+    skip: int = 0,
+) -> None:
+    """Refuse, before any model is loaded, a stage whose prompts do not fill one generation
+    batch: GRPOTrainer would make 0 optimizer steps and the run would publish the untrained
+    base model as its checkpoint."""
+    short = []
+    for stage in config.stages[skip:]:
+        t = stage.temperature if isinstance(stage.temperature, float) else 1.0
+        args = _grpo_args(config, stage, t, run_dir / "trl" / stage.name / "check", config.seed)
+        need = args.generation_batch_size // args.num_generations
+        have = len(datasets_by_stage[stage.name])
+        if have < need:
+            short.append((stage.name, have, need, args))
+    if not short:
+        return
+    name, have, need, args = short[0]
+    others = f" (also stage(s) {', '.join(repr(s[0]) for s in short[1:])})" if short[1:] else ""
+    raise ConfigError(
+        f"stage {name!r}: 0 training steps: {have} prompt(s), fewer than one generation batch "
+        f"of {need} prompt(s) (generation_batch_size {args.generation_batch_size} / "
+        f"num_generations {args.num_generations}){others}; nothing was trained or published",
+        hint=f"give the stage at least {need} prompts (more pools, a larger max_prompts), or "
+        "lower [trl] per_device_train_batch_size / gradient_accumulation_steps "
+        "(or generation_batch_size)",
+    )
 
 
 def _write_json(path: Path, obj: Any) -> None:

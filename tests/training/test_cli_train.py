@@ -61,6 +61,41 @@ def test_train_grpo_cli_writes_the_run_and_publishes(tiny_model, pool_catalog, t
     assert "Traceback" not in r.stderr
 
 
+def test_a_stage_with_zero_steps_is_refused_and_nothing_published(
+    tiny_model, pool_catalog, tmp_path
+):
+    # 1 prompt; a generation batch of 4 completions / 2 per prompt holds 2 prompts: 0 steps
+    cfg = _write_config(tmp_path / "t.toml", tiny_model, pool_catalog["math"], max_prompts=1)
+    root = str(pool_catalog["root"])
+    before = set(pool_catalog["catalog"].datasets())
+    r = subprocess.run(
+        [SLUICE, "train", "grpo", str(cfg), "--out", str(tmp_path / "o"), "--root", root],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    assert "stage 'math': 0 training steps" in r.stderr
+    assert "fewer than one generation batch of 2" in r.stderr
+    assert "at least 2 prompts" in r.stderr and "per_device_train_batch_size" in r.stderr
+    assert not (tmp_path / "o" / "run.json").exists()
+    assert not (tmp_path / "o" / "checkpoints").exists()
+    assert set(pool_catalog["catalog"].datasets()) == before  # no cli-tiny.checkpoint
+    # only the second of two stages is short: refused too, naming that stage
+    text = cfg.read_text().replace("max_prompts = 1", "max_prompts = 4")
+    text = text.replace(
+        "[trl]",
+        f'[[stages]]\nname = "tail"\npools = ["{pool_catalog["math"]}"]\n'
+        "max_completion_length = 4\nepochs = 1\ntemperature = 0.9\nmax_prompts = 1\n[trl]",
+    )
+    cfg.write_text(text)
+    r = subprocess.run(
+        [SLUICE, "train", "grpo", str(cfg), "--out", str(tmp_path / "o2"), "--root", root],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 2 and "stage 'tail': 0 training steps" in r.stderr
+    assert not (tmp_path / "o2" / "checkpoints").exists()
+
+
 def test_uncleaned_pool_is_one_error_line(tiny_model, pool_catalog, tmp_path):
     cfg = _write_config(tmp_path / "t.toml", tiny_model, pool_catalog["raw_math"])
     r = subprocess.run(
