@@ -80,7 +80,7 @@ def select_task(pool_ref: str, counts_ref: str, model: str, selection: dict[str,
     from rl_pools.tiers import SelectionConfig
 
     cur = CurriculumConfig(preset=curriculum) if curriculum else None
-    return select_ref(pool_ref, model, SelectionConfig(**selection), counts_ref=counts_ref,
+    return select_ref(pool_ref, model, SelectionConfig.from_dict(selection), counts_ref=counts_ref,
                       params_hash=params_hash, verifier_version=verifier_version,
                       curriculum=cur, catalog=_cat(data_root))  # fmt: skip
 

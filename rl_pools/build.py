@@ -146,8 +146,10 @@ def select_ref(
     cat = catalog or Catalog()
     v = cat.resolve(pool_ref)
     base = base_name(v.name)
+    if curriculum is not None and curriculum.by == "tier":
+        curriculum.check_values(selection.tiers.all_tiers())
     cv = cat.resolve(counts_ref or f"{base}.passcounts@latest")
-    counts = select(cat.load(cv.ref), model, params_hash, verifier_version)
+    counts = select(cat.load(cv.ref), model, params_hash, verifier_version, ref=cv.ref)
     tiered = assign_tiers(cat.load(v.ref), counts, selection.tiers)
     res = select_rows(tiered, selection)
     if res.kept.num_rows == 0:
@@ -161,6 +163,17 @@ def select_ref(
     stages_tables, unstaged = ([], 0)
     if curriculum is not None:
         stages_tables, unstaged = build_stages(res.kept, curriculum)
+        # a stage the user spelled out that holds no row is a mistake (a typo, a value the keep
+        # rules removed); a preset's generic stages may not all fit a small pool
+        empty = [n for n, t in enumerate(stages_tables, 1) if t.num_rows == 0]
+        if empty and curriculum.preset is None:
+            have = sorted({str(x) for x in res.kept.column(curriculum.by).to_pylist()})
+            raise InputError(
+                f"curriculum stage {empty[0]} ({curriculum.by} "
+                f"{', '.join(curriculum.stages[empty[0] - 1])}) has no row of the "
+                f"{res.kept.num_rows} kept; nothing was published",
+                hint=f"the kept rows have {curriculum.by} {', '.join(have)}: stage those values",
+            )
     conf = {"model": model, "passcounts": cv.ref, "selection": selection.to_dict(),
             "steps": res.steps, "tiers_in": tiers,
             "curriculum": curriculum.to_dict() if curriculum is not None else None}  # fmt: skip

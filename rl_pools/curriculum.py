@@ -8,7 +8,7 @@ Presets: ``srpo`` (stage 1 math, stage 2 code, as in SRPO's two-stage training) 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import pyarrow as pa
@@ -35,14 +35,47 @@ class CurriculumConfig:
             p = CURRICULA[self.preset]
             self.by = self.by or p["by"]
             self.stages = self.stages or [list(s) for s in p["stages"]]
-        if self.by not in ("tier", "domain", "source") or not self.stages:
-            raise ConfigError("a curriculum needs by = tier|domain|source and stages",
+        if self.by not in ("tier", "domain", "source"):
+            raise ConfigError(f"[curriculum] by must be tier, domain or source, got {self.by!r}",
                               hint="or pass a preset: " + ", ".join(CURRICULA))  # fmt: skip
+        if (
+            not isinstance(self.stages, list)
+            or not self.stages
+            or not all(isinstance(st, list) and st for st in self.stages)
+            or not all(isinstance(v, str) for st in self.stages for v in st)
+        ):
+            raise ConfigError(
+                f"[curriculum] stages must be a list of non-empty lists of {self.by} values, "
+                f"got {self.stages!r}",
+                hint='e.g. stages = [["easy"], ["medium", "hard"]]',
+            )
         seen: set[str] = set()
         for s in self.stages:
             if seen & set(s):
                 raise ConfigError(f"curriculum value(s) {sorted(seen & set(s))} in two stages")
             seen |= set(s)
+        if self.by == "domain":
+            self.check_values(["math", "code"])
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> CurriculumConfig:
+        """The ``[curriculum]`` table; an unknown key is named."""
+        if not isinstance(raw, dict):
+            raise ConfigError(f"[curriculum] must be a table of settings, got {raw!r}")
+        known = [f.name for f in fields(cls)]
+        for k in raw:
+            if k not in known:
+                raise ConfigError(f"unknown key {k!r} in [curriculum]",
+                                  hint=did_you_mean(str(k), known))  # fmt: skip
+        return cls(**raw)
+
+    def check_values(self, allowed: list[str]) -> None:
+        """Every stage value must be one of ``allowed`` (the tier names, for ``by = tier``)."""
+        for n, st in enumerate(self.stages or [], 1):
+            for v in st:
+                if v not in allowed:
+                    raise ConfigError(f"[curriculum] stage {n}: unknown {self.by} {v!r}",
+                                      hint=did_you_mean(v, allowed))  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         return {"preset": self.preset, "by": self.by, "stages": self.stages}

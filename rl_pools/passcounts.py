@@ -97,9 +97,19 @@ def publish_counts(
 
 
 def select(counts: pa.Table, model: str, params_hash: str | None = None,
-           verifier_version: str | None = None) -> pa.Table:  # fmt: skip
+           verifier_version: str | None = None, *, ref: str | None = None) -> pa.Table:  # fmt: skip
     """The rows of one model (and sampling params / verifier version when given); an unknown
-    model names the ones available. Two settings for one model without a choice is an error."""
+    model names the ones available. Two settings for one model without a choice is an error.
+    ``ref``: the counts' dataset version, named when the table is not a pass-counts table."""
+    missing = [f.name for f in PASSCOUNT_SCHEMA if f.name not in counts.column_names
+               and f.name not in ("sampling_params", "n_invalid", "origin")]  # fmt: skip
+    if missing:
+        raise InputError(
+            f"{ref or 'the counts table'} is not a pass-counts table (no column(s) "
+            f"{', '.join(repr(m) for m in missing)})",
+            hint="give --counts a BASE.passcounts version (made by `sluice rl rollouts` or "
+            "`sluice rl import-counts`)",
+        )
     rows = [r for r in counts.to_pylist() if r["model"] == model]
     if not rows:
         from curation.errors import did_you_mean

@@ -24,8 +24,10 @@ and the dropped rows by tier and source; choices are deterministic (hash of seed
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import logging
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -89,7 +91,17 @@ class TierConfig:
     )
 
     def __post_init__(self) -> None:
+        if not isinstance(self.bands, list | tuple) or not all(_is_num(b) for b in self.bands):
+            raise ConfigError(f"[tiers] bands must be a list of numbers in (0, 1), got "
+                              f"{self.bands!r}", hint="e.g. bands = [0.33, 0.67]")  # fmt: skip
+        if not isinstance(self.names, list | tuple) or not all(
+            isinstance(n, str) and n for n in self.names
+        ):
+            raise ConfigError(f"[tiers] names must be a list of tier names, got {self.names!r}",
+                              hint='e.g. names = ["hard", "medium", "easy"]')  # fmt: skip
         self.bands, self.names = tuple(self.bands), tuple(self.names)
+        if len(set(self.names)) != len(self.names):
+            raise ConfigError(f"[tiers] names must differ from each other: {list(self.names)}")
         if len(self.names) != len(self.bands) + 1:
             raise ConfigError(
                 f"{len(self.bands)} tier cut points need {len(self.bands) + 1} names, "
@@ -103,6 +115,11 @@ class TierConfig:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
             raise ConfigError(f"[tiers] min_valid_share must be a number in (0, 1], got {v!r}",
                               hint="e.g. 0.5: at least half of the k grades must be valid")  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> TierConfig:
+        """The ``[tiers]`` table of a selection config; an unknown key is named."""
+        return cls(**_known_keys("[tiers]", raw, cls))
 
     def all_tiers(self) -> list[str]:
         return [UNSOLVED, *self.names, SOLVED, UNGRADED]
@@ -182,14 +199,38 @@ class SelectionConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.tiers, dict):
-            self.tiers = TierConfig(**self.tiers)
+            self.tiers = TierConfig.from_dict(self.tiers)
         if self.preset is not None and self.preset not in PRESETS:
             raise ConfigError(f"unknown keep-rule preset {self.preset!r}",
-                              hint=did_you_mean(self.preset, list(PRESETS)))  # fmt: skip
-        if self.cap_per_source is not None and self.cap_per_source < 1:
-            raise ConfigError("cap_per_source must be >= 1")
+                              hint=did_you_mean(str(self.preset), list(PRESETS)))  # fmt: skip
+        for k in ("balance_tiers", "balance_sources"):
+            if not isinstance(getattr(self, k), bool):
+                raise ConfigError(f"[selection] {k} must be true or false, "
+                                  f"got {getattr(self, k)!r}")  # fmt: skip
+        c = self.cap_per_source
+        if c is not None and (not _is_int(c) or c < 1):
+            raise ConfigError(f"cap_per_source (--cap-per-source) must be a whole number >= 1, "
+                              f"got {c!r}", hint="leave it out for no cap")  # fmt: skip
+        if not _is_int(self.seed):
+            raise ConfigError(f"[selection] seed must be a whole number, got {self.seed!r}")
+        if self.steps is not None and not isinstance(self.steps, list):
+            raise ConfigError(
+                f"[selection] steps must be a list of tables, got {self.steps!r}",
+                hint='e.g. steps = [{op = "drop_ungraded"}, {op = "drop_tiers", '
+                'tiers = ["solved"]}]',
+            )
+        for n, s in enumerate(self.steps or [], 1):
+            _check_step(s, f"[selection] steps entry {n}", self.tiers)
         for s in self.resolved_steps():
-            _check_step(s)
+            _check_step(s, "keep rule", None)
+
+    @classmethod
+    def from_dict(cls, raw: Any, **over: Any) -> SelectionConfig:
+        """The ``[selection]`` table (plus ``tiers``); an unknown key is named. ``over``: values
+        given on the command line, which win over the file's."""
+        d = _known_keys("[selection]", raw, cls)
+        d.update({k: v for k, v in over.items() if v is not None})
+        return cls(**d)
 
     def resolved_steps(self) -> list[dict[str, Any]]:
         steps = copy.deepcopy(PRESETS[self.preset]["steps"]) if self.preset else []
@@ -208,16 +249,92 @@ class SelectionConfig:
                           "min_valid_share": self.tiers.min_valid_share}}  # fmt: skip
 
 
-def _check_step(s: dict[str, Any]) -> None:
+STEP_KEYS: dict[str, tuple[str, ...]] = {
+    "drop_ungraded": (),
+    "require_k": ("k",),
+    "drop_tiers": ("tiers",),
+    "keep_rate": ("min", "max", "min_inclusive", "max_inclusive"),
+    "balance": ("by", "weights"),
+    "cap": ("by", "max"),
+}
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _known_keys(section: str, raw: Any, cls: type) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{section} must be a table of settings, got {raw!r}")
+    known = [f.name for f in dataclasses.fields(cls)]
+    for k in raw:
+        if k not in known:
+            raise ConfigError(f"unknown key {k!r} in {section}", hint=did_you_mean(str(k), known))
+    return dict(raw)
+
+
+def _check_step(s: Any, where: str, tiers: TierConfig | None) -> None:
+    """One keep-rule step: its op, its keys and their values. ``tiers``: the tier names a
+    ``drop_tiers`` / ``balance by = tier`` step may name (None: not checked, for presets)."""
+    if not isinstance(s, dict):
+        raise ConfigError(f'{where} must be a table like {{op = "drop_ungraded"}}, got {s!r}')
     op = s.get("op")
     if op not in OPS:
-        raise ConfigError(f"unknown keep-rule step op {op!r}", hint=did_you_mean(str(op), OPS))
-    if op == "balance" and s.get("by") not in ("tier", "source"):
-        raise ConfigError("a balance step needs by = tier or source")
-    if op == "cap" and (s.get("by") not in ("tier", "source") or int(s.get("max", 0)) < 1):
-        raise ConfigError("a cap step needs by = tier|source and max >= 1")
-    if op == "require_k" and int(s.get("k", 0)) < 1:
-        raise ConfigError("a require_k step needs k >= 1")
+        raise ConfigError(f"{where}: unknown keep-rule step op {op!r}",
+                          hint=did_you_mean(str(op), OPS))  # fmt: skip
+    where = f"{where} ({op})"
+    allowed = ("op", *STEP_KEYS[op])
+    for k in s:
+        if k not in allowed:
+            raise ConfigError(f"{where}: unknown key {k!r}",
+                              hint=did_you_mean(str(k), list(allowed)))  # fmt: skip
+    names = tiers.all_tiers() if tiers is not None else None
+
+    def tier_ok(t: Any, key: str) -> None:
+        if not isinstance(t, str) or (names is not None and t not in names):
+            raise ConfigError(f"{where}: {key} names unknown tier {t!r}",
+                              hint=did_you_mean(str(t), names or []))  # fmt: skip
+
+    if op == "require_k" and (not _is_int(s.get("k")) or s["k"] < 1):
+        raise ConfigError(f"{where}: k must be a whole number >= 1, got {s.get('k')!r}")
+    if op == "drop_tiers":
+        ts = s.get("tiers")
+        if not isinstance(ts, list) or not ts:
+            raise ConfigError(f"{where}: tiers must be a non-empty list of tier names, got {ts!r}",
+                              hint='e.g. tiers = ["solved"]')  # fmt: skip
+        for t in ts:
+            tier_ok(t, "tiers")
+    if op == "keep_rate":
+        for k in ("min", "max"):
+            if k in s and (not _is_num(s[k]) or not 0 <= s[k] <= 1):
+                raise ConfigError(f"{where}: {k} must be a pass rate in [0, 1], got {s[k]!r}")
+        if s.get("min", 0.0) > s.get("max", 1.0):
+            raise ConfigError(f"{where}: min {s['min']!r} is above max {s.get('max', 1.0)!r}")
+        for k in ("min_inclusive", "max_inclusive"):
+            if k in s and not isinstance(s[k], bool):
+                raise ConfigError(f"{where}: {k} must be true or false, got {s[k]!r}")
+    if op in ("balance", "cap") and s.get("by") not in ("tier", "source"):
+        raise ConfigError(f"{where}: by must be tier or source, got {s.get('by')!r}")
+    if op == "cap" and (not _is_int(s.get("max")) or s["max"] < 1):
+        raise ConfigError(f"{where}: max must be a whole number >= 1, got {s.get('max')!r}")
+    if op == "balance":
+        w = s.get("weights", "equal")
+        if w == "equal":
+            return
+        if not isinstance(w, dict) or not w:
+            raise ConfigError(f"{where}: weights must be \"equal\" or a table of {s['by']} = "
+                              f"weight, got {w!r}", hint="e.g. weights = {hard = 2, easy = 1}")  # fmt: skip
+        for g, x in w.items():
+            if s["by"] == "tier":
+                tier_ok(g, "weights")
+            if not _is_num(x) or x < 0:
+                raise ConfigError(f"{where}: weight of {g!r} must be a number >= 0, got {x!r}")
+        if not any(x > 0 for x in w.values()):
+            raise ConfigError(f"{where}: every weight is 0: the step would drop every row")
 
 
 @dataclass

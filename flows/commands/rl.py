@@ -165,32 +165,47 @@ def select(
 ) -> None:
     """Assign tiers from one model's pass counts, apply the keep rules (drop counts per step),
     publish BASE.rl (and BASE.rl.stageN for a curriculum)."""
-    import tomllib
-
+    from curation.config_files import read_config_file
+    from curation.errors import ConfigError, did_you_mean
     from rl_pools.build import select_ref
     from rl_pools.curriculum import CurriculumConfig
     from rl_pools.tiers import SelectionConfig, TierConfig
 
-    file_cfg = tomllib.loads(config.read_text()) if config else {}
-    sel = dict(file_cfg.get("selection", {}))
-    tiers = dict(file_cfg.get("tiers", {}))
-    if bands:
-        cuts = [float(x) for x in bands.split(",")]
+    file_cfg = read_config_file(config) if config else {}
+    sections = ("selection", "tiers", "curriculum")
+    for k in file_cfg:
+        if k not in sections:
+            raise ConfigError(f"config file {config}: unknown section [{k}]",
+                              hint=did_you_mean(k, list(sections)))  # fmt: skip
+    tiers = dict(_table(file_cfg, "tiers"))
+    if bands is not None:
+        try:
+            cuts = [float(x) for x in bands.split(",")]
+        except ValueError:
+            raise ConfigError(f"--bands {bands!r} is not a comma-separated list of numbers",
+                              hint="e.g. --bands 0.33,0.67") from None  # fmt: skip
         tiers["bands"] = cuts
         tiers.setdefault("names", [f"band{i + 1}" for i in range(len(cuts) + 1)]
                          if len(cuts) != 2 else ["hard", "medium", "easy"])  # fmt: skip
-    sel_cfg = SelectionConfig(
-        preset=preset or sel.get("preset"), steps=sel.get("steps"),
-        balance_tiers=balance_tiers or sel.get("balance_tiers", False),
-        balance_sources=balance_sources or sel.get("balance_sources", False),
-        cap_per_source=cap_per_source or sel.get("cap_per_source"), seed=seed,
-        tiers=TierConfig(**tiers),
+    sel_cfg = SelectionConfig.from_dict(
+        {**_table(file_cfg, "selection"), "tiers": TierConfig.from_dict(tiers)},
+        preset=preset, balance_tiers=balance_tiers or None,
+        balance_sources=balance_sources or None, cap_per_source=cap_per_source, seed=seed,
     )  # fmt: skip
     cur = file_cfg.get("curriculum")
     cur_cfg = CurriculumConfig(preset=curriculum) if curriculum else (
-        CurriculumConfig(**cur) if cur else None)  # fmt: skip
+        CurriculumConfig.from_dict(cur) if cur is not None else None)  # fmt: skip
     _echo(select_ref(pool, model, sel_cfg, counts_ref=counts, params_hash=params_hash,
                      verifier_version=verifier_version, curriculum=cur_cfg))  # fmt: skip
+
+
+def _table(file_cfg: dict, name: str) -> dict:
+    from curation.errors import ConfigError
+
+    t = file_cfg.get(name, {})
+    if not isinstance(t, dict):
+        raise ConfigError(f"[{name}] must be a table of settings, got {t!r}")
+    return t
 
 
 @app.command("export")

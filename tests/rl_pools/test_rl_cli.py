@@ -62,3 +62,76 @@ def test_cli_import_select_export_push(pools_dir, data_root, tmp_path):
         assert r.returncode == 2 and msg in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
     assert Catalog(data_root).datasets() == before
+
+
+def _qwen_counts(pools_dir, tmp_path, n=30):
+    """The first N real qwen rollouts ingested as pool `qwen`, with their pass counts."""
+    from rl_pools.build import import_counts_ref
+    from rl_pools.passcounts import counts_table
+
+    src = pools_dir / "rollouts_qwen25math_math_cot_100_k8.jsonl"
+    rows = [json.loads(x) for x in src.read_text().splitlines()[:n]]
+    sub = tmp_path / "q.jsonl"
+    sub.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    m = tmp_path / "q.toml"
+    m.write_text('[map]\ndomain = "math"\nsource = "qwen"\nrequired = ["answer"]\n'
+                 '[fields]\nproblem = "question"\nanswer = "answer"\n')  # fmt: skip
+    ingest(str(sub), field_map=str(m), name="qwen")
+    cat = Catalog()
+    pool = cat.load("qwen@latest").to_pylist()
+    by_problem = {r["problem"]: r["uid"] for r in pool}
+    counts = counts_table(
+        {"uid": by_problem[r["question"]], "model": "qwen-math", "verifier_version": "v",
+         "k": 8, "passed": sum(r["score"])} for r in rows if r["question"] in by_problem
+    )  # fmt: skip
+    import_counts_ref(counts, "qwen@latest", origin="test")
+    return cat
+
+
+def test_select_config_and_option_mistakes_are_one_config_error(
+    pools_dir, data_root, tmp_path, capsys
+):
+    import pytest
+
+    from flows.cli import main
+
+    cat = _qwen_counts(pools_dir, tmp_path)
+    before = cat.datasets()
+    cfg = tmp_path / "sel.toml"
+    cases = (
+        ('[selection]\nsteps = [{op = "drop_tiers", tiers = ["hardd"]}]',
+         [], "unknown tier 'hardd'", "did you mean 'hard'?"),
+        ('[selection]\nsteps = [{op = "drop_tiers", tier = ["hard"]}]',
+         [], "unknown key 'tier'", "did you mean 'tiers'?"),
+        ('[selection]\nsteps = "drop_ungraded"', [], "steps must be a list of tables", "op ="),
+        ('[selection]\nsteps = [{op = "balance", by = "tier", weights = {hard = "x"}}]',
+         [], "weight of 'hard' must be a number >= 0", "'x'"),
+        ('[selection]\nsteps = [{op = "balance", by = "tier", weights = {hard = -1, easy = 1}}]',
+         [], "weight of 'hard' must be a number >= 0", "-1"),
+        ('[selection]\nsteps = [{op = "balance", by = "tier", weights = {herd = 1}}]',
+         [], "unknown tier 'herd'", "did you mean 'hard'?"),
+        ('[selection]\nstep = []', [], "unknown key 'step' in [selection]", "did you mean 'steps'"),
+        ('[selectoin]\npreset = "srpo"', [], "unknown section [selectoin]", "'selection'"),
+        ('[selection]\npreset = "srpo"\n[curriculum]\nby = "tier"\nstages = [["easy"], ["bogus"]]',
+         [], "stage 2: unknown tier 'bogus'", "available:"),
+        ('[selection]\npreset = "srpo"\n[curriculum]\nby = "tiers"\nstages = [["easy"]]',
+         [], "by must be tier, domain or source", "'tiers'"),
+        ('[selection]\npreset = "srpo"\n[curriculum]\nby = "source"\nstages = [["qwen"], ["x"]]',
+         [], "curriculum stage 2 (source x) has no row", "source qwen"),
+        ("[selection\npreset = 1", [], "is not valid toml", str(cfg)),
+        ('[selection]\npreset = "srpo"', ["--cap-per-source", "0"], "--cap-per-source", "got 0"),
+        ('[selection]\npreset = "srpo"', ["--bands", "abc"], "--bands 'abc'", "0.33,0.67"),
+        ('[selection]\npreset = "srpo"', ["--counts", "qwen@latest"],
+         "is not a pass-counts table", "BASE.passcounts"),
+        ('[tiers]\nband = [0.5]', [], "unknown key 'band' in [tiers]", "did you mean 'bands'"),
+    )  # fmt: skip
+    for text, extra, msg, fix in cases:
+        cfg.write_text(text + "\n")
+        with pytest.raises(SystemExit) as e:
+            main(["rl", "select", "qwen@latest", "--model", "qwen-math", "--config", str(cfg),
+                  *extra])  # fmt: skip
+        err = capsys.readouterr().err
+        assert e.value.code == 2, (text, err)
+        assert msg in err and fix in err, (text, err)
+        assert "Traceback" not in err
+    assert cat.datasets() == before

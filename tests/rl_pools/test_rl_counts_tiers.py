@@ -11,12 +11,14 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import pyarrow as pa
 import pytest
 
 from curation.catalog import Catalog
+from curation.errors import ConfigError
 from curation.normalize import problem_uid
 from rl_pools.build import import_counts_ref, select_ref
 from rl_pools.curriculum import CurriculumConfig, build_stages
@@ -194,6 +196,32 @@ def test_presets_drop_counts_balance_and_caps():
     t2 = TierConfig(bands=(0.5,), names=("hard", "easy"))
     assert [t2.tier_of(x) for x in (0, 0.25, 0.5, 0.75, 1, None)] == [
         "unsolved", "hard", "hard", "easy", "solved", "ungraded"]  # fmt: skip
+
+
+def test_selection_config_checks_its_own_values():
+    """Every entry point (CLI, flow, library) gets these: the typed config validates itself."""
+    for kw, msg in (
+        ({"steps": [{"op": "drop_tiers", "tiers": ["hardd"]}]}, "did you mean 'hard'?"),
+        ({"steps": "drop_ungraded"}, "steps must be a list of tables"),
+        ({"steps": [{"op": "balance", "by": "tier", "weights": {"hard": -0.5}}]}, "number >= 0"),
+        ({"steps": [{"op": "balance", "by": "tier", "weights": {"hard": "x"}}]}, "number >= 0"),
+        ({"steps": [{"op": "cap", "by": "source", "max": "x"}]}, "max must be a whole number"),
+        ({"steps": [{"op": "keep_rate", "min": 0.8, "max": 0.2}]}, "min 0.8 is above max"),
+        ({"cap_per_source": 0}, "cap_per_source (--cap-per-source) must be a whole number >= 1"),
+        ({"tiers": {"bands": ["x"]}}, "bands must be a list of numbers"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(msg)):
+            SelectionConfig(**kw)
+    with pytest.raises(ConfigError, match="unknown key 'stpes' in"):
+        SelectionConfig.from_dict({"stpes": []})
+    # custom tier names: a step may name them, a preset's steps are not held to them
+    t = TierConfig(bands=(0.5,), names=("low", "high"))
+    SelectionConfig(steps=[{"op": "drop_tiers", "tiers": ["low"]}], tiers=t)
+    SelectionConfig(preset="polaris", tiers=t)
+    with pytest.raises(ConfigError, match="unknown domain 'maths'"):
+        CurriculumConfig(by="domain", stages=[["maths"]])
+    with pytest.raises(ConfigError, match="stages must be a list of non-empty lists"):
+        CurriculumConfig(by="tier", stages=[["easy"], []])
 
 
 def test_curricula_and_skywork_import(data_root):
