@@ -339,6 +339,13 @@ def build_sft(
             }
         ]
     )
+    if report.kept == 0:  # an empty SFT set is a mistake (filters too strict), not a result
+        drops = ", ".join(f"{f} {n}" for f, n in report.dropped.items() if n)
+        raise InputError(
+            f"the filters kept no response of {report.rows_in} (dropped by {drops or 'none'}); "
+            "nothing was published",
+            hint=f"loosen the filters named; each row's drop_reason is in {out / 'responses.parquet'}",
+        )
     responses_ref = None
     run_cfg = {"filters": cfg.to_dict(), "grid": {"prompts": grid_p, "responses": grid_r}}
     if publish:

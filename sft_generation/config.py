@@ -133,6 +133,22 @@ class FilterConfig:
                 f"unknown keep_policy {self.keep_policy!r}",
                 hint=did_you_mean(self.keep_policy, list(KEEP_POLICIES)),
             )
+        for name, flag, least in (
+            ("min_response_chars", "--min-chars", 0),
+            ("max_response_chars", "--max-chars", 1),
+            ("min_response_tokens", "--min-tokens", 0),
+            ("max_response_tokens", "--max-tokens", 1),
+        ):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < least):
+                raise ConfigError(
+                    f"{name} ({flag}) must be a whole number >= {least}, got {v!r}",
+                    hint="leave it out for no bound"
+                    + ("; a maximum of 0 would drop every response" if least else ""),
+                )
+        v = self.max_foreign_letter_share
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 1:
+            raise ConfigError(f"max_foreign_letter_share must be a share in [0, 1], got {v!r}")
         for lo, hi in (
             (self.min_response_chars, self.max_response_chars),
             (self.min_response_tokens, self.max_response_tokens),

@@ -120,11 +120,15 @@ def build(
     from sft_generation.runs import build_from_ref
 
     if config_file:
-        import tomllib
-        from pathlib import Path
+        from curation.config_files import read_config_file
+        from curation.errors import ConfigError
 
-        data = tomllib.loads(Path(config_file).read_text())
-        cfg = FilterConfig.from_dict(data.get("sft", data).get("filters", {}), where=config_file)
+        data = read_config_file(config_file)
+        filters = data.get("sft", data)
+        filters = filters.get("filters", {}) if isinstance(filters, dict) else filters
+        if not isinstance(filters, dict):
+            raise ConfigError(f"{config_file}: [sft.filters] must be a table, got {filters!r}")
+        cfg = FilterConfig.from_dict(filters, where=config_file)
     else:
         cfg = FilterConfig(
             keep_policy=keep_policy,
@@ -184,6 +188,13 @@ def export(
     cat = Catalog(root)
     v = cat.resolve(ref)
     table = cat.load(v.ref)
+    if table.num_rows == 0:
+        from curation.errors import InputError
+
+        raise InputError(
+            f"{v.ref} has no rows: nothing to export",
+            hint="rebuild it with looser filters (sluice sft build); nothing was written",
+        )
     if push_to_hub:
         from curation.hub import dataset_card
         from curation.hub import push_to_hub as push

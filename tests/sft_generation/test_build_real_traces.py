@@ -115,3 +115,41 @@ def test_a_numeric_reference_answer_is_text(pools_dir, data_root, tmp_path):
         first["reference_answer"] == str(raw[0]["gt_answer"]) and first["verification"] == "correct"
     )
     assert res.counts["filters"]["rows_in"] == len(raw)
+
+
+def test_build_options_are_checked_and_an_empty_set_is_refused(
+    pools_dir, data_root, tmp_path, capsys
+):
+    """`sluice sft build`: bad filter options and a missing --config are one error line; filters
+    that keep nothing publish nothing; `sft export` of an empty set is refused."""
+    import pyarrow as pa
+
+    from flows.cli import main
+    from sft_generation.build import SFT_SET_SCHEMA
+
+    raw = [json.loads(line) for line in open(pools_dir / TRACES)][:4]
+    src = tmp_path / "few.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in raw))
+    cat = Catalog(data_root)
+    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="few", catalog=cat).ref
+    base = ["sft", "build", ref, "--out", str(tmp_path / "run"), "--no-decontam"]
+    before = cat.datasets()
+    for extra, msg in (
+        (["--max-tokens", "0"], "max_response_tokens (--max-tokens) must be a whole number >= 1"),
+        (["--min-chars", "-5"], "min_response_chars (--min-chars) must be a whole number >= 0"),
+        (["--config", str(tmp_path / "nope.toml")], "nope.toml' not found"),
+        (["--max-chars", "10"], "the filters kept no response of 4"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            main([*base, *extra])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and msg in err, (extra, err)
+        assert "Traceback" not in err
+    assert cat.datasets() == before
+    empty = cat.publish("few.sft.all", pa.table({f.name: [] for f in SFT_SET_SCHEMA},
+                                                schema=SFT_SET_SCHEMA)).ref  # fmt: skip
+    with pytest.raises(SystemExit) as e:
+        main(["sft", "export", empty, "--out", str(tmp_path / "x.parquet")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "has no rows: nothing to export" in err, err
+    assert not (tmp_path / "x.parquet").exists()
