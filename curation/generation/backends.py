@@ -308,6 +308,24 @@ class HFBackend(Backend):
             return
         transformers = require("transformers")
         torch = require("torch")
+        device = self.config.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        elif device.startswith("cuda") and not torch.cuda.is_available():
+            raise GenerationError(
+                f"--device {device}: no CUDA device on this machine (or torch was built "
+                "without CUDA)",
+                hint="use --device cpu, or auto (cuda when there is one)",
+            )
+        elif device.startswith("cuda:") and int(device[5:]) >= torch.cuda.device_count():
+            raise GenerationError(
+                f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)",
+                hint="use cuda:0 .. cuda:N-1, or cuda",
+            )
+        elif device == "mps" and not torch.backends.mps.is_available():
+            raise GenerationError(
+                "--device mps: no Apple MPS device on this machine", hint="use cpu or auto"
+            )
         try:
             tok = self._tok or transformers.AutoTokenizer.from_pretrained(self.config.model)
             dtype = "auto" if self.config.dtype == "auto" else getattr(torch, self.config.dtype)
@@ -319,9 +337,6 @@ class HFBackend(Backend):
                 f"cannot load model {self.config.model!r}: {str(exc).splitlines()[0]}",
                 hint="pass a local model folder or a Hub id that is cached (HF_HUB_OFFLINE=1)",
             ) from exc
-        device = self.config.device
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
         model.to(device).eval()
         if tok.pad_token_id is None:
             tok.pad_token = tok.eos_token

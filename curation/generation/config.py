@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,6 +130,13 @@ class GenerationConfig:
             raise ConfigError(
                 "the openai backend needs a base URL",
                 hint="pass --base-url http://localhost:8000/v1 (e.g. a `vllm serve` server)",
+            )
+        if not isinstance(self.device, str) or not re.fullmatch(
+            r"auto|cpu|mps|cuda(:\d+)?", self.device
+        ):
+            raise ConfigError(
+                f"unknown device {self.device!r} (--device)",
+                hint="use cpu, cuda (a GPU; cuda:N for the N-th), mps or auto",
             )
         if self.concurrency < 1 or self.batch_size < 1:
             raise ConfigError("concurrency and batch_size must be >= 1")

@@ -67,3 +67,33 @@ def test_hf_empty_text_is_recorded(tmp_path):
 def test_hf_bad_model_path_is_one_clear_error(tmp_path):
     with SampleStore(tmp_path / "s") as st, pytest.raises(GenerationError, match="cannot load"):
         generate(["x"], 1, SamplingParams(), _hf(tmp_path / "nope"), st, progress=False)
+
+
+def test_an_unknown_or_absent_device_is_one_clear_error(model_dir, tmp_path):
+    from curation.errors import ConfigError
+
+    for bad in ("gpu", "cuda0", "CPU"):
+        with pytest.raises(ConfigError, match=f"unknown device '{bad}'.*use cpu, cuda"):
+            GenerationConfig(backend="hf", model=str(model_dir), device=bad)
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    be = make_backend(GenerationConfig(backend="hf", model=str(model_dir), device="cuda"))
+    with (
+        SampleStore(tmp_path / "s") as st,
+        pytest.raises(
+            GenerationError, match="--device cuda: no CUDA device on this machine.*--device cpu"
+        ),
+    ):
+        generate(["x"], 1, SamplingParams(max_tokens=2), be, st, progress=False)
+
+
+def test_rl_rollouts_device_gpu_is_one_error_line(model_dir, capsys):
+    from flows.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["rl", "rollouts", "x@latest", "--model", str(model_dir), "--backend", "hf",
+              "--device", "gpu"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "unknown device 'gpu' (--device)" in err, err
