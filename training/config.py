@@ -227,8 +227,30 @@ class EntropyConfig:
     max_new_tokens: int = field(default=256, metadata={"help": "generated tokens per completion"})
 
     def __post_init__(self) -> None:
-        if not self.temperatures or any(t <= 0 for t in self.temperatures):
-            raise ConfigError("[entropy] temperatures must be a non-empty list of numbers > 0")
+        import math
+
+        def num(v: Any) -> bool:
+            return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+        t = self.temperatures
+        if not isinstance(t, list | tuple) or not t or any(not num(x) or x <= 0 for x in t):
+            raise ConfigError(
+                f"[entropy] temperatures (--temperatures) must be a non-empty list of numbers "
+                f"> 0, got {t!r}",
+                hint="e.g. 0.6,0.8,1.0 (sampling at 0 is greedy: it has no entropy to measure)",
+            )
+        if not num(self.target) or self.target < 0:
+            raise ConfigError(
+                f"[entropy] target (--target) must be a number >= 0, got {self.target!r}"
+            )
+        for k, flag in (
+            ("num_prompts", "--num-prompts"),
+            ("samples_per_prompt", "--samples"),
+            ("max_new_tokens", "--max-new-tokens"),
+        ):
+            v = getattr(self, k)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"[entropy] {k} ({flag}) must be a whole number >= 1, got {v!r}")
 
 
 @dataclass

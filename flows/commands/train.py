@@ -95,6 +95,7 @@ def entropy_sweep_cmd(
 ) -> None:
     """Sample a few pool prompts at several temperatures; print the temperature-adjusted
     entropy at each and the proposed temperature (closest to --target) as JSON."""
+    import dataclasses
     import json
 
     from curation.catalog import Catalog
@@ -121,17 +122,20 @@ def entropy_sweep_cmd(
     try:
         temps = (
             [float(t) for t in temperatures.split(",") if t.strip()]
-            if temperatures
+            if temperatures is not None
             else ent.temperatures
         )
     except ValueError as exc:
         raise ConfigError(f"--temperatures {temperatures!r} is not a list of numbers") from exc
+    over = {"temperatures": temps, "target": target, "num_prompts": num_prompts,
+            "samples_per_prompt": samples_per_prompt, "max_new_tokens": max_new_tokens}  # fmt: skip
+    ent = dataclasses.replace(ent, **{k: v for k, v in over.items() if v is not None})
     cat = Catalog(root)
     rows = []
     for ref in pools:
         r, _ = build_prompt_rows(cat.load(ref), prompt_cfg, pool_ref=cat.resolve(ref).ref)
         rows.extend(r)
-    rows = sorted(rows, key=lambda r: r["uid"])[: num_prompts or ent.num_prompts]
+    rows = sorted(rows, key=lambda r: r["uid"])[: ent.num_prompts]
     if not rows:
         raise ConfigError(f"no trainable rows in {', '.join(pools)}")
     m, tok = load_model(model_cfg)
@@ -139,10 +143,10 @@ def entropy_sweep_cmd(
         m,
         tok,
         [r["prompt"] for r in rows],
-        temps,
-        target=target if target is not None else ent.target,
-        max_new_tokens=max_new_tokens or ent.max_new_tokens,
-        samples_per_prompt=samples_per_prompt or ent.samples_per_prompt,
+        ent.temperatures,
+        target=ent.target,
+        max_new_tokens=ent.max_new_tokens,
+        samples_per_prompt=ent.samples_per_prompt,
         seed=seed,
     )
     typer.echo(json.dumps(res.to_dict(), indent=2))

@@ -141,6 +141,22 @@ def test_entropy_sweep_cli_proposes_a_temperature(tiny_model, pool_catalog, caps
     assert res["proposed"] == best["temperature"] and res["target"] == 0.3
 
 
+def test_entropy_sweep_options_are_checked(tiny_model, pool_catalog, capsys):
+    base = ["train", "entropy-sweep", "--model", str(tiny_model), "--pool", pool_catalog["math"],
+            "--root", str(pool_catalog["root"])]  # fmt: skip
+    for extra, msg in (
+        (["--temperatures", "0"], "temperatures (--temperatures) must be a non-empty list"),
+        (["--temperatures", "-1,0.5"], "numbers > 0, got [-1.0, 0.5]"),
+        (["--num-prompts", "0"], "num_prompts (--num-prompts) must be a whole number >= 1"),
+        (["--samples", "0"], "samples_per_prompt (--samples) must be a whole number >= 1"),
+        (["--max-new-tokens", "0"], "max_new_tokens (--max-new-tokens) must be a whole number"),
+        (["--target", "nan"], "target (--target) must be a number >= 0, got nan"),
+    ):
+        assert _main([*base, *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert msg in err and "Traceback" not in err, (extra, err)
+
+
 def test_entropy_sweep_from_a_config_stage(tiny_model, pool_catalog, tmp_path, capsys):
     cfg = _write_config(tmp_path / "t.toml", tiny_model, pool_catalog["math"])
     text = (
