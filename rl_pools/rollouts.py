@@ -112,8 +112,17 @@ class RolloutConfig:
             raise ConfigError(f"--k must be at least 1, got {self.k}", hint="pass --k 16 (or 8)")
         prompt_templates.check_template(self.math_template)
         prompt_templates.check_template(self.code_template)
-        if min(self.verify_workers, self.sandbox_workers, self.grade_chunk, self.chunk_prompts) < 1:
-            raise ConfigError("workers and grade_chunk must be >= 1")
+        for k, flag in (
+            ("verify_workers", "--verify-workers"),
+            ("sandbox_workers", "--sandbox-workers"),
+            ("grade_chunk", None),
+            ("chunk_prompts", "--chunk-prompts"),
+        ):
+            v = getattr(self, k)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(
+                    f"{flag + ' (' + k + ')' if flag else k} must be a whole number >= 1, got {v!r}"
+                )
         for name in ("verify_timeout_s", "code_time_limit_s"):  # before any model call
             v = getattr(self, name)
             if not math.isfinite(v) or v <= 0:

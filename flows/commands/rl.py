@@ -75,9 +75,9 @@ def rollouts(
     from rl_pools.rollouts import RolloutConfig
 
     extra = {}
-    if verify_workers:
+    if verify_workers is not None:
         extra["verify_workers"] = verify_workers
-    if sandbox_workers:
+    if sandbox_workers is not None:
         extra["sandbox_workers"] = sandbox_workers
     rcfg = RolloutConfig(
         k=k, chunk_prompts=chunk_prompts, **extra

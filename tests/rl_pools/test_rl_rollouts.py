@@ -247,3 +247,19 @@ def test_grading_thread_errors_reach_the_caller():
     with _Pipeline(done.append) as p:
         p.put(7)
     assert done == [0, 1, 7]
+
+
+def test_rollout_option_errors_name_the_option(capsys):
+    import pytest
+
+    from curation.errors import ConfigError
+    from flows.cli import main
+
+    with pytest.raises(ConfigError, match=r"--chunk-prompts \(chunk_prompts\) must be .* got 0"):
+        RolloutConfig(chunk_prompts=0)
+    for flag in ("--chunk-prompts", "--verify-workers", "--sandbox-workers"):
+        with pytest.raises(SystemExit) as e:
+            main(["rl", "rollouts", "x@latest", "--model", "m", "--base-url", "http://h/v1",
+                  flag, "0"])  # fmt: skip
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and f"{flag} (" in err and "got 0" in err, err
