@@ -403,7 +403,7 @@ def prepare_text_table(
         if note:  # a mixed column that _read_rows stringified
             row, kind = json.loads(note)
             raise InputError(
-                f"mixed types: this row holds a {kind}, other rows of the column another kind "
+                f"mixed types: this row holds a value of type {kind}, other rows of the column another kind "
                 "(such as text); a text field must hold one kind in every row: all text, or all "
                 "chats / lists of strings",
                 file=source,

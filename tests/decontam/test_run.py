@@ -525,7 +525,7 @@ def test_a_column_mixing_text_and_lists_names_the_mix(tmp_path):
     p.write_text('{"id": "a", "resp": "some text"}\n{"id": "b", "resp": ["a", "list"]}\n')
     cfg = DecontamConfig(benchmarks=["aime24"], detectors=["ngram"], stream_rows=0)
     with pytest.raises(
-        InputError, match=r"row 2, field 'resp': mixed types: this row holds a list"
+        InputError, match=r"row 2, field 'resp': mixed types: this row holds a value of type list"
     ):
         run_decontamination(
             str(p), text_fields=["resp"], id_field="id", out_dir=tmp_path / "o", config=cfg,

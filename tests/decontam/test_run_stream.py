@@ -210,7 +210,7 @@ def test_streamed_run_names_file_and_row_of_a_bad_line_or_duplicate_id(pools_dir
     # a later batch whose text field holds a number: refused with its row, not scanned as JSON
     mixed = tmp_path / "mixed.jsonl"
     mixed.write_text("\n".join([*lines, json.dumps({"uid": "n-1", "text": 42})]) + "\n")
-    with pytest.raises(InputError, match="mixed types: this row holds a") as e:
+    with pytest.raises(InputError, match="mixed types: this row holds a value of type int") as e:
         _run(mixed, tmp_path / "o3", tmp_path / "r", stream_rows=400, detectors=("ngram",))
     assert e.value.row == len(lines) + 1
 

@@ -298,7 +298,7 @@ def test_empty_benchmark_list_and_non_text_fields_are_errors(aime_head, tmp_path
         "--detectors", "ngram", "--out", str(tmp_path / "o2"), "--no-publish", root=root,
     )  # fmt: skip
     line = _one_error_line(p)
-    assert "row 2" in line and "'problem'" in line and "got int" in line, line
+    assert "row 2" in line and "'problem'" in line and "of type int" in line, line
     assert not (tmp_path / "o2").exists()
 
 
