@@ -60,6 +60,19 @@ def build_rl_report(ref: str, catalog: Any = None, contamination_report: str | N
 
     cat = catalog or Catalog()
     v = cat.resolve(ref)
+    if v.step not in ("rl.select", "rl.curriculum") or v.name.endswith(".rl_dropped"):
+        import re
+
+        from curation.errors import InputError
+
+        base = re.sub(r"\.(passcounts|rollouts|validation_drops|rl_dropped|validated|"
+                      r"decontaminated)$", "", v.name)  # fmt: skip
+        raise InputError(
+            f"{v.ref} is not an RL pool published by `sluice rl select` (its step is "
+            f"{v.step or 'none'}); the report reads a selected pool's tiers, counts and stages",
+            hint=f"report the selected pool instead, e.g. `sluice rl report "
+            f"{base}.rl@latest --out DIR`",
+        )
     pool = cat.load(v.ref)
     cfg = v.config or {}
     tcfg = TierConfig(**(cfg.get("selection") or {}).get("tiers", {}))
@@ -134,12 +147,12 @@ def build_rl_report(ref: str, catalog: Any = None, contamination_report: str | N
 def render_rl_report(ref: str, out_dir: str | Path, *, catalog: Any = None,
                      contamination_report: str | Path | None = None) -> dict[str, Path]:  # fmt: skip
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     link = None
     if contamination_report:
         p = Path(contamination_report).resolve()
         link = p.as_uri() if p.exists() else str(contamination_report)
     r = build_rl_report(ref, catalog, link)
+    out.mkdir(parents=True, exist_ok=True)
     plots = r.pop("_plots")
     imgs = {}
     for k, png in plots.items():

@@ -143,6 +143,21 @@ def test_rl_report_html_and_lineage(rl_ref, tmp_path, data_root):
     assert any(n["step"] == "rl.validate" for n in rep["lineage"])
 
 
+def test_rl_report_refuses_a_dataset_that_is_not_a_selected_pool(rl_ref, tmp_path, data_root):
+    """The pass counts (or the validated pool) given to `rl report` by mistake: one line naming
+    the selected pool to pass instead, no traceback (was KeyError: 'source')."""
+    env = {**os.environ, "SLUICE_DATA_ROOT": str(data_root)}
+    counts = rl_ref["ref"].split("@")[0].removesuffix(".rl") + ".passcounts@latest"
+    r = subprocess.run([sys.executable, "-m", "flows.cli", "rl", "report", counts, "--out",
+                        str(tmp_path / "rep")], env=env, capture_output=True, text=True,
+                       timeout=300)  # fmt: skip
+    assert r.returncode == 2, r.stderr  # bad input
+    assert "Traceback" not in r.stderr and "KeyError" not in r.stderr
+    assert "not an RL pool published by `sluice rl select`" in r.stderr
+    assert "mix.rl@latest" in r.stderr
+    assert not (tmp_path / "rep").exists()
+
+
 def test_verl_export_with_verls_own_rlhfdataset(rl_ref, tmp_path):
     """verl is not a Sluice dependency: this runs where verl imports (checked with verl 0.9.1,
     `pip download verl --no-deps` + omegaconf/tensordict on PYTHONPATH), else it is skipped."""
