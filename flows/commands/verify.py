@@ -9,7 +9,15 @@ app = typer.Typer(no_args_is_help=True, help="Verify answers against references.
 
 @app.command("math")
 def math(
-    answer: str = typer.Option(..., "--answer", help="the response text or the bare answer"),
+    answer: str | None = typer.Option(
+        None, "--answer", help="the response text or the bare answer"
+    ),
+    answer_file: str | None = typer.Option(
+        None,
+        "--answer-file",
+        help="read the response from this UTF-8 file instead ('-': standard input); for whole "
+        "reasoning traces, which no shell quotes comfortably",
+    ),
     reference: str = typer.Option(..., "--reference", help="the reference answer"),
     timeout: float = typer.Option(5.0, "--timeout", help="hard limit for the comparison, seconds"),
 ) -> None:
@@ -22,5 +30,38 @@ def math(
 
     from rl_pools.verify import verify_one
 
-    res = verify_one(answer, reference, timeout_s=timeout)
+    res = verify_one(_answer_text(answer, answer_file), reference, timeout_s=timeout)
     typer.echo(json.dumps(res.to_dict(), ensure_ascii=False))
+
+
+def _answer_text(answer: str | None, answer_file: str | None) -> str:
+    """The response from --answer or --answer-file (exactly one of them)."""
+    from curation.errors import InputError
+
+    if (answer is None) == (answer_file is None):
+        raise InputError(
+            "verify math needs the response once: --answer TEXT or --answer-file PATH",
+            hint="pass one of the two ('--answer-file -' reads standard input)",
+        )
+    if answer is not None:
+        return answer
+    import sys
+
+    try:
+        if answer_file == "-":
+            return sys.stdin.buffer.read().decode("utf-8")
+        with open(answer_file, "rb") as fh:
+            return fh.read().decode("utf-8")
+    except FileNotFoundError:
+        raise InputError("answer file not found", file=answer_file,
+                         hint="give the path of a file that holds the response") from None  # fmt: skip
+    except IsADirectoryError:
+        raise InputError("answer file is a folder", file=answer_file,
+                         hint="give the path of a file that holds the response") from None  # fmt: skip
+    except UnicodeDecodeError as e:
+        raise InputError(f"the answer is not UTF-8 text (byte {e.start})",
+                         file="<stdin>" if answer_file == "-" else answer_file,
+                         hint="save the response as UTF-8") from None  # fmt: skip
+    except PermissionError:
+        raise InputError("answer file cannot be read (permission denied)", file=answer_file,
+                         hint="check the file's permissions") from None  # fmt: skip

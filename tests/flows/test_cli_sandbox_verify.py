@@ -72,6 +72,37 @@ def test_verify_math_prints_one_json_object():
     assert rc == 0 and obj["status"] == "timeout", raw
 
 
+def test_verify_math_reads_a_whole_trace_from_a_file_or_stdin(tmp_path, pools_dir):
+    """A real R1-distilled trace (thousands of characters, $ and backslashes) is read from a
+    file or from standard input, with the same verdict as its final boxed answer alone."""
+    src = pools_dir / "sft_r1distill_math_traces_thoughtanchors.jsonl"
+    row = json.loads(src.open(encoding="utf-8").readline())
+    sol, ref = row["solutions"][0]["solution"], row["gt_answer"]
+    assert len(sol) > 1000 and "$" in sol and "\\" in sol
+    trace = tmp_path / "trace.txt"
+    trace.write_text(sol, encoding="utf-8")
+    rc, obj, raw = _sluice("verify", "math", "--answer-file", str(trace), "--reference", ref)
+    assert rc == 0 and obj is not None, raw
+    assert obj["status"] == ("correct" if row["solutions"][0]["is_correct"] else "incorrect")
+    p = subprocess.run([SLUICE, "verify", "math", "--answer-file", "-", "--reference", ref],
+                       input=sol, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    from_stdin = json.loads(p.stdout)
+    assert {**from_stdin, "elapsed_s": 0} == {**obj, "elapsed_s": 0}
+    rc, alone, raw = _sluice("verify", "math", "--answer", obj["extracted"], "--reference", ref)
+    assert alone["status"] == obj["status"], raw
+    for args, msg in (([], "--answer TEXT or --answer-file PATH"),
+                      (["--answer", "1", "--answer-file", str(trace)], "--answer TEXT or --answer-file"),
+                      (["--answer-file", str(tmp_path / "nope.txt")], "answer file not found"),
+                      (["--answer-file", str(tmp_path)], "answer file is a folder")):  # fmt: skip
+        rc, _, raw = _sluice("verify", "math", *args, "--reference", "1")
+        assert rc == 2 and msg in raw and "Traceback" not in raw, raw
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("r\xe9ponse \\boxed{1}".encode("latin-1"))
+    rc, _, raw = _sluice("verify", "math", "--answer-file", str(bad), "--reference", "1")
+    assert rc == 2 and "not UTF-8" in raw and str(bad) in raw, raw
+
+
 @pytest.mark.parametrize("value", ["nan", "inf", "0", "-1"])
 def test_non_finite_limits_are_refused_like_zero(tmp_path, value):
     """A NaN timeout would turn the hard deadline off (every comparison with NaN is false), an
