@@ -101,6 +101,16 @@ def storage_error(exc: BaseException, path: str | None = None) -> StorageError |
 
     code = getattr(exc, "errno", None)
     text = str(exc)
+    if code == 2 and _raised_by_mkdir(exc):
+        # ENOENT from mkdir with parents: the file system has no place for the folder (a
+        # path under /proc or /sys, a parent that vanished): a write refused, not a missing input
+        where = path or getattr(exc, "filename", None)
+        return StorageError(
+            f"cannot write {where}: the folder cannot be created there"
+            if where
+            else "cannot write: a folder cannot be created there",
+            hint="point --root/--out at a folder on writable storage",
+        )
     if code not in _STORAGE_ERRNOS:
         code = next((c for m, c in _STORAGE_MESSAGES.items() if m in text), None)
     if code is None:
@@ -112,6 +122,15 @@ def storage_error(exc: BaseException, path: str | None = None) -> StorageError |
         where = quoted.group(1) if quoted else None
     msg = f"cannot write {where}: {what}" if where else f"cannot write: {what}"
     return StorageError(msg, hint=fix)
+
+
+def _raised_by_mkdir(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised inside ``Path.mkdir`` / ``os.makedirs`` (its last frame)."""
+    tb = exc.__traceback__
+    last = None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    return last is not None and last.tb_frame.f_code.co_name in ("mkdir", "makedirs")
 
 
 @contextlib.contextmanager

@@ -138,6 +138,11 @@ class FitCache:
             os.utime(path)
         return got
 
+    def has(self, det: Detector, benchmarks: BenchmarkSet) -> bool:
+        """Whether an entry for ``det`` and ``benchmarks`` is on disk (``store`` is best
+        effort: ``sluice benchmarks prepare`` checks that its fits were kept)."""
+        return self._path(det, benchmarks).is_file()
+
     def store(self, det: Detector, benchmarks: BenchmarkSet) -> None:
         """Keep fitted ``det``; best effort (a read-only or full disk only loses the cache)."""
         path = self._path(det, benchmarks)
@@ -153,7 +158,8 @@ class FitCache:
             os.replace(tmp, path)
         except OSError as exc:
             log.warning("fit cache: could not write %s (%s)", path, exc)
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # a read-only folder refuses even this (EROFS)
+                tmp.unlink(missing_ok=True)
             return
         self._prune(det.name)
 

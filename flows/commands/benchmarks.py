@@ -252,9 +252,24 @@ def prepare_benchmarks(
 
     pure = [d for d in dets if detector_class(d).ships_fitted]  # model-free: cacheable fits
     if pure:
+        from curation.errors import writing_to
+        from decontam.fit_cache import FitCache
+
+        cache = FitCache(root_dir)
+        with writing_to(str(cache.dir)):  # an unwritable root fails now, not after the fits
+            cache.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         t0 = time.perf_counter()
         fitted = build_detectors(pure, dataclasses.replace(run_cfg, detectors=pure), bset, root_dir)
         kept = [d.name for d in fitted if d.fit_is_pure()]
+        lost = [d.name for d in fitted if d.fit_is_pure() and not cache.has(d, bset)]
+        if lost:  # the run's cache is best effort; keeping it is this command's whole job
+            from curation.errors import StorageError
+
+            raise StorageError(
+                f"cannot write the fit cache {cache.dir}: {', '.join(lost)} fitted but not kept "
+                "(the warning above says why)",
+                hint="point --root at a writable data root with free space",
+            )
         con.print(
             f"fitted {', '.join(kept) or 'nothing cacheable'} for runs against "
             f"{', '.join(names)} in {time.perf_counter() - t0:.1f} s (data root fit cache)"

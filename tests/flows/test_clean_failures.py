@@ -145,6 +145,42 @@ def test_out_that_is_a_file_or_not_writable_is_refused_before_the_scan(aime_head
     assert str(ro) in line and "not writable" in line
 
 
+def test_a_root_or_out_where_no_folder_can_be_made_is_one_line(aime_head, tmp_path):
+    """/proc refuses new folders with ENOENT (not EACCES/EROFS): a --root or --out there is a
+    storage error naming the path, for ingest, decontam run and benchmarks prepare (was
+    FileNotFoundError's traceback); a missing input file is still called missing."""
+    bad = "/proc/sluice-no-such-place"
+    line = _one_error_line(
+        _sluice("ingest", str(aime_head), "-n", "a", "-m", "ttrl", "--root", bad)
+    )
+    assert bad in line and "cannot be created there" in line
+    line = _one_error_line(_sluice("benchmarks", "prepare", "--detectors", "ngram", "--root", bad))
+    assert bad in line and "cannot be created there" in line
+    args = ["decontam", "run", str(aime_head), "--text-field", "prompt", "--benchmarks", "aime24"]
+    args += ["--detectors", "ngram", "--no-publish", "--out", f"{bad}/run"]
+    line = _one_error_line(_sluice(*args, root=tmp_path / "r"))
+    assert bad in line and "cannot be created there" in line
+    line = _one_error_line(_sluice("ingest", str(tmp_path / "none.jsonl"), "-n", "a",
+                                   root=tmp_path / "r"))  # fmt: skip
+    assert "source not found" in line
+
+
+def test_benchmarks_prepare_fails_when_its_fits_cannot_be_kept(tmp_path):
+    """A run's fit cache is best effort; keeping it is `benchmarks prepare`'s whole job: a fit
+    cache folder that exists but refuses writes (read-only here) is an error, not "fitted ...
+    (data root fit cache)" with exit 0."""
+    fit = tmp_path / "r" / "cache" / "fit"
+    fit.mkdir(parents=True)
+    p = _in_mount_namespace(
+        f"mount --bind {fit} {fit} && mount -o remount,bind,ro {fit}\n"
+        f"{SLUICE} benchmarks prepare --detectors ngram --benchmarks aime24 --root {tmp_path / 'r'}\n",
+        tmp_path,
+    )
+    line = _one_error_line(p)
+    assert str(fit) in line and "ngram fitted but not kept" in line
+    assert "Read-only file system" in p.stderr  # the warning says why
+
+
 def test_out_that_holds_other_files_is_refused_and_left_intact(aime_head, tmp_path):
     """--out replaces only an empty folder or an earlier run directory: a project folder (here
     holding the input itself) or the current folder is refused before the scan, nothing lost."""
