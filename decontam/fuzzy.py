@@ -7,7 +7,10 @@ also runs) or, run alone, from rapidfuzz's own all-pairs ``process.cdist`` on
 
 Evidence per pair: ``partial_ratio`` (best alignment of the shorter text inside the longer one,
 on word sequences: finds a problem quoted in a long response), ``token_set_ratio`` and ``ratio``, all 0-100, on
-normalised text. The match score is the one named by ``score_kind``, divided by 100.
+normalised text. The match score is the one named by ``score_kind``, divided by 100. Each recorded
+match also carries where it is: rapidfuzz's ``partial_ratio_alignment`` gives the aligned word
+ranges (``details.aligned_words``), located back in both original texts as one span (and the
+sample's aligned text as ``overlap_text``) by :func:`locate_words`.
 """
 
 from __future__ import annotations
@@ -58,6 +61,46 @@ def normalize(text: str) -> str:
     t = _CMD_RE.sub(" ", t)
     t = t.lower()
     return _NONWORD_RE.sub(" ", t).strip()
+
+
+_WORD_CHARS = frozenset("0123456789abcdefghijklmnopqrstuvwxyz")
+EVIDENCE_VERSION = "word-alignment/1"
+
+
+def locate_words(raw: str, words: list[str], lo: int, hi: int, reach: int = 200):
+    """Character span ``(start, end)`` in ``raw`` of the normalised words ``words[lo:hi]``
+    (``words``: :func:`normalize` of ``raw``, split), or None when none of them is found.
+
+    Why by hand: the fuzzy normaliser keeps no offsets (it runs on every candidate pair; spans
+    are wanted only for the few recorded matches). Each word is looked up in order, as a whole
+    word of the lowercased text, within ``reach`` characters of the previous one found (the
+    first anywhere); a word the normaliser rewrote (number spellings, ``\\frac`` parts that moved)
+    is not found and is skipped, so the span runs from the first word found to the last."""
+    fold = raw.lower()
+    if len(fold) != len(raw):  # a character whose lowercase is longer (İ): fold it alone
+        fold = "".join(c.lower()[:1] or c for c in raw)
+    n = len(fold)
+    pos, first, last = 0, None, None
+    for k in range(min(hi, len(words))):
+        w = words[k]
+        stop = n if last is None else min(n, pos + reach + len(w))
+        i = fold.find(w, pos, stop)
+        while i != -1 and (
+            (i > 0 and fold[i - 1] in _WORD_CHARS)
+            or (i + len(w) < n and fold[i + len(w)] in _WORD_CHARS)
+        ):
+            i = fold.find(w, i + 1, stop)
+        if i == -1:
+            continue
+        pos = i + len(w)
+        if k >= lo:
+            first = i if first is None else first
+            last = pos
+        elif last is None:
+            last = -1  # found before the range: later words are searched near it
+    if first is None:
+        return None
+    return first, last
 
 
 @dataclass
@@ -199,6 +242,7 @@ class FuzzyDetector(Detector):
         self._norm_items: list[str] | None = None  # normalized at the first score (fit time)
         self._item_columns: dict[str, list] = {}
         self._item_words: list[list[str]] = []
+        self._item_texts: list[str] = []
         self._fit_unclaimed = 0.0
         self._emb_index = None
         self._emb_config = None
@@ -223,12 +267,38 @@ class FuzzyDetector(Detector):
 
             t0 = time.perf_counter()
             cfg: FuzzyConfig = self.config
-            self._norm_items = [
-                normalize(t)[: cfg.max_chars] for t in self.items.column("text").to_pylist()
-            ]
+            self._item_texts = self.items.column("text").to_pylist()
+            self._norm_items = [normalize(t)[: cfg.max_chars] for t in self._item_texts]
             self._item_words = [t.split() for t in self._norm_items]
             self._fit_unclaimed += time.perf_counter() - t0
         return self._norm_items
+
+    def describe(self) -> dict[str, Any]:
+        d = super().describe()  # normaliser and evidence in the scan cache's key too
+        d["normalizers"] = {"fuzzy": NORMALIZER_VERSION}
+        d["evidence"] = EVIDENCE_VERSION
+        return d
+
+    def _evidence(self, row: dict[str, Any], raw: str, words: list[str], j: int) -> None:
+        """Spans and overlap text of one recorded match (see :func:`locate_words`)."""
+        from rapidfuzz import fuzz
+
+        al = fuzz.partial_ratio_alignment(words, self._item_words[j])
+        row["details"]["aligned_words"] = {
+            "sample": [al.src_start, al.src_end],
+            "item": [al.dest_start, al.dest_end],
+        }
+        if not getattr(self, "_item_texts", None):  # a detector pickled by an older build
+            self._item_texts = self.items.column("text").to_pylist()
+        item_raw = self._item_texts[j]
+        a = locate_words(raw, words, al.src_start, al.src_end)
+        b = locate_words(item_raw, self._item_words[j], al.dest_start, al.dest_end)
+        if a is None or b is None:
+            return
+        row["spans"] = [
+            {"sample_start": a[0], "sample_end": a[1], "bench_start": b[0], "bench_end": b[1]}
+        ]
+        row["overlap_text"] = raw[a[0] : a[1]][:500]
 
     def take_fit_seconds(self) -> float:
         s, self._fit_unclaimed = self._fit_unclaimed, 0.0
@@ -262,8 +332,8 @@ class FuzzyDetector(Detector):
         )
         scores = many_pair_scores([norm[r] for r, _, _ in pairs],
                                   [norm_items[j] for _, j, _ in pairs], words)  # fmt: skip
-        rows = []
         best: dict[tuple, dict] = {}
+        best_item: dict[tuple, int] = {}
         for (r, j, cos), sc in zip(pairs, scores, strict=True):
             sc["max"] = max(sc.values())
             score = sc[cfg.score_kind] / 100.0
@@ -296,5 +366,10 @@ class FuzzyDetector(Detector):
                 "threshold": cfg.threshold,
                 "details": details,
             }
-        rows = [best[k] for k in sorted(best, key=lambda k: (k[0], k[1], k[2]))]
+            best_item[key] = j
+        rows = []
+        for k in sorted(best, key=lambda k: (k[0], k[1], k[2])):
+            row, j = best[k], best_item[k]
+            self._evidence(row, raw[k[0]], split.get(k[0]) or norm[k[0]].split(), j)
+            rows.append(row)
         return matches_from_rows(rows)

@@ -78,3 +78,54 @@ def test_many_pair_scores_are_the_scalar_scores(benchmarks_dir, contam_dev_path)
     got = many_pair_scores([a for a, _ in pairs], [b for _, b in pairs])
     assert got == [pair_scores(a, b) for a, b in pairs]
     assert many_pair_scores([], []) == []
+
+
+def test_locate_words_finds_normalised_words_in_the_original_text():
+    from decontam.fuzzy import locate_words
+
+    raw = r"Let $\frac{1}{2}$ of the AREA be $x$; then x-area is 1 \leq N \leq 2\times 10^5 a."
+    words = normalize(raw).split()
+    assert words[:6] == ["let", "1", "2", "of", "the", "area"]
+    s, e = locate_words(raw, words, 4, 6)  # "the area"
+    assert raw[s:e] == "the AREA"
+    # whole words only: the "a" at the end, not the one inside "Let" or "AREA"
+    s, e = locate_words(raw, words, len(words) - 1, len(words))
+    assert raw[s:e] == "a" and e == len(raw) - 1
+    # "200000" exists only in the normalised text: skipped, the span still covers its neighbours
+    i = words.index("200000")
+    s, e = locate_words(raw, words, i - 1, i + 2)
+    assert raw[s:e] == r"N \leq 2\times 10^5 a"
+    assert locate_words("nothing here", ["absent"], 0, 1) is None
+
+
+def test_fuzzy_matches_carry_spans_in_both_original_texts(benchmarks_dir, contam_dev_path):
+    """Evidence for every recorded match: the aligned words located back in the training text
+    and in the benchmark item. On verbatim and embedded dev rows (the item copied whole), the two
+    spans hold the same normalised words, and the item's span is the whole item."""
+    rows = dev_slice(str(contam_dev_path))
+    bset = small_benchmarks(str(benchmarks_dir))
+    det = FuzzyDetector(FuzzyConfig(candidates="all"))
+    det.fit(bset)
+    m = det.score(texts_of(rows)).to_pylist()
+    assert m and all(x["spans"] for x in m)  # every recorded match located
+    items = {
+        (b, i, v): t
+        for b, i, v, t in zip(*(bset.items.column(c).to_pylist()
+                                for c in ("benchmark", "item_id", "variant", "text")), strict=True)
+    }  # fmt: skip
+    by_uid = {r["uid"]: r for r in rows}
+    checked = 0
+    for x in m:
+        r = by_uid[x["sample_uid"]]
+        if r["kind"] not in ("verbatim", "embedded") or x["benchmark_item"] != r["benchmark_item"]:
+            continue
+        (sp,) = x["spans"]
+        item = items[(x["benchmark"], x["benchmark_item"], x["benchmark_variant"])]
+        got = normalize(r["text"][sp["sample_start"] : sp["sample_end"]])
+        assert got == normalize(item[sp["bench_start"] : sp["bench_end"]]) == normalize(item)
+        assert x["overlap_text"] == r["text"][sp["sample_start"] : sp["sample_end"]][:500]
+        d = json.loads(x["details"])
+        assert d["aligned_words"]["item"] == [0, len(normalize(item).split())]
+        checked += 1
+    assert checked >= 4
+    assert det.describe()["normalizers"] == {"fuzzy": NORMALIZER_VERSION}
