@@ -74,7 +74,7 @@ def rollouts_task(pool_ref: str, generation: dict[str, Any], sampling: dict[str,
 @task(name="rl-select", cache_policy=_key("select"), **_COMMON)
 def select_task(pool_ref: str, counts_ref: str, model: str, selection: dict[str, Any],
                 curriculum: str | None, data_root: str, params_hash: str | None = None,
-                verifier_version: str | None = None) -> dict[str, Any]:  # fmt: skip
+                verifier_version: str | list[str] | None = None) -> dict[str, Any]:  # fmt: skip
     from rl_pools.build import select_ref
     from rl_pools.curriculum import CurriculumConfig
     from rl_pools.tiers import SelectionConfig
@@ -152,13 +152,14 @@ def rl_pool_flow(
                          rollout={"k": k}, store=store, data_root=root)  # fmt: skip
     sel = {"preset": preset, **(selection or {})}
     # select on the counts this run produced: the counts dataset may hold the same model under
-    # other sampling settings (an earlier run with another --max-tokens) or verifier versions
+    # other sampling settings (an earlier run with another --max-tokens) or verifier versions;
+    # a mixed math + code pool has one verifier version per domain, and both are this run's
     vvs = ro.get("verifier_versions") or []
     s = cached_or_rerun(select_task, root, lambda o, r: catalog_has(r, o["ref"]),
                         pool_ref=v["ref"], counts_ref=ro["passcounts_ref"], model=model,
                         selection=sel, curriculum=curriculum, data_root=root,
                         params_hash=ro.get("params_hash"),
-                        verifier_version=vvs[0] if len(vvs) == 1 else None)  # fmt: skip
+                        verifier_version=vvs or None)  # fmt: skip
     out = Path(out_dir)
     ex = cached_or_rerun(export_task, root, _files_exist, rl_ref=s["ref"],
                          out_dir=str(out / "export"), data_root=root)  # fmt: skip

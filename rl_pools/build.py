@@ -134,7 +134,7 @@ def select_ref(
     *,
     counts_ref: str | None = None,
     params_hash: str | None = None,
-    verifier_version: str | None = None,
+    verifier_version: str | list[str] | None = None,
     curriculum: Any = None,
     catalog: Catalog | None = None,
 ) -> dict[str, Any]:

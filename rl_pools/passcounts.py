@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,9 +97,13 @@ def publish_counts(
 
 
 def select(counts: pa.Table, model: str, params_hash: str | None = None,
-           verifier_version: str | None = None, *, ref: str | None = None) -> pa.Table:  # fmt: skip
+           verifier_version: str | Sequence[str] | None = None, *,
+           ref: str | None = None) -> pa.Table:  # fmt: skip
     """The rows of one model (and sampling params / verifier version when given); an unknown
     model names the ones available. Two settings for one model without a choice is an error.
+    ``verifier_version``: one version, or several (a list or comma-separated): a mixed math +
+    code pool is graded by one verifier per domain, so its counts hold two versions that are one
+    setting; then a prompt counted under two of them (or two sampling settings) is the error.
     ``ref``: the counts' dataset version, named when the table is not a pass-counts table."""
     missing = [f.name for f in PASSCOUNT_SCHEMA if f.name not in counts.column_names
                and f.name not in ("sampling_params", "n_invalid", "origin")]  # fmt: skip
@@ -118,14 +122,42 @@ def select(counts: pa.Table, model: str, params_hash: str | None = None,
         raise NotFoundError(f"no pass counts for model {model!r}", hint=did_you_mean(model, have))
     if params_hash is not None:
         rows = [r for r in rows if r["params_hash"] == params_hash]
+    several = False
     if verifier_version is not None:
-        rows = [r for r in rows if r["verifier_version"] == verifier_version]
+        allowed = (
+            {v.strip() for v in verifier_version.split(",") if v.strip()}
+            if isinstance(verifier_version, str)
+            else set(verifier_version)
+        )
+        several = len(allowed) > 1
+        rows = [r for r in rows if r["verifier_version"] in allowed]
     settings = sorted({(r["params_hash"], r["verifier_version"]) for r in rows})
+    if several:  # one setting per domain: a prompt may have one row, the sampling one hash
+        seen: dict[str, str] = {}
+        twice = sorted(
+            {(r["uid"], seen[r["uid"]], r["verifier_version"]) for r in rows
+             if seen.setdefault(r["uid"], r["verifier_version"]) != r["verifier_version"]}
+        )  # fmt: skip
+        hashes = sorted({r["params_hash"] for r in rows})
+        if twice:
+            uid, a, b = twice[0]
+            raise InputError(
+                f"model {model!r}: {len(twice)} prompt(s) have pass counts under two of the "
+                f"verifier versions given (e.g. {uid}: {a} and {b})",
+                hint="pass the one version each prompt was graded with",
+            )
+        if len(hashes) > 1:
+            raise InputError(
+                f"model {model!r} has pass counts for {len(hashes)} sampling settings {hashes}",
+                hint="pass --params-hash to choose one",
+            )
+        settings = []
     if len(settings) > 1:
         raise InputError(
             f"model {model!r} has pass counts for {len(settings)} sampling/verifier settings "
             f"{settings}",
-            hint="pass --params-hash and/or --verifier-version to choose one",
+            hint="pass --params-hash and/or --verifier-version to choose one (a mixed math + "
+            "code pool: its two versions, comma-separated)",
         )
     return counts_table(rows)
 

@@ -160,7 +160,12 @@ def select(
         None, "--counts", help="passcounts version (default BASE.passcounts@latest)"
     ),  # fmt: skip
     params_hash: str | None = typer.Option(None, "--params-hash"),
-    verifier_version: str | None = typer.Option(None, "--verifier-version"),
+    verifier_version: str | None = typer.Option(
+        None,
+        "--verifier-version",
+        help="the counts' verifier version; several comma-separated for a mixed math + code pool "
+        "(one per domain)",
+    ),
     seed: int = typer.Option(0, "--seed", help="seed of the deterministic downsampling"),
 ) -> None:
     """Assign tiers from one model's pass counts, apply the keep rules (drop counts per step),

@@ -63,6 +63,44 @@ def test_rl_pool_flow_end_to_end_and_rerun_without_model_calls(
     assert dec in html
 
 
+def test_rl_pool_flow_on_a_mixed_math_and_code_pool(prefect_harness, pools_dir, data_root,
+                                                    tmp_path):  # fmt: skip
+    """A math + code pool is graded by two verifiers (math-verify, the sandbox), so its counts
+    hold two verifier versions: the flow selects on both (was: "2 sampling/verifier settings")."""
+    import pyarrow as pa
+
+    from flows.rl_pool import rl_pool_flow
+
+    ingest(str(pools_dir / "math_deepscaler_math_train.jsonl"), field_map="deepscaler_math",
+           name="mixm", limit=4)  # fmt: skip
+    ingest(str(pools_dir / "code_leetcodedataset_v0.2.0_train.jsonl"),
+           field_map="leetcodedataset", name="mixc", limit=2)  # fmt: skip
+    cat = Catalog()
+    both = pa.concat_tables([cat.load("mixm@latest"), cat.load("mixc@latest")])
+    dec = cat.publish("mixflow.decontaminated", both, step="decontaminate",
+                      parents=[cat.resolve("mixm@latest").ref, cat.resolve("mixc@latest").ref]).ref  # fmt: skip
+    rows = cat.load(dec).to_pylist()
+
+    def responder(text, body):
+        r = next(r for r in rows if r["problem"][:200] in text)
+        ok = body["seed"] % 2 == 0
+        if r["domain"] == "math":
+            return f"\\boxed{{{r['answer'] if ok else 'nope'}}}"
+        code = r["solutions"][0] if ok else "class Solution:\n    pass\n"
+        return f"```python\n{code}\n```"
+
+    with StandInServer(responder) as srv:
+        out = rl_pool_flow(pool_ref=dec, model="stand-in", k=2, out_dir=str(tmp_path / "out"),
+                           preset="srpo", sampling={"temperature": 0.7, "seed": 1, "max_tokens": 64},
+                           generation={"base_url": srv.url, "backoff_s": 0.01},
+                           validation={"verify_workers": 1}, data_root=str(data_root))  # fmt: skip
+    assert len(out["rollouts"]["verifier_versions"]) == 2
+    s = out["select"]
+    assert s["rows_in"] == 6 and s["kept"] + sum(x["dropped"] for x in s["steps"]) == 6
+    kept = cat.load(s["ref"])
+    assert set(kept.column("domain").to_pylist()) == {"math", "code"}
+
+
 def test_rl_pool_deployment_is_scheduled_like_curate():
     import pytest
 

@@ -128,6 +128,34 @@ def test_import_plain_table_and_our_counts_side_by_side_then_tier(
                    verifier_version="external")  # fmt: skip
 
 
+def test_select_takes_one_verifier_version_per_domain():
+    """A mixed math + code pool is graded by two verifiers (math-verify, the sandbox): its
+    counts hold two versions that are one setting. Given both, select keeps every prompt; a
+    prompt counted under both, or two sampling settings, is still an error; given none, the
+    two versions are ambiguous as before."""
+    from rl_pools.rollouts import verifier_version
+
+    vm, vc = verifier_version("math"), verifier_version("code")
+    rows = [{"uid": f"m{i}", "model": "m", "params_hash": "h", "verifier_version": vm, "k": 4,
+             "passed": i} for i in range(3)]  # fmt: skip
+    rows += [{"uid": f"c{i}", "model": "m", "params_hash": "h", "verifier_version": vc, "k": 4,
+              "passed": i} for i in range(2)]  # fmt: skip
+    counts = counts_table(rows)
+    with pytest.raises(Exception, match="2 sampling/verifier settings"):
+        select(counts, "m")
+    for given in ([vm, vc], f"{vm},{vc}"):
+        got = select(counts, "m", verifier_version=given)
+        assert sorted(got.column("uid").to_pylist()) == ["c0", "c1", "m0", "m1", "m2"]
+    assert select(counts, "m", verifier_version=vm).num_rows == 3
+    regraded = counts_table([*rows, {**rows[0], "verifier_version": vc}])
+    with pytest.raises(Exception, match=r"1 prompt\(s\) have pass counts under two"):
+        select(regraded, "m", verifier_version=[vm, vc])
+    other = counts_table([*rows, {**rows[0], "uid": "m9", "params_hash": "h2"}])
+    with pytest.raises(Exception, match="2 sampling settings"):
+        select(other, "m", verifier_version=[vm, vc])
+    assert select(other, "m", "h", [vm, vc]).num_rows == 5
+
+
 def test_import_real_pass_rates_r1distill14b_and_tier(pools_dir, data_root, tmp_path):
     ref = _ingest(pools_dir / ANCHORS, "anchors_l5", "problem", "gt_answer", tmp_path)
     counts = import_table(pools_dir / ANCHORS, model="DeepSeek-R1-Distill-Qwen-14B")
