@@ -227,10 +227,24 @@ def _open_binary(path: Path):
     return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
 
 
-# a run of 19 digits: an integer that may not fit 64 bits. orjson and Arrow's JSON reader read
-# such integers as floats (2**100 -> 1.2676506002282294e+30), so lines holding one are parsed by
-# ``json``, which keeps every integer exact (a reference answer must keep its digits)
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+# a run of 19 digits where a JSON value starts: an integer that may not fit 64 bits. orjson and Arrow's JSON reader read
+# such integers as floats (2**100 -> 1.2676506002282294e+30), so lines holding one, parsed into
+# a value that holds a float, are parsed again by ``json``, which keeps every integer exact (a
+# reference answer must keep its digits). Digits inside strings (a long number in a problem's
+# text) rarely follow ':', '[' or ',' and leave no float behind: they cost nothing more.
+_LONG_DIGITS = re.compile(rb"[:\[,]\s*-?[0-9]{19}")  # where a JSON number can start
+
+
+def _holds_float(value: Any) -> bool:
+    if isinstance(value, float):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_float(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds_float(v) for v in value)
+    return False
+
+
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -238,7 +252,7 @@ def _parse_line(line: bytes) -> tuple[Any, str | None, str]:
     """Parse one JSON line: (value, None, "") or (None, reason, field)."""
     try:
         value = _loads(line)
-        if _loads is not json.loads and _LONG_DIGITS.search(line):
+        if _loads is not json.loads and _LONG_DIGITS.search(line) and _holds_float(value):
             value = json.loads(line)
         return value, None, ""
     except _JSONError as exc:
@@ -538,8 +552,6 @@ def _arrow_rows(lines: list[bytes]):
     if any(not line.strip() for line in lines):
         return None
     data = b"".join(lines)
-    if _LONG_DIGITS.search(data):  # an integer Arrow would read as a float
-        return None
     if not data.isascii():  # Arrow keeps invalid UTF-8 in its strings: the row path names it
         try:
             data.decode("utf-8")
@@ -550,6 +562,8 @@ def _arrow_rows(lines: list[bytes]):
         table = pj.read_json(io.BytesIO(data), read_options=read)
         if table.num_rows != len(lines):
             return None
+        if any(_floating(f.type) for f in table.schema) and _LONG_DIGITS.search(data):
+            return None  # an integer beyond 64 bits that Arrow read as a float (see above)
         temporal = [f.name for f in table.schema if _temporal(f.type)]
         if any(_temporal(f.type, nested=True) for f in table.schema if f.name not in temporal):
             return None
@@ -562,6 +576,19 @@ def _arrow_rows(lines: list[bytes]):
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         return None
     return table
+
+
+def _floating(t) -> bool:
+    """Whether ``t`` is a floating-point type or holds one in a list or struct."""
+    import pyarrow as pa
+
+    if pa.types.is_floating(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_floating(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _floating(t.value_type)
+    return False
 
 
 def _temporal(t, nested: bool = False) -> bool:
