@@ -200,8 +200,18 @@ def select(
     cur = file_cfg.get("curriculum")
     cur_cfg = CurriculumConfig(preset=curriculum) if curriculum else (
         CurriculumConfig.from_dict(cur) if cur is not None else None)  # fmt: skip
-    _echo(select_ref(pool, model, sel_cfg, counts_ref=counts, params_hash=params_hash,
-                     verifier_version=verifier_version, curriculum=cur_cfg))  # fmt: skip
+    res = select_ref(pool, model, sel_cfg, counts_ref=counts, params_hash=params_hash,
+                     verifier_version=verifier_version, curriculum=cur_cfg)  # fmt: skip
+    _echo(res)
+    for st in res["stages"]:
+        if st["rows"] == 0:  # a preset's generic stage that this pool cannot fill: said, not hidden
+            vals = ", ".join(cur_cfg.stages[st["stage"] - 1])
+            typer.echo(
+                f"warning: curriculum stage {st['stage']} ({cur_cfg.by} {vals}) holds no kept row: "
+                f"{st['ref']} is empty, and `sluice train grpo` refuses a stage of 0 steps (choose "
+                "a curriculum whose stages this pool fills, or train without that stage)",
+                err=True,
+            )
 
 
 def _table(file_cfg: dict, name: str) -> dict:

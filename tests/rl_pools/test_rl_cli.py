@@ -38,6 +38,13 @@ def test_cli_import_select_export_push(pools_dir, data_root, tmp_path):
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["kept"] == 14 and [s["rows"] for s in out["stages"]] == [3, 5, 2, 4]
+    assert "warning" not in r.stderr
+    # SRPO's math -> code curriculum on a math-only pool: stage 2 is empty, and the command says so
+    r = _sluice(["rl", "select", "qwen@latest", "--model", "qwen-math", "--preset", "srpo",
+                 "--curriculum", "srpo"], env)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert [s["rows"] for s in json.loads(r.stdout)["stages"]] == [14, 0]
+    assert "warning: curriculum stage 2 (domain code) holds no kept row" in r.stderr
     r = _sluice(["rl", "export", "qwen.rl@latest", "--format", "verl", "--out",
                  str(tmp_path / "v.parquet")], env)  # fmt: skip
     assert r.returncode == 0 and (tmp_path / "v.parquet").is_file()
