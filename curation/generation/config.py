@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,8 +43,11 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop", tuple(self.stop or ()))
-        if self.temperature < 0:
-            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ConfigError(
+                f"temperature (--temperature) must be a finite number >= 0, got {self.temperature}",
+                hint="0 is greedy; e.g. --temperature 0.6",
+            )
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.max_tokens < 1:
@@ -140,8 +144,16 @@ class GenerationConfig:
             )
         if self.concurrency < 1 or self.batch_size < 1:
             raise ConfigError("concurrency and batch_size must be >= 1")
-        if self.timeout_s <= 0 or self.max_retries < 0 or self.backoff_s < 0:
-            raise ConfigError("timeout_s must be > 0, max_retries and backoff_s >= 0")
+        if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            raise ConfigError(
+                f"timeout_s (--timeout) must be a finite number > 0, got {self.timeout_s}",
+                hint="seconds per request, e.g. --timeout 600",
+            )
+        if self.max_retries < 0 or not (math.isfinite(self.backoff_s) and self.backoff_s >= 0):
+            raise ConfigError(
+                f"max_retries must be >= 0 and backoff_s a finite number >= 0, got "
+                f"{self.max_retries} and {self.backoff_s}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -264,3 +264,23 @@ def test_code_responses_are_graded_in_the_sandbox(pools_dir, data_root, tmp_path
         assert r["verification"] == ("failed" if seeds[r["uid"]] % 2 else "passed"), r
     assert b.counts["kept"] == sum(1 for s in seeds.values() if s % 2 == 0)
     assert 0 < b.counts["kept"] < 12  # both kinds were drawn
+
+
+def test_non_finite_sampling_and_timeout_options_are_refused(pool, tmp_path, data_root):
+    """`--temperature nan` sampled empty responses and published them (exit 0); `--timeout nan`
+    or `inf` was accepted. Each is one error line naming the option; nothing is published."""
+    cat, ref, _ = pool
+    env = {**os.environ, "SLUICE_DATA_ROOT": str(data_root)}
+    base = [sys.executable, "-c", "from flows.cli import run; run()", "sft", "generate", ref,
+            "--model", "r1-stand-in", "--base-url", free_port_url(), "--root", str(data_root),
+            "--store", str(tmp_path / "store")]  # fmt: skip
+    for extra, msg in (
+        (["--temperature", "nan"], "temperature (--temperature) must be a finite number >= 0"),
+        (["--temperature", "inf"], "temperature (--temperature) must be a finite number >= 0"),
+        (["--timeout", "nan"], "timeout_s (--timeout) must be a finite number > 0"),
+        (["--timeout", "inf"], "timeout_s (--timeout) must be a finite number > 0"),
+    ):
+        r = subprocess.run(base + extra, env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2, (extra, r.stderr)
+        assert msg in r.stderr and "Traceback" not in r.stderr, (extra, r.stderr)
+    assert not any("sft_raw" in d for d in cat.datasets())
