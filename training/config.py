@@ -100,6 +100,13 @@ class ModelConfig:
             )
 
 
+def _finite(v: Any) -> bool:
+    """A real number (not a bool), neither NaN nor infinite."""
+    import math
+
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
 @dataclass
 class RewardConfig:
     name: str = field(default="", metadata={"help": "a built-in reward or any unique name"})
@@ -127,6 +134,11 @@ class RewardConfig:
         if self.function is not None and ":" not in self.function:
             raise ConfigError(
                 f"reward {self.name!r}: function {self.function!r} is not 'module:callable'"
+            )
+        if not _finite(self.weight):
+            raise ConfigError(
+                f"reward {self.name!r}: weight must be a finite number, got {self.weight!r}",
+                hint="e.g. weight = 0.5",
             )
         if self.name == "code_pass_rate":
             mode = self.options.get("mode", "all")
@@ -189,8 +201,11 @@ class StageConfig:
                 raise ConfigError(
                     f"{where}: temperature {self.temperature!r} is not a number or 'auto'"
                 )
-        elif not isinstance(self.temperature, int | float) or self.temperature <= 0:
-            raise ConfigError(f"{where}: temperature must be > 0 or 'auto'")
+        elif not _finite(self.temperature) or self.temperature <= 0:
+            raise ConfigError(
+                f"{where}: temperature must be a finite number > 0 or 'auto', "
+                f"got {self.temperature!r}"
+            )
         else:
             self.temperature = float(self.temperature)
         for d in self.domains or []:
@@ -213,6 +228,13 @@ class ResamplingConfig:
         default=False,
         metadata={"help": "DAPO dynamic sampling in-batch: groups with equal rewards get no loss"},
     )
+
+    def __post_init__(self) -> None:
+        if not _finite(self.threshold):
+            raise ConfigError(
+                f"[resampling] threshold must be a finite number, got {self.threshold!r}",
+                hint="a rollout is correct when its reward is >= threshold, e.g. 1.0",
+            )
 
 
 @dataclass

@@ -281,3 +281,31 @@ def test_verl_overrides_name_keys_of_verls_own_config(tiny_model, pool_catalog, 
         for part in key.split("."):
             assert isinstance(cur, dict) and part in cur, f"verl has no config key {key}"
             cur = cur[part]
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (("temperature = 0.9", "temperature = nan"), "stage 'math': temperature must be a finite"),
+        (("temperature = 0.9", "temperature = inf"), "stage 'math': temperature must be a finite"),
+        (("temperature = 0.9", "temperature = true"), "stage 'math': temperature must be a finite"),
+        (('name = "format"', 'name = "format"\nweight = nan'), "reward 'format': weight must"),
+        (('name = "format"', 'name = "format"\nweight = "high"'), "reward 'format': weight must"),
+        (("[trl]", "[resampling]\nthreshold = nan\n[trl]"), "[resampling] threshold must"),
+    ],
+)
+def test_non_finite_config_numbers_are_one_error_line(tmp_path, edit, message):
+    """A stage temperature, reward weight or resampling threshold that is NaN, infinite or not a
+    number was accepted by --check (NaN temperature sampled garbage, a weight 'high' was a
+    ValueError traceback at the first step, a NaN threshold turned resampling off)."""
+    cfg = _write_config(tmp_path / "t.toml", tmp_path / "no-model", "p@latest")
+    text = cfg.read_text()
+    assert edit[0] in text
+    cfg.write_text(text.replace(edit[0], edit[1], 1))
+    r = subprocess.run(
+        [SLUICE, "train", "grpo", str(cfg), "--check", "--allow-uncleaned",
+         "--root", str(tmp_path / "root")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr and "Traceback" not in r.stderr, r.stderr
