@@ -84,6 +84,7 @@ def generate(
 
 @app.command("build")
 def build(
+    ctx: typer.Context,
     responses: str = typer.Argument(
         ..., help="NAME.sft_raw@VERSION, or an ingested sft_sample dataset (external traces)"
     ),
@@ -108,7 +109,9 @@ def build(
     detectors: str = typer.Option("ngram", "--detectors", help="detectors over the responses"),
     rebalance_bins: int | None = typer.Option(None, "--rebalance-bins"),
     config_file: str | None = typer.Option(
-        None, "--config", help=escape("TOML with an [sft.filters] table")
+        None,
+        "--config",
+        help=escape("TOML with an [sft.filters] table (filter options given here win)"),
     ),
     name: str | None = typer.Option(None, "--name", help="catalog name (default: the input's)"),
     benchmarks_dir: str | None = typer.Option(None, "--benchmarks-dir"),
@@ -119,6 +122,21 @@ def build(
     from sft_generation.config import FilterConfig
     from sft_generation.runs import build_from_ref
 
+    # option (parameter name) -> (FilterConfig field, its value)
+    options = {
+        "keep_policy": ("keep_policy", keep_policy),
+        "keep_truncated": ("drop_truncated", not keep_truncated),
+        "no_format_check": ("check_format", not no_format_check),
+        "min_chars": ("min_response_chars", min_chars),
+        "max_chars": ("max_response_chars", max_chars),
+        "min_tokens": ("min_response_tokens", min_tokens),
+        "max_tokens": ("max_response_tokens", max_tokens),
+        "near_dup": ("near_dup_threshold", near_dup or None),
+        "no_decontam": ("decontaminate", not no_decontam),
+        "benchmarks": ("decontam_benchmarks", [b for b in benchmarks.split(",") if b.strip()]),
+        "detectors": ("decontam_detectors", [d for d in detectors.split(",") if d.strip()]),
+        "rebalance_bins": ("rebalance_bins", rebalance_bins),
+    }
     if config_file:
         from curation.config_files import read_config_file
         from curation.errors import ConfigError
@@ -128,22 +146,16 @@ def build(
         filters = filters.get("filters", {}) if isinstance(filters, dict) else filters
         if not isinstance(filters, dict):
             raise ConfigError(f"{config_file}: [sft.filters] must be a table, got {filters!r}")
-        cfg = FilterConfig.from_dict(filters, where=config_file)
+        FilterConfig.from_dict(filters, where=config_file)  # the file alone must be valid
+        given = {  # options typed on the command line override the file (were ignored)
+            key: value
+            for opt, (key, value) in options.items()
+            # by name: typer ships its own copy of click's ParameterSource
+            if getattr(ctx.get_parameter_source(opt), "name", None) == "COMMANDLINE"
+        }
+        cfg = FilterConfig.from_dict({**filters, **given}, where=config_file)
     else:
-        cfg = FilterConfig(
-            keep_policy=keep_policy,
-            drop_truncated=not keep_truncated,
-            check_format=not no_format_check,
-            min_response_chars=min_chars,
-            max_response_chars=max_chars,
-            min_response_tokens=min_tokens,
-            max_response_tokens=max_tokens,
-            near_dup_threshold=near_dup or None,
-            decontaminate=not no_decontam,
-            decontam_benchmarks=[b for b in benchmarks.split(",") if b.strip()],
-            decontam_detectors=[d for d in detectors.split(",") if d.strip()],
-            rebalance_bins=rebalance_bins,
-        )
+        cfg = FilterConfig(**dict(options.values()))
     res = build_from_ref(
         responses,
         out_dir=out,

@@ -153,3 +153,32 @@ def test_build_options_are_checked_and_an_empty_set_is_refused(
     err = capsys.readouterr().err
     assert e.value.code == 2 and "has no rows: nothing to export" in err, err
     assert not (tmp_path / "x.parquet").exists()
+
+
+def test_explicit_filter_options_win_over_the_config_file(pools_dir, data_root, tmp_path):
+    """`sluice sft build --config F --max-chars 10 --keep all`: the options given on the command
+    line were silently ignored as soon as --config was there (the build kept every trace); they
+    now override the file's [sft.filters], and what the file sets is kept otherwise."""
+    import os
+    import subprocess
+    import sys
+
+    raw = [json.loads(line) for line in open(pools_dir / TRACES)][:4]
+    src = tmp_path / "few.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in raw))
+    cat = Catalog(data_root)
+    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="few", catalog=cat).ref
+    cfg = tmp_path / "sft.toml"
+    cfg.write_text("[sft.filters]\ndecontaminate = false\nnear_dup_threshold = 0.95\n")
+    cmd = [sys.executable, "-c", "from flows.cli import run; run()", "sft", "build", ref,
+           "--config", str(cfg), "--root", str(data_root)]  # fmt: skip
+    env = {**os.environ, "SLUICE_DATA_ROOT": str(data_root)}
+    r = subprocess.run([*cmd, "--out", str(tmp_path / "a"), "--max-chars", "10"],
+                       env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 2 and "the filters kept no response of 4" in r.stderr, r.stderr
+    r = subprocess.run([*cmd, "--out", str(tmp_path / "b"), "--keep", "all", "--max-chars",
+                        "1000000"], env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    used = json.loads((tmp_path / "b" / "run.json").read_text())["config"]["filters"]
+    assert used["keep_policy"] == "all" and used["max_response_chars"] == 1000000
+    assert used["decontaminate"] is False and used["near_dup_threshold"] == 0.95  # from the file
