@@ -135,8 +135,22 @@ def build_from_ref(
     if pool_ref:
         pv = cat.resolve(pool_ref)
         pool_ref = f"{pv.name}@{pv.version}"
-        for p in cat.load(pool_ref).to_pylist():
+        pool_table = cat.load(pool_ref)
+        missing = [c for c in ("uid", "domain", "problem") if c not in pool_table.column_names]
+        if missing:
+            raise InputError(
+                f"pool {pool_ref} is not a problem pool (no {missing[0]!r} column)",
+                hint="give --pool the prompt pool the responses were generated from (a problem "
+                "pool: sluice ingest ... then decontam run)",
+            )
+        for p in pool_table.to_pylist():
             problems[p["uid"]] = p
+        if rows and not any(r["problem_uid"] in problems for r in rows):
+            raise InputError(
+                f"pool {pool_ref} holds none of the {len(rows)} responses' problems",
+                hint="give --pool the prompt pool the responses were generated from, or leave "
+                "--pool out for external traces",
+            )
         for r in rows:
             p = problems.get(r["problem_uid"])
             if p is not None and r.get("reference_answer") is None:

@@ -182,3 +182,40 @@ def test_explicit_filter_options_win_over_the_config_file(pools_dir, data_root, 
     used = json.loads((tmp_path / "b" / "run.json").read_text())["config"]["filters"]
     assert used["keep_policy"] == "all" and used["max_response_chars"] == 1000000
     assert used["decontaminate"] is False and used["near_dup_threshold"] == 0.95  # from the file
+
+
+def test_a_pool_that_is_not_the_responses_pool_is_refused(pools_dir, data_root, tmp_path):
+    """`sft build TRACES --pool X`: a --pool that is not a problem pool (an SFT set) or that holds
+    none of the responses' problems (GSM8K for MATH traces) was accepted silently and recorded as
+    the set's lineage parent; each is one error line and nothing is published."""
+    import os
+    import subprocess
+    import sys
+
+    raw = [json.loads(line) for line in open(pools_dir / TRACES)][:4]
+    src = tmp_path / "few.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in raw))
+    gsm = tmp_path / "gsm.jsonl"
+    with open(pools_dir / "math_gsm8k_train.jsonl", encoding="utf-8") as f:
+        gsm.write_text("".join(line for _, line in zip(range(5), f, strict=False)))
+    cat = Catalog(data_root)
+    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="few", catalog=cat).ref
+    gsm_ref = ingest(str(gsm), field_map="gsm8k", name="gsm", catalog=cat).ref
+    rows = rows_from_sft_samples(cat.load(ref), source=ref)
+    sft_set = build_sft(rows, name="few", out_dir=tmp_path / "run0", catalog=cat,
+                        filters=FilterConfig(decontaminate=False)).grid[0]["ref"]  # fmt: skip
+    before = cat.datasets()
+    env = {**os.environ, "SLUICE_DATA_ROOT": str(data_root)}
+    for pool, msg in (
+        (sft_set, "is not a problem pool"),
+        (gsm_ref, "holds none of the 4 responses' problems"),
+    ):
+        r = subprocess.run(
+            [sys.executable, "-c", "from flows.cli import run; run()", "sft", "build", ref,
+             "--pool", pool, "--no-decontam", "--out", str(tmp_path / "r"),
+             "--root", str(data_root)],
+            env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert r.returncode == 2, (pool, r.stderr)
+        assert msg in r.stderr and "Traceback" not in r.stderr, (pool, r.stderr)
+    assert cat.datasets() == before
