@@ -195,14 +195,22 @@ def export(
 ) -> None:
     """Export an SFT set as chat data for TRL's SFTTrainer (and optionally to the Hub)."""
     from curation.catalog import Catalog
+    from curation.errors import InputError
+    from curation.records import schema_version
     from sft_generation.export import export_trl, to_chat
 
     cat = Catalog(root)
     v = cat.resolve(ref)
     table = cat.load(v.ref)
+    kind = schema_version(table.schema)
+    if kind != "sft_set/1":  # responses, raw teacher output, ungraded traces: not training data
+        raise InputError(
+            f"{v.ref} is not an SFT set (schema {kind!r})",
+            hint="export a NAME.sft.all or NAME.sft.pP.rR version of sluice sft build (the kept "
+            "responses); NAME.sft_responses holds the dropped ones too, NAME.sft_raw and "
+            "ingested traces are ungraded; nothing was written",
+        )
     if table.num_rows == 0:
-        from curation.errors import InputError
-
         raise InputError(
             f"{v.ref} has no rows: nothing to export",
             hint="rebuild it with looser filters (sluice sft build); nothing was written",

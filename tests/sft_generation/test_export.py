@@ -89,3 +89,44 @@ def test_push_to_hub_dry_run_stages_files_and_card(tmp_path):
 
     with pytest.raises(ConfigError, match="OWNER/NAME"):
         push_to_hub({"train": chat}, "no-slash", card=card, staging_dir=tmp_path)
+
+
+@pytest.mark.shared_data
+def test_only_an_sft_set_is_exported(pools_dir, data_root, tmp_path):
+    """`sluice sft export` of NAME.sft_responses (every response, the dropped ones too), of
+    NAME.sft_raw or of ingested, ungraded traces wrote them as training data; each is one error
+    line naming the kind of dataset and what to export, and nothing is written."""
+    import os
+    import subprocess
+    import sys
+
+    from curation.catalog import Catalog
+    from curation.ingest import ingest
+    from sft_generation.build import build_sft, rows_from_sft_samples
+    from sft_generation.config import FilterConfig
+
+    traces = pools_dir / "sft_r1distill_math_traces_thoughtanchors.jsonl"
+    src = tmp_path / "few.jsonl"
+    with open(traces, encoding="utf-8") as f:
+        src.write_text("".join(line for _, line in zip(range(4), f, strict=False)))
+    cat = Catalog(data_root)
+    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="few", catalog=cat).ref
+    rows = rows_from_sft_samples(cat.load(ref), source=ref)
+    res = build_sft(rows, name="few", out_dir=tmp_path / "run", catalog=cat,
+                    filters=FilterConfig(decontaminate=False))  # fmt: skip
+    env = {**os.environ, "SLUICE_DATA_ROOT": str(data_root)}
+
+    def export(what, out):
+        return subprocess.run(
+            [sys.executable, "-c", "from flows.cli import run; run()", "sft", "export", what,
+             "--out", str(out), "--root", str(data_root)],
+            env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+
+    for what, kind in ((res.responses_ref, "sft_response/1"), (ref, "sft_sample/1")):
+        r = export(what, tmp_path / "x")
+        assert r.returncode == 2, (what, r.stderr)
+        assert f"is not an SFT set (schema {kind!r})" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr and not (tmp_path / "x").exists()
+    r = export(res.grid[0]["ref"], tmp_path / "ok")
+    assert r.returncode == 0 and (tmp_path / "ok" / "train.parquet").is_file(), r.stderr
