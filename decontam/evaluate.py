@@ -672,6 +672,15 @@ def calibrate(
     return out
 
 
+def fold_groups(labels: list[dict[str, Any]]) -> int:
+    """The most folds :func:`assign_folds` can deal ``labels`` into with no fold left empty:
+    the larger of the benchmark items of the contaminated rows and the uids of the clean rows
+    (each is dealt round-robin over all folds on its own)."""
+    items = {r["benchmark_item"] for r in labels if r["label"] == "contaminated"}
+    clean = {r["uid"] for r in labels if r["label"] == "clean"}
+    return max(len(items), len(clean))
+
+
 def assign_folds(labels: list[dict[str, Any]], k: int, deal: int = 0) -> dict[str, int]:
     """uid -> fold in ``range(k)``, grouped by benchmark item: every row of one item (all its
     kinds) lands in one fold, so an item is never both fitted and checked. Clean rows get a fold
@@ -1057,7 +1066,25 @@ def evaluate(
 
         benchmarks = load_benchmarks(cfg.benchmarks, include_variants=True)
     labels, left_out = labels_for_benchmarks(labels_path, label_rows, benchmarks)
+    fold_counts: list[int] = []
+    if cv_folds:
+        if cv_folds < 2:
+            raise ConfigError(f"--cv-folds must be at least 2, got {cv_folds}")
+        most = fold_groups(labels)
+        if cv_folds > most:
+            raise ConfigError(
+                f"--cv-folds {cv_folds}: {labels_path} holds only {most} groups to deal into "
+                "folds (benchmark items of its contaminated rows, uids of its clean rows), so "
+                "some folds would hold no row",
+                hint=f"use --cv-folds {most} or fewer",
+            )
+        fold_counts = sorted({cv_folds, *(k for k in cfg.cv_fold_counts if k <= most)})
     dets, notes = make_detectors(cfg)
+    if cv_folds and (skipped := sorted(k for k in cfg.cv_fold_counts if k > most)):
+        notes.append(
+            ", ".join(f"{k}-fold" for k in skipped)
+            + f" cross-validation not run: the labels hold only {most} groups to deal into folds"
+        )
     if left_out:
         notes.append(
             f"{sum(left_out.values())} contaminated label rows left out of every metric: they "
@@ -1137,7 +1164,7 @@ def evaluate(
             *cv_args, cv_folds, rules, rule_only, floors=floors
         )
         by_k = {}
-        for k in sorted({cv_folds, *cfg.cv_fold_counts}):
+        for k in fold_counts:
             cv = (
                 result["cross_validation"]
                 if k == cv_folds

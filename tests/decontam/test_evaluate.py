@@ -546,3 +546,39 @@ def test_rows_of_a_benchmark_not_loaded_are_left_out_with_a_note(
     n_aime24 = sum(r["benchmark"] == "aime24" for r in rows)
     row = res["combined"]["row"]
     assert row["recall"] == pytest.approx(row["tp"] / n_aime24, abs=1e-4)
+
+
+def test_more_folds_than_groups_is_refused_and_auto_fold_counts_fit_the_labels(
+    tmp_path, benchmarks_dir, data_root
+):
+    """7 label rows are 3 benchmark items and 4 clean uids: no more than 4 folds can each hold
+    a group. --cv-folds 5 is refused before the scan, naming the option and the most that fits
+    (was an ArrowTypeError traceback from the empty fold); --cv-folds 2 still runs, and the
+    automatic 3/5/10-fold figures keep only the fold counts the labels can fill (3)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from curation.errors import ConfigError
+    from decontam.benchmarks import load_benchmarks
+
+    path = _write(tmp_path / "l.jsonl", LABELS)
+    bench = load_benchmarks(["aime24"], benchmarks_dir=benchmarks_dir)
+    cfg = EvalConfig(detectors=["ngram"], benchmarks=["aime24"], cv_deals=1)
+    with pytest.raises(ConfigError, match=r"--cv-folds 5: .*4 .*use --cv-folds 4 or fewer"):
+        evaluate(path, cfg, benchmarks=bench, cv_folds=5)
+    res = evaluate(path, cfg, benchmarks=bench, cv_folds=2)
+    assert set(res["cross_validation"]["by_fold_count"]) == {"2", "3"}
+    assert any("5-fold, 10-fold" in n for n in res["notes"])
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo), "SLUICE_BENCHMARKS_DIR": str(benchmarks_dir)}
+    p = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "decontam", "evaluate", "--labels", str(path),
+         "--out", str(tmp_path / "out"), "--detectors", "ngram", "--benchmarks", "aime24",
+         "--cv-folds", "1000"],
+        env=env, capture_output=True, text=True, cwd=repo,
+    )  # fmt: skip
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "--cv-folds 1000" in p.stderr and not (tmp_path / "out").exists()
