@@ -1353,6 +1353,46 @@ class Catalog:
             self._write_manifest(con, name, version, None)
         con.execute("INSERT OR REPLACE INTO catalog_info VALUES ('manifests', '1')")
 
+    def _manifest_problem(self, m: Any) -> str | None:
+        """What is wrong with a manifest's shape (None: it can be restored as written)."""
+        if not isinstance(m, dict):
+            return f"not a JSON object but {type(m).__name__}"
+        if m.get("format") != MANIFEST_FORMAT:
+            return f"unknown format {m.get('format')!r} (expected {MANIFEST_FORMAT!r})"
+        kinds: dict[str, tuple[type, ...]] = {
+            "name": (str,), "version": (str,), "content_hash": (str,), "hash_algo": (str,),
+            "num_rows": (int,), "num_bytes": (int,), "schema": (list,), "parents": (list,),
+            "step": (str,), "config": (dict,), "code_version": (dict,), "metadata": (dict,),
+            "object_path": (str,), "created_at": (str,), "publications": (list,),
+        }  # fmt: skip
+        for key, kind in kinds.items():
+            if key not in m:
+                return f"field {key!r} missing"
+            v = m[key]
+            if not isinstance(v, kind) or isinstance(v, bool) or (kind == (int,) and v < 0):
+                want = "an integer >= 0" if kind == (int,) else f"a JSON {kind[0].__name__}"
+                return f"field {key!r} must be {want}, got {v!r:.80}"
+        if not all(isinstance(x, str) for x in m["parents"]):
+            return "field 'parents' must be a list of refs (text)"
+        if not m["publications"] or not all(
+            isinstance(x, list) and len(x) == 2 and type(x[0]) is int and isinstance(x[1], str)
+            for x in m["publications"]
+        ):
+            return "field 'publications' must be a non-empty list of [seq, time] pairs"
+        if m["object_path"] != self._object_rel(m["content_hash"]):
+            return (
+                f"field 'object_path' must be {self._object_rel(m['content_hash'])!r} "
+                f"(the object of its content_hash), got {m['object_path']!r:.80}"
+            )
+        g = m.get("group")
+        if g is not None and not (
+            isinstance(g, dict)
+            and isinstance(g.get("members"), list)
+            and all(isinstance(x, str) for x in g["members"])
+        ):
+            return "field 'group' must be null or an object with a list of member refs"
+        return None
+
     def rebuild(self) -> dict[str, Any]:
         """Recreate ``catalog.duckdb`` from the version manifests next to the objects.
 
@@ -1372,10 +1412,11 @@ class Catalog:
                 try:
                     with self.fs.open(p, "rb") as f:
                         m = json.loads(f.read())
-                    if m.get("format") != MANIFEST_FORMAT:
-                        raise ValueError("unknown format")
+                    problem = self._manifest_problem(m)
+                    if problem:
+                        raise ValueError(problem)
                     ref = f"{m['name']}@{m['version']}"
-                except (OSError, ValueError, KeyError, TypeError) as exc:
+                except (OSError, ValueError) as exc:
                     skipped.append(f"{p}: unreadable manifest ({exc})")
                     continue
                 obj = self._abs(m["object_path"])

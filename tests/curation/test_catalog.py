@@ -747,6 +747,38 @@ def test_a_rebuild_killed_half_way_leaves_the_catalog_as_it_was(data_root):
     assert not (data_root / "catalog.duckdb.rebuilding").exists()
 
 
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        (lambda m: [], "not a JSON object"),
+        (lambda m: {k: v for k, v in m.items() if k != "object_path"}, "'object_path' missing"),
+        (lambda m: {k: v for k, v in m.items() if k != "num_rows"}, "'num_rows' missing"),
+        (lambda m: {**m, "num_rows": "many"}, "'num_rows' must be"),
+        (lambda m: {**m, "publications": 5}, "'publications' must be"),
+        (lambda m: {**m, "publications": [[1]]}, "'publications' must be"),
+        (lambda m: {**m, "parents": "a"}, "'parents' must be"),
+        (lambda m: {**m, "object_path": "../../etc/passwd"}, "'object_path' must be"),
+    ],
+)
+def test_a_tampered_manifest_is_not_restored_and_the_rest_is(data_root, edit, problem):
+    """rebuild reads manifests written by Sluice, but a damaged one (valid JSON, wrong shape)
+    is one 'not restored' line naming the file and field, and every other version is restored
+    (was an AttributeError/KeyError/TypeError traceback that left catalog.duckdb.rebuilding)."""
+    cat = Catalog(data_root)
+    keep = cat.publish("keep", make_problems(12, tag="keep"))
+    bad = cat.publish("bad", make_problems(5, tag="bad"))
+    (path,) = (data_root / "objects").glob(f"*/{bad.content_hash}.versions/bad.json")
+    path.write_text(json.dumps(edit(json.loads(path.read_text()))))
+    p = _sluice("datasets", "rebuild", root=data_root)
+    assert p.returncode == 0, p.stderr
+    assert "Traceback" not in p.stderr + p.stdout, p.stderr
+    (line,) = [ln for ln in p.stderr.splitlines() if ln.startswith("not restored: ")]
+    assert str(path) in line and problem in line, line
+    assert "rebuilt: 1 versions" in p.stdout
+    assert [x.ref for x in Catalog(data_root).list()] == [keep.ref]
+    assert not (data_root / "catalog.duckdb.rebuilding").exists()
+
+
 def test_deleted_catalog_is_not_an_empty_one_and_gc_keeps_claimed_objects(data_root):
     cat = Catalog(data_root)
     v = cat.publish("pool", make_problems(30))
