@@ -1060,6 +1060,18 @@ def evaluate(
     from decontam.policy import PolicyConfig, decide
 
     cfg = config or EvalConfig()
+    if negatives_limit is not None:
+        if isinstance(negatives_limit, bool) or not isinstance(negatives_limit, int):
+            raise ConfigError(f"--negatives-limit must be an integer, got {negatives_limit!r}")
+        if negatives_limit < 1:
+            raise ConfigError(
+                f"--negatives-limit must be >= 1, got {negatives_limit}",
+                hint="leave it out to read every row of each negatives file",
+            )
+        if not negatives:
+            raise ConfigError(
+                f"--negatives-limit {negatives_limit} needs --negatives (the pool files it limits)"
+            )
     label_rows = _load_labels(labels_path)
     if benchmarks is None:
         from decontam.benchmarks import load_benchmarks

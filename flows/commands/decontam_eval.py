@@ -79,6 +79,7 @@ def register(decontam_app: typer.Typer) -> None:
         """Run detectors over labelled rows; report precision/recall per kind and FPRs."""
         from rich.console import Console
 
+        from curation.errors import ConfigError
         from decontam.evaluate import EvalConfig, evaluate, write_outputs
         from decontam.policy import PolicyConfig
 
@@ -102,6 +103,12 @@ def register(decontam_app: typer.Typer) -> None:
             detector_configs=det_cfgs,
             cv_deals=cv_deals,
         )
+        neg_files = [n.strip() for n in negatives.split(",") if n.strip()] if negatives else []
+        if negatives is not None and not neg_files:
+            raise ConfigError(
+                f"--negatives {negatives!r} names no file",
+                hint="give comma-separated clean pool files (JSONL), or leave the option out",
+            )
         pol = PolicyConfig.from_file(policy, over_default=True) if policy else None
         with console.status("evaluating") as status:
             result = evaluate(
@@ -111,9 +118,7 @@ def register(decontam_app: typer.Typer) -> None:
                 calibrate_thresholds=calibrate,
                 judge_ceiling=judge_ceiling,
                 cv_folds=cv_folds,
-                negatives=[n.strip() for n in negatives.split(",") if n.strip()]
-                if negatives
-                else None,
+                negatives=neg_files or None,
                 negatives_limit=negatives_limit,
                 progress=lambda msg: status.update(msg),
             )

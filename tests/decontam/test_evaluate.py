@@ -582,3 +582,38 @@ def test_more_folds_than_groups_is_refused_and_auto_fold_counts_fit_the_labels(
     assert p.returncode == 2, p.stderr[-2000:]
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert "--cv-folds 1000" in p.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--negatives-limit", "0", "--negatives", "NEG"], "--negatives-limit must be >= 1, got 0"),
+        (["--negatives-limit", "-3", "--negatives", "NEG"], "--negatives-limit must be >= 1, got -3"),
+        (["--negatives-limit", "5"], "--negatives-limit 5 needs --negatives"),
+        (["--negatives", ","], "--negatives ',' names no file"),
+    ],
+)  # fmt: skip
+def test_negatives_options_out_of_range_or_alone_are_refused(
+    tmp_path, shared_dir, benchmarks_dir, args, message
+):
+    """--negatives-limit 0 or -3 read no negative row and reported 'real negatives: 0 kept';
+    --negatives-limit without --negatives and --negatives ',' were ignored: each is one error
+    line naming the option, before any scan, and nothing is written."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    neg = str(shared_dir / "pools" / "math_deepscaler_aime_1983_2023.jsonl")
+    path = _write(tmp_path / "l.jsonl", LABELS)
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo), "SLUICE_BENCHMARKS_DIR": str(benchmarks_dir)}
+    p = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "decontam", "evaluate", "--labels", str(path),
+         "--out", str(tmp_path / "out"), "--detectors", "ngram", "--benchmarks", "aime24",
+         *[neg if a == "NEG" else a for a in args]],
+        env=env, capture_output=True, text=True, cwd=repo,
+    )  # fmt: skip
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert message in p.stderr and not (tmp_path / "out").exists()
