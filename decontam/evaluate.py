@@ -198,8 +198,34 @@ def _load_labels(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
                 row=i,
                 field="label",
             )
+        for k in ("uid", "domain", "kind"):
+            if not isinstance(r[k], str) or not r[k].strip():
+                raise InputError(
+                    f"{k} must be a non-empty string, got {r[k]!r:.80}", file=str(p), row=i, field=k
+                )
+        if r["field"] is not None and not isinstance(r["field"], str):
+            raise InputError(
+                f"field must be a string (or null: problem), got {r['field']!r:.80}",
+                file=str(p),
+                row=i,
+                field="field",
+            )
         if not isinstance(r["text"], str):
             raise InputError("text must be a string", file=str(p), row=i, field="text")
+        if not r["text"].strip():
+            raise InputError("text is empty", file=str(p), row=i, field="text")
+        for k in ("benchmark", "benchmark_item"):
+            if r[k] is not None and not isinstance(r[k], str):
+                raise InputError(
+                    f"{k} must be a string, got {r[k]!r:.80}", file=str(p), row=i, field=k
+                )
+        if r["label"] == "contaminated" and not r["benchmark"]:
+            raise InputError(
+                "a contaminated row needs its benchmark",
+                file=str(p),
+                row=i,
+                field="benchmark",
+            )
         if r["label"] == "contaminated" and not r["benchmark_item"]:
             raise InputError(
                 "a contaminated row needs its benchmark_item",

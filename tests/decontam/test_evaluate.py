@@ -617,3 +617,46 @@ def test_negatives_options_out_of_range_or_alone_are_refused(
     assert p.returncode == 2, p.stderr[-2000:]
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert message in p.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "message"),
+    [
+        ({"uid": 5}, "uid", "uid must be a non-empty string, got 5"),
+        ({"uid": ""}, "uid", "uid must be a non-empty string, got ''"),
+        ({"kind": 3}, "kind", "kind must be a non-empty string, got 3"),
+        ({"kind": None}, "kind", "kind must be a non-empty string, got None"),
+        ({"domain": ["math"]}, "domain", "domain must be a non-empty string"),
+        ({"field": 5}, "field", "field must be a string (or null: problem), got 5"),
+        ({"text": "  "}, "text", "text is empty"),
+        ({"benchmark": None}, "benchmark", "a contaminated row needs its benchmark"),
+        ({"benchmark_item": 7}, "benchmark_item", "benchmark_item must be a string, got 7"),
+    ],
+)
+def test_label_values_of_the_wrong_type_name_file_row_and_field(tmp_path, change, field, message):
+    """A uid, kind or field of the wrong type was an Arrow traceback after the whole scan; an
+    empty uid or text, a kind of null and a contaminated row without its benchmark (its item
+    never checked against any benchmark) were measured silently."""
+    path = _write(tmp_path / "l.jsonl", [LABELS[1], {**LABELS[0], **change}, *LABELS[2:]])
+    with pytest.raises(InputError) as exc:
+        load_labels(path)
+    assert f"l.jsonl, row 2, field '{field}': {message}" in str(exc.value)
+
+
+def test_a_label_uid_of_the_wrong_type_is_one_error_line_in_the_cli(tmp_path, benchmarks_dir):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = _write(tmp_path / "l.jsonl", [LABELS[1], {**LABELS[0], "uid": 5}, *LABELS[2:]])
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo), "SLUICE_BENCHMARKS_DIR": str(benchmarks_dir)}
+    p = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "decontam", "evaluate", "--labels", str(path),
+         "--out", str(tmp_path / "out"), "--detectors", "ngram", "--benchmarks", "aime24"],
+        env=env, capture_output=True, text=True, cwd=repo,
+    )  # fmt: skip
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "row 2, field 'uid'" in p.stderr and not (tmp_path / "out").exists()
