@@ -220,6 +220,32 @@ def prepare_benchmarks(
     if not names:
         raise ConfigError(f"--benchmarks {benchmarks!r} names nothing", hint="e.g. aime24,lcb_v6")
     dets = [d.strip() for d in (detectors or ",".join(DEFAULT_DETECTORS)).split(",") if d.strip()]
+    if not dets:
+        raise ConfigError(
+            f"--detectors {detectors!r} names nothing", hint="e.g. ngram,embedding, or none"
+        )
+    from decontam.registry import detector_class
+
+    # the embedding detector, and those that take candidates from its model (fuzzy, judge)
+    embeds = dets == ["none"] or any(
+        d == "embedding" or takes_embedding_model(detector_class(d)) for d in dets
+    )
+    given = [
+        opt
+        for opt, value, default in (
+            ("--model", model, "default"),
+            ("--revision", revision, None),
+            ("--device", device, "auto"),
+            ("--backend", backend, "auto"),
+        )
+        if value != default
+    ]
+    if given and not embeds:
+        raise ConfigError(
+            f"{', '.join(given)} would be ignored: --detectors {','.join(dets)} embeds nothing "
+            "(only embedding, fuzzy and judge use the model)",
+            hint="add embedding to --detectors, or leave the model options out",
+        )
     run_cfg = load_config_file(config_file) if config_file else DecontamConfig()
     run_cfg = dataclasses.replace(
         run_cfg, benchmarks=names, window=window, include_variants=not no_variants
@@ -233,12 +259,6 @@ def prepare_benchmarks(
         device=device,
         backend=backend,
         cache_root=root_dir,
-    )
-    from decontam.registry import detector_class
-
-    # the embedding detector, and those that take candidates from its model (fuzzy, judge)
-    embeds = dets == ["none"] or any(
-        d == "embedding" or takes_embedding_model(detector_class(d)) for d in dets
     )
     if embeds:
         r = prepare(bset, cfg)

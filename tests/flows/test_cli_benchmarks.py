@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
@@ -116,3 +117,28 @@ def test_errors_are_one_line_with_the_fix(tmp_path, benchmarks_dir):
     assert res.exit_code == 1
     rows = {r["name"]: r for r in json.loads(res.output)}
     assert "expected 30, got 29" in rows["aime25"]["error"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--detectors", ","], "--detectors ',' names nothing"),
+        (["--detectors", "ngram", "--model", "/no/such/model"], "--model"),
+        (["--detectors", "ngram,minhash", "--backend", "onnx"], "--backend"),
+        (["--detectors", "ngram", "--device", "cuda", "--revision", "abc"], "--revision, --device"),
+    ],
+)
+def test_prepare_refuses_options_it_would_ignore(tmp_path, benchmarks_dir, args, message):
+    """`--detectors ,` prepared nothing and exited 0 without a word; the embedding options with
+    detectors that embed nothing (ngram, minhash) were ignored (a --model that does not exist
+    'worked'). Each is one error line naming the options, and the data root stays empty."""
+    root = tmp_path / "root"
+    res = subprocess.run(
+        [_sluice(), "benchmarks", "prepare", "--benchmarks", "aime24", "--benchmarks-dir",
+         str(benchmarks_dir), "--root", str(root), *args],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert message in res.stderr
+    assert not root.exists() or not any(root.rglob("*.*"))
