@@ -602,11 +602,13 @@ def _now() -> str:
 
 def split_ref(ref: str) -> tuple[str, str]:
     """``"name@version"`` -> ``(name, version)``; ``"name"`` -> ``(name, "latest")``."""
+    hint = "use NAME, NAME@latest or NAME@VERSION"
     if not isinstance(ref, str) or not ref.strip():
-        raise ConfigError(
-            f"invalid dataset ref {ref!r}", hint="use NAME, NAME@latest or NAME@VERSION"
-        )
-    name, _, version = ref.strip().rpartition("@") if "@" in ref else (ref.strip(), "", "")
+        raise ConfigError(f"invalid dataset ref {ref!r}", hint=hint)
+    name, at, version = ref.strip().partition("@")
+    # 'NAME@' (no version), '@VERSION' (no name) and a second '@' are typos, not 'latest'
+    if at and (not name or not version or "@" in version):
+        raise ConfigError(f"invalid dataset ref {ref!r}", hint=hint)
     return name, (version or "latest")
 
 

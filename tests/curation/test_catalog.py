@@ -347,6 +347,19 @@ def test_ambiguous_version_prefix_is_refused(data_root):
     assert cat.resolve(f"ints@{a.version[:12]}").version == a.version
 
 
+def test_malformed_refs_are_refused_saying_what_a_ref_looks_like(data_root):
+    cat = Catalog(data_root)
+    v = cat.publish("limr", pa.table({"i": [1]}))
+    # an empty version, an empty name or a second '@' was read as latest / as a name
+    for ref in ("limr@", "@", "@latest", f"@{v.version}", "limr@latest@x", "limr@@latest"):
+        with pytest.raises(ConfigError, match="invalid dataset ref") as exc:
+            cat.resolve(ref)
+        assert "NAME@VERSION" in exc.value.hint, ref
+    assert cat.resolve("limr").version == v.version
+    assert cat.resolve("limr@latest").version == v.version
+    assert cat.resolve(f"limr@{v.version[:8]}").version == v.version
+
+
 def test_tampered_or_missing_files_are_integrity_errors(data_root):
     cat = Catalog(data_root)
     v = cat.publish("pool", make_problems(50))
