@@ -957,6 +957,12 @@ def render_report(
 ) -> ReportPaths:
     """Write ``report.html`` (self-contained), ``report.md``, ``report.json``,
     ``evidence.parquet`` (every flagged pair) and ``plots/*.png`` into ``out_dir``."""
+    if Path(out_dir).resolve() == Path(run_dir).resolve():
+        raise ConfigError(
+            f"--out {out_dir} is the run directory itself: the report's files would be mixed "
+            "with the run's (and replaced with it when `sluice decontam run` is rerun)",
+            hint=f"give another folder, e.g. --out {Path(run_dir) / 'report'}",
+        )
     run = load_run(run_dir)
     report, ev_table, plot_data = build_report(
         run, evaluation_dir=evaluation_dir, max_evidence=max_evidence

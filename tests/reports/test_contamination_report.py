@@ -641,6 +641,30 @@ def test_cli_error_is_one_line_exit_2(tmp_path, capsys):
     assert "not found" in err and "Traceback" not in err
 
 
+def test_cli_refuses_an_out_that_is_the_run_directory(run_dir, tmp_path, capsys):
+    """A report written into the run directory itself mixes its files (report.json,
+    evidence.parquet, plots/) with the run's; a report/ folder inside it (the report flow's
+    default) stays allowed."""
+    import shutil
+
+    from flows.cli import main
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    for out in (run, run / "report" / "..", Path(os.path.relpath(run))):
+        with pytest.raises(SystemExit) as exc:
+            main(["report", "contamination", str(run), "--out", str(out)])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert "--out" in err and "run directory" in err and "Traceback" not in err, err
+        assert len(err.strip().splitlines()) == 1, err
+    assert sorted(p.name for p in run.iterdir()) == sorted(p.name for p in run_dir.iterdir())
+    with pytest.raises(SystemExit) as exc:
+        main(["report", "contamination", str(run), "--out", str(run / "report")])
+    assert exc.value.code == 0, capsys.readouterr().err
+    assert (run / "report" / "report.html").is_file()
+
+
 def test_rule_decisions_name_their_rule_and_evidence_only_detectors_say_so(pools_dir, tmp_path):
     """A row excluded by a policy rule is summarised under that rule (which detectors it
     joins), and a detector that is evidence only says so beside its 'rows over threshold'."""
