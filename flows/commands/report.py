@@ -21,8 +21,14 @@ def contamination(
     ),
 ) -> None:
     """Write the contamination report of one run (HTML, Markdown, JSON, evidence.parquet)."""
+    from curation.errors import ConfigError
     from reports.contamination import render_report
 
+    if max_evidence < 0:
+        raise ConfigError(
+            f"--max-evidence must be >= 0, got {max_evidence}",
+            hint="give the number of evidence rows to show (0: none; evidence.parquet has all)",
+        )
     paths = render_report(run_dir, out, evaluation_dir=evaluation, max_evidence=max_evidence)
     # plain echo: paths stay on one line (rich would wrap them), so they can be copied
     typer.echo(f"report: {paths.html}")

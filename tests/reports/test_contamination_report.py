@@ -665,6 +665,20 @@ def test_cli_refuses_an_out_that_is_the_run_directory(run_dir, tmp_path, capsys)
     assert (run / "report" / "report.html").is_file()
 
 
+def test_cli_negative_max_evidence_names_the_option(run_dir, tmp_path, capsys):
+    from flows.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(
+            ["report", "contamination", str(run_dir), "--out", str(tmp_path / "o")]
+            + ["--max-evidence", "-5"]
+        )
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--max-evidence" in err and "-5" in err and "Traceback" not in err, err
+    assert not (tmp_path / "o").exists()
+
+
 def test_rule_decisions_name_their_rule_and_evidence_only_detectors_say_so(pools_dir, tmp_path):
     """A row excluded by a policy rule is summarised under that rule (which detectors it
     joins), and a detector that is evidence only says so beside its 'rows over threshold'."""
