@@ -181,6 +181,11 @@ def load_labels(path: str | Path) -> list[dict[str, Any]]:
 def _load_labels(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
     """:func:`load_labels`, each row with its row number in the file."""
     p = Path(path)
+    if p.is_dir():
+        raise InputError(
+            f"--labels {p} is a folder, not a file",
+            hint="give the labelled JSONL file, e.g. --labels eval/contam_dev.jsonl",
+        )
     if not p.is_file():
         raise NotFoundError(f"labels file {p} not found")
     from curation.readers import iter_records
@@ -905,6 +910,11 @@ def load_negatives(
     info: dict[str, Any] = {}
     for path in paths:
         p = Path(path)
+        if p.is_dir():
+            raise InputError(
+                f"--negatives {p} is a folder, not a file",
+                hint="give clean pool files (JSONL or Parquet), comma-separated",
+            )
         if not p.is_file():
             raise NotFoundError(f"negatives file {p} not found")
         read = skipped = 0

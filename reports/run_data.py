@@ -230,6 +230,18 @@ def check_manifest(m: dict[str, Any], path: Path) -> None:
 def load_run(run_dir: str | Path) -> RunData:
     """Read a run directory; a missing or malformed file is named in the error."""
     d = Path(run_dir)
+    if d.exists() and not d.is_dir():
+        raise InputError(
+            f"{d} is a file, not a run directory",
+            hint="give a run directory: the --out folder of `sluice decontam run`",
+        )
+    if (d / "evaluation.json").is_file() and not (d / "run.json").exists():
+        raise InputError(
+            f"{d} is an evaluation folder (written by `sluice decontam evaluate`), not a run "
+            "directory",
+            hint="give the --out folder of `sluice decontam run` as the run, and this folder "
+            f"as --evaluation {d}",
+        )
     if not d.is_dir():
         raise NotFoundError(
             f"run directory {d} not found", hint="give the --out folder of `sluice decontam run`"

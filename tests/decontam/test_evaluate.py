@@ -660,3 +660,15 @@ def test_a_label_uid_of_the_wrong_type_is_one_error_line_in_the_cli(tmp_path, be
     assert p.returncode == 2, p.stderr[-2000:]
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert "row 2, field 'uid'" in p.stderr and not (tmp_path / "out").exists()
+
+
+def test_labels_or_negatives_that_are_a_folder_say_so(tmp_path):
+    """A --labels or --negatives path that exists as a folder said 'not found'."""
+    from decontam.evaluate import load_negatives
+
+    with pytest.raises(InputError, match="is a folder, not a file") as exc:
+        load_labels(tmp_path)
+    assert "--labels" in str(exc.value) and "not found" not in str(exc.value)
+    with pytest.raises(InputError, match="is a folder, not a file") as exc:
+        load_negatives([tmp_path])
+    assert "--negatives" in str(exc.value) and "not found" not in str(exc.value)

@@ -679,6 +679,24 @@ def test_cli_negative_max_evidence_names_the_option(run_dir, tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
+def test_a_file_or_an_evaluation_folder_given_as_the_run_says_what_it_is(tmp_path):
+    """Both said 'not found' although the path exists: a file, and the --out folder of
+    `sluice decontam evaluate` (evaluation.json, matches.parquet, ... but no run.json)."""
+    f = tmp_path / "run.json"
+    f.write_text("{}")
+    with pytest.raises(InputError, match="is a file, not a run directory") as exc:
+        render_report(f, tmp_path / "out")
+    assert "not found" not in str(exc.value)
+    ev = tmp_path / "eval"
+    ev.mkdir()
+    (ev / "evaluation.json").write_text("{}")
+    pq.write_table(pa.table({"sample_uid": ["x"]}), ev / "matches.parquet")
+    with pytest.raises(InputError, match="evaluation folder") as exc:
+        render_report(ev, tmp_path / "out")
+    assert "--evaluation" in str(exc.value) and "not found" not in str(exc.value)
+    assert not (tmp_path / "out").exists()
+
+
 def test_rule_decisions_name_their_rule_and_evidence_only_detectors_say_so(pools_dir, tmp_path):
     """A row excluded by a policy rule is summarised under that rule (which detectors it
     joins), and a detector that is evidence only says so beside its 'rows over threshold'."""
