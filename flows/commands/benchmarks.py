@@ -115,8 +115,13 @@ def show_benchmark(
     from rich.console import Console
     from rich.table import Table
 
+    from curation.errors import ConfigError
     from decontam.benchmarks import get_definition, load_benchmark
 
+    if items < 0:
+        raise ConfigError(
+            f"--items must be >= 0, got {items}", hint="give the number of sample items to print"
+        )
     kw = _load_kwargs(benchmarks_dir, benchmark_def, allow_mismatch, window, no_variants)
     d = get_definition(name, kw["definition_files"])
     table, info = load_benchmark(name, **kw)
@@ -127,7 +132,7 @@ def show_benchmark(
     }
     sample = [
         {k: r[k] for k in ("item_id", "variant", "title", "contest_date", "answer", "text")}
-        for r in rows[: max(items, 0)]
+        for r in rows[:items]
     ]
     if as_json:
         out = {"definition": d.to_dict(), "info": info.to_dict(), "counts": counts, "items": sample}

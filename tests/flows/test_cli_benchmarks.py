@@ -142,3 +142,15 @@ def test_prepare_refuses_options_it_would_ignore(tmp_path, benchmarks_dir, args,
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert message in res.stderr
     assert not root.exists() or not any(root.rglob("*.*"))
+
+
+def test_show_refuses_a_negative_item_count(benchmarks_dir):
+    """`-n -2` printed no samples and exited 0; it is one error line naming --items."""
+    res = subprocess.run(
+        [_sluice(), "benchmarks", "show", "aime24", "--benchmarks-dir", str(benchmarks_dir),
+         "-n", "-2"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "--items" in res.stderr and "-2" in res.stderr
