@@ -28,7 +28,11 @@ def register(decontam_app: typer.Typer) -> None:
         calibrate: bool = typer.Option(
             False, "--calibrate", help="propose thresholds for --target-fpr"
         ),
-        target_fpr: float = typer.Option(0.005, "--target-fpr", help="calibration target FPR"),
+        target_fpr: float | None = typer.Option(
+            None,
+            "--target-fpr",
+            help="calibration target FPR (default 0.005; needs --calibrate or --cv-folds)",
+        ),
         cv_folds: int = typer.Option(
             0,
             "--cv-folds",
@@ -80,8 +84,11 @@ def register(decontam_app: typer.Typer) -> None:
         from rich.console import Console
 
         from curation.errors import ConfigError
+        from decontam.embedding import BACKENDS
         from decontam.evaluate import EvalConfig, evaluate, write_outputs
         from decontam.policy import PolicyConfig
+        from decontam.registry import detector_class
+        from decontam.run import takes_embedding_model
 
         console = Console(stderr=True)
         names = (
@@ -89,6 +96,22 @@ def register(decontam_app: typer.Typer) -> None:
             if detectors
             else EvalConfig().detectors
         )
+        if target_fpr is not None:
+            if not 0.0 <= target_fpr < 1.0:
+                raise ConfigError(
+                    f"--target-fpr must be in [0, 1), got {target_fpr}",
+                    hint="e.g. --target-fpr 0.005",
+                )
+            if not (calibrate or cv_folds):
+                raise ConfigError(
+                    "--target-fpr would be ignored: only calibration uses it",
+                    hint="add --calibrate (or --cv-folds K), or leave --target-fpr out",
+                )
+        if embedding_backend not in BACKENDS:
+            raise ConfigError(
+                f"--embedding-backend {embedding_backend!r} is not a backend",
+                hint="use " + ", ".join(BACKENDS),
+            )
         det_cfgs: dict = {}
         if embedding_backend != "auto":  # the default keeps the shipped evaluation's config
             det_cfgs["embedding"] = {"backend": embedding_backend}
@@ -99,10 +122,23 @@ def register(decontam_app: typer.Typer) -> None:
         cfg = EvalConfig(
             detectors=names,
             benchmarks=[b.strip() for b in benchmarks.split(",") if b.strip()],
-            target_fpr=target_fpr,
+            target_fpr=EvalConfig().target_fpr if target_fpr is None else target_fpr,
             detector_configs=det_cfgs,
             cv_deals=cv_deals,
         )
+
+        def embeds(name: str) -> bool:
+            try:
+                return name == "embedding" or takes_embedding_model(detector_class(name))
+            except (ConfigError, ImportError):  # not in this build: evaluate skips it, notes it
+                return False
+
+        if embedding_backend != "auto" and not any(embeds(d) for d in cfg.detectors):
+            raise ConfigError(
+                f"--embedding-backend would be ignored: --detectors {','.join(cfg.detectors)} "
+                "uses no embedding model (only embedding, fuzzy and judge do)",
+                hint="add embedding to --detectors, or leave --embedding-backend out",
+            )
         neg_files = [n.strip() for n in negatives.split(",") if n.strip()] if negatives else []
         if negatives is not None and not neg_files:
             raise ConfigError(

@@ -672,3 +672,37 @@ def test_labels_or_negatives_that_are_a_folder_say_so(tmp_path):
     with pytest.raises(InputError, match="is a folder, not a file") as exc:
         load_negatives([tmp_path])
     assert "--negatives" in str(exc.value) and "not found" not in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--target-fpr", "0.1"], "--target-fpr would be ignored"),
+        (["--target-fpr", "1.5", "--calibrate"], "--target-fpr must be in [0, 1), got 1.5"),
+        (["--embedding-backend", "foo"], "--embedding-backend 'foo' is not a backend"),
+        (["--embedding-backend", "onnx"], "--embedding-backend would be ignored"),
+    ],
+)  # fmt: skip
+def test_options_without_effect_or_out_of_range_are_refused(
+    tmp_path, benchmarks_dir, args, message
+):
+    """--target-fpr without --calibrate/--cv-folds and --embedding-backend with detectors that
+    use no embedding model were ignored without a word (exit 0, a backend 'foo' unchecked):
+    each is one error line naming the option, before any scan, and nothing is written."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = _write(tmp_path / "l.jsonl", LABELS)
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo), "SLUICE_BENCHMARKS_DIR": str(benchmarks_dir)}
+    p = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "decontam", "evaluate", "--labels", str(path),
+         "--out", str(tmp_path / "out"), "--detectors", "ngram", "--benchmarks", "aime24",
+         *args],
+        env=env, capture_output=True, text=True, cwd=repo,
+    )  # fmt: skip
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert message in p.stderr and not (tmp_path / "out").exists()
