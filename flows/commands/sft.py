@@ -190,7 +190,9 @@ def export(
     out: str = typer.Option(..., "--out", help="output .parquet file or folder"),
     reasoning: str = typer.Option("inline", "--reasoning", help="inline | split"),
     push_to_hub: str | None = typer.Option(None, "--push-to-hub", help="OWNER/NAME on the Hub"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="stage the Hub upload under --out"),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="with --push-to-hub: stage the Hub upload under --out"
+    ),
     root: str | None = typer.Option(None, "--root", help="data root"),
 ) -> None:
     """Export an SFT set as chat data for TRL's SFTTrainer (and optionally to the Hub)."""
@@ -199,6 +201,14 @@ def export(
     from curation.records import schema_version
     from sft_generation.export import export_trl, to_chat
 
+    if dry_run and not push_to_hub:  # --dry-run stages a Hub upload: alone it did nothing
+        from curation.errors import ConfigError
+
+        raise ConfigError(
+            "--dry-run without --push-to-hub: --dry-run stages the Hub upload under --out",
+            hint="add --push-to-hub OWNER/NAME, or drop --dry-run to write the export; "
+            "nothing was written",
+        )
     cat = Catalog(root)
     v = cat.resolve(ref)
     table = cat.load(v.ref)

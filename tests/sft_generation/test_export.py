@@ -130,3 +130,32 @@ def test_only_an_sft_set_is_exported(pools_dir, data_root, tmp_path):
         assert "Traceback" not in r.stderr and not (tmp_path / "x").exists()
     r = export(res.grid[0]["ref"], tmp_path / "ok")
     assert r.returncode == 0 and (tmp_path / "ok" / "train.parquet").is_file(), r.stderr
+
+
+@pytest.mark.shared_data
+def test_dry_run_without_push_to_hub_is_refused(pools_dir, data_root, tmp_path, capsys):
+    """`sluice sft export SET --out DIR --dry-run` without --push-to-hub wrote the export as if
+    --dry-run were not there; it is one error line naming both options, nothing written."""
+    from curation.catalog import Catalog
+    from curation.ingest import ingest
+    from flows.cli import main
+    from sft_generation.build import build_sft, rows_from_sft_samples
+    from sft_generation.config import FilterConfig
+
+    traces = pools_dir / "sft_r1distill_math_traces_thoughtanchors.jsonl"
+    src = tmp_path / "few.jsonl"
+    with open(traces, encoding="utf-8") as f:
+        src.write_text("".join(line for _, line in zip(range(4), f, strict=False)))
+    cat = Catalog(data_root)
+    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="few", catalog=cat).ref
+    rows = rows_from_sft_samples(cat.load(ref), source=ref)
+    res = build_sft(rows, name="few", out_dir=tmp_path / "run", catalog=cat,
+                    filters=FilterConfig(decontaminate=False))  # fmt: skip
+    out = tmp_path / "x"
+    with pytest.raises(SystemExit) as exc:
+        main(["sft", "export", res.grid[0]["ref"], "--out", str(out), "--dry-run",
+              "--root", str(data_root)])  # fmt: skip
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--dry-run" in err and "--push-to-hub" in err, err
+    assert "Traceback" not in err and not out.exists()
