@@ -1138,6 +1138,21 @@ def _fit(config: DecontamConfig, benchmarks_dir, allow_mismatch: bool, data_root
     return bset, root, dets, {"fit_s": time.perf_counter() - t0, "fits_cached": len(loaded)}
 
 
+def check_benchmark_names(names: Sequence[str]) -> None:
+    """Raise ConfigError, with a did-you-mean, for the first name that is no benchmark (built-in
+    or user definition)."""
+    unknown = [b for b in names if b not in ALL_BENCHMARKS]
+    if unknown:
+        from decontam import benchmarks as bmod
+
+        known = getattr(bmod, "available_benchmarks", lambda: list(ALL_BENCHMARKS))()
+        bad = [b for b in names if b not in known]
+        if bad:
+            raise ConfigError(
+                f"unknown benchmark {bad[0]!r}", hint=did_you_mean(bad[0], list(known))
+            )
+
+
 def run_decontamination(
     input: str,
     *,
@@ -1166,16 +1181,7 @@ def run_decontamination(
         config = dataclasses.replace(config, benchmarks=list(benchmarks))
     if detectors:
         config = dataclasses.replace(config, detectors=list(detectors))
-    unknown = [b for b in config.benchmarks if b not in ALL_BENCHMARKS]
-    if unknown:
-        from decontam import benchmarks as bmod
-
-        known = getattr(bmod, "available_benchmarks", lambda: list(ALL_BENCHMARKS))()
-        bad = [b for b in config.benchmarks if b not in known]
-        if bad:
-            raise ConfigError(
-                f"unknown benchmark {bad[0]!r}", hint=did_you_mean(bad[0], list(known))
-            )
+    check_benchmark_names(config.benchmarks)
     rundir.check_out_dir(out_dir, kind=RUN_DIR_KIND)  # before reading or scanning anything
     command = (
         command

@@ -296,6 +296,13 @@ def build_sft(
     grid_r = _parse_counts(responses, "responses")
     if bool(grid_p) != bool(grid_r):
         raise ConfigError("give both --prompts and --responses for a scaling grid, or neither")
+    if cfg.decontaminate:  # names checked before grading (sandbox work on a code pool)
+        from decontam.run import DecontamConfig, check_benchmark_names
+
+        DecontamConfig(  # validates the detector names, with a did-you-mean
+            benchmarks=list(cfg.decontam_benchmarks), detectors=list(cfg.decontam_detectors)
+        )
+        check_benchmark_names(cfg.decontam_benchmarks)
     say = log or (lambda _m: None)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

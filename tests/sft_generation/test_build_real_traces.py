@@ -219,3 +219,29 @@ def test_a_pool_that_is_not_the_responses_pool_is_refused(pools_dir, data_root, 
         assert r.returncode == 2, (pool, r.stderr)
         assert msg in r.stderr and "Traceback" not in r.stderr, (pool, r.stderr)
     assert cat.datasets() == before
+
+
+def test_unknown_benchmark_or_detector_is_refused_before_grading(
+    pools_dir, data_root, tmp_path, capsys
+):
+    """`sluice sft build --benchmarks aime2099` (or `--detectors ngarm`) graded every response
+    (sandbox work on a code pool) before the names were checked; now the names are checked
+    first, like `sluice decontam run` does, and nothing is graded or written."""
+    from flows.cli import main
+
+    raw = [json.loads(line) for line in open(pools_dir / TRACES)][:4]
+    src = tmp_path / "few.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in raw))
+    cat = Catalog(data_root)
+    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="few", catalog=cat).ref
+    out = tmp_path / "run"
+    for extra, msg in (
+        (["--benchmarks", "aime2099"], "unknown benchmark 'aime2099'"),
+        (["--detectors", "ngarm"], "unknown detector 'ngarm'"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            main(["sft", "build", ref, "--out", str(out), "--root", str(data_root), *extra])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and msg in err, (extra, err)
+        assert "grading" not in err and "Traceback" not in err, err
+        assert not out.exists()
