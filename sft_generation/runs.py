@@ -56,6 +56,11 @@ def generate_from_pool(
     progress: bool | None = None,
 ) -> GenerateResult:
     """Generate (only the missing) responses for every problem of ``pool_ref``; publish them."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ConfigError(
+            f"limit (--limit) must be a whole number >= 1, got {limit!r}",
+            hint="the first N problems of the pool; leave it out for every problem",
+        )
     cat = _catalog(catalog, data_root)
     teacher = teacher or TeacherConfig(model=generation.model)
     if teacher.model != generation.model:

@@ -284,3 +284,21 @@ def test_non_finite_sampling_and_timeout_options_are_refused(pool, tmp_path, dat
         assert r.returncode == 2, (extra, r.stderr)
         assert msg in r.stderr and "Traceback" not in r.stderr, (extra, r.stderr)
     assert not any("sft_raw" in d for d in cat.datasets())
+
+
+def test_a_limit_below_one_is_refused_naming_the_option(pool, tmp_path, data_root, capsys):
+    """`sluice sft generate POOL --limit 0` (or -3) said "the pool has no problems (check the pool
+    version)", blaming the pool; it is one error line naming --limit, nothing published."""
+    from flows.cli import main
+
+    cat, ref, _ = pool
+    base = ["sft", "generate", ref, "--model", "r1-stand-in", "--base-url", free_port_url(),
+            "--root", str(data_root), "--store", str(tmp_path / "store")]  # fmt: skip
+    for limit in ("0", "-3"):
+        with pytest.raises(SystemExit) as e:
+            main([*base, "--limit", limit])
+        err = capsys.readouterr().err
+        assert e.value.code == 2, (limit, err)
+        assert f"limit (--limit) must be a whole number >= 1, got {limit}" in err, err
+        assert "Traceback" not in err
+    assert not any("sft_raw" in d for d in cat.datasets())
