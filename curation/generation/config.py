@@ -142,8 +142,10 @@ class GenerationConfig:
                 f"unknown device {self.device!r} (--device)",
                 hint="use cpu, cuda (a GPU; cuda:N for the N-th), mps or auto",
             )
-        if self.concurrency < 1 or self.batch_size < 1:
-            raise ConfigError("concurrency and batch_size must be >= 1")
+        for key, flag in (("concurrency", "--concurrency"), ("batch_size", "--batch-size")):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{key} ({flag}) must be a whole number >= 1, got {v!r}")
         if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
             raise ConfigError(
                 f"timeout_s (--timeout) must be a finite number > 0, got {self.timeout_s}",

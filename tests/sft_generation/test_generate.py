@@ -302,3 +302,22 @@ def test_a_limit_below_one_is_refused_naming_the_option(pool, tmp_path, data_roo
         assert f"limit (--limit) must be a whole number >= 1, got {limit}" in err, err
         assert "Traceback" not in err
     assert not any("sft_raw" in d for d in cat.datasets())
+
+
+def test_concurrency_and_batch_size_below_one_name_the_option(pool, tmp_path, data_root, capsys):
+    """`sluice sft generate ... --concurrency 0` said "concurrency and batch_size must be >= 1",
+    naming neither option typed; each is now named as the CLI spells it."""
+    from curation.errors import ConfigError
+    from flows.cli import main
+
+    cat, ref, _ = pool
+    with pytest.raises(SystemExit) as e:
+        main(["sft", "generate", ref, "--model", "r1-stand-in", "--base-url", free_port_url(),
+              "--root", str(data_root), "--store", str(tmp_path / "store"),
+              "--concurrency", "0"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "concurrency (--concurrency) must be a whole number >= 1" in err
+    assert "batch_size" not in err and "Traceback" not in err, err
+    with pytest.raises(ConfigError, match=r"batch_size \(--batch-size\) must be a whole number"):
+        GenerationConfig(backend="hf", model="tiny", batch_size=0)
+    assert not any("sft_raw" in d for d in cat.datasets())
