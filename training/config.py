@@ -333,11 +333,17 @@ class TrainConfig:
                     f"{self.resampling.correct_rewards}",
                     hint="add that reward, set [resampling] correct_rewards, or enabled = false",
                 )
-        for key in self.trl:
+        for key, value in self.trl.items():
             if key in _STAGE_OWNED:
                 raise ConfigError(
                     f"[trl] {key} is set by {_STAGE_OWNED[key]}, not in [trl]",
                     hint=f"move it to {_STAGE_OWNED[key]}",
+                )
+            values = value if isinstance(value, list | tuple) else [value]
+            if any(isinstance(v, float) and not _finite(v) for v in values):
+                raise ConfigError(
+                    f"[trl] {key} must be a finite number, got {value!r}",
+                    hint="[trl] values go to trl.GRPOConfig as they are; give a real number",
                 )
         self._check_service("verify", "rl_pools.verify", "VerifyConfig")
         self._check_service("sandbox", "rl_pools.sandbox", "SandboxConfig")

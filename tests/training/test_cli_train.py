@@ -292,12 +292,16 @@ def test_verl_overrides_name_keys_of_verls_own_config(tiny_model, pool_catalog, 
         (('name = "format"', 'name = "format"\nweight = nan'), "reward 'format': weight must"),
         (('name = "format"', 'name = "format"\nweight = "high"'), "reward 'format': weight must"),
         (("[trl]", "[resampling]\nthreshold = nan\n[trl]"), "[resampling] threshold must"),
+        (("[trl]", "[trl]\nlearning_rate = nan"), "[trl] learning_rate must be a finite number"),
+        (("[trl]", "[trl]\nbeta = inf"), "[trl] beta must be a finite number"),
+        (("[trl]", "[trl]\nadam_beta2 = -inf"), "[trl] adam_beta2 must be a finite number"),
     ],
 )
 def test_non_finite_config_numbers_are_one_error_line(tmp_path, edit, message):
     """A stage temperature, reward weight or resampling threshold that is NaN, infinite or not a
     number was accepted by --check (NaN temperature sampled garbage, a weight 'high' was a
-    ValueError traceback at the first step, a NaN threshold turned resampling off)."""
+    ValueError traceback at the first step, a NaN threshold turned resampling off); so was a
+    NaN or infinite float passed through [trl] (learning_rate = nan trained on NaN updates)."""
     cfg = _write_config(tmp_path / "t.toml", tmp_path / "no-model", "p@latest")
     text = cfg.read_text()
     assert edit[0] in text
