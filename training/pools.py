@@ -49,8 +49,8 @@ class PoolInfo:
         return dict(self.__dict__)
 
 
-def check_pool(catalog: Any, ref: str) -> PoolInfo:
-    """Resolve ``ref`` and find its decontamination run in the lineage (no refusal here)."""
+def resolve_problem_pool(catalog: Any, ref: str) -> Any:
+    """Resolve ``ref``; ConfigError unless it has a problem pool's columns (an SFT set has not)."""
     v = catalog.resolve(ref)
     missing = [c for c in REQUIRED_COLUMNS if c not in v.columns]
     if missing:
@@ -58,6 +58,12 @@ def check_pool(catalog: Any, ref: str) -> PoolInfo:
             f"pool {v.ref} has no column(s) {missing}; it is not a problem pool",
             hint="train on a PROBLEM_SCHEMA dataset (uid, domain, problem, answer, tests)",
         )
+    return v
+
+
+def check_pool(catalog: Any, ref: str) -> PoolInfo:
+    """Resolve ``ref`` and find its decontamination run in the lineage (no refusal here)."""
+    v = resolve_problem_pool(catalog, ref)
     nodes = catalog.lineage(v.ref)
     lineage = [n.ref for n in nodes]
     decon = None

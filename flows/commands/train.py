@@ -103,7 +103,7 @@ def entropy_sweep_cmd(
     from training.config import EntropyConfig, ModelConfig, PromptConfig, load_train_config
     from training.entropy import entropy_sweep
     from training.grpo import load_model
-    from training.pools import build_prompt_rows
+    from training.pools import build_prompt_rows, resolve_problem_pool
 
     ent, prompt_cfg, pools, model_cfg = EntropyConfig(), PromptConfig(), [], None
     if config:
@@ -133,7 +133,8 @@ def entropy_sweep_cmd(
     cat = Catalog(root)
     rows = []
     for ref in pools:
-        r, _ = build_prompt_rows(cat.load(ref), prompt_cfg, pool_ref=cat.resolve(ref).ref)
+        resolved = resolve_problem_pool(cat, ref).ref  # not a problem pool: train grpo's error
+        r, _ = build_prompt_rows(cat.load(resolved), prompt_cfg, pool_ref=resolved)
         rows.extend(r)
     rows = sorted(rows, key=lambda r: r["uid"])[: ent.num_prompts]
     if not rows:

@@ -313,3 +313,33 @@ def test_non_finite_config_numbers_are_one_error_line(tmp_path, edit, message):
     )  # fmt: skip
     assert r.returncode == 2, r.stderr
     assert message in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_entropy_sweep_of_an_sft_set_says_it_is_not_a_problem_pool(
+    tiny_model, pools_dir, data_root, tmp_path, capsys
+):
+    """`sluice train entropy-sweep --pool NAME.sft.all@latest` said only "no trainable rows"
+    where `train grpo` says the pool is not a problem pool; both now say the latter."""
+    from curation.catalog import Catalog
+    from curation.ingest import ingest
+    from sft_generation.build import build_sft, rows_from_sft_samples
+    from sft_generation.config import FilterConfig
+
+    traces = pools_dir / "sft_r1distill_math_traces_thoughtanchors.jsonl"
+    src = tmp_path / "few.jsonl"
+    with open(traces, encoding="utf-8") as f:
+        src.write_text("".join(line for _, line in zip(range(4), f, strict=False)))
+    cat = Catalog(data_root)
+    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="few", catalog=cat).ref
+    rows = rows_from_sft_samples(cat.load(ref), source=ref)
+    build_sft(rows, name="few", out_dir=tmp_path / "run", catalog=cat,
+              filters=FilterConfig(decontaminate=False))  # fmt: skip
+    root = str(data_root)
+    assert _main(["train", "entropy-sweep", "--model", str(tiny_model), "--pool",
+                  "few.sft.all@latest", "--root", root]) == 2  # fmt: skip
+    sweep = capsys.readouterr().err
+    cfg = _write_config(tmp_path / "t.toml", tiny_model, "few.sft.all@latest")
+    assert _main(["train", "grpo", str(cfg), "--check", "--allow-uncleaned", "--root", root]) == 2
+    grpo = capsys.readouterr().err
+    assert "it is not a problem pool" in grpo, grpo
+    assert sweep.strip() == grpo.strip(), (sweep, grpo)
