@@ -149,9 +149,9 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         if self.cv_deals < 1:
-            raise ConfigError(f"cv_deals must be >= 1, got {self.cv_deals}")
+            raise ConfigError(f"cv_deals (--cv-deals) must be >= 1, got {self.cv_deals}")
         if not 0.0 <= self.target_fpr < 1.0:
-            raise ConfigError(f"target_fpr must be in [0, 1), got {self.target_fpr}")
+            raise ConfigError(f"target_fpr (--target-fpr) must be in [0, 1), got {self.target_fpr}")
         bad = [k for k in self.cv_fold_counts if not isinstance(k, int) or k < 2]
         if bad:
             raise ConfigError(f"cv_fold_counts must be integers >= 2, got {bad[0]!r}")

@@ -681,6 +681,7 @@ def test_labels_or_negatives_that_are_a_folder_say_so(tmp_path):
         (["--target-fpr", "1.5", "--calibrate"], "--target-fpr must be in [0, 1), got 1.5"),
         (["--embedding-backend", "foo"], "--embedding-backend 'foo' is not a backend"),
         (["--embedding-backend", "onnx"], "--embedding-backend would be ignored"),
+        (["--cv-folds", "2", "--cv-deals", "0"], "cv_deals (--cv-deals) must be >= 1, got 0"),
     ],
 )  # fmt: skip
 def test_options_without_effect_or_out_of_range_are_refused(
