@@ -479,6 +479,47 @@ class FieldMap:
                     f"(sluice ingest --list-maps) or fix {self.path}",
                 )
 
+    def nested_specs(self) -> dict[str, Any]:
+        """Non-optional specs that read a path below a column ({label: spec}); check_columns
+        sees only the column, so ingest checks that some row holds such a path."""
+        labelled = [*self.fields.items(), *((f"metadata.{k}", s) for k, s in self.metadata.items())]
+        if self.tests:
+            labelled.append(("tests", self.tests))
+        return {
+            label: s for label, s in labelled if not s.optional and any(len(p) > 1 for p in s.paths)
+        }
+
+    @staticmethod
+    def holds_path(row: dict[str, Any], spec: Any) -> bool:
+        """Whether ``row`` holds any of ``spec``'s paths (a null value counts as held)."""
+        try:
+            return any(resolve(row, p) is not _MISSING for p in spec.paths)
+        except FieldError:  # a stringified container on the way that does not parse
+            return False
+
+    def missing_path_error(self, label: str, spec: Any, sample: dict, where: str) -> ConfigError:
+        """The error for a non-optional nested path that no row read holds."""
+        held = ""
+        for p in spec.paths:
+            for i in range(len(p) - 1, 0, -1):
+                try:
+                    cur = resolve(sample, p[:i])
+                except FieldError:
+                    cur = _MISSING
+                if isinstance(cur, dict):
+                    inside = "".join(f"[{t}]" if isinstance(t, int) else f".{t}" for t in p[:i])
+                    held = (
+                        f"the first row's {inside.lstrip('.')} holds {', '.join(map(str, cur))}; "
+                    )
+                    break
+            if held:
+                break
+        return ConfigError(
+            f"field map {self.name!r} reads {label} from "
+            f"{' or '.join(repr(r) for r in spec.raw_paths)}, which no row of {where} has",
+            hint=f"{held}fix the path in {self.path}, or mark it optional = true",
+        )
+
     def apply(self, row: dict[str, Any]) -> dict[str, Any]:
         """Map one source row onto the target schema (without uid). Raises FieldError."""
         rec: dict[str, Any] = {}

@@ -244,6 +244,8 @@ def ingest_to_files(
     checked: set[str] = set()
     files: list[str] = []
     done_bytes, cur_file, cur_bytes = 0, None, 0
+    unseen = fmap.nested_specs()  # paths below a column that no row read so far holds
+    sample: dict | None = None
     try:
         for batch in read_batches(spec, batch_size=batch_size):
             label = _label(batch.file, spec)
@@ -280,6 +282,10 @@ def ingest_to_files(
                         }
                     )
                     continue
+                if unseen:
+                    sample = item if sample is None else sample
+                    for key in [k for k, sp in unseen.items() if fmap.holds_path(item, sp)]:
+                        del unseen[key]
                 try:
                     rec = fmap.apply(item)
                     size, big_field = _text_bytes(rec, fmap)
@@ -349,6 +355,9 @@ def ingest_to_files(
         acc.close()
         rej.close()
         dup.close()
+    if unseen and sample is not None:  # every row would hold a null there: the map's mistake
+        label, sp = next(iter(unseen.items()))
+        raise fmap.missing_path_error(label, sp, sample, f"{spec.location} ({counts.read} read)")
     counts.reject_reasons = dict(reasons.most_common())
     if not counts.balanced:  # pragma: no cover - a bug guard, never expected
         raise IntegrityError(f"ingest accounting does not add up: {counts.identity()}")

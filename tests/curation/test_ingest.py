@@ -326,3 +326,32 @@ def test_an_oversized_trace_names_the_field_that_is_too_large(tmp_path, data_roo
     assert res.counts["accepted"] == 1 and set(rejects) == {2, 3}
     assert rejects[2]["field"] == "response" and rejects[2]["reason"].startswith("too large")
     assert rejects[3]["field"] == "prompt" and rejects[3]["reason"].startswith("too large")
+
+
+def test_a_nested_path_no_row_has_is_a_map_error_not_null_values(tmp_path, data_root, pools_dir):
+    """The top-level column exists (reward_model) but the key inside it is misspelt: every row
+    would be published with a null answer. A non-optional path that no row read holds is the
+    map's mistake, like a missing column; an optional one stays allowed."""
+    src = pools_dir / "math_deepscaler_sample2k_verl.jsonl"
+    bad = tmp_path / "typo.toml"
+    bad.write_text(
+        '[map]\ndomain = "math"\nsource = "dv"\n\n[fields]\n'
+        'problem = "prompt[-1].content"\nanswer = "reward_model.ground_truht"\n'
+    )
+    with pytest.raises(ConfigError) as exc:
+        ingest(str(src), field_map=str(bad), name="dv", limit=50)
+    msg = str(exc.value)
+    assert "answer" in msg and "reward_model.ground_truht" in msg and "no row" in msg, msg
+    assert "ground_truth" in msg, msg  # the keys that are there
+    assert not Catalog(str(data_root)).datasets()
+    meta = tmp_path / "meta.toml"
+    meta.write_text(
+        '[map]\ndomain = "math"\nsource = "dv"\n\n[fields]\n'
+        'problem = "prompt[-1].content"\nanswer = "reward_model.ground_truth"\n'
+        '[metadata]\nindex = "extra_info.indx"\n'
+    )
+    with pytest.raises(ConfigError, match=r"metadata\.index.*extra_info\.indx"):
+        ingest(str(src), field_map=str(meta), name="dv", limit=50)
+    optional = '{ path = "extra_info.indx", optional = true }'
+    meta.write_text(meta.read_text().replace('"extra_info.indx"', optional))
+    assert ingest(str(src), field_map=str(meta), name="dv", limit=50).counts["accepted"] == 50
