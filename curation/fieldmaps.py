@@ -283,6 +283,21 @@ def _as_tuple(v: Any, where: str = "", key: str = "") -> tuple[str, ...]:
     return out
 
 
+def _flag(raw: dict[str, Any], key: str, where: str) -> bool:
+    """A true/false key of a map file (bool('false') is True: text is refused)."""
+    v = raw.get(key, False)
+    if not isinstance(v, bool):
+        raise ConfigError(f"{where}: {key} must be true or false, not {v!r}")
+    return v
+
+
+def _table(doc: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    v = doc.get(key, {})
+    if not isinstance(v, dict):
+        raise ConfigError(f"{where}: [{key}] must be a table, not {v!r}", hint=f"write [{key}]")
+    return v
+
+
 def _spec(where: str, raw: Any) -> FieldSpec:
     if isinstance(raw, str):
         return FieldSpec(paths=(parse_path(raw),), raw_paths=(raw,))
@@ -317,6 +332,8 @@ def _spec(where: str, raw: Any) -> FieldSpec:
                 hint="Python `re` syntax; group 1, if any, is the value",
             ) from None
     raw_paths = _as_tuple(raw.get("path"), where, "path")
+    if "path" in raw and not raw_paths:
+        raise ConfigError(f"{where}: path names no column (every row would read null)")
     return FieldSpec(
         paths=tuple(parse_path(p) for p in raw_paths),
         raw_paths=raw_paths,
@@ -325,14 +342,19 @@ def _spec(where: str, raw: Any) -> FieldSpec:
         extract=ext,
         strip_prefix=_as_tuple(raw.get("strip_prefix"), where, "strip_prefix"),
         strip_suffix=_as_tuple(raw.get("strip_suffix"), where, "strip_suffix"),
-        as_list=bool(raw.get("as_list", False)),
-        optional=bool(raw.get("optional", False)),
+        as_list=_flag(raw, "as_list", where),
+        optional=_flag(raw, "optional", where),
     )
 
 
 def _tests_spec(where: str, raw: Any) -> TestsSpec:
     if isinstance(raw, str):
         raw = {"path": raw}
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            f"{where}: tests must be a path or a table, not {raw!r}",
+            hint='e.g. tests = "input_output" or tests = { path = "tests", format = "stdin" }',
+        )
     unknown = set(raw) - _TESTS_KEYS
     if unknown:
         raise ConfigError(
@@ -345,14 +367,17 @@ def _tests_spec(where: str, raw: Any) -> TestsSpec:
     raw_paths = _as_tuple(raw.get("path"), where, "path")
     if not raw_paths:
         raise ConfigError(f"{where}: 'path' is required")
+    parse = raw.get("parse", "auto")
+    if parse not in (None, "json", "python", "auto"):
+        raise ConfigError(f"{where}: parse must be json, python or auto, not {parse!r}")
     ep = raw.get("entry_point")
     return TestsSpec(
         paths=tuple(parse_path(p) for p in raw_paths),
         raw_paths=raw_paths,
-        parse=raw.get("parse", "auto"),
+        parse=parse,
         format=fmt,
         entry_point=_spec(f"{where}.entry_point", ep) if ep is not None else None,
-        optional=bool(raw.get("optional", False)),
+        optional=_flag(raw, "optional", where),
     )
 
 
@@ -685,7 +710,7 @@ def _build(doc: dict[str, Any], p: Path, sha: str) -> FieldMap:
             f"{where}: unknown section(s) {sorted(unknown_sections)}",
             hint="use [map], [fields], [metadata]",
         )
-    m = doc.get("map", {})
+    m = _table(doc, "map", where)
     unknown = set(m) - _MAP_KEYS
     if unknown:
         raise ConfigError(
@@ -696,7 +721,7 @@ def _build(doc: dict[str, Any], p: Path, sha: str) -> FieldMap:
     if schema not in SCHEMAS:
         raise ConfigError(f"{where}: schema must be one of {SCHEMAS}, not {schema!r}")
     targets = TARGETS[schema]
-    fields_raw = dict(doc.get("fields", {}))
+    fields_raw = dict(_table(doc, "fields", where))
     tests_raw = fields_raw.pop("tests", None)
     if tests_raw is not None and schema != "problem":
         raise ConfigError(f"{where}: tests are only mapped for the problem schema")
@@ -716,8 +741,16 @@ def _build(doc: dict[str, Any], p: Path, sha: str) -> FieldMap:
         raise ConfigError(f"{where}: [map] domain must be one of {DOMAINS}, got {domain!r}")
     if not m.get("source"):
         raise ConfigError(f"{where}: [map] source is required (the pool label stored in every row)")
-    metadata = {k: _spec(f"{where} [metadata] {k}", v) for k, v in doc.get("metadata", {}).items()}
-    required = tuple(m.get("required", ()))
+    for key in ("source", "name", "description", "hub"):
+        if key in m and not isinstance(m[key], str):
+            raise ConfigError(f"{where}: [map] {key} must be text, not {m[key]!r}")
+    version = m.get("version", 1)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise ConfigError(f"{where}: [map] version must be a whole number, not {version!r}")
+    metadata = {
+        k: _spec(f"{where} [metadata] {k}", v) for k, v in _table(doc, "metadata", where).items()
+    }
+    required = _as_tuple(m.get("required"), where, "[map] required")
     for r in required:
         if r not in targets:
             raise ConfigError(
@@ -733,11 +766,11 @@ def _build(doc: dict[str, Any], p: Path, sha: str) -> FieldMap:
         fields=fields,
         tests=_tests_spec(f"{where} [fields.tests]", tests_raw) if tests_raw is not None else None,
         metadata=metadata,
-        keep_rest=bool(m.get("keep_rest", False)),
+        keep_rest=_flag(m, "keep_rest", f"{where} [map]"),
         required=required,
         tested_on=_as_tuple(m.get("tested_on")),
         hub=m.get("hub", ""),
-        version=int(m.get("version", 1)),
+        version=version,
         path=str(p),
         sha256=sha,
     )

@@ -278,3 +278,36 @@ def test_a_nan_value_is_missing_not_the_text_nan():
         m.apply({"problem": "What?", "answer": float("nan")})
     assert exc.value.field == "answer"
     assert m.apply({"problem": "What?", "answer": 1.5})["answer"] == "1.5"
+
+
+_M = '[map]\ndomain="math"\nsource="s"\n'
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (_M + '[fields]\nproblem="q"\nanswer={path="a", optional="false"}\n', "optional must be"),
+        (_M + '[fields]\nproblem={path="q", as_list="no"}\n', "as_list must be"),
+        (_M + '[fields]\nproblem="q"\nanswer={path=[]}\n', "path names no column"),
+        (_M + 'version="abc"\n[fields]\nproblem="q"\n', "version must be a whole number"),
+        (_M + 'keep_rest="no"\n[fields]\nproblem="q"\n', "keep_rest must be"),
+        (_M + '[fields]\nproblem="q"\ntests=5\n', r"tests.* must be a path or a table"),
+        (_M + '[fields]\nproblem="q"\ntests={path="t", parse="yaml"}\n', "parse must be"),
+        ("fields=3\n" + _M, r"\[fields\] must be a table"),
+        (_M + '[fields]\nproblem="q"\n[metadata]\nx={path="a", optional=1}\n', "optional must"),
+        ('map=3\n[fields]\nproblem="q"\n', r"\[map\] must be a table"),
+        ('[map]\ndomain="math"\nsource=5\n[fields]\nproblem="q"\n', "source must be text"),
+    ],
+)
+def test_map_values_of_the_wrong_type_are_config_errors(tmp_path, body, message):
+    """Each was a traceback (version, tests, fields) or silently read another way: 'false' and
+    'no' are true in Python, an empty path read null for every row."""
+    with pytest.raises(ConfigError, match=message) as exc:
+        load_map(_write_map(tmp_path, body))
+    assert "my.toml" in str(exc.value)
+
+
+def test_required_may_be_one_name(tmp_path):
+    """required = "answer" was read letter by letter ('required field 'a' is not ...')."""
+    m = load_map(_write_map(tmp_path, _M + 'required="answer"\n[fields]\nproblem="q"\n'))
+    assert m.required == ("answer",)
