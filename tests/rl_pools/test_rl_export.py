@@ -178,3 +178,28 @@ def test_verl_export_with_verls_own_rlhfdataset(rl_ref, tmp_path):
         assert list(item["raw_prompt"]) == expect[i]["prompt"]
         assert item["index"] == i and item["data_source"] == expect[i]["data_source"]
         assert item["reward_model"]["ground_truth"] == expect[i]["reward_model"]["ground_truth"]
+
+
+def test_rl_export_and_push_refuse_a_dataset_that_is_not_a_selected_pool(
+    rl_ref, tmp_path, data_root
+):
+    """The validated pool, the rows select dropped or the decontaminated pool given to `rl export`
+    / `rl push` by mistake were written as RL training data (exit 0): every prompt, including
+    the ones the keep rule removed. Now one line naming the selected pool, nothing written."""
+    env = {**os.environ, "SLUICE_DATA_ROOT": str(data_root)}
+    names = Catalog().datasets()
+    assert "mix.rl_dropped" in names and "mix.validated" in names
+    for ref in ("mix.validated@latest", "mix.rl_dropped@latest", "mix.decontaminated@latest"):
+        for args in (
+            ["rl", "export", ref, "--format", "trl", "--out", str(tmp_path / "trl")],
+            ["rl", "export", ref, "--format", "verl", "--out", str(tmp_path / "v.parquet")],
+            ["rl", "push", ref, "--repo", "me/x", "--out", str(tmp_path / "hub")],
+        ):
+            r = subprocess.run([sys.executable, "-m", "flows.cli", *args], env=env,
+                               capture_output=True, text=True, timeout=300)  # fmt: skip
+            assert r.returncode == 2, (args, r.stderr)
+            err = r.stderr.strip()
+            assert "Traceback" not in err and len(err.splitlines()) == 1, err
+            assert "not an RL pool published by `sluice rl select`" in err, err
+            assert "mix.rl@latest" in err, err
+    assert not any((tmp_path / p).exists() for p in ("trl", "v.parquet", "hub"))
