@@ -111,6 +111,36 @@ def _files_exist(out: dict[str, str], root: str) -> bool:
     return all(Path(p).is_file() for p in out.values())
 
 
+def check_rl_params(model: str, out_dir: str, generation: dict[str, Any] | None = None,
+                    sampling: dict[str, Any] | None = None, k: int = 16,
+                    preset: str = "skywork-or1", selection: dict[str, Any] | None = None,
+                    curriculum: str | None = None, validation: dict[str, Any] | None = None,
+                    **_: Any) -> None:  # fmt: skip
+    """Build every stage's config from the flow's parameters, so a bad option is one error
+    before the server starts and before any model call (each task builds its own later)."""
+    from curation.errors import ConfigError
+    from curation.generation import GenerationConfig, SamplingParams
+    from rl_pools.curriculum import CurriculumConfig
+    from rl_pools.rollouts import RolloutConfig
+    from rl_pools.tiers import SelectionConfig
+    from rl_pools.validate import PoolValidationConfig
+
+    RolloutConfig(k=k)
+    PoolValidationConfig(**(validation or {}))
+    GenerationConfig(**{"backend": "openai", **(generation or {}), "model": model})
+    SamplingParams.from_dict(sampling or {})
+    SelectionConfig.from_dict({"preset": preset, **(selection or {})})
+    if curriculum:
+        CurriculumConfig(preset=curriculum)
+    out = Path(out_dir)
+    for p in (out, *out.parents):
+        if p.exists() and not p.is_dir():
+            raise ConfigError(
+                f"--out {out_dir} {'is' if p == out else 'is inside'} a file ({p})",
+                hint="give a folder for the exports and the report",
+            )
+
+
 @flow(name="sluice-rl-pool", log_prints=True)
 def rl_pool_flow(
     pool_ref: str,
@@ -133,12 +163,13 @@ def rl_pool_flow(
     ``sampling``: SamplingParams fields; ``selection``: SelectionConfig fields beside
     ``preset``. Returns every published ref and the output paths."""
     from curation.settings import data_root as resolve_root
-    from rl_pools.rollouts import RolloutConfig
 
+    # a bad option fails before anything runs
+    check_rl_params(model, out_dir, generation, sampling, k, preset, selection, curriculum,
+                    validation)  # fmt: skip
     root = resolve_root(data_root)
     cat = _cat(root)
     exact = cat.resolve(pool_ref).ref  # caches key on the content-addressed version
-    RolloutConfig(k=k)  # a bad k fails before anything runs
     gen = {"backend": "openai", **(generation or {}), "model": model}
     if store is None:
         from rl_pools.build import _slug

@@ -333,9 +333,9 @@ def run(
               "preset": preset, "curriculum": curriculum,
               "generation": {"backend": backend, "base_url": base_url},
               "sampling": {"temperature": temperature, "max_tokens": max_tokens, "seed": seed}}  # fmt: skip
-    from rl_pools.rollouts import RolloutConfig
+    from flows.rl_pool import check_rl_params
 
-    RolloutConfig(k=k)
+    check_rl_params(**params)  # every option, before the Prefect server starts
     if cron:
         from prefect import serve
 

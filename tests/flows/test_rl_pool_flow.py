@@ -112,3 +112,39 @@ def test_rl_pool_deployment_is_scheduled_like_curate():
     assert d.parameters == params and d.schedules[0].schedule.cron == "0 4 * * *"
     with pytest.raises(ConfigError, match="invalid cron"):
         rl_pool_deployment(params, cron="every day")
+
+
+def test_rl_run_option_mistakes_fail_before_anything_runs(pools_dir, data_root, tmp_path):
+    """A misspelt --preset or --curriculum, an unknown --backend, --temperature nan or
+    --max-tokens 0 were found only by the task that uses them: after validation and every
+    rollout (model calls), or never for the sampling values of a cached rerun. Each is now one
+    line before the Prefect server starts; an --out that is a file too."""
+    import os
+    import subprocess
+    import sys
+
+    ingest(str(pools_dir / "math_ttrl_aime24_as_train.jsonl"), field_map="ttrl", name="aime")
+    env = {**os.environ, "SLUICE_DATA_ROOT": str(data_root), "PREFECT_HOME": str(tmp_path / "p")}
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    base = ["rl", "run", "aime@latest", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"]
+    for extra, msg in (
+        (["--preset", "skyworks"], "did you mean 'skywork-or1'"),
+        (["--curriculum", "easy2hard"], "unknown curriculum 'easy2hard'"),
+        (["--backend", "vllm"], "vllm"),
+        (["--temperature", "nan"], "temperature"),
+        (["--max-tokens", "0"], "max_tokens"),
+    ):
+        r = subprocess.run([sys.executable, "-m", "flows.cli", *base, *extra, "--out",
+                            str(tmp_path / "out")], env=env, capture_output=True, text=True,
+                           timeout=120)  # fmt: skip
+        err = r.stderr.strip()
+        assert r.returncode == 2, (extra, err)
+        assert msg in err and len(err.splitlines()) == 1, (extra, err)
+        assert "prefect" not in err.lower() and "validat" not in r.stdout, (extra, err)
+    r = subprocess.run([sys.executable, "-m", "flows.cli", *base, "--out", str(afile)], env=env,
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 2 and "--out" in r.stderr and str(afile) in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "out").exists()
+    assert sorted(Catalog(str(data_root)).datasets()) == ["aime", "aime.duplicates", "aime.rejects"]
