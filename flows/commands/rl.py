@@ -117,6 +117,19 @@ def import_counts(
     from rl_pools.build import import_counts_ref
     from rl_pools.passcounts import counts_table, import_skywork, read_table_rows
 
+    if k is not None and k < 1:
+        raise ConfigError(f"--k must be a whole number >= 1, got {k}")
+    if fmt == "skywork":  # the pool's model_difficulty names the models and holds the counts
+        given = [opt for opt, v in (("--file", file), ("--model", model), ("--domain", domain),
+                                    ("--problem-field", problem_field != "problem" or None))
+                 if v is not None]  # fmt: skip
+        if given:
+            raise ConfigError(
+                f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for --format table; "
+                "--format skywork reads the models and their counts from the pool's "
+                "model_difficulty",
+                hint="drop " + ", ".join(given) + " (only --k applies), or use --format table",
+            )
     cat = Catalog()
     locations = None
     if fmt == "skywork":

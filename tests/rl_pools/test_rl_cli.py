@@ -142,3 +142,35 @@ def test_select_config_and_option_mistakes_are_one_config_error(
         assert msg in err and fix in err, (text, err)
         assert "Traceback" not in err
     assert cat.datasets() == before
+
+
+def test_skywork_import_refuses_options_it_would_ignore(pools_dir, data_root, tmp_path):
+    """--format skywork reads model_difficulty from the pool: --k 0 was silently k = 16 (counts
+    of 16 samples published), --k -3 'outside 0..-3', and --file, --model, --problem-field and
+    --domain were ignored with exit 0. Each is now one line naming the option."""
+    env = {**os.environ, "SLUICE_DATA_ROOT": str(data_root)}
+    rows = [json.loads(x) for x in (pools_dir / "math_deepscaler_sample2k_verl.jsonl")
+            .read_text().splitlines()[:3]]  # fmt: skip
+    for i, r in enumerate(rows):  # shaped like Skywork-OR1-RL-Data's extra_info
+        r["extra_info"]["model_difficulty"] = {"m7b": 5 + i, "m32b": 10}
+    src = tmp_path / "sky.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ingest(str(src), field_map="hub_skywork_or1_math", name="sky")
+    before = Catalog(data_root).datasets()
+    table = tmp_path / "c.csv"
+    table.write_text("uid,model,k,passed\n")
+    for extra, msg in (
+        (["--k", "0"], "--k must be a whole number >= 1, got 0"),
+        (["--k", "-3"], "--k must be a whole number >= 1, got -3"),
+        (["--file", str(table)], "--file"),
+        (["--model", "m7b"], "--model"),
+        (["--problem-field", "question"], "--problem-field"),
+        (["--domain", "math"], "--domain"),
+    ):
+        r = _sluice(["rl", "import-counts", "sky@latest", "--format", "skywork", *extra], env)
+        err = r.stderr.strip()
+        assert r.returncode == 2, (extra, err)
+        assert msg in err and len(err.splitlines()) == 1 and "Traceback" not in err, (extra, err)
+    assert Catalog(data_root).datasets() == before
+    r = _sluice(["rl", "import-counts", "sky@latest", "--format", "skywork", "--k", "16"], env)
+    assert r.returncode == 0, r.stderr
