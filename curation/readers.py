@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from curation.errors import ConfigError, NotFoundError, SluiceError
+from curation.errors import ConfigError, InputError, NotFoundError, SluiceError
 
 try:  # orjson is ~3x faster than json for this loop; json is the fallback.
     import orjson
@@ -111,9 +111,35 @@ def kind_of(path: Path) -> str | None:
     return None
 
 
+# Files a folder may hold that are data, but of a kind the readers do not take: left out, their
+# rows would be missing from the dataset without a word (notes, scripts, hidden files are fine).
+_DATA_LIKE = (".csv", ".tsv", ".arrow", ".feather", ".xlsx", ".xls", ".avro", ".orc", ".gz",
+              ".bz2", ".xz", ".zst", ".zip", ".tar")  # fmt: skip
+
+
 def data_files(folder: Path) -> list[Path]:
-    """The data files of a plain folder source, in name order."""
-    return sorted(p for p in folder.iterdir() if p.is_file() and kind_of(p))
+    """The data files of a plain folder source, in name order. A data file of another kind, or
+    a subfolder holding data files, is an InputError naming it (it would be left out)."""
+    files, unread = [], []
+    for p in sorted(folder.iterdir()):
+        if p.name.startswith("."):
+            continue
+        if p.is_file():
+            if kind_of(p):
+                files.append(p)
+            elif p.name.lower().endswith(_DATA_LIKE):
+                unread.append(p.name)
+        elif p.is_dir() and any(q.is_file() and kind_of(q) for q in p.iterdir()):
+            unread.append(p.name + "/")
+    if unread:
+        raise InputError(
+            f"folder {folder}: {', '.join(unread[:5])}{' ...' if len(unread) > 5 else ''} "
+            "would be left out (ingest reads the folder's own .jsonl, .jsonl.gz, .ndjson, "
+            ".json and .parquet files, not other kinds or subfolders)",
+            hint="convert it to .jsonl or .parquet, ingest it as its own source, or move it out "
+            "of the folder",
+        )
+    return files
 
 
 def _is_hf_disk(path: Path) -> bool:

@@ -329,3 +329,30 @@ def test_damaged_files_are_input_errors_that_name_the_file(tmp_path):
         _collect(str(tmp_path / "cut.jsonl.gz"), batch_size=7)
     assert exc.value.row is not None and 1 < exc.value.row <= len(ROWS) * 50
     assert f"reads up to row {exc.value.row - 1}" in str(exc.value)
+
+
+@pytest.mark.parametrize("extra", ["part-3.csv", "part-3.ndjson.gz", "part-3.jsonl.zst", "sub"])
+def test_a_folder_with_data_ingest_cannot_read_is_refused(tmp_path, pools_dir, data_root, extra):
+    """A folder of mixed files: a CSV, a compressed file of another kind or a subfolder of data
+    files beside the .jsonl files were left out silently (sluice ingest published the rest,
+    exit 0). Now one InputError naming the file; notes and hidden files stay ignored."""
+    from curation.errors import InputError
+    from curation.ingest import ingest
+
+    d = tmp_path / "pool"
+    d.mkdir()
+    lines = (pools_dir / "math_ttrl_aime24_as_train.jsonl").read_text().splitlines(True)
+    (d / "part-1.jsonl").write_text("".join(lines[:10]))
+    (d / "README.md").write_text("notes")
+    (d / ".gitattributes").write_text("*.jsonl filter=lfs")
+    if extra == "sub":
+        (d / "sub").mkdir()
+        (d / "sub" / "part-2.jsonl").write_text("".join(lines[10:]))
+    else:
+        (d / extra).write_bytes(b"prompt,answer\nWhat is 1+1?,2\n")
+    with pytest.raises(InputError, match=extra) as exc:
+        ingest(str(d), field_map="ttrl", name="mixed")
+    assert "left out" in str(exc.value)
+    from curation.catalog import Catalog
+
+    assert not Catalog(str(data_root)).datasets()
