@@ -124,6 +124,26 @@ class DetectorsConfig:
     def __post_init__(self) -> None:
         from decontam.registry import DETECTORS
 
+        for key, kind in (("names", list), ("evidence_only", list), ("thresholds", dict),
+                          ("options", dict)):  # fmt: skip
+            v = getattr(self, key)
+            if v is not None and not isinstance(v, kind):
+                what = "a list of detector names" if kind is list else "a table"
+                raise ConfigError(
+                    f"[detectors] {key} must be {what}, got {v!r}",
+                    hint=f'e.g. {key} = ["ngram", "minhash"]'
+                    if kind is list
+                    else f"e.g. {key} = {{ ngram = ... }}",
+                )
+            if kind is list and v is not None and not all(isinstance(x, str) for x in v):
+                raise ConfigError(f"[detectors] {key} must be a list of detector names, got {v!r}")
+        for name, opts in self.options.items():
+            if not isinstance(opts, dict):
+                raise ConfigError(
+                    f"[detectors] options.{name} must be a table of that detector's settings, "
+                    f"got {opts!r}",
+                    hint=f"write [detectors.options.{name}] with that detector's config fields",
+                )
         for name in [
             *(self.names or []),
             *self.thresholds,
