@@ -151,8 +151,11 @@ def _atomic_parquet(t: pa.Table, path: Path) -> None:
     import os
 
     tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(t, tmp)
-    os.replace(tmp, path)
+    try:
+        pq.write_table(t, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 CARD = """---

@@ -270,6 +270,11 @@ def export(
     cat = Catalog()
     if fmt not in ("trl", "verl"):
         raise ConfigError(f"unknown export format {fmt!r}", hint="use trl or verl")
+    if fmt == "verl" and out.is_dir():
+        raise ConfigError(
+            f"--out {out} is a folder; --format verl writes one parquet file",
+            hint=f"give a file path, e.g. --out {out / 'train.parquet'}",
+        )
     t = cat.load(_selected_pool(cat, pool, "rl export").ref)
     if fmt == "trl":
         typer.echo(f"written: {write_trl(t, out)}")

@@ -203,3 +203,26 @@ def test_rl_export_and_push_refuse_a_dataset_that_is_not_a_selected_pool(
             assert "not an RL pool published by `sluice rl select`" in err, err
             assert "mix.rl@latest" in err, err
     assert not any((tmp_path / p).exists() for p in ("trl", "v.parquet", "hub"))
+
+
+def _cli(args, data_root):
+    env = {**os.environ, "SLUICE_DATA_ROOT": str(data_root)}
+    return subprocess.run([sys.executable, "-m", "flows.cli", *args], env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+def test_verl_export_refuses_an_existing_folder_and_leaves_no_temp_file(
+    rl_ref, tmp_path, data_root
+):
+    """`--format verl --out EXISTING_DIR` failed naming a hidden `.DIR.tmp` (not the path typed)
+    and left that temp file next to the folder. Now one line naming --out and the folder."""
+    folder = tmp_path / "outdir"
+    folder.mkdir()
+    r = _cli(["rl", "export", "mix.rl@latest", "--format", "verl", "--out", str(folder)], data_root)
+    assert r.returncode == 2, r.stderr
+    err = r.stderr.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert "--out" in err and str(folder) in err and ".tmp" not in err, err
+    assert ".parquet" in err, err
+    assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
+    assert not any(folder.iterdir())
