@@ -260,7 +260,11 @@ def _selected_pool(cat, ref: str, what: str):
 def export(
     pool: str = typer.Argument(..., help="RL pool version, e.g. gsm8k.rl@latest"),
     fmt: str = typer.Option(..., "--format", help="trl | verl"),
-    out: Path = typer.Option(..., "--out", help="trl: a folder; verl: a .parquet path"),
+    out: Path = typer.Option(
+        ...,
+        "--out",
+        help="trl: a folder (written as FOLDER/train.parquet); verl: one FILE.parquet path",
+    ),
 ) -> None:
     """Write the pool for TRL GRPO (train.parquet) or verl (RLHFDataset parquet)."""
     from curation.catalog import Catalog
@@ -274,6 +278,17 @@ def export(
         raise ConfigError(
             f"--out {out} is a folder; --format verl writes one parquet file",
             hint=f"give a file path, e.g. --out {out / 'train.parquet'}",
+        )
+    if fmt == "verl" and out.suffix != ".parquet":
+        raise ConfigError(
+            f"--out {out} is not a .parquet path; --format verl writes one parquet file",
+            hint=f"give a file path, e.g. --out {out.with_suffix('.parquet')}",
+        )
+    if fmt == "trl" and (out.suffix == ".parquet" or (out.exists() and not out.is_dir())):
+        raise ConfigError(
+            f"--out {out} is a file path; --format trl writes a folder (FOLDER/train.parquet)",
+            hint=f"give a folder, e.g. --out {out.with_suffix('')}, or use --format verl "
+            "for one parquet file",
         )
     t = cat.load(_selected_pool(cat, pool, "rl export").ref)
     if fmt == "trl":

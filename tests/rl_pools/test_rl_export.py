@@ -226,3 +226,29 @@ def test_verl_export_refuses_an_existing_folder_and_leaves_no_temp_file(
     assert ".parquet" in err, err
     assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
     assert not any(folder.iterdir())
+
+
+def test_rl_export_out_is_a_folder_for_trl_and_a_parquet_file_for_verl(rl_ref, tmp_path, data_root):
+    """`--format trl --out x.parquet` made a folder named x.parquet holding train.parquet, and
+    `--format verl --out outdir` a file named outdir, without comment. trl writes
+    FOLDER/train.parquet and verl one FILE.parquet: the other forms are one line naming --out."""
+    a_file = tmp_path / "exists.txt"
+    a_file.write_text("keep")
+    cases = [
+        ("trl", tmp_path / "x.parquet", "folder"),
+        ("trl", a_file, "folder"),
+        ("verl", tmp_path / "outdir", ".parquet"),
+    ]
+    for fmt, out, word in cases:
+        r = _cli(["rl", "export", "mix.rl@latest", "--format", fmt, "--out", str(out)], data_root)
+        assert r.returncode == 2, (fmt, out, r.stderr)
+        err = r.stderr.strip()
+        assert "Traceback" not in err and len(err.splitlines()) == 1, err
+        assert "--out" in err and str(out) in err and word in err, err
+    assert not (tmp_path / "x.parquet").exists() and not (tmp_path / "outdir").exists()
+    assert a_file.read_text() == "keep"
+    r = _cli(["rl", "export", "mix.rl@latest", "--format", "trl", "--out", str(tmp_path / "t")],
+             data_root)  # fmt: skip
+    assert r.returncode == 0 and (tmp_path / "t" / "train.parquet").is_file(), r.stderr
+    r = _cli(["rl", "export", "--help"], data_root)
+    assert "train.parquet" in r.stdout and ".parquet" in r.stdout, r.stdout
