@@ -211,6 +211,16 @@ def _text_bytes(rec: dict[str, Any], fmap: FieldMap) -> tuple[int, str]:
     return prompt + response, "prompt" if prompt > response else "response"
 
 
+def _check_limits(max_row_bytes: int, limit: int | None) -> None:
+    """The row-size cap and the row limit, named as the config key and the CLI flag."""
+    if max_row_bytes < 1:
+        raise ConfigError(
+            f"max_row_bytes (--max-row-bytes) must be a whole number >= 1, got {max_row_bytes!r}"
+        )
+    if limit is not None and limit < 0:
+        raise ConfigError(f"limit (--limit) must be a whole number >= 0, got {limit!r}")
+
+
 def ingest_to_files(
     source: str | SourceSpec,
     fmap: FieldMap,
@@ -225,10 +235,7 @@ def ingest_to_files(
 
     ``on_rows(rows_read, bytes_read)`` is called after every chunk (``bytes_read`` is None when
     the reader cannot tell, e.g. Parquet or Hub sources)."""
-    if max_row_bytes <= 0:
-        raise ConfigError(f"max_row_bytes must be positive, got {max_row_bytes}")
-    if limit is not None and limit < 0:
-        raise ConfigError(f"limit must be >= 0, got {limit}")
+    _check_limits(max_row_bytes, limit)
     spec = parse_source(source) if isinstance(source, str) else source
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -436,6 +443,12 @@ def ingest(
     from curation.catalog import Catalog, check_name
 
     t0 = time.perf_counter()
+    _check_limits(max_row_bytes, limit)
+    if near_dup_threshold is not None and not 0.0 < near_dup_threshold <= 1.0:
+        raise ConfigError(
+            f"near_dup_threshold (--near-dups) must be a number in (0, 1], got {near_dup_threshold}",
+            hint="a Jaccard similarity such as 0.8",
+        )
     check_name(name, max(RESERVED_SUFFIXES, key=len))  # before a row is read, as the user gave it
     reserved = next((s for s in RESERVED_SUFFIXES if name.endswith(s)), None)
     if reserved:

@@ -75,3 +75,37 @@ def test_errors_are_one_line_that_names_the_fix(tmp_path):
         err = p.stderr.strip()
         assert needle in err and "Traceback" not in err, err
         assert err.startswith("error:") and len(err.splitlines()) == 1, err
+
+
+def _ingest_err(tmp_path, *extra):
+    import os
+
+    pool = write_sample_pool(tmp_path / "pool")
+    args = ["ingest", str(pool.math), "--map", pool.math_map, "--name", "x", *extra]
+    p = subprocess.run(
+        [sys.executable, "-m", "flows.cli", *args, "--root", str(tmp_path / "root")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "400"},
+    )
+    assert p.returncode == 2, (extra, p.stderr)
+    err = p.stderr.strip()
+    assert "Traceback" not in err and err.startswith("error:") and len(err.splitlines()) == 1, err
+    assert not Catalog(str(tmp_path / "root")).datasets(), extra
+    return err
+
+
+def test_bad_numeric_options_name_the_cli_flag(tmp_path):
+    """--limit -5 said 'limit must be >= 0', --max-row-bytes 0 'max_row_bytes must be positive'
+    and --near-dups nan 'threshold must be in (0, 1], got nan': none named the flag to fix."""
+    cases = [
+        (["--limit", "-5"], "limit (--limit) must be a whole number >= 0, got -5"),
+        (["--max-row-bytes", "0"], "max_row_bytes (--max-row-bytes) must be a whole number >= 1"),
+        (["--max-row-bytes", "-3"], "max_row_bytes (--max-row-bytes) must be a whole number >= 1"),
+        (["--near-dups", "nan"], "near_dup_threshold (--near-dups) must be a number in (0, 1]"),
+        (["--near-dups", "0"], "near_dup_threshold (--near-dups) must be a number in (0, 1]"),
+        (["--near-dups", "1.5"], "near_dup_threshold (--near-dups) must be a number in (0, 1]"),
+    ]
+    for extra, needle in cases:
+        err = _ingest_err(tmp_path, *extra)
+        assert needle in err, err
