@@ -217,8 +217,8 @@ def _check_limits(max_row_bytes: int, limit: int | None) -> None:
         raise ConfigError(
             f"max_row_bytes (--max-row-bytes) must be a whole number >= 1, got {max_row_bytes!r}"
         )
-    if limit is not None and limit < 0:
-        raise ConfigError(f"limit (--limit) must be a whole number >= 0, got {limit!r}")
+    if limit is not None and limit < 1:  # --limit 0 would read nothing
+        raise ConfigError(f"limit (--limit) must be a whole number >= 1, got {limit!r}")
 
 
 def ingest_to_files(

@@ -99,7 +99,7 @@ def test_bad_numeric_options_name_the_cli_flag(tmp_path):
     """--limit -5 said 'limit must be >= 0', --max-row-bytes 0 'max_row_bytes must be positive'
     and --near-dups nan 'threshold must be in (0, 1], got nan': none named the flag to fix."""
     cases = [
-        (["--limit", "-5"], "limit (--limit) must be a whole number >= 0, got -5"),
+        (["--limit", "-5"], "limit (--limit) must be a whole number >= 1, got -5"),
         (["--max-row-bytes", "0"], "max_row_bytes (--max-row-bytes) must be a whole number >= 1"),
         (["--max-row-bytes", "-3"], "max_row_bytes (--max-row-bytes) must be a whole number >= 1"),
         (["--near-dups", "nan"], "near_dup_threshold (--near-dups) must be a number in (0, 1]"),
@@ -109,3 +109,13 @@ def test_bad_numeric_options_name_the_cli_flag(tmp_path):
     for extra, needle in cases:
         err = _ingest_err(tmp_path, *extra)
         assert needle in err, err
+
+
+def test_limit_zero_is_refused_naming_limit(tmp_path):
+    """--limit 0 read nothing and then said 'no usable rows (read 0 ...)', suggesting
+    --allow-empty; now one line naming --limit."""
+    err = _ingest_err(tmp_path, "--limit", "0")
+    assert "limit (--limit) must be a whole number >= 1, got 0" in err, err
+    assert "--allow-empty" not in err, err
+    err = _ingest_err(tmp_path, "--limit", "0", "--allow-empty")
+    assert "limit (--limit) must be a whole number >= 1, got 0" in err, err
