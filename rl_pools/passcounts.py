@@ -221,6 +221,9 @@ def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]
 
     import pyarrow.parquet as pq
 
+    if path.is_dir():
+        raise InputError(f"--file {path} is a folder; a counts table file is expected",
+                         hint="give one .jsonl, .csv or .parquet file")  # fmt: skip
     if not path.is_file():
         raise NotFoundError(f"file {path} does not exist")
     suf = path.suffix.lower()

@@ -130,3 +130,22 @@ def test_problem_texts_of_a_code_pool_match_it(pools_dir, data_root, tmp_path):
                         "--file", str(p)], env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["matched"] == 3
+
+
+def test_cli_file_that_is_a_folder_says_so(pools_dir, data_root, tmp_path):
+    """--file SOME_FOLDER said 'file ... does not exist'; now it says a file is expected."""
+    from curation.ingest import ingest
+
+    ingest(str(pools_dir / "math_gsm8k_train.jsonl"), field_map="gsm8k", name="g", limit=3)
+    env = {**os.environ, "SLUICE_DATA_ROOT": str(data_root)}
+    folder = tmp_path / "counts"
+    folder.mkdir()
+    r = subprocess.run([sys.executable, "-m", "flows.cli", "rl", "import-counts", "g@latest",
+                        "--format", "table", "--file", str(folder)], env=env,
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    err = r.stderr.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert "does not exist" not in err and str(folder) in err, err
+    assert "is a folder" in err and "--file" in err, err
+    assert ".jsonl" in err and ".csv" in err and ".parquet" in err, err
