@@ -59,20 +59,9 @@ def build_rl_report(ref: str, catalog: Any = None, contamination_report: str | N
     from rl_pools.tiers import TierConfig
 
     cat = catalog or Catalog()
-    v = cat.resolve(ref)
-    if v.step not in ("rl.select", "rl.curriculum") or v.name.endswith(".rl_dropped"):
-        import re
+    from rl_pools.build import selected_pool
 
-        from curation.errors import InputError
-
-        base = re.sub(r"\.(passcounts|rollouts|validation_drops|rl_dropped|validated|"
-                      r"decontaminated)$", "", v.name)  # fmt: skip
-        raise InputError(
-            f"{v.ref} is not an RL pool published by `sluice rl select` (its step is "
-            f"{v.step or 'none'}); the report reads a selected pool's tiers, counts and stages",
-            hint=f"report the selected pool instead, e.g. `sluice rl report "
-            f"{base}.rl@latest --out DIR`",
-        )
+    v = selected_pool(cat, ref, "rl report")
     pool = cat.load(v.ref)
     cfg = v.config or {}
     tcfg = TierConfig(**(cfg.get("selection") or {}).get("tiers", {}))

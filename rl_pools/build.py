@@ -27,6 +27,26 @@ def base_name(name: str) -> str:
     return name
 
 
+def selected_pool(cat: Catalog, ref: str, what: str):
+    """The catalog version of ``ref`` when it is a pool `rl select` published (the kept rows,
+    or one of its curriculum stages), else one InputError naming ``BASE.rl@latest``: the
+    validated pool, the dropped rows or the pass counts exported (or reported) as a selected
+    pool would carry every prompt the keep rules removed. ``what``: the command, for the
+    message."""
+    import re
+
+    v = cat.resolve(ref)
+    if v.step not in ("rl.select", "rl.curriculum") or v.name.endswith(".rl_dropped"):
+        base = re.sub(r"\.(passcounts|rollouts|validation_drops|rl_dropped|validated|"
+                      r"decontaminated|rl)$", "", v.name)  # fmt: skip
+        raise InputError(
+            f"{v.ref} is not an RL pool published by `sluice rl select` (its step is "
+            f"{v.step or 'none'}); {what} reads a selected pool's kept rows",
+            hint=f"select first (sluice rl select ...), then pass {base}.rl@latest",
+        )
+    return v
+
+
 def _slug(model: str) -> str:
     import hashlib
     import re

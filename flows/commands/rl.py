@@ -236,26 +236,6 @@ def _table(file_cfg: dict, name: str) -> dict:
     return t
 
 
-def _selected_pool(cat, ref: str, what: str):
-    """The catalog version of ``ref`` when it is a pool `rl select` published (the kept rows),
-    else one InputError naming the selected pool: the validated pool, the dropped rows or the
-    pass counts written as training data would carry every prompt the keep rule removed."""
-    import re
-
-    from curation.errors import InputError
-
-    v = cat.resolve(ref)
-    if v.step not in ("rl.select", "rl.curriculum") or v.name.endswith(".rl_dropped"):
-        base = re.sub(r"\.(passcounts|rollouts|validation_drops|rl_dropped|validated|"
-                      r"decontaminated|rl)$", "", v.name)  # fmt: skip
-        raise InputError(
-            f"{v.ref} is not an RL pool published by `sluice rl select` (its step is "
-            f"{v.step or 'none'}); {what} writes a selected pool's kept rows",
-            hint=f"select first (sluice rl select ...), then pass {base}.rl@latest",
-        )
-    return v
-
-
 @app.command("export")
 def export(
     pool: str = typer.Argument(..., help="RL pool version, e.g. gsm8k.rl@latest"),
@@ -290,7 +270,9 @@ def export(
             hint=f"give a folder, e.g. --out {out.with_suffix('')}, or use --format verl "
             "for one parquet file",
         )
-    t = cat.load(_selected_pool(cat, pool, "rl export").ref)
+    from rl_pools.build import selected_pool
+
+    t = cat.load(selected_pool(cat, pool, "rl export").ref)
     if fmt == "trl":
         typer.echo(f"written: {write_trl(t, out)}")
     elif fmt == "verl":
@@ -312,7 +294,9 @@ def push(
     from rl_pools.export import push_to_hub
 
     cat = Catalog()
-    v = _selected_pool(cat, pool, "rl push")
+    from rl_pools.build import selected_pool
+
+    v = selected_pool(cat, pool, "rl push")
     _echo(push_to_hub(cat.load(v.ref), repo, fmt=fmt, dry_run=dry_run, out_dir=out, ref=v.ref,
                       config=v.config.get("selection")))  # fmt: skip
 
