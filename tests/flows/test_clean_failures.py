@@ -165,7 +165,7 @@ def test_a_root_or_out_where_no_folder_can_be_made_is_one_line(aime_head, tmp_pa
     assert "source not found" in line
 
 
-def test_benchmarks_prepare_fails_when_its_fits_cannot_be_kept(tmp_path):
+def test_benchmarks_prepare_fails_when_its_fits_cannot_be_kept(tmp_path, benchmarks_dir):
     """A run's fit cache is best effort; keeping it is `benchmarks prepare`'s whole job: a fit
     cache folder that exists but refuses writes (read-only here) is an error, not "fitted ...
     (data root fit cache)" with exit 0."""
@@ -173,7 +173,8 @@ def test_benchmarks_prepare_fails_when_its_fits_cannot_be_kept(tmp_path):
     fit.mkdir(parents=True)
     p = _in_mount_namespace(
         f"mount --bind {fit} {fit} && mount -o remount,bind,ro {fit}\n"
-        f"{SLUICE} benchmarks prepare --detectors ngram --benchmarks aime24 --root {tmp_path / 'r'}\n",
+        f"{SLUICE} benchmarks prepare --detectors ngram --benchmarks aime24 --root {tmp_path / 'r'} "
+        f"--benchmarks-dir {benchmarks_dir}\n",
         tmp_path,
     )
     line = _one_error_line(p)
