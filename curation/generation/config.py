@@ -21,6 +21,7 @@ from curation.errors import ConfigError
 
 BACKENDS = ("openai", "hf")
 MODES = ("chat", "completions")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,9 @@ class GenerationConfig:
                   "mode (default: the model's own, hf backend)"},
     )  # fmt: skip
     device: str = field(default="auto", metadata={"help": "hf backend: cpu | cuda | auto"})
-    dtype: str = field(default="auto", metadata={"help": "hf backend: auto | float32 | bfloat16"})
+    dtype: str = field(
+        default="auto", metadata={"help": "hf backend: auto | float32 | bfloat16 | float16"}
+    )
     batch_size: int = field(default=8, metadata={"help": "hf backend: sequences per forward pass"})
 
     def __post_init__(self) -> None:
@@ -141,6 +144,13 @@ class GenerationConfig:
             raise ConfigError(
                 f"unknown device {self.device!r} (--device)",
                 hint="use cpu, cuda (a GPU; cuda:N for the N-th), mps or auto",
+            )
+        if self.dtype not in DTYPES:
+            from curation.errors import did_you_mean
+
+            raise ConfigError(
+                f"unknown dtype {self.dtype!r} (--dtype)",
+                hint=did_you_mean(str(self.dtype), DTYPES) + " (auto: the checkpoint's own)",
             )
         for key, flag in (("concurrency", "--concurrency"), ("batch_size", "--batch-size")):
             v = getattr(self, key)

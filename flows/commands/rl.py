@@ -61,6 +61,9 @@ def rollouts(
     max_retries: int = typer.Option(4, "--max-retries"),
     batch_size: int = typer.Option(8, "--batch-size", help="sequences per forward pass (hf)"),
     device: str = typer.Option("auto", "--device", help="hf backend: cpu | cuda | auto"),
+    dtype: str = typer.Option(
+        "auto", "--dtype", help="hf backend: auto | float32 | bfloat16 | float16"
+    ),
     store: Path | None = typer.Option(
         None, "--store", help="sample store folder (default DATA_ROOT/rollouts/samples)"
     ),  # fmt: skip
@@ -84,7 +87,7 @@ def rollouts(
     )  # checks --k first: no model call for a bad k
     gen = GenerationConfig(backend=backend, model=model, mode=mode, base_url=base_url,
                            concurrency=concurrency, timeout_s=timeout, max_retries=max_retries,
-                           batch_size=batch_size, device=device)  # fmt: skip
+                           batch_size=batch_size, device=device, dtype=dtype)  # fmt: skip
     params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed)
     _echo(rollouts_ref(pool, gen, params, rcfg, store))
 

@@ -39,6 +39,12 @@ def generate(
     seed: int = typer.Option(0, "--seed"),
     concurrency: int = typer.Option(16, "--concurrency", help="requests in flight (openai)"),
     timeout: float = typer.Option(600.0, "--timeout", help="per-request timeout, seconds"),
+    max_retries: int = typer.Option(4, "--max-retries", help="retries on 429/5xx (openai)"),
+    batch_size: int = typer.Option(8, "--batch-size", help="sequences per forward pass (hf)"),
+    device: str = typer.Option("auto", "--device", help="hf backend: cpu | cuda | auto"),
+    dtype: str = typer.Option(
+        "auto", "--dtype", help="hf backend: auto | float32 | bfloat16 | float16"
+    ),
     limit: int | None = typer.Option(None, "--limit", help="only the first N problems"),
     name: str | None = typer.Option(None, "--name", help="catalog name (default: the pool's)"),
     store: str | None = typer.Option(None, "--store", help="sample store folder"),
@@ -58,6 +64,10 @@ def generate(
         tokenizer=tokenizer,
         concurrency=concurrency,
         timeout_s=timeout,
+        max_retries=max_retries,
+        batch_size=batch_size,
+        device=device,
+        dtype=dtype,
     )
     teacher = TeacherConfig(
         model=model, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed

@@ -97,3 +97,17 @@ def test_rl_rollouts_device_gpu_is_one_error_line(model_dir, capsys):
               "--device", "gpu"])  # fmt: skip
     err = capsys.readouterr().err
     assert e.value.code == 2 and "unknown device 'gpu' (--device)" in err, err
+
+
+def test_an_unknown_dtype_is_refused_before_loading(model_dir, capsys):
+    """`getattr(torch, dtype)` raised AttributeError at load for a typo such as bf16."""
+    from curation.errors import ConfigError
+    from flows.cli import main
+
+    with pytest.raises(ConfigError, match=r"unknown dtype 'bf16' \(--dtype\).*'bfloat16'"):
+        GenerationConfig(backend="hf", model=str(model_dir), dtype="bf16")
+    with pytest.raises(SystemExit) as e:
+        main(["rl", "rollouts", "x@latest", "--model", str(model_dir), "--backend", "hf",
+              "--dtype", "half"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "unknown dtype 'half' (--dtype)" in err, err

@@ -321,3 +321,39 @@ def test_concurrency_and_batch_size_below_one_name_the_option(pool, tmp_path, da
     with pytest.raises(ConfigError, match=r"batch_size \(--batch-size\) must be a whole number"):
         GenerationConfig(backend="hf", model="tiny", batch_size=0)
     assert not any("sft_raw" in d for d in cat.datasets())
+
+
+def test_sft_generate_hf_takes_device_dtype_and_batch_size(pool, tmp_path, data_root, capsys,
+                                                           monkeypatch):  # fmt: skip
+    """`sft generate --backend hf` had no --device/--dtype/--batch-size: it always loaded the
+    teacher with dtype and device "auto" and 8 sequences a pass, whatever the machine."""
+    import torch
+    import transformers
+
+    from flows.cli import main
+
+    cat, ref, _ = pool
+    model = tiny_model_dir(tmp_path / "m")
+    seen = []
+    real = transformers.AutoModelForCausalLM.from_pretrained
+
+    def spy(*a, **kw):
+        seen.append(kw.get("dtype"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", spy)
+    with pytest.raises(SystemExit) as e:
+        main(["sft", "generate", ref, "--model", str(model), "--backend", "hf", "--device", "cpu",
+              "--dtype", "bfloat16", "--batch-size", "4", "--max-tokens", "4", "--root",
+              str(data_root), "--store", str(tmp_path / "store")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert e.value.code == 0, err
+    assert seen == [torch.bfloat16], seen
+    assert "6 responses: 6 generated" in err and "published: amc6.sft_raw@" in err, err
+    for bad in ("bf16", "float64"):
+        with pytest.raises(SystemExit) as e:
+            main(["sft", "generate", ref, "--model", str(model), "--backend", "hf", "--dtype",
+                  bad, "--root", str(data_root)])  # fmt: skip
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and f"unknown dtype '{bad}' (--dtype)" in err, err
+        assert "Traceback" not in err
