@@ -360,7 +360,19 @@ def read_table_rows(
         m = r.get("model")
         m = model if m is None or (isinstance(m, str) and not m.strip() and model) else m
         m = _text(m, path, i, "model", "name the model in the row, or pass --model NAME")
+        if model and m != model:  # --model fills empty cells; it never relabels a row
+            raise InputError(
+                f"the row names model {m!r}, but --model {model!r} was given", file=str(path),
+                row=i, field="model", hint="--model only fills rows without a model: drop it "
+                "(the table names its models), or fix the table's model column",
+            )  # fmt: skip
         kk = _count(r.get("k"), path, i, "k")
+        if k is not None and kk is not None and kk != k:
+            raise InputError(
+                f"the row says k={kk}, but --k {k} was given", file=str(path), row=i, field="k",
+                hint="--k only fills rows without k: drop it (the table gives k), or fix the "
+                "table's k column",
+            )  # fmt: skip
         kk = k if kk is None else kk
         if kk is not None and kk < 1:
             raise InputError(f"k must be >= 1, got {kk}", file=str(path), row=i, field="k",

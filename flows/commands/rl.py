@@ -104,8 +104,14 @@ def import_counts(
     fmt: str = typer.Option(
         "table", "--format", help="table | skywork (model_difficulty in the pool's metadata)"
     ),  # fmt: skip
-    model: str | None = typer.Option(None, "--model", help="model, when the table has none"),
-    k: int | None = typer.Option(None, "--k", help="samples per prompt, when the table has none"),
+    model: str | None = typer.Option(
+        None, "--model", help="model of the rows that name none (a row naming another is an error)"
+    ),
+    k: int | None = typer.Option(
+        None,
+        "--k",
+        help="samples per prompt of the rows without k (a row with another k is an error)",
+    ),
     problem_field: str = typer.Option("problem", "--problem-field", help="problem text column"),
     domain: str | None = typer.Option(
         None,

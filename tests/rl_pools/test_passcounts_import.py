@@ -149,3 +149,20 @@ def test_cli_file_that_is_a_folder_says_so(pools_dir, data_root, tmp_path):
     assert "does not exist" not in err and str(folder) in err, err
     assert "is a folder" in err and "--file" in err, err
     assert ".jsonl" in err and ".csv" in err and ".parquet" in err, err
+
+
+def test_model_and_k_options_fill_cells_and_never_relabel_a_row(qwen, tmp_path):
+    """`--model`/`--k` beside a table that names its own was silently overridden by the table:
+    the counts were published under another model or k than the one typed."""
+    mixed = [dict(r) for r in qwen]
+    for r in mixed[:3]:
+        del r["model"], r["k"]
+    p = _jsonl(tmp_path, mixed)
+    rows = read_table_rows(p, model="qwen", k=8)  # fills the three empty rows, agrees with the rest
+    assert [r["model"] for _, r in rows] == ["qwen"] * 6 and {r["k"] for _, r in rows} == {8}
+    with pytest.raises(InputError, match=r"names model 'qwen', but --model 'other'") as e:
+        read_table_rows(p, model="other", k=8)
+    assert (e.value.row, e.value.field) == (4, "model") and e.value.file == str(p)
+    with pytest.raises(InputError, match=r"says k=8, but --k 16 was given") as e:
+        read_table_rows(p, model="qwen", k=16)
+    assert (e.value.row, e.value.field) == (4, "k")
