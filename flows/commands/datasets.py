@@ -209,3 +209,12 @@ def rebuild(root: str = _root_option()) -> None:
     typer.echo(
         f"rebuilt: {len(res['restored'])} versions, {res['publications']} publications restored"
     )
+    if res["skipped"]:  # a partial restore is not a success a scheduled job may pass over
+        kept = res["moved_aside"]
+        typer.echo(
+            f"error: {len(res['skipped'])} version(s) not restored (listed above); fix or restore "
+            "those manifests/objects and run `sluice datasets rebuild` again"
+            + (f"; the previous catalog is kept at {kept}" if kept else ""),
+            err=True,
+        )
+        raise typer.Exit(1)

@@ -783,7 +783,9 @@ def test_a_tampered_manifest_is_not_restored_and_the_rest_is(data_root, edit, pr
     (path,) = (data_root / "objects").glob(f"*/{bad.content_hash}.versions/bad.json")
     path.write_text(json.dumps(edit(json.loads(path.read_text()))))
     p = _sluice("datasets", "rebuild", root=data_root)
-    assert p.returncode == 0, p.stderr
+    # a partial restore exits 1 (it exited 0): a nightly job must not pass over a lost version
+    assert p.returncode == 1, p.stderr
+    assert "error: 1 version(s) not restored" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr + p.stdout, p.stderr
     (line,) = [ln for ln in p.stderr.splitlines() if ln.startswith("not restored: ")]
     assert str(path) in line and problem in line, line
