@@ -707,6 +707,24 @@ def shipped_evaluation() -> Path | None:
     return None
 
 
+def _show_names(names: Any) -> str:
+    """A policy's evidence-only list, in a comparable and readable form."""
+    return ", ".join(sorted(str(n) for n in names or ())) or "none"
+
+
+def _show_rules(rules: Any) -> str:
+    """A policy's rules, in a comparable and readable form (``a 0.5 + b 0.7; ...``: each
+    detector with its minimum score)."""
+    shown = sorted(
+        " + ".join(
+            f"{d} {m:g}" if isinstance(m, int | float) else f"{d} {m}" for d, m in sorted(r.items())
+        )
+        for r in rules or ()
+        if isinstance(r, dict)
+    )
+    return "; ".join(shown) or "none"
+
+
 def _measured_quality(run: RunData, evaluation_dir: str | Path | None) -> dict[str, Any]:
     """The evaluation's metrics, and whether they describe this run: same detectors, versions
     and thresholds, and the same benchmark versions. Rows that do not apply are marked."""
@@ -765,6 +783,15 @@ def _measured_quality(run: RunData, evaluation_dir: str | Path | None) -> dict[s
             ok = False
         if ok:
             same_det.add(name)
+    # the combined decision also depends on which detectors may decide alone and on the rules:
+    # the same thresholds under another policy are another decision (detectors alone still apply)
+    ev_pol = ev.get("policy")
+    if isinstance(ev_pol, dict):
+        run_pol = run.manifest.get("policy") or {}
+        for key, show in (("evidence_only", _show_names), ("rules", _show_rules)):
+            a, b = show(run_pol.get(key)), show(ev_pol.get(key))
+            if a != b:
+                differences.append(f"policy {key}: run {a}, evaluated {b}")
     run_b = {b.get("name"): b.get("version") for b in run.manifest.get("benchmarks") or []}
     for b in ev.get("benchmarks") or []:
         name = b.get("name")

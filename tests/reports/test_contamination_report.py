@@ -723,3 +723,27 @@ def test_rule_decisions_name_their_rule_and_evidence_only_detectors_say_so(pools
     md = (tmp_path / "report" / "report.md").read_text()
     assert "| rule: minhash + ngram | 5 |" in md
     assert "minhash (evidence only: decides in a policy rule)" in md
+
+
+def test_evaluation_of_another_policy_rule_or_evidence_only_list_does_not_apply(
+    run_dir, real_evaluation, tmp_path
+):
+    """Same detectors, versions and thresholds, but the evaluated policy let MinHash decide
+    only as evidence and added a rule: the combined figures are of another decision, so they
+    do not apply, and both differences are named (the detectors alone still apply)."""
+    ev = json.loads((real_evaluation / "evaluation.json").read_text())
+    ev["policy"] = dict(
+        ev["policy"], evidence_only=["minhash"], rules=[{"ngram": 0.2, "minhash": 0.3}]
+    )
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "evaluation.json").write_text(json.dumps(ev))
+    report, _, _ = build_report(run_dir, evaluation_dir=tmp_path / "eval")
+    q = report["measured_quality"]
+    assert q["status"] == "different_configuration"
+    assert q["differences"] == [
+        "policy evidence_only: run none, evaluated minhash",
+        "policy rules: run none, evaluated minhash 0.3 + ngram 0.2",
+    ]
+    applies = {r["scope"]: r["applies"] for r in q["metrics"]}
+    assert applies["combined (evaluated policy)"] is False
+    assert applies["ngram alone"] is True and applies["minhash alone"] is True
