@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 app = typer.Typer(no_args_is_help=True, help="Decontaminate datasets against benchmarks.")
@@ -34,6 +36,34 @@ def _split(values: list[str] | None) -> list[str]:
     for v in values or []:
         out.extend(x.strip() for x in v.split(",") if x.strip())
     return out
+
+
+def _reproduce(
+    input: str,
+    text_fields: list[str],
+    id_field: str | None,
+    benchmarks: list[str],
+    detectors: list[str],
+    out: str,
+    options: dict[str, Any],
+) -> str:
+    """The command line of this run when it was not started as `sluice` (``python -m
+    flows.cli``, a wrapper, a test runner): every option given, so the recorded command gives
+    the same run (a policy file, --no-publish, a data root...)."""
+    import shlex
+
+    argv = ["sluice", "decontam", "run", input]
+    for f in text_fields:
+        argv += ["--text-field", f]
+    if id_field:
+        argv += ["--id-field", id_field]
+    argv += ["--benchmarks", ",".join(benchmarks), "--detectors", ",".join(detectors)]
+    for flag, value in options.items():
+        if value is True:
+            argv.append(flag)
+        elif value is not None and value is not False:
+            argv += [flag, str(value)]
+    return shlex.join([*argv, "--out", out])
 
 
 @app.command("run")
@@ -150,7 +180,26 @@ def run(
         data_root=root,
         command=shlex.join(["sluice", *sys.argv[1:]])
         if sys.argv and sys.argv[0].endswith("sluice")
-        else None,
+        else _reproduce(
+            input,
+            _split(text_field),
+            id_field,
+            _split([benchmarks]) if benchmarks else cfg.benchmarks,
+            _split([detectors]) if detectors else cfg.detectors,
+            out,
+            {
+                "--benchmarks-dir": benchmarks_dir,
+                "--allow-benchmark-mismatch": allow_benchmark_mismatch,
+                "--window": window,
+                "--config": config_file,
+                "--policy": policy_file,
+                "--publish-as": publish_as,
+                "--no-publish": no_publish,
+                "--no-cache": no_cache,
+                "--workers": workers,
+                "--root": root,
+            },
+        ),
         progress=True,  # a bar on a terminal, else a log line every few seconds
     )
     c = result.counts

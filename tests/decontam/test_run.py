@@ -531,3 +531,29 @@ def test_a_column_mixing_text_and_lists_names_the_mix(tmp_path):
             str(p), text_fields=["resp"], id_field="id", out_dir=tmp_path / "o", config=cfg,
             data_root=str(tmp_path / "root"), publish=False,
         )  # fmt: skip
+
+
+def test_cli_started_without_the_sluice_script_records_every_option(pools_dir, tmp_path):
+    """`python -m flows.cli decontam run ... --policy P --no-publish` (a wrapper, CI, the Typer
+    test runner: argv[0] is not `sluice`) records a command that gives the same run: with its
+    policy and without publishing. It recorded only input, fields, benchmarks, detectors and
+    --out, so the report's "Reproduce" command ran the default policy and published."""
+    import os
+
+    src = _head(pools_dir / "math_ttrl_aime24_as_train.jsonl", tmp_path / "p.jsonl", 3)
+    policy = tmp_path / "pol.json"
+    policy.write_text(json.dumps({"thresholds": {"ngram": 0.5}}))
+    out = tmp_path / "run"
+    args = ["decontam", "run", str(src), "--text-field", "prompt", "--id-field", "id",
+            "--benchmarks", "aime24", "--detectors", "ngram", "--policy", str(policy),
+            "--no-publish", "--out", str(out)]  # fmt: skip
+    env = dict(os.environ, SLUICE_DATA_ROOT=str(tmp_path / "root"))
+    r = subprocess.run([sys.executable, "-m", "flows.cli", *args],
+                       capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    m = json.loads((out / "run.json").read_text())
+    cmd = m["command"].split()
+    assert cmd[:3] == ["sluice", "decontam", "run"]
+    assert "--no-publish" in cmd
+    assert cmd[cmd.index("--policy") + 1] == str(policy)
+    assert cmd[cmd.index("--out") + 1] == str(out)
