@@ -136,7 +136,42 @@ class RunData:
                 pair = out.setdefault(key, Pair(*key))
                 if m["kind"] not in pair.decided_by:
                     pair.decided_by.append(m["kind"])
+        self._check_thresholds_decided(out, thr_override)
         return out
+
+    def _check_thresholds_decided(
+        self, pairs: dict[tuple[str, str, str], Pair], recorded: dict[str, float]
+    ) -> None:
+        """The thresholds the report counts with must be the ones that decided: a detector that
+        may decide alone names a pair in decisions.parquet exactly when its best score reaches
+        its threshold. run.json is not in its own files record, so an edited threshold (or a
+        run.json of another run) is caught here, naming the field and one row."""
+        evidence_only = set(self.evidence_only())
+        for p in pairs.values():
+            for det, s in sorted(p.scores.items()):
+                if det in evidence_only or s.over == (det in p.decided_by):
+                    continue
+                where = (
+                    f"{self.run_dir / 'run.json'}: field 'policy.effective_thresholds.{det}' "
+                    f"is {s.threshold:g}"
+                    if det in recorded
+                    else f"{self.run_dir / 'matches.parquet'}: {det}'s recorded threshold is "
+                    f"{s.threshold:g}"
+                )
+                pair = f"{p.benchmark}/{p.benchmark_item}"
+                what = (
+                    f"gives row {p.sample_uid!r} no {det} reason for {pair} although its score "
+                    f"{s.score:.4f} reaches it"
+                    if s.over
+                    else f"removes row {p.sample_uid!r} on {det} for {pair} at score "
+                    f"{s.score:.4f}, under it"
+                )
+                raise IntegrityError(
+                    f"{where}, but decisions.parquet {what}: these are not the thresholds "
+                    "that decided the run",
+                    hint="run.json was edited or belongs to another run: re-run the command "
+                    "recorded in it",
+                )
 
 
 def _read_parquet(path: Path, required: tuple[str, ...]) -> pa.Table:

@@ -401,18 +401,14 @@ def test_real_evaluation_of_the_same_detectors_is_shown(run_dir, real_evaluation
     assert (real_evaluation / "sweep.png").is_file() and 'id="plot-eval-sweep"' in html
 
 
-def test_real_evaluation_with_another_threshold_is_called_out(run_dir, real_evaluation, tmp_path):
+def test_real_evaluation_with_another_threshold_is_called_out(
+    real_evaluation, benchmarks_dir, pools_dir, tmp_path
+):
     """The run's policy lowers the MinHash threshold: the evaluation no longer describes the
-    combined result nor MinHash, but still describes n-grams alone."""
-    c = tmp_path / "run-policy"
-    c.mkdir()
-    for f in run_dir.iterdir():
-        if f.is_file():
-            (c / f.name).write_bytes(f.read_bytes())
-    m = json.loads((c / "run.json").read_text())
-    m["policy"]["thresholds"] = {"minhash": 0.45}
-    m["policy"]["effective_thresholds"]["minhash"] = 0.45  # as the run records what decided
-    (c / "run.json").write_text(json.dumps(m))
+    combined result nor MinHash, but still describes n-grams alone. (A run made with that
+    policy: run.json's thresholds edited alone are refused, they did not decide the run.)"""
+    c = build_fixture_run(tmp_path / "run-policy", benchmarks_dir, pools_dir, variant="b")
+    assert json.loads((c / "run.json").read_text())["policy"]["thresholds"] == {"minhash": 0.45}
     paths = render_report(c, tmp_path / "out", evaluation_dir=real_evaluation)
     q = json.loads(paths.json.read_text())["measured_quality"]
     assert q["status"] == "different_configuration"
@@ -747,3 +743,34 @@ def test_evaluation_of_another_policy_rule_or_evidence_only_list_does_not_apply(
     applies = {r["scope"]: r["applies"] for r in q["metrics"]}
     assert applies["combined (evaluated policy)"] is False
     assert applies["ngram alone"] is True and applies["minhash alone"] is True
+
+
+def test_a_run_json_whose_thresholds_did_not_decide_the_run_is_refused(run_dir, tmp_path):
+    """run.json's decision thresholds are what the report counts "over threshold" with. Raised
+    (decisions.parquet removes rows on n-grams at a score now under it) or lowered (pairs over
+    it that the run kept), they are not the ones that decided: the report and the diff refuse
+    the run, naming the field and a row, instead of a summary that contradicts its own reasons
+    ("ngram: 0 rows over threshold", "removed by ngram: 5")."""
+    from reports.diff import diff_runs
+
+    cases = {
+        "raised": ("ngram", 1.01, "removes row"),
+        "lowered": ("minhash", 0.01, "gives row"),
+    }
+    for name, (det, thr, verb) in cases.items():
+
+        def edit(m, det=det, thr=thr):
+            m["policy"]["effective_thresholds"][det] = thr
+            m["policy"]["thresholds"][det] = thr
+
+        d = _variant(run_dir, tmp_path / name, edit)
+        for call in (
+            lambda d=d: render_report(d, tmp_path / "out"),
+            lambda d=d: diff_runs(run_dir, d),
+        ):
+            with pytest.raises(IntegrityError) as exc:
+                call()
+            msg = str(exc.value)
+            assert str(d / "run.json") in msg and f"policy.effective_thresholds.{det}" in msg
+            assert f"decisions.parquet {verb}" in msg, msg
+    assert not (tmp_path / "out").exists()
