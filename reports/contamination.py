@@ -9,6 +9,7 @@ autoescapes and highlighted texts are built from escaped pieces (:func:`highligh
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import math
 import re
@@ -1019,6 +1020,10 @@ def render_report(
         data_uris["eval_sweep"] = "data:image/png;base64," + base64.b64encode(sweep).decode()
 
     pq.write_table(ev_table, out / "evidence.parquet")
+    # the full evidence list travels beside the report: its hash ties it to this report.json
+    report["evidence"]["sha256"] = hashlib.sha256(
+        (out / "evidence.parquet").read_bytes()
+    ).hexdigest()
     paths = ReportPaths(out / "report.html", out / "report.md", out / "report.json")
     paths.json.write_text(
         json.dumps(report, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8"

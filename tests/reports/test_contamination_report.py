@@ -72,6 +72,8 @@ def normalize_json(report: dict, run_dir: Path, benchmarks_dir: Path) -> str:
     p["sluice_version"] = "<version>"
     # the files the report read (run.json holds times; Parquet bytes vary with the writer)
     r["run_files_sha256"] = dict.fromkeys(r["run_files_sha256"], "<sha256>")
+    if "sha256" in r["evidence"]:
+        r["evidence"]["sha256"] = "<sha256>"
     text = json.dumps(r, indent=2, sort_keys=True) + "\n"
     return normalize_text(text, run_dir, benchmarks_dir)
 
@@ -774,3 +776,14 @@ def test_a_run_json_whose_thresholds_did_not_decide_the_run_is_refused(run_dir, 
             assert str(d / "run.json") in msg and f"policy.effective_thresholds.{det}" in msg
             assert f"decisions.parquet {verb}" in msg, msg
     assert not (tmp_path / "out").exists()
+
+
+def test_report_json_records_the_hash_of_its_evidence_file(report_dir):
+    """evidence.parquet is the full evidence list beside a signed report: report.json records
+    its SHA-256 and row count, so an edited or swapped evidence file can be told apart."""
+    import hashlib
+
+    ev = json.loads((report_dir / "report.json").read_text())["evidence"]
+    data = (report_dir / "evidence.parquet").read_bytes()
+    assert ev["sha256"] == hashlib.sha256(data).hexdigest()
+    assert ev["total"] == pq.read_table(report_dir / "evidence.parquet").num_rows
