@@ -40,11 +40,11 @@ def register(decontam_app: typer.Typer) -> None:
             "(out-of-fold FPR with a 95 % interval beside the in-sample figure; also at 3, 5 "
             "and 10 folds, each over --cv-deals deals of the groups)",
         ),
-        cv_deals: int = typer.Option(
-            10,
+        cv_deals: int | None = typer.Option(
+            None,
             "--cv-deals",
             help="deals of the groups into folds for the out-of-fold FPR's mean and range "
-            "(1 = only the reported deal)",
+            "(default 10; 1 = only the reported deal; needs --cv-folds)",
         ),
         negatives: str | None = typer.Option(
             None,
@@ -107,6 +107,11 @@ def register(decontam_app: typer.Typer) -> None:
                     "--target-fpr would be ignored: only calibration uses it",
                     hint="add --calibrate (or --cv-folds K), or leave --target-fpr out",
                 )
+        if cv_deals is not None and not cv_folds:
+            raise ConfigError(
+                "--cv-deals would be ignored: only the cross-validation deals folds",
+                hint="add --cv-folds K, or leave --cv-deals out",
+            )
         if embedding_backend not in BACKENDS:
             raise ConfigError(
                 f"--embedding-backend {embedding_backend!r} is not a backend",
@@ -124,7 +129,7 @@ def register(decontam_app: typer.Typer) -> None:
             benchmarks=[b.strip() for b in benchmarks.split(",") if b.strip()],
             target_fpr=EvalConfig().target_fpr if target_fpr is None else target_fpr,
             detector_configs=det_cfgs,
-            cv_deals=cv_deals,
+            cv_deals=EvalConfig().cv_deals if cv_deals is None else cv_deals,
         )
 
         def embeds(name: str) -> bool:

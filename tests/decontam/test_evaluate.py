@@ -682,13 +682,14 @@ def test_labels_or_negatives_that_are_a_folder_say_so(tmp_path):
         (["--embedding-backend", "foo"], "--embedding-backend 'foo' is not a backend"),
         (["--embedding-backend", "onnx"], "--embedding-backend would be ignored"),
         (["--cv-folds", "2", "--cv-deals", "0"], "cv_deals (--cv-deals) must be >= 1, got 0"),
+        (["--cv-deals", "3"], "--cv-deals would be ignored"),
     ],
 )  # fmt: skip
 def test_options_without_effect_or_out_of_range_are_refused(
     tmp_path, benchmarks_dir, args, message
 ):
-    """--target-fpr without --calibrate/--cv-folds and --embedding-backend with detectors that
-    use no embedding model were ignored without a word (exit 0, a backend 'foo' unchecked):
+    """--target-fpr without --calibrate/--cv-folds, --cv-deals without --cv-folds and
+    --embedding-backend with detectors that use no embedding model were ignored without a word (exit 0, a backend 'foo' unchecked):
     each is one error line naming the option, before any scan, and nothing is written."""
     import os
     import subprocess
