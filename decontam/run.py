@@ -1107,7 +1107,17 @@ RUN_PARQUET_FILES = (
 )
 
 
-def _reproduce_command(input, text_fields, id_field, config: DecontamConfig, out_dir) -> str:
+def _reproduce_command(
+    input,
+    text_fields,
+    id_field,
+    config: DecontamConfig,
+    out_dir,
+    *,
+    publish: bool = True,
+    publish_as: str | None = None,
+    allow_mismatch: bool = False,
+) -> str:
     """The CLI command that reproduces a run started from Python."""
     argv = ["sluice", "decontam", "run", str(input)]
     for f in text_fields:
@@ -1117,6 +1127,12 @@ def _reproduce_command(input, text_fields, id_field, config: DecontamConfig, out
     argv += ["--benchmarks", ",".join(config.benchmarks), "--detectors", ",".join(config.detectors)]
     if config.window:
         argv += ["--window", config.window]
+    if allow_mismatch:
+        argv.append("--allow-benchmark-mismatch")
+    if publish_as:
+        argv += ["--publish-as", publish_as]
+    if not publish:
+        argv.append("--no-publish")
     argv += ["--out", str(out_dir)]
     return shlex.join(argv)
 
@@ -1186,7 +1202,16 @@ def run_decontamination(
     command = (
         command
         if command is not None
-        else _reproduce_command(input, text_fields, id_field, config, out_dir)
+        else _reproduce_command(
+            input,
+            text_fields,
+            id_field,
+            config,
+            out_dir,
+            publish=publish,
+            publish_as=publish_as,
+            allow_mismatch=allow_benchmark_mismatch,
+        )
     )
     if config.stream_rows > 0:  # every input streams; 0 (library callers, tests) reads it whole
         from decontam.stream import _run_streamed_cli  # stream.py imports this module

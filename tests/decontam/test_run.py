@@ -557,3 +557,15 @@ def test_cli_started_without_the_sluice_script_records_every_option(pools_dir, t
     assert "--no-publish" in cmd
     assert cmd[cmd.index("--policy") + 1] == str(policy)
     assert cmd[cmd.index("--out") + 1] == str(out)
+
+
+def test_a_run_started_from_python_without_publishing_records_no_publish(pools_dir, tmp_path):
+    """The command recorded for a run started from Python (the report's Reproduce line) must
+    not publish when the run did not: it lacked --no-publish."""
+    src = _head(pools_dir / "math_ttrl_aime24_as_train.jsonl", tmp_path / "p.jsonl", 3)
+    cfg = DecontamConfig(benchmarks=["aime24"], detectors=["ngram"])
+    res = run_decontamination(
+        str(src), text_fields=["prompt"], id_field="id", out_dir=tmp_path / "o", config=cfg,
+        data_root=str(tmp_path / "root"), publish=False,
+    )  # fmt: skip
+    assert "--no-publish" in res.manifest["command"].split()
