@@ -93,11 +93,31 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if not self.name_or_path:
             raise ConfigError("[model] name_or_path is required", hint="a Hub id or a local folder")
+        if not isinstance(self.name_or_path, str):
+            raise ConfigError(
+                f"[model] name_or_path must be a string, got {self.name_or_path!r}",
+                hint="a Hub id or a local folder, in quotes",
+            )
+        if self.revision is not None and not isinstance(self.revision, str):
+            raise ConfigError(f"[model] revision must be a string, got {self.revision!r}")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ConfigError(
                 f"[model] dtype {self.dtype!r} is not supported",
                 hint="use auto, float32, bfloat16 or float16",
             )
+
+
+def _need_bool(where: str, key: str, v: Any) -> None:
+    """A TOML boolean: a string such as "no" is truthy and would silently mean true."""
+    if not isinstance(v, bool):
+        raise ConfigError(f"{where}: {key} must be true or false, got {v!r}", hint=f"{key} = false")
+
+
+def _need_str_list(where: str, key: str, v: Any, example: str) -> None:
+    if not isinstance(v, list | tuple) or any(not isinstance(x, str) for x in v):
+        raise ConfigError(
+            f"{where}: {key} must be a list of strings, got {v!r}", hint=f"{key} = {example}"
+        )
 
 
 def _finite(v: Any) -> bool:
@@ -182,6 +202,10 @@ class StageConfig:
             raise ConfigError("[[stages]] entry without a name", hint="e.g. name = 'math-8k'")
         if not self.pools:
             raise ConfigError(f"{where} has no pools", hint="pools = ['name@version']")
+        _need_str_list(where, "pools", self.pools, "['name@version']")
+        if self.domains is not None:
+            _need_str_list(where, "domains", self.domains, "['math']")
+        _need_bool(where, "mask_truncated_completions", self.mask_truncated_completions)
         for ref in self.pools:
             if not isinstance(ref, str) or not _REF_RE.match(ref):
                 raise ConfigError(
@@ -192,10 +216,13 @@ class StageConfig:
             raise ConfigError(f"{where}: set exactly one of epochs or steps")
         for k in ("epochs", "steps", "max_prompts"):
             v = getattr(self, k)
-            if v is not None and (not isinstance(v, int) or v < 1):
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise ConfigError(f"{where}: {k} must be a positive integer, got {v!r}")
-        if not isinstance(self.max_completion_length, int) or self.max_completion_length < 1:
-            raise ConfigError(f"{where}: max_completion_length must be a positive integer")
+        mcl = self.max_completion_length
+        if not isinstance(mcl, int) or isinstance(mcl, bool) or mcl < 1:
+            raise ConfigError(
+                f"{where}: max_completion_length must be a positive integer, got {mcl!r}"
+            )
         if isinstance(self.temperature, str):
             if self.temperature != "auto":
                 raise ConfigError(
@@ -230,6 +257,9 @@ class ResamplingConfig:
     )
 
     def __post_init__(self) -> None:
+        _need_bool("[resampling]", "enabled", self.enabled)
+        _need_bool("[resampling]", "zero_variance_filter", self.zero_variance_filter)
+        _need_str_list("[resampling]", "correct_rewards", self.correct_rewards, "['math_accuracy']")
         if not _finite(self.threshold):
             raise ConfigError(
                 f"[resampling] threshold must be a finite number, got {self.threshold!r}",
@@ -287,6 +317,27 @@ class PromptConfig:
         default=DEFAULT_CODE_TEMPLATE, metadata={"help": "user message for code rows"}
     )
 
+    def __post_init__(self) -> None:
+        if self.system is not None and not isinstance(self.system, str):
+            raise ConfigError(f"[prompt] system must be a string, got {self.system!r}")
+        # a template is checked here, not at the first row: an unknown {placeholder} or a lone
+        # brace would otherwise stop the run with a KeyError / ValueError traceback
+        for key, allowed in (
+            ("math_template", ("problem",)),
+            ("code_template", ("problem", "starter_code_block")),
+        ):
+            tpl = getattr(self, key)
+            if not isinstance(tpl, str):
+                raise ConfigError(f"[prompt] {key} must be a string, got {tpl!r}")
+            try:
+                tpl.format(**dict.fromkeys(allowed, ""))
+            except (KeyError, IndexError, ValueError, AttributeError) as exc:
+                raise ConfigError(
+                    f"[prompt] {key} is not a valid template: {type(exc).__name__}: {exc}",
+                    hint=f"its placeholders are {', '.join('{' + a + '}' for a in allowed)}; "
+                    "write a literal brace as {{ or }}",
+                ) from exc
+
 
 @dataclass
 class TrainConfig:
@@ -318,6 +369,13 @@ class TrainConfig:
             )
         if not self.stages:
             raise ConfigError("the config has no [[stages]]", hint="add at least one stage")
+        seed = self.seed
+        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
+            raise ConfigError(
+                f"seed must be a whole number from 0 to 2**32 - 1, got {seed!r}", hint="seed = 0"
+            )
+        _need_bool("the train config", "save_model", self.save_model)
+        _need_bool("the train config", "publish", self.publish)
         if not self.rewards:
             raise ConfigError("the config has no [[rewards]]", hint="e.g. name = 'math_accuracy'")
         names = [s.name for s in self.stages]

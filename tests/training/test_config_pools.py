@@ -146,3 +146,45 @@ def pa_array(values):
     import pyarrow as pa
 
     return pa.array(values, pa.string())
+
+
+def _stage(**over):
+    return {"stages": [{"name": "s", "pools": ["p@latest"], "epochs": 1, **over}]}
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        # a string is truthy: "no" would silently mean true
+        (_stage(mask_truncated_completions="no"), "mask_truncated_completions must be true or"),
+        ({"save_model": "no"}, "save_model must be true or false"),
+        ({"publish": "no"}, "publish must be true or false"),
+        ({"resampling": {"enabled": "no"}}, "enabled must be true or false"),
+        ({"resampling": {"zero_variance_filter": "yes"}}, "zero_variance_filter must be true"),
+        # true is an int in Python: it was one epoch / a 1-token budget
+        (_stage(epochs=True), "epochs must be a positive integer, got True"),
+        (_stage(max_completion_length=True), "max_completion_length must be a positive integer"),
+        # a string was iterated character by character ("pool 'p' is not name@version")
+        (_stage(pools="p@latest"), "pools must be a list of strings, got 'p@latest'"),
+        (_stage(domains="math"), "domains must be a list of strings, got 'math'"),
+        # seeds: a traceback from int() / TRL's set_seed at the first stage
+        ({"seed": "x"}, "seed must be a whole number from 0 to 2**32 - 1, got 'x'"),
+        ({"seed": -1}, "seed must be a whole number from 0 to 2**32 - 1, got -1"),
+        ({"model": {"name_or_path": 3}}, "[model] name_or_path must be a string"),
+        # templates: a KeyError / ValueError traceback when the first row was rendered
+        ({"prompt": {"math_template": "{question}"}}, "[prompt] math_template is not a valid"),
+        ({"prompt": {"code_template": "solve {problem} {"}}, "[prompt] code_template is not"),
+        ({"prompt": {"system": 3}}, "[prompt] system must be a string"),
+    ],
+)
+def test_values_of_the_wrong_type_are_one_error_naming_the_field(over, message):
+    with pytest.raises(ConfigError) as e:
+        TrainConfig.from_dict(_raw(**over))
+    assert message in str(e.value)
+
+
+def test_valid_templates_with_literal_braces_load():
+    cfg = TrainConfig.from_dict(
+        _raw(prompt={"math_template": "{problem} in \\boxed{{}}", "system": None})
+    )
+    assert cfg.prompt.system is None
