@@ -45,6 +45,13 @@ from curation.errors import ConfigError, did_you_mean
 CONFIG_SCHEMA_VERSION = "train_grpo/1"
 
 BUILTIN_REWARDS = ("format", "math_accuracy", "code_pass_rate", "length_penalty")
+# the options each built-in reward reads (training.rewards.build_rewards)
+_REWARD_OPTIONS: dict[str, tuple[str, ...]] = {
+    "format": ("assume_open_think",),
+    "math_accuracy": (),
+    "code_pass_rate": ("mode", "workers"),
+    "length_penalty": ("cache", "cache_fraction"),
+}
 # GRPOConfig fields a stage (or the runner) owns; refused in [trl].
 _STAGE_OWNED = {
     "temperature": "stages[].temperature",
@@ -160,12 +167,63 @@ class RewardConfig:
                 f"reward {self.name!r}: weight must be a finite number, got {self.weight!r}",
                 hint="e.g. weight = 0.5",
             )
+        if not isinstance(self.options, dict):
+            raise ConfigError(
+                f"reward {self.name!r}: options must be a table, got {self.options!r}",
+                hint="e.g. options = { mode = 'fraction' }",
+            )
+        if self.function is not None:
+            if self.options:
+                raise ConfigError(
+                    f"reward {self.name!r}: options are not passed to a custom reward function",
+                    hint="remove options, or read the settings inside "
+                    f"{self.function!r} (TRL calls it with the batch's columns only)",
+                )
+            return
+        self._check_options()
+
+    def _check_options(self) -> None:
+        """A built-in reward's options: an unknown key (a typo such as ``mod``) or a value of
+        the wrong type is an error here, never silently the default."""
+        where = f"reward {self.name!r}"
+        known = _REWARD_OPTIONS[self.name]
+        for key in self.options:
+            if key not in known:
+                raise ConfigError(
+                    f"{where}: unknown option {key!r}",
+                    hint=did_you_mean(key, known) if known else f"{self.name} takes no options",
+                )
+        opts = self.options
+        if self.name == "format" and "assume_open_think" in opts:
+            if not isinstance(opts["assume_open_think"], bool):
+                raise ConfigError(
+                    f"{where}: options.assume_open_think must be true or false, "
+                    f"got {opts['assume_open_think']!r}"
+                )
         if self.name == "code_pass_rate":
-            mode = self.options.get("mode", "all")
+            mode = opts.get("mode", "all")
             if mode not in ("all", "fraction"):
                 raise ConfigError(
                     f"reward code_pass_rate: mode {mode!r} is not supported",
                     hint="use 'all' (all-or-nothing) or 'fraction' (share of tests passed)",
+                )
+            w = opts.get("workers", 2)
+            if not isinstance(w, int) or isinstance(w, bool) or w < 1:
+                raise ConfigError(
+                    f"{where}: options.workers must be a whole number >= 1, got {w!r}"
+                )
+        if self.name == "length_penalty":
+            c = opts.get("cache")
+            if c is not None and (not isinstance(c, int) or isinstance(c, bool) or c < 1):
+                raise ConfigError(
+                    f"{where}: options.cache must be a whole number of tokens >= 1, got {c!r}"
+                )
+            f = opts.get("cache_fraction", 0.25)
+            if not _finite(f) or not 0 < f <= 1:
+                raise ConfigError(
+                    f"{where}: options.cache_fraction must be a number in (0, 1], got {f!r}",
+                    hint="the share of max_completion_length over which the penalty ramps, "
+                    "e.g. 0.25",
                 )
 
 

@@ -188,3 +188,60 @@ def test_valid_templates_with_literal_braces_load():
         _raw(prompt={"math_template": "{problem} in \\boxed{{}}", "system": None})
     )
     assert cfg.prompt.system is None
+
+
+@pytest.mark.parametrize(
+    ("reward", "message"),
+    [
+        # a typo used to be ignored: code_pass_rate silently stayed all-or-nothing
+        (
+            {"name": "code_pass_rate", "options": {"mod": "fraction"}},
+            "unknown option 'mod' (did you mean 'mode'",
+        ),
+        ({"name": "length_penalty", "options": {"cach": 4}}, "unknown option 'cach'"),
+        ({"name": "math_accuracy", "options": {"timeout": 3}}, "unknown option 'timeout'"),
+        # "false" is a truthy string: the open <think> was silently assumed
+        (
+            {"name": "format", "options": {"assume_open_think": "false"}},
+            "assume_open_think must be true or false",
+        ),
+        # a traceback from float() at run time / a NaN or negative ramp used silently
+        (
+            {"name": "length_penalty", "options": {"cache_fraction": "x"}},
+            "cache_fraction must be a number in (0, 1]",
+        ),
+        (
+            {"name": "length_penalty", "options": {"cache_fraction": -1.0}},
+            "cache_fraction must be a number in (0, 1]",
+        ),
+        (
+            {"name": "length_penalty", "options": {"cache": float("nan")}},
+            "options.cache must be a whole number of tokens >= 1",
+        ),
+        ({"name": "code_pass_rate", "options": {"workers": 0}}, "workers must be a whole number"),
+        # a custom function never receives options: they were dropped without a word
+        (
+            {"name": "mine", "function": "m:f", "options": {"k": 1}},
+            "options are not passed to a custom reward function",
+        ),
+    ],
+)
+def test_reward_options_are_checked_when_the_config_loads(reward, message):
+    rewards = [{"name": "math_accuracy"}, reward] if reward["name"] != "math_accuracy" else [reward]
+    with pytest.raises(ConfigError) as e:
+        TrainConfig.from_dict(_raw(rewards=rewards))
+    assert message in str(e.value)
+
+
+def test_known_reward_options_load():
+    cfg = TrainConfig.from_dict(
+        _raw(
+            rewards=[
+                {"name": "math_accuracy"},
+                {"name": "format", "options": {"assume_open_think": True}},
+                {"name": "code_pass_rate", "options": {"mode": "fraction", "workers": 1}},
+                {"name": "length_penalty", "options": {"cache": 16, "cache_fraction": 0.5}},
+            ]
+        )
+    )
+    assert cfg.rewards[2].options["mode"] == "fraction"
