@@ -443,6 +443,15 @@ class TrainConfig:
         if len(set(rnames)) != len(rnames):
             raise ConfigError(f"reward names must be unique, got {rnames}")
         if self.resampling.enabled:
+            for n in self.resampling.correct_rewards:
+                # a misspelt name was skipped: its domain's rollouts counted as unknown and
+                # were never dropped
+                if n not in rnames and n not in BUILTIN_REWARDS:
+                    raise ConfigError(
+                        f"[resampling] correct_rewards names {n!r}, which is not a reward of "
+                        "this config",
+                        hint=did_you_mean(n, rnames),
+                    )
             if not any(n in rnames for n in self.resampling.correct_rewards):
                 raise ConfigError(
                     "history resampling needs one of its correct_rewards among the rewards: "

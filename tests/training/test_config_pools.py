@@ -245,3 +245,21 @@ def test_known_reward_options_load():
         )
     )
     assert cfg.rewards[2].options["mode"] == "fraction"
+
+
+def test_a_misspelt_correct_reward_is_an_error_not_skipped():
+    rewards = [{"name": "math_accuracy"}, {"name": "code_pass_rate"}]
+    with pytest.raises(ConfigError) as e:
+        TrainConfig.from_dict(
+            _raw(
+                rewards=rewards,
+                resampling={"correct_rewards": ["math_accuracy", "code_pas_rate"]},
+            )
+        )
+    assert "correct_rewards names 'code_pas_rate'" in str(e.value)
+    assert "code_pass_rate" in (e.value.hint or "")
+    # the default list names both built-ins; a math-only config still loads
+    assert TrainConfig.from_dict(_raw()).resampling.correct_rewards == [
+        "math_accuracy",
+        "code_pass_rate",
+    ]
