@@ -355,6 +355,7 @@ def _grpo_args(config: TrainConfig, stage: Any, temperature: float, out: Path, s
             from curation.errors import did_you_mean
 
             raise ConfigError(f"[trl] {k!r} is not a GRPOConfig field", hint=did_you_mean(k, known))
+    _check_trl_values(config.trl, GRPOConfig)
     kw: dict[str, Any] = {
         "logging_steps": 1,
         "report_to": "none",
@@ -378,6 +379,48 @@ def _grpo_args(config: TrainConfig, stage: Any, temperature: float, out: Path, s
         return GRPOConfig(**kw)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"stage {stage.name!r}: TRL rejected the settings: {exc}") from exc
+
+
+# [trl] fields whose range TRL or torch only checks when training starts (a traceback then)
+_TRL_MIN = {
+    "learning_rate": (0, "a learning rate >= 0, e.g. 1e-6"),
+    "per_device_train_batch_size": (1, "completions per device and step, >= 1"),
+    "gradient_accumulation_steps": (1, "a whole number >= 1"),
+}
+
+
+def _check_trl_values(trl: dict[str, Any], grpo_config: type) -> None:
+    """Each [trl] value has its GRPOConfig field's type (a quoted number or a number for a
+    string field passed GRPOConfig and failed later with a TypeError traceback)."""
+    import types
+    import typing
+
+    simple = {bool, int, float, str, type(None)}
+    by_name = {f.name: f for f in dataclasses.fields(grpo_config)}
+    for key, value in trl.items():
+        ftype = by_name[key].type
+        allowed = set(typing.get_args(ftype)) if isinstance(ftype, types.UnionType) else {ftype}
+        if allowed <= simple:
+            ok = any(
+                (t is bool and isinstance(value, bool))
+                or (t is int and isinstance(value, int) and not isinstance(value, bool))
+                or (t is float and isinstance(value, int | float) and not isinstance(value, bool))
+                or (t is str and isinstance(value, str))
+                or (t is type(None) and value is None)
+                for t in allowed
+            )
+            if not ok:
+                names = " or ".join(sorted(t.__name__ for t in allowed if t is not type(None)))
+                raise ConfigError(
+                    f"[trl] {key} must be a {names}, got {value!r}",
+                    hint="[trl] values go to trl.GRPOConfig as they are; write numbers and "
+                    "true/false without quotes",
+                )
+        if key in _TRL_MIN and isinstance(value, int | float) and value < _TRL_MIN[key][0]:
+            raise ConfigError(
+                f"[trl] {key} must be >= {_TRL_MIN[key][0]}, got {value!r}",
+                hint=_TRL_MIN[key][1],
+            )
 
 
 def load_model(mc: Any) -> tuple[Any, Any]:

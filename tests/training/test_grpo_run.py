@@ -250,3 +250,43 @@ def test_interrupted_run_resumes_after_its_last_finished_stage(
     changed = _config(tiny_model, pool_catalog, **{**over, "seed": 1})
     with pytest.raises(ConfigError, match="different config"):
         run_grpo(changed, other, catalog=pool_catalog["catalog"])
+
+
+@pytest.mark.parametrize(
+    ("trl", "message"),
+    [
+        # these passed GRPOConfig and stopped the run with a traceback once training started
+        ({"learning_rate": "abc"}, "[trl] learning_rate must be a float, got 'abc'"),
+        ({"learning_rate": -1.0}, "[trl] learning_rate must be >= 0, got -1.0"),
+        ({"per_device_train_batch_size": 0}, "per_device_train_batch_size must be >= 1"),
+        ({"gradient_checkpointing": "yes"}, "gradient_checkpointing must be a bool"),
+    ],
+)
+def test_trl_values_of_the_wrong_type_or_range_are_config_errors(trl, message, tmp_path):
+    from curation.errors import ConfigError
+    from training.grpo import _grpo_args
+
+    cfg = TrainConfig.from_dict(
+        {
+            "name": "t",
+            "model": {"name_or_path": "m"},
+            "rewards": [{"name": "math_accuracy"}],
+            "stages": [{"name": "s", "pools": ["p@latest"], "epochs": 1}],
+            "trl": trl,
+        }
+    )
+    with pytest.raises(ConfigError) as e:
+        _grpo_args(cfg, cfg.stages[0], 1.0, tmp_path, 0)
+    assert message in str(e.value)
+
+
+def test_shipped_configs_trl_sections_pass_the_value_checks(tmp_path):
+    from pathlib import Path
+
+    from trl import GRPOConfig
+
+    from training.config import load_train_config
+    from training.grpo import _check_trl_values
+
+    for p in sorted((Path(__file__).resolve().parents[2] / "training" / "configs").glob("*.toml")):
+        _check_trl_values(load_train_config(p).trl, GRPOConfig)
