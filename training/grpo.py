@@ -429,6 +429,13 @@ def load_model(mc: Any) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dtype = "auto" if mc.dtype == "auto" else getattr(torch, mc.dtype)
+    where = os.path.expanduser(mc.name_or_path)
+    if where.startswith(("/", ".", "~")) and not os.path.isdir(where):
+        # a missing local folder was reported as a malformed Hub repo id
+        raise ConfigError(
+            f"cannot load model {mc.name_or_path!r}: no such folder",
+            hint="[model] name_or_path: give an existing model folder or a Hub id (org/name)",
+        )
     try:
         tok = AutoTokenizer.from_pretrained(mc.name_or_path, revision=mc.revision)
         model = AutoModelForCausalLM.from_pretrained(

@@ -290,3 +290,13 @@ def test_shipped_configs_trl_sections_pass_the_value_checks(tmp_path):
 
     for p in sorted((Path(__file__).resolve().parents[2] / "training" / "configs").glob("*.toml")):
         _check_trl_values(load_train_config(p).trl, GRPOConfig)
+
+
+def test_a_missing_local_model_folder_is_named_as_such(tmp_path):
+    from curation.errors import ConfigError
+    from training.config import ModelConfig
+    from training.grpo import load_model
+
+    with pytest.raises(ConfigError) as e:
+        load_model(ModelConfig(name_or_path=str(tmp_path / "no-such-model")))
+    assert "no such folder" in str(e.value) and "Repo id" not in str(e.value)
