@@ -29,6 +29,7 @@ import json
 import os
 import shlex
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,41 @@ def hydra_value(v: Any) -> str:
     return s if s.isidentifier() else "'" + s.replace("'", "\\'") + "'"
 
 
-def _overrides(config: Any, stage: Any, data: Path, model_path: str, reward: Path) -> list[str]:
+def prompt_lengths(model: Any, rows: list[dict[str, Any]]) -> tuple[int, str]:
+    """(longest prompt of ``rows`` in tokens, how it was measured). verl drops every prompt
+    longer than ``data.max_prompt_length`` (``filter_overlong_prompts``), so the export sets it
+    to the longest prompt the TRL run trains on. It is counted the way verl's RLHFDataset counts
+    it (the model's chat template with the generation prompt); when the tokenizer cannot be
+    loaded here, the UTF-8 byte length of the messages plus 16 per message bounds it (a
+    byte-level BPE token is at least one byte)."""
+    if not rows:
+        return 1, "empty"
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(model.name_or_path, revision=model.revision)
+
+        def count(messages: list[dict[str, str]]) -> int:
+            ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            if isinstance(ids, Mapping):  # newer transformers return a BatchEncoding
+                ids = ids["input_ids"]
+            return len(ids)
+
+        n = max(count(r["prompt"]) for r in rows)
+        return int(n), "tokenizer"
+    except Exception:  # noqa: BLE001 - no tokenizer here (offline, gated): a safe upper bound
+        n = max(sum(len(m["content"].encode("utf-8")) + 16 for m in r["prompt"]) for r in rows)
+        return int(n), "utf8_bytes_upper_bound"
+
+
+def _overrides(
+    config: Any,
+    stage: Any,
+    data: Path,
+    model_path: str,
+    reward: Path,
+    max_prompt_length: int = 1024,
+) -> list[str]:
     trl = config.trl
     ng = int(trl.get("num_generations", 8))
     per_step = int(trl.get("per_device_train_batch_size", 8)) * int(
@@ -94,7 +129,7 @@ def _overrides(config: Any, stage: Any, data: Path, model_path: str, reward: Pat
         f"data.train_files={data}",
         f"data.val_files={data}",
         f"data.train_batch_size={prompts_per_step}",
-        "data.max_prompt_length=" + str(int(trl.get("max_prompt_length") or 1024)),
+        f"data.max_prompt_length={int(max_prompt_length)}",
         f"data.max_response_length={stage.max_completion_length}",
         "data.filter_overlong_prompts=True",
         f"actor_rollout_ref.model.path={model_path}",
@@ -177,7 +212,8 @@ def export_verl(
         tmp = data.with_name(f".{data.name}.tmp")
         pq.write_table(verl_table(rows, cat, s.pools), tmp)
         os.replace(tmp, data)
-        ov = _overrides(resolved, s, data.resolve(), "$MODEL", reward.resolve())
+        longest, measured = prompt_lengths(resolved.model, rows)
+        ov = _overrides(resolved, s, data.resolve(), "$MODEL", reward.resolve(), longest)
         (out / "stages" / f"{s.name}.yaml").write_text(
             "# Hydra overrides for verl.trainer.main_ppo, stage " + s.name + "\n"
             + "".join(f"- {json.dumps(o)}\n" for o in ov)
@@ -193,7 +229,16 @@ def export_verl(
             f"--target_dir merged/{s.name}",
             f"MODEL=merged/{s.name}",
         ]
-        stages.append({"name": s.name, "data": str(data), "rows": len(rows), "overrides": ov})
+        stages.append(
+            {
+                "name": s.name,
+                "data": str(data),
+                "rows": len(rows),
+                "max_prompt_length": longest,
+                "max_prompt_length_measured_by": measured,
+                "overrides": ov,
+            }
+        )
     run_script = out / "run_stages.sh"
     run_script.write_text("\n".join(script) + "\n")
     run_script.chmod(0o755)

@@ -343,3 +343,37 @@ def test_entropy_sweep_of_an_sft_set_says_it_is_not_a_problem_pool(
     grpo = capsys.readouterr().err
     assert "it is not a problem pool" in grpo, grpo
     assert sweep.strip() == grpo.strip(), (sweep, grpo)
+
+
+def test_export_verl_max_prompt_length_keeps_every_prompt(tiny_model, pool_catalog, tmp_path):
+    """verl drops prompts longer than data.max_prompt_length (filter_overlong_prompts): the
+    export used a fixed 1024, so longer prompts the TRL run trained on were silently lost."""
+    from collections.abc import Mapping
+
+    from transformers import AutoTokenizer
+
+    cfg = _write_config(tmp_path / "t.toml", tiny_model, pool_catalog["math"])
+    long_system = " ".join(["Think carefully and check every step."] * 200)
+    cfg.write_text(cfg.read_text() + f"[prompt]\nsystem = {json.dumps(long_system)}\n")
+    out = tmp_path / "verl"
+    argv = [
+        "train",
+        "export-verl",
+        str(cfg),
+        "--out",
+        str(out),
+        "--root",
+        str(pool_catalog["root"]),
+    ]
+    assert _main(argv) in (0, None)
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    lengths = []
+    for row in pq.read_table(out / "data" / "math.parquet").to_pylist():
+        ids = tok.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)
+        lengths.append(len(ids["input_ids"] if isinstance(ids, Mapping) else ids))
+    assert max(lengths) > 1024
+    script = (out / "run_stages.sh").read_text()
+    assert f"data.max_prompt_length={max(lengths)} " in script
+    stage = json.loads((out / "export.json").read_text())["stages"][0]
+    assert stage["max_prompt_length"] == max(lengths)
+    assert stage["max_prompt_length_measured_by"] == "tokenizer"
