@@ -106,6 +106,7 @@ def entropy_sweep_cmd(
     from training.pools import build_prompt_rows, resolve_problem_pool
 
     ent, prompt_cfg, pools, model_cfg = EntropyConfig(), PromptConfig(), [], None
+    domains, max_prompts = None, None
     if config:
         cfg = load_train_config(config)
         names = [s.name for s in cfg.stages]
@@ -113,10 +114,12 @@ def entropy_sweep_cmd(
             raise ConfigError(f"no stage {stage!r} in {config}", hint=did_you_mean(stage, names))
         st = cfg.stages[names.index(stage)] if stage else cfg.stages[0]
         ent, prompt_cfg, pools, model_cfg = cfg.entropy, cfg.prompt, st.pools, cfg.model
+        # the stage's own rows, as temperature = "auto" in the run samples them
+        domains, max_prompts = st.domains, st.max_prompts
     if model:
         model_cfg = ModelConfig(name_or_path=model)
     if pool:
-        pools = [pool]
+        pools, domains, max_prompts = [pool], None, None
     if model_cfg is None or not pools:
         raise ConfigError("give --model and --pool, or --config (and --stage)")
     try:
@@ -134,11 +137,18 @@ def entropy_sweep_cmd(
     rows = []
     for ref in pools:
         resolved = resolve_problem_pool(cat, ref).ref  # not a problem pool: train grpo's error
-        r, _ = build_prompt_rows(cat.load(resolved), prompt_cfg, pool_ref=resolved)
+        r, _ = build_prompt_rows(cat.load(resolved), prompt_cfg, pool_ref=resolved, domains=domains)
         rows.extend(r)
-    rows = sorted(rows, key=lambda r: r["uid"])[: ent.num_prompts]
+    first: dict[str, dict] = {}
+    for r in sorted(rows, key=lambda r: r["uid"]):  # a uid in two pools: its first row
+        first.setdefault(r["uid"], r)
+    rows = list(first.values())[:max_prompts][: ent.num_prompts]
     if not rows:
-        raise ConfigError(f"no trainable rows in {', '.join(pools)}")
+        raise ConfigError(
+            f"no trainable rows in {', '.join(pools)}"
+            + (f" of domain(s) {', '.join(domains)}" if domains else ""),
+            hint="math rows need an answer, code rows tests; check the stage's domains",
+        )
     m, tok = load_model(model_cfg)
     res = entropy_sweep(
         m,

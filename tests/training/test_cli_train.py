@@ -377,3 +377,20 @@ def test_export_verl_max_prompt_length_keeps_every_prompt(tiny_model, pool_catal
     stage = json.loads((out / "export.json").read_text())["stages"][0]
     assert stage["max_prompt_length"] == max(lengths)
     assert stage["max_prompt_length_measured_by"] == "tokenizer"
+
+
+def test_entropy_sweep_from_a_config_stage_samples_that_stages_rows(
+    tiny_model, pool_catalog, tmp_path, capsys
+):
+    """The sweep samples the rows the stage trains on (its domains): a code-only stage over a
+    math pool has none. It sampled the math prompts, so its proposal was for other prompts
+    than temperature = "auto" uses in the run."""
+    cfg = _write_config(tmp_path / "t.toml", tiny_model, pool_catalog["math"], domains=["code"])
+    cfg.write_text(cfg.read_text() + "[entropy]\ntemperatures = [0.7]\nnum_prompts = 1\n")
+    root = str(pool_catalog["root"])
+    r = subprocess.run(
+        [SLUICE, "train", "entropy-sweep", "--config", str(cfg), "--root", root],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stdout
+    assert "no trainable rows" in r.stderr and "Traceback" not in r.stderr
