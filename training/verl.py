@@ -195,6 +195,9 @@ def export_verl(
     (out / "data").mkdir(parents=True, exist_ok=True)
     (out / "stages").mkdir(parents=True, exist_ok=True)
     resolved, pools = resolve_pools(config, cat, allow_uncleaned=allow_uncleaned)
+    # the rows this export leaves out (appended per stage below): a rerun into the same folder
+    # must not add its lines to the previous export's
+    (out / "skipped_rows.jsonl").unlink(missing_ok=True)
     reward = out / "reward.py"
     shutil.copyfile(Path(__file__).with_name("verl_reward.py"), reward)
     script = [

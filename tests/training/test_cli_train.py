@@ -394,3 +394,31 @@ def test_entropy_sweep_from_a_config_stage_samples_that_stages_rows(
     )  # fmt: skip
     assert r.returncode == 2, r.stdout
     assert "no trainable rows" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_export_verl_rerun_into_the_same_folder_rewrites_skipped_rows(
+    tiny_model, pool_catalog, tmp_path
+):
+    # a math-only stage over a math and a code pool: the 8 code rows are skipped
+    cfg = _write_config(tmp_path / "t.toml", tiny_model, pool_catalog["math"], domains=["math"])
+    cfg.write_text(
+        cfg.read_text().replace(
+            f'pools = ["{pool_catalog["math"]}"]',
+            f'pools = ["{pool_catalog["math"]}", "{pool_catalog["code"]}"]',
+        )
+    )
+    out = tmp_path / "verl"
+    argv = [
+        "train",
+        "export-verl",
+        str(cfg),
+        "--out",
+        str(out),
+        "--root",
+        str(pool_catalog["root"]),
+    ]
+    counts = []
+    for _ in range(2):
+        assert _main(argv) in (0, None)
+        counts.append(len((out / "skipped_rows.jsonl").read_text().splitlines()))
+    assert counts == [8, 8]
