@@ -123,7 +123,12 @@ def _overrides(
         cache = lp.options.get("cache") or int(
             stage.max_completion_length * float(lp.options.get("cache_fraction", 0.25))
         )
-        kw["length_penalty"] = {"max_len": stage.max_completion_length, "cache": cache}
+        kw["length_penalty"] = {
+            "max_len": stage.max_completion_length,
+            "cache": cache,
+            # the penalty counts tokens: verl passes text, so the reward tokenizes it again
+            "tokenizer": config.model.name_or_path,
+        }
     ov = [
         "algorithm.adv_estimator=grpo",
         f"data.train_files={data}",

@@ -18,6 +18,7 @@ import threading
 from typing import Any
 
 _REWARDS: dict[str, Any] = {}
+_TOKENIZERS: dict[str, Any] = {}
 # verl calls a synchronous compute_score from executor threads: one MathVerifier pool is not
 # safe to share between threads (comparisons take milliseconds, so they are serialised); sandbox
 # runs are separate processes and run concurrently.
@@ -41,6 +42,23 @@ def _get(name: str, **kw: Any) -> Any:
         }[name]
         _REWARDS[name] = cls(name, **kw)
     return _REWARDS[name]
+
+
+def _response_tokens(text: str, info: dict[str, Any], tokenizer: str | None) -> int:
+    """The response length in tokens, the unit of the stage's max_completion_length (verl hands
+    the decoded text over, so it is tokenized again with the policy's tokenizer; counting
+    characters penalised responses about 3-4x too early)."""
+    if info.get("response_length"):
+        return int(info["response_length"])
+    if not tokenizer:
+        return len(text)
+    with _LOCK:
+        tok = _TOKENIZERS.get(tokenizer)
+        if tok is None:
+            from transformers import AutoTokenizer
+
+            tok = _TOKENIZERS[tokenizer] = AutoTokenizer.from_pretrained(tokenizer)
+    return len(tok(text, add_special_tokens=False)["input_ids"])
 
 
 def compute_score(
@@ -79,7 +97,7 @@ def compute_score(
             status = "sandbox_error"
         parts["code_pass_rate"] = v
     if length_penalty and "length_penalty" in weights:
-        n = int(info.get("response_length") or len(solution_str))
+        n = _response_tokens(solution_str, info, length_penalty.get("tokenizer"))
         mx, cache = int(length_penalty["max_len"]), int(length_penalty["cache"])
         parts["length_penalty"] = 0.0 if n <= mx - cache else max(-1.0, (mx - cache - n) / cache)
     score = sum(weights.get(k, 0.0) * (v or 0.0) for k, v in parts.items())

@@ -422,3 +422,44 @@ def test_export_verl_rerun_into_the_same_folder_rewrites_skipped_rows(
         assert _main(argv) in (0, None)
         counts.append(len((out / "skipped_rows.jsonl").read_text().splitlines()))
     assert counts == [8, 8]
+
+
+def test_verl_length_penalty_counts_tokens_not_characters(tiny_model):
+    """The stage budget is in tokens; verl passes the decoded text, and the exported reward
+    counted its characters, penalising responses several times too early."""
+    from transformers import AutoTokenizer
+
+    from training import verl_reward
+
+    text = "<think>" + "The answer is 4. " * 20 + "</think> \\boxed{4}"
+    n_tok = len(
+        AutoTokenizer.from_pretrained(tiny_model)(text, add_special_tokens=False)["input_ids"]
+    )
+    assert n_tok < len(text)
+    lp = {"max_len": n_tok + 10, "cache": 10, "tokenizer": str(tiny_model)}
+    res = verl_reward.compute_score(
+        "gsm8k", text, "4", {"answer": "4"}, weights={"length_penalty": 1.0}, length_penalty=lp
+    )
+    assert res["length_penalty"] == 0.0
+    lp["max_len"] = n_tok  # at the budget: the full penalty
+    res = verl_reward.compute_score(
+        "gsm8k", text, "4", {"answer": "4"}, weights={"length_penalty": 1.0}, length_penalty=lp
+    )
+    assert res["length_penalty"] == -1.0
+
+
+def test_verl_export_passes_the_tokenizer_to_the_length_penalty(tmp_path):
+    from training.config import TrainConfig
+    from training.verl import _overrides
+
+    cfg = TrainConfig.from_dict(
+        {
+            "name": "t",
+            "model": {"name_or_path": "org/model"},
+            "rewards": [{"name": "math_accuracy"}, {"name": "length_penalty"}],
+            "stages": [{"name": "s", "pools": ["p@latest"], "epochs": 1}],
+        }
+    )
+    ov = _overrides(cfg, cfg.stages[0], tmp_path / "d", "$MODEL", tmp_path / "r.py")
+    kw = next(o for o in ov if "reward_kwargs=" in o)
+    assert "tokenizer:org/model" in kw or "tokenizer:'org/model'" in kw
