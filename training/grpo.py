@@ -903,6 +903,10 @@ def register_checkpoint(catalog: Any, checkpoint_dir: Path, manifest: dict[str, 
             "file": [str(p.relative_to(checkpoint_dir)) for p in files],
             "sha256": [_file_sha256(p) for p in files],
             "bytes": [p.stat().st_size for p in files],
+            # versions are content-addressed: without the config, the same weights from another
+            # config (a tiny or fully masked run) resolved to the first run's record, config
+            # and run directory
+            "config_hash": [manifest["config_hash"]] * len(files),
         }
     )
     parents = [c["resolved"] for c in manifest["consumed"]]

@@ -300,3 +300,39 @@ def test_a_missing_local_model_folder_is_named_as_such(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_model(ModelConfig(name_or_path=str(tmp_path / "no-such-model")))
     assert "no such folder" in str(e.value) and "Repo id" not in str(e.value)
+
+
+def test_same_weights_from_two_configs_are_two_checkpoint_versions(pool_catalog, tmp_path):
+    """A checkpoint's version must lead to its own config: identical weights from another
+    config resolved to the first run's record (its config and run directory)."""
+    from curation.catalog import Catalog
+    from training.grpo import register_checkpoint
+
+    cat = Catalog(str(tmp_path / "root"))
+    ckpt = tmp_path / "run" / "checkpoints" / "s"
+    ckpt.mkdir(parents=True)
+    (ckpt / "model.safetensors").write_bytes(b"same weights")
+    refs = []
+    for beta in (0.0, 0.1):
+        cfg = TrainConfig.from_dict(
+            {
+                "name": "same",
+                "model": {"name_or_path": "m"},
+                "rewards": [{"name": "math_accuracy"}],
+                "stages": [{"name": "s", "pools": ["p@latest"], "epochs": 1}],
+                "trl": {"beta": beta},
+            }
+        )
+        man = {
+            "name": "same",
+            "config": cfg.to_dict(),
+            "config_hash": cfg.hash(),
+            "consumed": [],
+            "versions": {},
+            "base_model": {},
+            "allow_uncleaned": False,
+            "stages": [],
+        }
+        refs.append(register_checkpoint(cat, ckpt, man))
+    assert refs[0] != refs[1]
+    assert [cat.resolve(r).config["trl"]["beta"] for r in refs] == [0.0, 0.1]
