@@ -356,6 +356,16 @@ def _grpo_args(config: TrainConfig, stage: Any, temperature: float, out: Path, s
 
             raise ConfigError(f"[trl] {k!r} is not a GRPOConfig field", hint=did_you_mean(k, known))
     _check_trl_values(config.trl, GRPOConfig)
+    if config.trl.get("use_vllm"):
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            # TRL raised an ImportError traceback when the first trainer was built
+            raise ConfigError(
+                "[trl] use_vllm = true, but vLLM is not installed in this environment",
+                hint="install vLLM (a GPU machine; see README 'GRPO on a GPU'), or set "
+                "use_vllm = false to generate with transformers",
+            )
     kw: dict[str, Any] = {
         "logging_steps": 1,
         "report_to": "none",

@@ -336,3 +336,25 @@ def test_same_weights_from_two_configs_are_two_checkpoint_versions(pool_catalog,
         refs.append(register_checkpoint(cat, ckpt, man))
     assert refs[0] != refs[1]
     assert [cat.resolve(r).config["trl"]["beta"] for r in refs] == [0.0, 0.1]
+
+
+def test_use_vllm_without_vllm_is_a_config_error(tmp_path):
+    import importlib.util
+
+    from curation.errors import ConfigError
+    from training.grpo import _grpo_args
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    cfg = TrainConfig.from_dict(
+        {
+            "name": "t",
+            "model": {"name_or_path": "m"},
+            "rewards": [{"name": "math_accuracy"}],
+            "stages": [{"name": "s", "pools": ["p@latest"], "epochs": 1}],
+            "trl": {"use_vllm": True},
+        }
+    )
+    with pytest.raises(ConfigError) as e:
+        _grpo_args(cfg, cfg.stages[0], 1.0, tmp_path, 0)
+    assert "vLLM is not installed" in str(e.value)
