@@ -854,6 +854,11 @@ def _finished_stages(run_dir: Path, resolved: TrainConfig) -> list[dict[str, Any
     if not prev.exists():
         return []
     if TrainConfig.from_dict(json.loads(prev.read_text())).hash() != resolved.hash():
+        if not any((run_dir / p).exists() for p in ("metrics.jsonl", "stages", "checkpoints")):
+            # the earlier attempt stopped at its checks (no trainable rows, a stage shorter
+            # than one batch, a [trl] value) and trained nothing: the corrected config may
+            # use the folder, as the error's fix implies
+            return []
         raise ConfigError(
             f"{run_dir} holds an unfinished run of a different config",
             hint="give a new --out directory, or the same config (same pool versions) to resume",

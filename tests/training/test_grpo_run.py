@@ -246,7 +246,8 @@ def test_interrupted_run_resumes_after_its_last_finished_stage(
     # an unfinished run dir of another config is refused
     other = tmp_path / "other"
     other.mkdir()
-    (other / "config.resolved.json").write_text((out / "config.resolved.json").read_text())
+    for f in ("config.resolved.json", "metrics.jsonl"):  # it trained: its metrics are there
+        (other / f).write_text((out / f).read_text())
     changed = _config(tiny_model, pool_catalog, **{**over, "seed": 1})
     with pytest.raises(ConfigError, match="different config"):
         run_grpo(changed, other, catalog=pool_catalog["catalog"])
@@ -358,3 +359,28 @@ def test_use_vllm_without_vllm_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError) as e:
         _grpo_args(cfg, cfg.stages[0], 1.0, tmp_path, 0)
     assert "vLLM is not installed" in str(e.value)
+
+
+def test_a_run_that_stopped_at_its_checks_does_not_block_the_corrected_config(
+    tiny_model, pool_catalog, tmp_path
+):
+    """The fix an error names (e.g. the stage's domains) must work in the same --out: the
+    attempt trained nothing, yet its config.resolved.json made the folder 'an unfinished run
+    of a different config'."""
+    from curation.errors import ConfigError
+    from training.grpo import _finished_stages
+
+    stage = {"name": "math", "pools": [pool_catalog["math"]], "steps": 1, "max_prompts": 4}
+    wrong = _config(tiny_model, pool_catalog, stages=[{**stage, "domains": ["code"]}])
+    out = tmp_path / "run"
+    with pytest.raises(ConfigError, match="no trainable rows"):
+        run_grpo(wrong, out, catalog=pool_catalog["catalog"])
+    fixed = _config(tiny_model, pool_catalog, stages=[{**stage, "domains": ["math"]}])
+    from training.grpo import resolve_pools
+
+    pinned, _ = resolve_pools(fixed, pool_catalog["catalog"])
+    assert _finished_stages(out, pinned) == []
+    # once an attempt has trained (metrics written), another config is still refused
+    (out / "metrics.jsonl").write_text('{"stage": "math", "step": 1}\n')
+    with pytest.raises(ConfigError, match="different config"):
+        _finished_stages(out, pinned)
