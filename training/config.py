@@ -63,6 +63,7 @@ _STAGE_OWNED = {
     "reward_weights": "rewards[].weight",
     "seed": "the top-level seed",
 }
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
 _REF_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/]*@[A-Za-z0-9]+$")
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -258,6 +259,13 @@ class StageConfig:
         where = f"stage {self.name or '?'!r}"
         if not self.name:
             raise ConfigError("[[stages]] entry without a name", hint="e.g. name = 'math-8k'")
+        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
+            # the name is a folder of the run (stages/, checkpoints/, resampling/) and of the
+            # verl export: 'a/b' or '../x' wrote outside those folders
+            raise ConfigError(
+                f"stage name {self.name!r} is invalid",
+                hint="letters, digits, '.', '_', '-', e.g. name = 'math-8k'",
+            )
         if not self.pools:
             raise ConfigError(f"{where} has no pools", hint="pools = ['name@version']")
         _need_str_list(where, "pools", self.pools, "['name@version']")
@@ -420,7 +428,7 @@ class TrainConfig:
     publish: bool = field(default=True, metadata={"help": "register the checkpoint in the catalog"})
 
     def __post_init__(self) -> None:
-        if not self.name or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._\-]*$", self.name):
+        if not self.name or not isinstance(self.name, str) or not _NAME_RE.match(self.name):
             raise ConfigError(
                 f"run name {self.name!r} is missing or invalid",
                 hint="name = 'srpo-math-code' (letters, digits, '.', '_', '-')",

@@ -263,3 +263,11 @@ def test_a_misspelt_correct_reward_is_an_error_not_skipped():
         "math_accuracy",
         "code_pass_rate",
     ]
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", ".hidden", 3])
+def test_a_stage_name_that_is_no_plain_folder_name_is_refused(name):
+    # the name becomes stages/<name>/, checkpoints/<name>/ and the verl export's data/<name>
+    with pytest.raises(ConfigError) as e:
+        TrainConfig.from_dict(_raw(**_stage(name=name)))
+    assert f"stage name {name!r} is invalid" in str(e.value)
