@@ -392,6 +392,9 @@ def _bwrap_argv(
         "--size", size, "--tmpfs", "/tmp",
         "--size", size, "--tmpfs", _WORK_DIR,
         "--ro-bind", host_dir, _SANDBOX_DIR,
+        # bwrap's new root is a tmpfs with no size cap either: once every mount point exists,
+        # make it read-only (the capped tmpfs mounts above keep their own, writable flags).
+        "--remount-ro", "/",
         "--chdir", _WORK_DIR,
         "--clearenv",
         "--setenv", "PATH", "/usr/bin:/bin",

@@ -391,3 +391,36 @@ print(json.dumps(res))
     n_shm, err = res["/dev/shm"]
     assert err == 28 and n_shm <= cfg.tmpfs_mb, res  # ENOSPC at the tmpfs cap
     assert {"null", "zero", "urandom", "shm"} <= set(res["devices"])
+
+
+def test_root_of_the_sandbox_is_read_only():
+    # bwrap's new root is its own tmpfs with no size cap: a program could write files of
+    # max_file_mb each at /, as many as it liked, into host shared memory (160 MiB measured with
+    # tmpfs_mb=16, where the documented cap is 3 x tmpfs_mb). It is remounted read-only.
+    cfg = SandboxConfig(time_limit_s=30, cpu_limit_s=20, tmpfs_mb=16, max_file_mb=8)
+    prog = """
+import json, os
+n, err = 0, "no error"
+try:
+    for i in range(8):
+        with open(f"/flood{i}", "wb") as f:
+            for _ in range(8):
+                f.write(b"x" * (1 << 20))
+                n += 1
+except OSError as e:
+    err = e.errno
+try:
+    os.mkdir("/newdir")
+    mk = "ok"
+except OSError as e:
+    mk = e.errno
+w = open("/work/ok", "w").write("still writable")  # the capped tmpfs mounts stay writable
+t = open("/tmp/ok", "w").write("still writable")
+print(json.dumps({"n": n, "err": err, "mkdir": mk, "work": w, "tmp": t}))
+"""
+    r = execute(prog, config=cfg)
+    assert r.status == "passed", r
+    res = json.loads(r.stdout)
+    assert res["n"] == 0 and res["err"] == 30, res  # EROFS: not one byte
+    assert res["mkdir"] == 30, res
+    assert res["work"] == res["tmp"] == len("still writable")
