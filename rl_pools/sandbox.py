@@ -301,6 +301,10 @@ _SECCOMP_DENY = (
     "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "personality", "vhangup",
     "iopl", "ioperm", "lookup_dcookie", "fanotify_init", "uselib", "ustat", "sysfs",
     "_sysctl", "nfsservctl", "get_kernel_syms", "query_module", "create_module",
+    # Memory that RLIMIT_AS does not count: memfd files (RLIMIT_FSIZE x RLIMIT_NOFILE per
+    # process), System V shared memory (a segment outlives shmdt() in the IPC namespace) and
+    # System V message queues (kernel memory per queue). POSIX shm stays: /dev/shm is capped.
+    "memfd_create", "memfd_secret", "shmget", "msgget",
 )  # fmt: skip
 # clone() flags that create namespaces (linux/sched.h): a nested user namespace would give the
 # program capabilities over fresh mounts, e.g. an uncapped tmpfs.

@@ -424,3 +424,44 @@ print(json.dumps({"n": n, "err": err, "mkdir": mk, "work": w, "tmp": t}))
     assert res["n"] == 0 and res["err"] == 30, res  # EROFS: not one byte
     assert res["mkdir"] == 30, res
     assert res["work"] == res["tmp"] == len("still writable")
+
+
+def test_memory_outside_the_address_space_limit_is_denied():
+    # Memory a process holds without mapping it is not counted by RLIMIT_AS: memfd files
+    # (RLIMIT_FSIZE each, RLIMIT_NOFILE of them) and System V shared memory segments, which
+    # outlive shmdt() in the sandbox's IPC namespace (160 MiB held with memory_mb=64 each way,
+    # unbounded in all). Message queues likewise hold kernel memory per queue. All three fail.
+    cfg = SandboxConfig(time_limit_s=10, cpu_limit_s=5, memory_mb=64, max_file_mb=4)
+    prog = r"""
+import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+res = {"memfd_mb": 0, "shm_mb": 0}
+try:
+    for i in range(40):
+        fd = os.memfd_create(f"m{i}")
+        for _ in range(4):
+            os.write(fd, b"a" * (1 << 20))
+            res["memfd_mb"] += 1
+except OSError as e:
+    res["memfd"] = e.errno
+for i in range(10):
+    ctypes.set_errno(0)
+    sid = libc.shmget(0, 16 << 20, 0o1000 | 0o600)  # IPC_PRIVATE, IPC_CREAT
+    if sid < 0:
+        res["shmget"] = ctypes.get_errno()
+        break
+    addr = libc.shmat(sid, None, 0)
+    ctypes.memset(addr, 1, 16 << 20)
+    libc.shmdt(ctypes.c_void_p(addr))
+    res["shm_mb"] += 16
+ctypes.set_errno(0)
+q = libc.msgget(0, 0o1000 | 0o600)
+res["msgget"] = ctypes.get_errno() if q < 0 else "ok"
+print(json.dumps(res))
+"""
+    r = execute(prog, config=cfg)
+    assert r.status == "passed", r
+    res = json.loads(r.stdout)
+    assert res == {"memfd_mb": 0, "memfd": 1, "shm_mb": 0, "shmget": 1, "msgget": 1}, res
