@@ -1621,7 +1621,10 @@ class Catalog:
                 else set()
             )
         for p in self._manifest_paths():
-            m = self._read_json(p[len(self._base) + 1 :]) or {}
+            rel = p[len(self._base) + 1 :]
+            # the object a manifest sits next to is claimed even when the manifest is damaged
+            used.add(rel.rsplit(".versions/", 1)[0] + ".parquet")
+            m = self._read_json(rel) or {}
             if isinstance(m.get("object_path"), str):
                 used.add(m["object_path"])
         base = self._abs("objects")

@@ -812,6 +812,20 @@ def test_deleted_catalog_is_not_an_empty_one_and_gc_keeps_claimed_objects(data_r
     assert v.path not in cat.garbage()
 
 
+def test_gc_keeps_an_object_whose_manifest_is_damaged(data_root):
+    # A manifest that cannot be read still says, by where it lies, which object it describes:
+    # with the catalog lost, gc offered that object (the only copy of the data) for deletion.
+    cat = Catalog(data_root)
+    v = cat.publish("pool", make_problems(30))
+    (m,) = data_root.glob("objects/*/*.versions/*.json")
+    m.write_text("{damaged")
+    os.remove(cat.db_path)
+    res = cat.rebuild()  # the version cannot be restored from a damaged manifest ...
+    assert res["restored"] == [] and any("unreadable manifest" in s for s in res["skipped"])
+    assert v.path not in cat.garbage()  # ... and its data is not garbage either
+    assert not [p for p in cat.garbage() if v.version in p]
+
+
 def test_catalogs_from_before_manifests_get_them_on_the_next_write(data_root):
     cat = Catalog(data_root)
     v = cat.publish("old", make_problems(5, tag="old"))
