@@ -20,7 +20,7 @@ def run(
 
     Exit code 0 whenever the sandbox worked, whatever the program did; read `status`.
     """
-    from curation.errors import NotFoundError
+    from curation.errors import ConfigError, NotFoundError
     from rl_pools.sandbox import SandboxConfig, execute
 
     if not program.is_file():
@@ -30,6 +30,10 @@ def run(
         if not stdin.is_file():
             raise NotFoundError(f"stdin file {stdin} not found", hint="check --stdin")
         data = stdin.read_bytes()
-    cfg = SandboxConfig(time_limit_s=time_limit, memory_mb=memory_mb)
+    try:
+        cfg = SandboxConfig(time_limit_s=time_limit, memory_mb=memory_mb)
+    except ConfigError as e:  # name the option the user typed, not only the config field
+        opt = "--memory-mb" if "memory_mb" in e.message else "--time-limit"
+        raise ConfigError(f"{opt}: {e.message}", hint=e.hint) from None
     res = execute(program.read_text(encoding="utf-8", errors="replace"), data, cfg)
     typer.echo(res.to_json())

@@ -28,9 +28,14 @@ def math(
     """
     import json
 
-    from rl_pools.verify import verify_one
+    from curation.errors import ConfigError
+    from rl_pools.verify import VerifyConfig, verify_one
 
-    res = verify_one(_answer_text(answer, answer_file), reference, timeout_s=timeout)
+    try:
+        cfg = VerifyConfig(timeout_s=timeout, workers=1)
+    except ConfigError as e:  # name the option the user typed, not only the config field
+        raise ConfigError(f"--timeout: {e.message}", hint="e.g. --timeout 5 (seconds)") from None
+    res = verify_one(_answer_text(answer, answer_file), reference, config=cfg)
     typer.echo(json.dumps(res.to_dict(), ensure_ascii=False))
 
 

@@ -111,9 +111,13 @@ def test_non_finite_limits_are_refused_like_zero(tmp_path, value):
         "verify", "math", "--answer", r"\boxed{1}", "--reference", "1", "--timeout", value
     )
     assert rc == 2 and "timeout_s must be a finite number > 0" in raw, raw
+    assert "--timeout" in raw, raw  # the line names the option the user typed
     assert "Traceback" not in raw
     prog = tmp_path / "ok.py"
     prog.write_text("print(1)\n")
     rc, _, raw = _sluice("sandbox", "run", str(prog), "--time-limit", value)
     assert rc == 2 and "SandboxConfig.time_limit_s must be" in raw, raw
+    assert "--time-limit" in raw, raw
     assert "Traceback" not in raw
+    rc, _, raw = _sluice("sandbox", "run", str(prog), "--memory-mb", "8")
+    assert rc == 2 and "--memory-mb" in raw and "Traceback" not in raw, raw
