@@ -347,7 +347,7 @@ class MathVerifier:
             else:
                 todo.append(i)
         if todo:
-            self._run(todo, extracted, [str(a) for a in ans], [str(r) for r in refs], results)
+            self._run(todo, extracted, [_text(a) for a in ans], [_text(r) for r in refs], results)
         return pa.Table.from_pylist([r.to_dict() for r in results], schema=VERIFY_RESULT_SCHEMA)  # type: ignore[union-attr]
 
     def _run(
@@ -438,6 +438,20 @@ class MathVerifier:
                     )
                     busy -= 1
                     replace(w)
+
+
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+
+def _text(x: Any) -> str:
+    """``str(x)`` with lone surrogates (e.g. ``json.loads('"\\ud800"')``) replaced by U+FFFD: they
+    cannot be encoded as UTF-8, so one of them sank the whole batch when the table was built."""
+    s = str(x)
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        s = _SURROGATE_RE.sub("\ufffd", s)
+    return s
 
 
 def _to_list(col: Any, name: str) -> list[str | None]:

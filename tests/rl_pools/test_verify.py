@@ -82,6 +82,20 @@ def test_pathological_input_times_out_and_is_not_incorrect():
     assert took < 60  # generous: the point is that it returns at all
 
 
+def test_text_that_is_not_valid_unicode_does_not_sink_the_batch():
+    # A lone surrogate (what json.loads makes of a response holding "\\ud800") crashed the whole
+    # batch with UnicodeEncodeError when the result table was built: every row's verdict lost.
+    rows = verify_batch(
+        ["\\boxed{\ud800}", r"so \boxed{3}", "\ud800 the answer is 3"],
+        ["1", "3", "\ud800 3"],
+        timeout_s=5,
+    ).to_pylist()
+    assert rows[0]["status"] == "incorrect" and rows[0]["extracted"] == "\ufffd", rows[0]
+    assert rows[1]["status"] == "correct", rows[1]
+    assert rows[2]["status"] in ("correct", "incorrect", "error"), rows[2]
+    assert all(r["status"] in STATUSES for r in rows)
+
+
 def test_unparseable_reference_is_an_error_not_incorrect():
     r = verify_one(r"\boxed{3}", r"\frac{")
     assert r.status in ("error", "incorrect")
