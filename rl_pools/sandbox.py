@@ -697,7 +697,9 @@ class _HostDir:
         os.chmod(self.path, 0o755)  # readable by the sandbox uid
         for name, text in files.items():
             p = os.path.join(self.path, name)
-            with open(p, "w", encoding="utf-8") as f:
+            # surrogatepass: a lone surrogate (JSON's "\ud800") goes in as its bytes and the
+            # program fails like any broken one, instead of raising here and sinking a batch
+            with open(p, "w", encoding="utf-8", errors="surrogatepass") as f:
                 f.write(text)
             os.chmod(p, 0o644)
 
@@ -721,7 +723,7 @@ def execute(
     """
     cfg = config or SandboxConfig()
     check_available(cfg)
-    data = stdin.encode() if isinstance(stdin, str) else stdin
+    data = stdin.encode("utf-8", "surrogatepass") if isinstance(stdin, str) else stdin
     with _HostDir({"prog.py": program}) as d:
         return _run_bwrap(
             cfg, d, [f"{_SANDBOX_DIR}/prog.py"], data, time_limit_s or cfg.time_limit_s
@@ -802,7 +804,8 @@ _main()
 def _grade_stdin(
     cfg: SandboxConfig, d: str, t: TestCase, idx: int, tl: float
 ) -> tuple[TestOutcome, ExecutionResult]:
-    r = _run_bwrap(cfg, d, [f"{_SANDBOX_DIR}/solution.py"], t.input.encode(), tl)
+    data = t.input.encode("utf-8", "surrogatepass")
+    r = _run_bwrap(cfg, d, [f"{_SANDBOX_DIR}/solution.py"], data, tl)
     o = TestOutcome(idx, r.status, r.wall_s, r.reason, expected=t.output, got=r.stdout[:2000])
     o.stderr = r.stderr[-2000:]
     if r.status == "passed" and not outputs_match(t.output or "", r.stdout, cfg.float_tolerance):

@@ -129,6 +129,21 @@ def test_run_many_keeps_order():
     assert [r.status for r in res] == ["passed"] * 4 + ["failed"]
 
 
+def test_text_that_is_not_valid_unicode_is_graded_not_raised():
+    # A lone surrogate (what json.loads makes of a response holding "\\ud800") in a program or a
+    # test input raised UnicodeEncodeError while writing the sandbox's files: run_many lost the
+    # whole batch. The text's bytes go in as they are; the program fails like any broken one.
+    jobs = [
+        ('print("\ud800")', [{"kind": "stdin", "input": "", "output": "x"}]),
+        (ADD, [{"kind": "stdin", "input": "1 1\ud800", "output": "2"}]),
+        ("def f(x):\n    return '\ud800'", [TestCase("functional", "1", "1", "f")]),
+        (ADD, [{"kind": "stdin", "input": "1 1", "output": "2"}]),
+    ]
+    res = run_many(jobs, CFG, workers=2)
+    assert [r.status for r in res] == ["runtime_error"] * 3 + ["passed"], res
+    assert execute('print("\ud800")', "\ud800", CFG).status == "runtime_error"
+
+
 def test_missing_bwrap_names_the_fix():
     with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
         execute("print(1)", config=SandboxConfig(bwrap="/nonexistent/bwrap"))
