@@ -694,14 +694,18 @@ class _HostDir:
 
     def __init__(self, files: dict[str, str]) -> None:
         self.path = tempfile.mkdtemp(prefix="sluice-sbx-")
-        os.chmod(self.path, 0o755)  # readable by the sandbox uid
-        for name, text in files.items():
-            p = os.path.join(self.path, name)
-            # surrogatepass: a lone surrogate (JSON's "\ud800") goes in as its bytes and the
-            # program fails like any broken one, instead of raising here and sinking a batch
-            with open(p, "w", encoding="utf-8", errors="surrogatepass") as f:
-                f.write(text)
-            os.chmod(p, 0o644)
+        try:
+            os.chmod(self.path, 0o755)  # readable by the sandbox uid
+            for name, text in files.items():
+                p = os.path.join(self.path, name)
+                # surrogatepass: a lone surrogate (JSON's "\ud800") goes in as its bytes and the
+                # program fails like any broken one, instead of raising here and sinking a batch
+                with open(p, "w", encoding="utf-8", errors="surrogatepass") as f:
+                    f.write(text)
+                os.chmod(p, 0o644)
+        except BaseException:  # a failed write (full disk) must not leave the folder
+            shutil.rmtree(self.path, ignore_errors=True)
+            raise
 
     def __enter__(self) -> str:
         return self.path

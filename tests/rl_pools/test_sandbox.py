@@ -144,6 +144,25 @@ def test_text_that_is_not_valid_unicode_is_graded_not_raised():
     assert execute('print("\ud800")', "\ud800", CFG).status == "runtime_error"
 
 
+def test_a_failed_write_of_the_program_files_leaves_no_host_folder(monkeypatch, tmp_path):
+    # The host folder was created before the files were written; a write that failed (a full
+    # disk, or before the fix a lone surrogate) raised from __init__ and left the folder behind.
+    import rl_pools.sandbox as sb
+
+    monkeypatch.setattr(sb.tempfile, "tempdir", str(tmp_path))
+    real_chmod = os.chmod
+
+    def full_disk(path, mode):
+        if str(path).endswith(".py"):
+            raise OSError(28, "No space left on device")
+        return real_chmod(path, mode)
+
+    monkeypatch.setattr(sb.os, "chmod", full_disk)
+    with pytest.raises(OSError):
+        execute("print(1)", "", CFG)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_missing_bwrap_names_the_fix():
     with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
         execute("print(1)", config=SandboxConfig(bwrap="/nonexistent/bwrap"))
