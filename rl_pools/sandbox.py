@@ -74,6 +74,7 @@ SANDBOX_UID = 65534  # "nobody": the host uid bwrap runs as when we are root, an
 _SANDBOX_DIR = "/sandbox"  # read-only: program, harness, test files
 _WORK_DIR = "/work"  # writable tmpfs, the cwd
 _SETPRIV = "/usr/bin/setpriv"
+_BASH = "/usr/bin/bash"
 
 
 class SandboxUnavailable(SluiceError):
@@ -274,7 +275,7 @@ def check_available(config: SandboxConfig | None = None) -> None:
             f"bubblewrap not found at {cfg.bwrap}",
             hint="install it: apt-get install bubblewrap (scripts/setup.sh does this)",
         )
-    for tool in ("prlimit",) + (("setpriv",) if os.geteuid() == 0 else ()):
+    for tool in ("prlimit", "bash") + (("setpriv",) if os.geteuid() == 0 else ()):
         if not os.path.exists(f"/usr/bin/{tool}"):
             raise SandboxUnavailable(
                 f"{tool} not found in /usr/bin", hint="install it: apt-get install util-linux"
@@ -363,6 +364,7 @@ def _bwrap_argv(
     *,
     info_fd: int,
     seccomp_fd: int,
+    stderr_fd: int,
 ) -> list[str]:
     py = cfg.python or _default_python()
     args = [
@@ -419,6 +421,10 @@ def _bwrap_argv(
         f"--nofile={cfg.max_open_files}",
         "--core=0",
         "--",
+        # The program's stderr is its own pipe (stderr_fd), not bwrap's: a program could
+        # otherwise print a "bwrap: ..." line and be reported sandbox_error, which rewards leave
+        # out. bash, not sh: dash only redirects fds 0-9.
+        _BASH, "-c", f'exec 2>&{stderr_fd} {stderr_fd}>&-; exec "$0" "$@"',
         py, "-s",
     ]  # fmt: skip
     return args + argv
@@ -514,11 +520,14 @@ def _run_bwrap(
     """
     bpf = seccomp_filter()
     info_r, info_w = os.pipe()
+    err_r, err_w = os.pipe()  # the program's stderr; bwrap's own goes to proc.stderr
     # The seccomp program from an anonymous file: bwrap reads it to EOF from the fd.
     bpf_f = tempfile.TemporaryFile()
     bpf_f.write(bpf)
     bpf_f.seek(0)
-    cmd = _bwrap_argv(cfg, host_dir, argv, env, info_fd=info_w, seccomp_fd=bpf_f.fileno())
+    cmd = _bwrap_argv(
+        cfg, host_dir, argv, env, info_fd=info_w, seccomp_fd=bpf_f.fileno(), stderr_fd=err_w
+    )
     if os.geteuid() == 0:
         # Drop to the unprivileged host uid before bwrap (see the module docstring: RLIMIT_NPROC).
         # setpriv rather than Popen(user=...): Python only uses vfork without uid changes, and a
@@ -545,15 +554,15 @@ def _run_bwrap(
             stderr=subprocess.PIPE,
             start_new_session=True,  # own process group: killpg reaches bwrap itself
             close_fds=True,
-            pass_fds=(info_w, bpf_f.fileno()),
+            pass_fds=(info_w, bpf_f.fileno(), err_w),
             cwd="/",
             env={"PATH": "/usr/bin:/bin"},
         )
     except OSError as exc:
         for f in (stdin_f, bpf_f):
             f.close()
-        os.close(info_r)
-        os.close(info_w)
+        for fd in (info_r, info_w, err_r, err_w):
+            os.close(fd)
         return ExecutionResult(
             "sandbox_error", None, "", "", 0.0, reason=f"could not start bwrap: {exc}",
             limits=cfg.limits(),
@@ -561,19 +570,20 @@ def _run_bwrap(
     for f in (stdin_f, bpf_f):
         f.close()
     os.close(info_w)
+    os.close(err_w)
     deadline = t0 + time_limit_s
     try:
         ns = _Namespace(info_r, proc.pid, max(deadline, time.monotonic() + 10.0))
     finally:
         os.close(info_r)
 
-    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
-    bufs = {out_fd: bytearray(), err_fd: bytearray()}
-    over = {out_fd: False, err_fd: False}
+    out_fd, err_fd, bw_fd = proc.stdout.fileno(), err_r, proc.stderr.fileno()
+    bufs = {out_fd: bytearray(), err_fd: bytearray(), bw_fd: bytearray()}
+    over = {out_fd: False, err_fd: False, bw_fd: False}
     sel = selectors.DefaultSelector()
-    for f in (proc.stdout, proc.stderr):
-        os.set_blocking(f.fileno(), False)
-        sel.register(f.fileno(), selectors.EVENT_READ)
+    for fd in (out_fd, err_fd, bw_fd):
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ)
     # bwrap exits as soon as the program does; anything still holding the pipes then (pid 1,
     # leftover children) is killed at once, so a finished program is never reported `timeout`.
     bwrap_fd = os.pidfd_open(proc.pid)
@@ -587,7 +597,7 @@ def _run_bwrap(
         except (ProcessLookupError, PermissionError):
             pass
 
-    open_fds = 2
+    open_fds = 3
     while open_fds:
         remaining = deadline - time.monotonic()
         if remaining <= 0 and killed_for is None:
@@ -633,6 +643,7 @@ def _run_bwrap(
         rc = proc.wait()
     proc.stdout.close()
     proc.stderr.close()
+    os.close(err_r)
     # bwrap reports the program's exit as soon as the program (the namespace's pid 2) exits;
     # its children may still be alive under pid 1. Kill pid 1 and wait for the namespace to
     # empty before returning. (No killpg after the reap: bwrap's pid may already be reused.)
@@ -648,7 +659,10 @@ def _run_bwrap(
         stderr_truncated=over[err_fd],
         limits=cfg.limits(),
     )
-    _classify(res, rc, killed_for, cfg, time_limit_s)
+    bwrap_err = bytes(bufs[bw_fd]).decode("utf-8", errors="replace")
+    if bwrap_err:  # bwrap's own complaint, before anything the program wrote
+        res.stderr = bwrap_err + res.stderr
+    _classify(res, rc, killed_for, cfg, time_limit_s, bwrap_err)
     if ns.error or not emptied:
         # Never report a pass when the run could not be confirmed over.
         res.status = "sandbox_error"
@@ -660,7 +674,12 @@ _SIGNALS = {int(s): s.name for s in signal.Signals}
 
 
 def _classify(
-    res: ExecutionResult, rc: int, killed_for: str | None, cfg: SandboxConfig, tl: float
+    res: ExecutionResult,
+    rc: int,
+    killed_for: str | None,
+    cfg: SandboxConfig,
+    tl: float,
+    bwrap_err: str = "",
 ) -> None:
     if killed_for == "timeout":
         res.status, res.reason = "timeout", f"wall-clock limit {tl:g}s exceeded"
@@ -680,8 +699,8 @@ def _classify(
         res.status, res.reason = "memory", f"memory limit {cfg.memory_mb} MiB exceeded"
     elif sig == signal.SIGXFSZ or "File too large" in tail:  # Python ignores SIGXFSZ
         res.status, res.reason = "output_limit", f"file size limit {cfg.max_file_mb} MiB exceeded"
-    elif rc == 1 and tail.startswith("bwrap:"):
-        res.status, res.reason = "sandbox_error", tail.strip()[:500]
+    elif rc == 1 and bwrap_err.startswith("bwrap:"):  # bwrap's stderr, never the program's
+        res.status, res.reason = "sandbox_error", bwrap_err.strip()[:500]
     elif sig in _SIGNALS:
         res.status, res.reason = "runtime_error", f"killed by {_SIGNALS[sig]}"
     else:

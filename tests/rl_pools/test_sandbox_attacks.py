@@ -465,3 +465,23 @@ print(json.dumps(res))
     assert r.status == "passed", r
     res = json.loads(r.stdout)
     assert res == {"memfd_mb": 0, "memfd": 1, "shm_mb": 0, "shmget": 1, "msgget": 1}, res
+
+
+def test_a_program_posing_as_bwrap_is_not_a_sandbox_error(monkeypatch):
+    # sandbox_error was read from the stderr bwrap shares with the program: a program that wrote
+    # a "bwrap: ..." line and exited 1 became sandbox_error, which rollouts record as
+    # correct=null and the GRPO reward leaves out (None), instead of a failure (0).
+    prog = 'import sys\nsys.stderr.write("bwrap: Can\'t mount tmpfs: Operation not permitted\\n")\nsys.exit(1)\n'
+    r = sandbox_mod.run_tests(prog, [{"kind": "stdin", "input": "", "output": "1"}], FAST)
+    assert r.status == "runtime_error", r
+    # bwrap's own complaints are still sandbox_error
+    real = sandbox_mod._bwrap_argv
+
+    def broken(*a, **k):
+        args = real(*a, **k)
+        i = args.index("--chdir")
+        return args[:i] + ["--ro-bind", "/nonexistent-sluice-path", "/x"] + args[i:]
+
+    monkeypatch.setattr(sandbox_mod, "_bwrap_argv", broken)
+    r = execute("print(1)", config=FAST)
+    assert r.status == "sandbox_error" and r.reason.startswith("bwrap:"), r
