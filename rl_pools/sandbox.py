@@ -711,16 +711,18 @@ def _classify(
 class _HostDir:
     """A host temp dir with the program files, bound read-only into the sandbox, then removed."""
 
-    def __init__(self, files: dict[str, str]) -> None:
+    def __init__(self, files: dict[str, str | bytes]) -> None:
         self.path = tempfile.mkdtemp(prefix="sluice-sbx-")
         try:
             os.chmod(self.path, 0o755)  # readable by the sandbox uid
             for name, text in files.items():
                 p = os.path.join(self.path, name)
+                # bytes go in unchanged (a program file in any encoding runs as given);
                 # surrogatepass: a lone surrogate (JSON's "\ud800") goes in as its bytes and the
                 # program fails like any broken one, instead of raising here and sinking a batch
-                with open(p, "w", encoding="utf-8", errors="surrogatepass") as f:
-                    f.write(text)
+                data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+                with open(p, "wb") as f:
+                    f.write(data)
                 os.chmod(p, 0o644)
         except BaseException:  # a failed write (full disk) must not leave the folder
             shutil.rmtree(self.path, ignore_errors=True)
@@ -734,7 +736,7 @@ class _HostDir:
 
 
 def execute(
-    program: str,
+    program: str | bytes,
     stdin: str | bytes = "",
     config: SandboxConfig | None = None,
     *,
@@ -742,6 +744,8 @@ def execute(
 ) -> ExecutionResult:
     """Run Python source ``program`` once in the sandbox with ``stdin``.
 
+    ``program`` as ``bytes`` is the program file exactly as given: Python decodes it inside the
+    sandbox (PEP 263 coding line, else UTF-8), as ``python3 prog.py`` would on the host.
     ``status`` is ``passed`` when it exited 0 within the limits (its output is not judged here).
     """
     cfg = config or SandboxConfig()

@@ -35,5 +35,7 @@ def run(
     except ConfigError as e:  # name the option the user typed, not only the config field
         opt = "--memory-mb" if "memory_mb" in e.message else "--time-limit"
         raise ConfigError(f"{opt}: {e.message}", hint=e.hint) from None
-    res = execute(program.read_text(encoding="utf-8", errors="replace"), data, cfg)
+    # The file's bytes, unchanged: Python decodes them in the sandbox (coding line or UTF-8), so
+    # the program that runs is the file, whatever its encoding.
+    res = execute(program.read_bytes(), data, cfg)
     typer.echo(res.to_json())

@@ -121,3 +121,30 @@ def test_non_finite_limits_are_refused_like_zero(tmp_path, value):
     assert "Traceback" not in raw
     rc, _, raw = _sluice("sandbox", "run", str(prog), "--memory-mb", "8")
     assert rc == 2 and "--memory-mb" in raw and "Traceback" not in raw, raw
+
+
+@needs_bwrap
+def test_sandbox_run_runs_the_file_bytes_unchanged(tmp_path):
+    """A Latin-1 program (coding line, an é byte in a string literal) runs as the file is: the
+    string is 4 characters, as `python3 prog.py` prints. The CLI decoded the file as UTF-8 with
+    errors='replace' and ran a different program ('caf\\ufffd', 6 characters after re-encoding)."""
+    prog = tmp_path / "latin1.py"
+    prog.write_bytes(b'# -*- coding: latin-1 -*-\ns = "caf\xe9"\nprint(len(s), ascii(s))\n')
+    host = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True, timeout=60)
+    assert host.stdout == "4 'caf\\xe9'\n"
+    # python -m from the checkout: the code under test, not whichever install `sluice` points at
+    p = subprocess.run([sys.executable, "-m", "flows.cli", "sandbox", "run", str(prog)],
+                       cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True,
+                       timeout=120)  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    obj = json.loads(p.stdout)
+    assert obj["status"] == "passed" and obj["stdout"] == host.stdout, obj
+    # Not UTF-8 and no coding line: Python's own error for the file, as on the host.
+    bad = tmp_path / "bad.py"
+    bad.write_bytes(b'print("caf\xe9")\n')
+    p = subprocess.run([sys.executable, "-m", "flows.cli", "sandbox", "run", str(bad)],
+                       cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True,
+                       timeout=120)  # fmt: skip
+    obj = json.loads(p.stdout)
+    assert obj["status"] == "runtime_error" and "SyntaxError" in obj["stderr"], obj
+    assert "Non-UTF-8" in obj["stderr"], obj
