@@ -1398,7 +1398,11 @@ class Catalog:
     def rebuild(self) -> dict[str, Any]:
         """Recreate ``catalog.duckdb`` from the version manifests next to the objects.
 
-        The old file, if any, is moved aside (``catalog.duckdb.damaged-<time>``). A version is
+        The old file, if any, is moved aside when it holds anything the rebuilt one lacks:
+        ``catalog.duckdb.damaged-<time>`` when DuckDB cannot read it,
+        ``catalog.duckdb.replaced-<time>`` when it records versions no manifest restored (the
+        result's ``moved_aside`` and ``moved_aside_why`` say which); otherwise it is replaced
+        without a copy, so rerunning a rebuild keeps one copy, not one per run. A version is
         restored when its object file exists with the recorded size; a version published as
         part of a group (ingest) only when every member of the group is restored. Publication
         order (what ``latest`` means) comes from the recorded publication sequence.
@@ -1471,15 +1475,21 @@ class Catalog:
             finally:
                 con.close()
             Path(str(new_db) + ".wal").unlink(missing_ok=True)  # checkpointed: nothing in it
-            moved = None
-            if self.db_path.exists():
-                moved = self.db_path.with_name(
-                    f"{self.db_path.name}.damaged-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
-                )
-                os.replace(self.db_path, moved)
+            # The old file is kept aside only when it holds something the new one lacks (DuckDB
+            # cannot read it, or it records versions/publications no manifest restored), so a
+            # rerun does not pile up copies of the previous rebuild's good catalog.
+            moved, why = None, None
             wal = self.db_path.with_name(self.db_path.name + ".wal")
-            if wal.exists():
-                os.replace(wal, Path(str(moved or self.db_path) + ".wal"))
+            if self.db_path.exists():
+                why, kind = self._old_catalog_loss(new_db)
+                if why is not None:
+                    moved = self.db_path.with_name(
+                        f"{self.db_path.name}.{kind}-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
+                    )
+                    os.replace(self.db_path, moved)
+                    if wal.exists():
+                        os.replace(wal, Path(f"{moved}.wal"))
+            wal.unlink(missing_ok=True)  # the replaced file's log (kept above when it mattered)
             os.replace(new_db, self.db_path)
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
         return {
@@ -1487,7 +1497,46 @@ class Catalog:
             "publications": len(pubs),
             "skipped": skipped,
             "moved_aside": str(moved) if moved else None,
+            "moved_aside_why": why,
         }
+
+    def _old_catalog_loss(self, new_db: Path) -> tuple[str | None, str]:
+        """What the catalog file being replaced holds that the rebuilt ``new_db`` does not.
+
+        ``(None, "")``: nothing (every version row and publication is in the new file), so it
+        need not be kept. Otherwise the reason and the kind of copy: ``damaged`` (DuckDB cannot
+        read it) or ``replaced`` (readable, with versions the rebuild did not restore).
+        """
+        import duckdb
+
+        def content(path: Path) -> tuple[set[tuple], dict[tuple, int]]:
+            con = duckdb.connect(str(path), read_only=True)
+            try:
+                rows = set(con.execute("SELECT * FROM versions").fetchall())
+                pubs: dict[tuple, int] = {}
+                q = "SELECT name, version, published_at FROM publications"
+                for r in con.execute(q).fetchall():
+                    pubs[r] = pubs.get(r, 0) + 1
+                return rows, pubs
+            finally:
+                con.close()
+
+        try:
+            old_rows, old_pubs = content(self.db_path)
+        except duckdb.Error as exc:
+            first = (str(exc).strip().splitlines() or [""])[0][:200]
+            return f"DuckDB cannot read it ({type(exc).__name__}: {first})", "damaged"
+        new_rows, new_pubs = content(new_db)
+        lost = sorted({f"{r[0]}@{r[1]}" for r in old_rows - new_rows})
+        lost_pubs = sum(max(0, n - new_pubs.get(k, 0)) for k, n in old_pubs.items())
+        if not lost and not lost_pubs:
+            return None, ""
+        what = f"{len(lost)} version(s) the rebuild did not restore" + (
+            f" ({', '.join(lost[:5])}{', ...' if len(lost) > 5 else ''})" if lost else ""
+        )
+        if lost_pubs and not lost:
+            what = f"{lost_pubs} publication(s) the rebuild did not restore"
+        return f"it records {what}", "replaced"
 
     # ---- staging folders ------------------------------------------------------------------
 

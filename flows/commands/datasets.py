@@ -203,7 +203,7 @@ def rebuild(root: str = _root_option()) -> None:
     """Restore a damaged or lost catalog.duckdb from the version manifests next to the objects."""
     res = _catalog(root).rebuild()
     if res["moved_aside"]:
-        typer.echo(f"old catalog file moved aside: {res['moved_aside']}")
+        typer.echo(f"old catalog file kept at {res['moved_aside']}: {res['moved_aside_why']}")
     for line in res["skipped"]:
         typer.echo(f"not restored: {line}", err=True)
     typer.echo(

@@ -826,6 +826,50 @@ def test_gc_keeps_an_object_whose_manifest_is_damaged(data_root):
     assert not [p for p in cat.garbage() if v.version in p]
 
 
+def test_rerunning_rebuild_keeps_one_copy_of_the_damaged_catalog(data_root):
+    """A rebuild that cannot restore a damaged manifest exits 1 and asks for a rerun. Every
+    rerun moved the catalog it replaced aside as another catalog.duckdb.damaged-<time>, though
+    after the first it was the previous rebuild's good file: copies piled up and the one that
+    was damaged (the only record of the lost version) could not be told from the others."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    cat = Catalog(data_root)
+    keep = cat.publish("keep", make_problems(12, tag="keep"))
+    bad = cat.publish("bad", make_problems(5, tag="bad"))
+    (m,) = data_root.glob(f"objects/*/{bad.content_hash}.versions/bad.json")
+    m.write_text("{damaged")
+    with open(cat.db_path, "r+b") as f:
+        f.truncate(cat.db_path.stat().st_size // 3)
+    outs = []
+    for _ in range(3):
+        res = CliRunner().invoke(app, ["datasets", "rebuild", "--root", str(data_root)])
+        assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+        outs.append(res.output)
+    (kept,) = data_root.glob("catalog.duckdb.*-*")
+    assert kept.name.startswith("catalog.duckdb.damaged-")
+    # the message of the run that moved it says where it is and why; later runs name no copy
+    assert f"old catalog file kept at {kept}: DuckDB cannot read it" in outs[0], outs[0]
+    assert str(kept) in outs[0].split("error:")[1]  # "the previous catalog is kept at ..."
+    assert "kept at" not in outs[1] + outs[2], outs[1]
+    assert [x.ref for x in Catalog(data_root).list()] == [keep.ref]
+
+    # A readable catalog that records a version no manifest restores is kept too, named apart
+    # from a damaged one, with the lost version named; a rerun adds nothing.
+    cat.publish("bad", make_problems(5, tag="bad"))  # the good catalog knows bad@ again
+    m.write_text("{damaged")
+    res = cat.rebuild()
+    assert res["moved_aside"] and ".replaced-" in res["moved_aside"], res
+    assert bad.ref in res["moved_aside_why"], res
+    assert cat.rebuild()["moved_aside"] is None
+    assert len(list(data_root.glob("catalog.duckdb.replaced-*"))) == 1
+    assert len(list(data_root.glob("catalog.duckdb.damaged-*"))) == 1
+    old = duckdb.connect(res["moved_aside"], read_only=True)  # the lost record is in the copy
+    assert old.execute("SELECT count(*) FROM versions WHERE name = 'bad'").fetchone() == (1,)
+    old.close()
+
+
 def test_catalogs_from_before_manifests_get_them_on_the_next_write(data_root):
     cat = Catalog(data_root)
     v = cat.publish("old", make_problems(5, tag="old"))
