@@ -485,3 +485,18 @@ def test_a_program_posing_as_bwrap_is_not_a_sandbox_error(monkeypatch):
     monkeypatch.setattr(sandbox_mod, "_bwrap_argv", broken)
     r = execute("print(1)", config=FAST)
     assert r.status == "sandbox_error" and r.reason.startswith("bwrap:"), r
+
+
+def test_docs_known_gaps_match_what_a_program_posing_as_bwrap_gets():
+    # docs/sandbox.md listed "a program can pose as bwrap" as a known gap (52e320b) before the
+    # fix (d7b7be3). The gap section must say so exactly when the code still has the gap.
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "sandbox.md").read_text()
+    gaps = doc.split("### What is not isolated", 1)[1].split("\n## ", 1)[0]
+    prog = 'import sys\nsys.stderr.write("bwrap: Can\'t mount tmpfs: Operation not permitted\\n")\nsys.exit(1)\n'
+    posing_wins = execute(prog, config=FAST).status == "sandbox_error"
+    assert ("`bwrap: ...` line" in gaps or "pose as bwrap" in gaps) == posing_wins, gaps
+    table = doc.split("## The code sandbox", 1)[1].split("| status | meaning |", 1)[1]
+    table = table.split("\n\n", 1)[0]
+    assert ("a program printing `bwrap: ...` is a `runtime_error`" in table) != posing_wins
