@@ -907,7 +907,8 @@ def _sum_counts(items: list[dict[str, dict[str, int]]]) -> dict[str, dict[str, i
 
 
 def register_checkpoint(catalog: Any, checkpoint_dir: Path, manifest: dict[str, Any]) -> str:
-    """Publish ``<name>.checkpoint``: one row per checkpoint file (path, sha256, bytes), with
+    """Publish ``<name>.checkpoint``: one row per checkpoint file (path, sha256, bytes, the
+    config hash and the checkpoint folder, so each run folder is its own version), with
     every consumed pool version as a parent, so ``sluice datasets lineage`` walks from the
     checkpoint to the decontaminated pools and on to their contamination runs."""
     import pyarrow as pa
@@ -922,6 +923,9 @@ def register_checkpoint(catalog: Any, checkpoint_dir: Path, manifest: dict[str, 
             # config (a tiny or fully masked run) resolved to the first run's record, config
             # and run directory
             "config_hash": [manifest["config_hash"]] * len(files),
+            # and without the folder, the same run written to another --out resolved to the
+            # first folder's record (a moved or deleted first run left it pointing nowhere)
+            "checkpoint_dir": [str(Path(checkpoint_dir).resolve())] * len(files),
         }
     )
     parents = [c["resolved"] for c in manifest["consumed"]]

@@ -384,3 +384,42 @@ def test_a_run_that_stopped_at_its_checks_does_not_block_the_corrected_config(
     (out / "metrics.jsonl").write_text('{"stage": "math", "step": 1}\n')
     with pytest.raises(ConfigError, match="different config"):
         _finished_stages(out, pinned)
+
+
+def test_same_weights_in_two_run_folders_are_two_checkpoint_versions(tmp_path):
+    """A checkpoint's version must lead to its own run folder: the same config and weights
+    written to another --out resolved to the first run's record (its run directory)."""
+    from curation.catalog import Catalog
+    from training.grpo import register_checkpoint
+
+    cat = Catalog(str(tmp_path / "root"))
+    cfg = TrainConfig.from_dict(
+        {
+            "name": "same",
+            "model": {"name_or_path": "m"},
+            "rewards": [{"name": "math_accuracy"}],
+            "stages": [{"name": "s", "pools": ["p@latest"], "epochs": 1}],
+        }
+    )
+    man = {
+        "name": "same",
+        "config": cfg.to_dict(),
+        "config_hash": cfg.hash(),
+        "consumed": [],
+        "versions": {},
+        "base_model": {},
+        "allow_uncleaned": False,
+        "stages": [],
+    }
+    refs = []
+    for run in ("run-a", "run-b"):
+        ckpt = tmp_path / run / "checkpoints" / "s"
+        ckpt.mkdir(parents=True)
+        (ckpt / "model.safetensors").write_bytes(b"same weights")
+        refs.append(register_checkpoint(cat, ckpt, man))
+    assert refs[0] != refs[1]
+    assert [cat.resolve(r).metadata["run_dir"] for r in refs] == [
+        str((tmp_path / r).resolve()) for r in ("run-a", "run-b")
+    ]
+    # the same folder registered again is the same version (idempotent)
+    assert register_checkpoint(cat, tmp_path / "run-b" / "checkpoints" / "s", man) == refs[1]
