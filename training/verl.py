@@ -10,7 +10,15 @@ Output folder::
     stages/<stage>.yaml         Hydra overrides of that stage's run (the stage's model path is
                                 the previous stage's merged checkpoint)
     run_stages.sh               the stages as successive runs, merging each checkpoint to HF
-    export.json                 consumed versions, config, what does not carry over
+    export.json                 consumed versions, config, what does not carry over, the files
+                                written (``files``)
+    skipped_rows.jsonl          rows left out, with their reason (only when some were)
+
+The export is built in ``.export.tmp/`` and moved into place once every stage is written, so a
+failed export leaves the previous one as it was. A rerun into the same folder leaves exactly the
+new export: the files the previous export.json lists and this one does not write (a stage no
+longer in the config) are removed; other files in data/ and stages/ are kept and returned as
+``not_written_here``, which the CLI prints.
 
 Data: the columns are the RL-pool stage's verl export (:func:`rl_pools.export.to_verl`, the
 same ``ground_truth`` encoding for math answers and code tests), for exactly the rows the TRL
@@ -178,6 +186,39 @@ def _shell_arg(override: str) -> str:
     return shlex.quote(override)
 
 
+_FIXED_FILES = ("export.json", "reward.py", "run_stages.sh", "skipped_rows.jsonl")
+_TMP = ".export.tmp"
+
+
+def _owned(rel: Any) -> bool:
+    """Whether ``rel`` is a path an export writes (a fixed name, data/<stage>.parquet or
+    stages/<stage>.yaml), so an edited export.json cannot make a rerun delete anything else."""
+    if not isinstance(rel, str):
+        return False
+    if rel in _FIXED_FILES:
+        return True
+    folder, _, name = rel.partition("/")
+    ext = {"data": ".parquet", "stages": ".yaml"}.get(folder)
+    return bool(ext and name.endswith(ext) and "/" not in name and name not in (".", ".."))
+
+
+def _previous_files(out: Path) -> set[str]:
+    """The files the export already in ``out`` wrote: its export.json's ``files`` (exports
+    before that list: its fixed files and each stage's data and Hydra file)."""
+    try:
+        man = json.loads((out / "export.json").read_text())
+    except (OSError, ValueError):
+        return set()
+    if not isinstance(man, dict) or man.get("schema_version") != VERL_EXPORT_VERSION:
+        return set()
+    files = man.get("files")
+    if not isinstance(files, list):
+        names = [s.get("name") for s in man.get("stages") or [] if isinstance(s, dict)]
+        files = [*_FIXED_FILES, *(f"data/{n}.parquet" for n in names if isinstance(n, str))]
+        files += [f"stages/{n}.yaml" for n in names if isinstance(n, str)]
+    return {f for f in files if _owned(f)}
+
+
 def export_verl(
     config: Any,
     out_dir: str | os.PathLike,
@@ -197,14 +238,15 @@ def export_verl(
             )
     cat = catalog if catalog is not None else Catalog()
     out = Path(out_dir)
-    (out / "data").mkdir(parents=True, exist_ok=True)
-    (out / "stages").mkdir(parents=True, exist_ok=True)
     resolved, pools = resolve_pools(config, cat, allow_uncleaned=allow_uncleaned)
-    # the rows this export leaves out (appended per stage below): a rerun into the same folder
-    # must not add its lines to the previous export's
-    (out / "skipped_rows.jsonl").unlink(missing_ok=True)
+    # built aside and moved into place at the end: a failed export leaves the previous one
+    # whole, and a rerun does not mix its files (or skipped rows) with the previous export's
+    tmp_out = out / _TMP
+    shutil.rmtree(tmp_out, ignore_errors=True)
+    (tmp_out / "data").mkdir(parents=True)
+    (tmp_out / "stages").mkdir()
     reward = out / "reward.py"
-    shutil.copyfile(Path(__file__).with_name("verl_reward.py"), reward)
+    shutil.copyfile(Path(__file__).with_name("verl_reward.py"), tmp_out / "reward.py")
     script = [
         "#!/usr/bin/env bash",
         "# Sluice GRPO recipe exported for verl: one verl.trainer.main_ppo run per stage.",
@@ -215,14 +257,12 @@ def export_verl(
     ]
     stages = []
     for s in resolved.stages:
-        rows = _stage_dataset(resolved, s, cat, out)
+        rows = _stage_dataset(resolved, s, cat, tmp_out)
         data = out / "data" / f"{s.name}.parquet"
-        tmp = data.with_name(f".{data.name}.tmp")
-        pq.write_table(verl_table(rows, cat, s.pools), tmp)
-        os.replace(tmp, data)
+        pq.write_table(verl_table(rows, cat, s.pools), tmp_out / "data" / data.name)
         longest, measured = prompt_lengths(resolved.model, rows)
         ov = _overrides(resolved, s, data.resolve(), "$MODEL", reward.resolve(), longest)
-        (out / "stages" / f"{s.name}.yaml").write_text(
+        (tmp_out / "stages" / f"{s.name}.yaml").write_text(
             "# Hydra overrides for verl.trainer.main_ppo, stage " + s.name + "\n"
             + "".join(f"- {json.dumps(o)}\n" for o in ov)
         )  # fmt: skip
@@ -248,8 +288,11 @@ def export_verl(
             }
         )
     run_script = out / "run_stages.sh"
-    run_script.write_text("\n".join(script) + "\n")
-    run_script.chmod(0o755)
+    (tmp_out / run_script.name).write_text("\n".join(script) + "\n")
+    (tmp_out / run_script.name).chmod(0o755)
+    files = sorted(str(p.relative_to(tmp_out)) for p in tmp_out.rglob("*") if p.is_file()) + [
+        "export.json"
+    ]
     manifest = {
         "schema_version": VERL_EXPORT_VERSION,
         "config": resolved.to_dict(),
@@ -262,8 +305,30 @@ def export_verl(
             "zero-variance filtering (verl DAPO recipe: algorithm.filter_groups)",
         ],
     }
-    (out / "export.json").write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
-    return {"run_script": str(run_script), "stages": stages, "reward": str(reward)}
+    manifest["files"] = files
+    (tmp_out / "export.json").write_text(
+        json.dumps(manifest, indent=2, sort_keys=True, default=str)
+    )
+    stale = _previous_files(out) - set(files)
+    (out / "data").mkdir(exist_ok=True)
+    (out / "stages").mkdir(exist_ok=True)
+    for rel in files:  # export.json last: it names the files of the export in place
+        os.replace(tmp_out / rel, out / rel)
+    for rel in sorted(stale):
+        (out / rel).unlink(missing_ok=True)
+    shutil.rmtree(tmp_out, ignore_errors=True)
+    foreign = sorted(
+        str(p)
+        for folder in ("data", "stages")
+        for p in (out / folder).iterdir()
+        if str(p.relative_to(out)) not in files
+    )
+    return {
+        "run_script": str(run_script),
+        "stages": stages,
+        "reward": str(reward),
+        "not_written_here": foreign,
+    }
 
 
 __all__ = ["export_verl", "hydra_value", "verl_table"]

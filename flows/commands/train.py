@@ -180,4 +180,10 @@ def export_verl(
     res = do_export(
         load_train_config(config), out, catalog=_catalog(root), allow_uncleaned=allow_uncleaned
     )
-    Console(stderr=True).print(f"verl export: {res['run_script']} ({len(res['stages'])} stages)")
+    console = Console(stderr=True)
+    console.print(f"verl export: {res['run_script']} ({len(res['stages'])} stages)")
+    for p in res["not_written_here"]:
+        console.print(
+            f"warning: {escape(p)} is not part of this export (kept; remove it if stale)",
+            soft_wrap=True,  # a path broken across lines cannot be copied
+        )

@@ -463,3 +463,42 @@ def test_verl_export_passes_the_tokenizer_to_the_length_penalty(tmp_path):
     ov = _overrides(cfg, cfg.stages[0], tmp_path / "d", "$MODEL", tmp_path / "r.py")
     kw = next(o for o in ov if "reward_kwargs=" in o)
     assert "tokenizer:org/model" in kw or "tokenizer:'org/model'" in kw
+
+
+def test_export_verl_rerun_leaves_exactly_the_new_export(
+    tiny_model, pool_catalog, tmp_path, capsys
+):
+    """A rerun with a stage dropped left the old stage's data and Hydra file beside the new
+    export; files the export never wrote are kept and named."""
+    from training.config import load_train_config
+    from training.verl import export_verl
+
+    cfg = _write_config(tmp_path / "t.toml", tiny_model, pool_catalog["math"])
+    one_stage = cfg.read_text()
+    second = one_stage.split("[[stages]]")[1].split("[trl]")[0].replace('"math"', '"again"', 1)
+    cfg.write_text(one_stage.replace("[trl]", "[[stages]]" + second + "[trl]"))
+    out = tmp_path / "verl"
+    cat = pool_catalog["catalog"]
+    export_verl(load_train_config(cfg), out, catalog=cat)
+    assert (out / "data" / "again.parquet").exists() and (out / "stages" / "again.yaml").exists()
+    (out / "data" / "mine.parquet").write_bytes(b"not the export's")
+    cfg.write_text(one_stage)
+    res = export_verl(load_train_config(cfg), out, catalog=cat)
+    assert sorted(p.name for p in (out / "data").iterdir()) == ["math.parquet", "mine.parquet"]
+    argv = [
+        "train",
+        "export-verl",
+        str(cfg),
+        "--out",
+        str(out),
+        "--root",
+        str(pool_catalog["root"]),
+    ]
+    assert _main(argv) in (0, None)
+    assert f"{out / 'data' / 'mine.parquet'} is not part of this export" in capsys.readouterr().err
+    assert [p.name for p in (out / "stages").iterdir()] == ["math.yaml"]
+    assert res["not_written_here"] == [str(out / "data" / "mine.parquet")]
+    assert "again" not in (out / "run_stages.sh").read_text()
+    assert sorted(p.name for p in out.iterdir()) == [
+        "data", "export.json", "reward.py", "run_stages.sh", "stages"
+    ]  # fmt: skip
