@@ -52,6 +52,8 @@ _REWARD_OPTIONS: dict[str, tuple[str, ...]] = {
     "code_pass_rate": ("mode", "workers"),
     "length_penalty": ("cache", "cache_fraction"),
 }
+# the built-in reward that scores the correctness of each domain's rows (the others give None)
+CORRECTNESS_REWARD = {"math": "math_accuracy", "code": "code_pass_rate"}
 # GRPOConfig fields a stage (or the runner) owns; refused in [trl].
 _STAGE_OWNED = {
     "temperature": "stages[].temperature",
@@ -478,6 +480,10 @@ class TrainConfig:
                     f"[trl] {key} must be a finite number, got {value!r}",
                     hint="[trl] values go to trl.GRPOConfig as they are; give a real number",
                 )
+        for s in self.stages:
+            # a code stage with only math_accuracy trained on format alone: every correctness
+            # reward of its rows was None
+            self.check_scored(s.name, s.domains or [])
         self._check_service("verify", "rl_pools.verify", "VerifyConfig")
         self._check_service("sandbox", "rl_pools.sandbox", "SandboxConfig")
         ng = self.trl.get("num_generations", 8)
@@ -486,6 +492,28 @@ class TrainConfig:
                 f"[trl] num_generations must be an integer >= 2, got {ng!r}",
                 hint="GRPO compares rollouts within a group",
             )
+
+    def unscored_domains(self, domains: list[str]) -> list[str]:
+        """The domains of ``domains`` no correctness reward of this config scores (none when a
+        custom reward is configured: it may score any domain)."""
+        if any(r.function is not None for r in self.rewards):
+            return []
+        have = {r.name for r in self.rewards}
+        return [d for d in dict.fromkeys(domains) if CORRECTNESS_REWARD.get(d) not in have]
+
+    def check_scored(self, stage: str, domains: list[str], counts: dict | None = None) -> None:
+        """Refuse a stage whose rows of some domain no correctness reward scores."""
+        missing = self.unscored_domains(domains)
+        if not missing:
+            return
+        what = " and ".join(f"{counts[d]} {d} rows" if counts else f"{d} rows" for d in missing)
+        need = " or ".join(CORRECTNESS_REWARD[d] for d in missing)
+        raise ConfigError(
+            f"stage {stage!r}: its {what} have no {need} reward, so nothing scores their "
+            "correctness",
+            hint=f"add [[rewards]] name = {CORRECTNESS_REWARD[missing[0]]!r}, or set the "
+            "stage's domains to the ones its rewards score",
+        )
 
     def _check_service(self, key: str, module: str, klass: str) -> None:
         """[verify] / [sandbox] are checked by their own typed config when the config loads

@@ -24,6 +24,7 @@ kept set cannot change inside one ``train()`` call. Run directory::
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import gc
@@ -337,6 +338,9 @@ def _stage_dataset(config: TrainConfig, stage: Any, catalog: Any, run_dir: Path)
         uniq.append(r)
     if stage.max_prompts is not None:
         uniq = uniq[: stage.max_prompts]
+    # the config's check covers declared domains; a stage without them learns its pools' here
+    counts = collections.Counter(r["domain"] for r in uniq)
+    config.check_scored(stage.name, sorted(counts), counts)
     if not uniq:
         raise ConfigError(
             f"stage {stage.name!r}: no trainable rows in {', '.join(stage.pools)}",

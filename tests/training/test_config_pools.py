@@ -271,3 +271,32 @@ def test_a_stage_name_that_is_no_plain_folder_name_is_refused(name):
     with pytest.raises(ConfigError) as e:
         TrainConfig.from_dict(_raw(**_stage(name=name)))
     assert f"stage name {name!r} is invalid" in str(e.value)
+
+
+def test_a_stage_domain_no_correctness_reward_scores_is_a_config_error():
+    """A code stage with only math_accuracy trained on format alone: every correctness reward
+    of its rows was None, with no word at load."""
+    code_stage = {"name": "c", "pools": ["p@latest"], "epochs": 1, "domains": ["code"]}
+    with pytest.raises(ConfigError) as e:
+        TrainConfig.from_dict(_raw(stages=[code_stage]))
+    assert "stage 'c'" in str(e.value) and "code_pass_rate" in str(e.value)
+    assert "code_pass_rate" in e.value.hint
+    # scored: the domain's own reward, or a custom reward (it may score any domain)
+    ok = [{"name": "math_accuracy"}, {"name": "code_pass_rate"}]
+    assert TrainConfig.from_dict(_raw(stages=[code_stage], rewards=ok))
+    custom = [{"name": "math_accuracy"}, {"name": "mine", "function": "oracle_rewards:uid_oracle"}]
+    assert TrainConfig.from_dict(_raw(stages=[code_stage], rewards=custom))
+
+
+def test_stage_rows_of_a_domain_no_correctness_reward_scores_are_refused(pool_catalog, tmp_path):
+    """A stage without domains over a code pool, with only math_accuracy: refused when its rows
+    are read (the config alone cannot tell which domains the pools hold)."""
+    from training.config import StageConfig
+    from training.grpo import _stage_dataset
+
+    cfg = TrainConfig.from_dict(_raw())
+    stage = StageConfig(name="s", pools=[pool_catalog["code"]], epochs=1)
+    with pytest.raises(ConfigError) as e:
+        _stage_dataset(cfg, stage, pool_catalog["catalog"], tmp_path)
+    assert "stage 's'" in str(e.value) and "8 code rows" in str(e.value)
+    assert "domains" in e.value.hint
