@@ -337,6 +337,11 @@ def _stage_dataset(config: TrainConfig, stage: Any, catalog: Any, run_dir: Path)
         seen.add(r["uid"])
         uniq.append(r)
     if stage.max_prompts is not None:
+        for r in uniq[stage.max_prompts :]:  # left out like any other row: listed, counted
+            _append_jsonl(
+                run_dir / "skipped_rows.jsonl",
+                {"stage": stage.name, "uid": r["uid"], "pool": r["pool"], "reason": "max_prompts"},
+            )
         uniq = uniq[: stage.max_prompts]
     # the config's check covers declared domains; a stage without them learns its pools' here
     counts = collections.Counter(r["domain"] for r in uniq)

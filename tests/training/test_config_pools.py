@@ -300,3 +300,23 @@ def test_stage_rows_of_a_domain_no_correctness_reward_scores_are_refused(pool_ca
         _stage_dataset(cfg, stage, pool_catalog["catalog"], tmp_path)
     assert "stage 's'" in str(e.value) and "8 code rows" in str(e.value)
     assert "domains" in e.value.hint
+
+
+def test_rows_cut_by_max_prompts_are_listed_in_skipped_rows(pool_catalog, tmp_path):
+    """Every row left out goes to skipped_rows.jsonl with its reason; those past a stage's
+    max_prompts were left out without a line (and without a count in the stage record)."""
+    import json
+
+    from training.config import StageConfig
+    from training.grpo import _stage_dataset
+
+    cfg = TrainConfig.from_dict(_raw())
+    cat = pool_catalog["catalog"]
+    stage = StageConfig(name="s", pools=[pool_catalog["math"]], epochs=1, max_prompts=3)
+    rows = _stage_dataset(cfg, stage, cat, tmp_path)
+    skipped = [json.loads(ln) for ln in (tmp_path / "skipped_rows.jsonl").read_text().splitlines()]
+    all_uids = set(cat.load(pool_catalog["math"])["uid"].to_pylist())
+    assert len(rows) == 3 and len(skipped) == len(all_uids) - 3
+    assert {s["reason"] for s in skipped} == {"max_prompts"}
+    assert {s["uid"] for s in skipped} == all_uids - {r["uid"] for r in rows}
+    assert all(s["stage"] == "s" and s["pool"] == pool_catalog["math"] for s in skipped)
