@@ -33,6 +33,8 @@ import json
 import logging
 import math
 import os
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -442,12 +444,7 @@ def _check_trl_values(trl: dict[str, Any], grpo_config: type) -> None:
             )
 
 
-def load_model(mc: Any) -> tuple[Any, Any]:
-    """(model, tokenizer) of a :class:`~training.config.ModelConfig`."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    dtype = "auto" if mc.dtype == "auto" else getattr(torch, mc.dtype)
+def _check_model_folder(mc: Any) -> None:
     where = os.path.expanduser(mc.name_or_path)
     if where.startswith(("/", ".", "~")) and not os.path.isdir(where):
         # a missing local folder was reported as a malformed Hub repo id
@@ -455,6 +452,45 @@ def load_model(mc: Any) -> tuple[Any, Any]:
             f"cannot load model {mc.name_or_path!r}: no such folder",
             hint="[model] name_or_path: give an existing model folder or a Hub id (org/name)",
         )
+
+
+def check_model(mc: Any) -> dict[str, Any]:
+    """What :func:`load_model` checks, without loading the weights: the folder (or Hub id),
+    the model config and the tokenizer; a local folder must hold a weights file."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    _check_model_folder(mc)
+    try:
+        conf = AutoConfig.from_pretrained(mc.name_or_path, revision=mc.revision)
+        AutoTokenizer.from_pretrained(mc.name_or_path, revision=mc.revision)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot load model {mc.name_or_path!r}: {str(exc).splitlines()[0]}",
+            hint="give a local folder or a Hub id reachable from this machine",
+        ) from exc
+    where = Path(os.path.expanduser(mc.name_or_path))
+    if where.is_dir() and not any(
+        next(where.glob(g), None) for g in ("*.safetensors", "pytorch_model*.bin")
+    ):
+        raise ConfigError(
+            f"cannot load model {mc.name_or_path!r}: the folder holds no weights "
+            "(*.safetensors or pytorch_model*.bin)",
+            hint="[model] name_or_path: give the folder save_pretrained wrote",
+        )
+    return {
+        "name_or_path": mc.name_or_path,
+        "revision": mc.revision,
+        "model_type": getattr(conf, "model_type", None),
+    }
+
+
+def load_model(mc: Any) -> tuple[Any, Any]:
+    """(model, tokenizer) of a :class:`~training.config.ModelConfig`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = "auto" if mc.dtype == "auto" else getattr(torch, mc.dtype)
+    _check_model_folder(mc)
     try:
         tok = AutoTokenizer.from_pretrained(mc.name_or_path, revision=mc.revision)
         model = AutoModelForCausalLM.from_pretrained(
@@ -705,11 +741,7 @@ def run_grpo(
     cat = catalog if catalog is not None else Catalog()
     run_dir = Path(out_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    if (run_dir / "run.json").exists():
-        raise ConfigError(
-            f"{run_dir} already holds a finished run (run.json)",
-            hint="give a new --out directory; runs are never overwritten",
-        )
+    _refuse_finished_run(run_dir)
     resolved, pools = resolve_pools(config, cat, allow_uncleaned=allow_uncleaned)
     done = _finished_stages(run_dir, resolved)
     _keep_metrics_of(run_dir / "metrics.jsonl", {d["name"] for d in done})
@@ -718,11 +750,7 @@ def run_grpo(
         json.dumps(resolved.to_dict(), indent=2, sort_keys=True)
     )
     datasets_by_stage = {s.name: _stage_dataset(resolved, s, cat, run_dir) for s in resolved.stages}
-    skipped_by_stage: dict[str, int] = {}
-    if (run_dir / "skipped_rows.jsonl").exists():
-        for ln in (run_dir / "skipped_rows.jsonl").read_text().splitlines():
-            st_name = json.loads(ln)["stage"]
-            skipped_by_stage[st_name] = skipped_by_stage.get(st_name, 0) + 1
+    skipped_by_stage = _skipped_by_stage(run_dir / "skipped_rows.jsonl")
 
     _check_stage_batches(resolved, datasets_by_stage, run_dir, skip=len(done))
 
@@ -816,6 +844,72 @@ def run_grpo(
     tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=_json_default))
     os.replace(tmp, run_dir / "run.json")
     return TrainResult(run_dir, manifest, checkpoint_dir, checkpoint_ref)
+
+
+def _refuse_finished_run(run_dir: Path) -> None:
+    if (run_dir / "run.json").exists():
+        raise ConfigError(
+            f"{run_dir} already holds a finished run (run.json)",
+            hint="give a new --out directory; runs are never overwritten",
+        )
+
+
+def _skipped_by_stage(path: Path) -> dict[str, int]:
+    out: dict[str, int] = {}
+    if path.exists():
+        for ln in path.read_text().splitlines():
+            st_name = json.loads(ln)["stage"]
+            out[st_name] = out.get(st_name, 0) + 1
+    return out
+
+
+def check_run(
+    config: TrainConfig,
+    out_dir: str | os.PathLike | None = None,
+    *,
+    catalog: Any = None,
+    allow_uncleaned: bool = False,
+) -> dict[str, Any]:
+    """Every check :func:`run_grpo` makes before it trains, writing nothing and loading no
+    weights: the pools, the run folder (when given), each stage's rows (domains, max_prompts,
+    the rewards that score them), one generation batch per stage and the [trl] values, the
+    model config and tokenizer, the rewards (a custom one is imported). A ``temperature =
+    "auto"`` sweep needs the model, so it runs only in training. Returns what was checked."""
+    from curation.catalog import Catalog
+    from training.rewards import build_rewards, close_rewards
+
+    cat = catalog if catalog is not None else Catalog()
+    resolved, pools = resolve_pools(config, cat, allow_uncleaned=allow_uncleaned)
+    done: list[dict[str, Any]] = []
+    if out_dir is not None:
+        _refuse_finished_run(Path(out_dir))
+        done = _finished_stages(Path(out_dir), resolved)
+    # the rows left out go to a scratch folder; an error about them names its file, so it is
+    # kept then
+    scratch = Path(tempfile.mkdtemp(prefix="sluice-train-check-"))
+    datasets = {s.name: _stage_dataset(resolved, s, cat, scratch) for s in resolved.stages}
+    try:
+        skipped = _skipped_by_stage(scratch / "skipped_rows.jsonl")
+        _check_stage_batches(resolved, datasets, scratch, skip=len(done))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    model = check_model(resolved.model)
+    close_rewards(build_rewards(resolved.rewards, verify=resolved.verify, sandbox=resolved.sandbox))
+    return {
+        "config_hash": resolved.hash(),
+        "pools": [p.to_dict() for p in pools],
+        "model": model,
+        "stages": [
+            {
+                "name": s.name,
+                "prompts": len(datasets[s.name]),
+                "skipped_rows": skipped.get(s.name, 0),
+                "temperature": s.temperature,
+            }
+            for s in resolved.stages
+        ],
+        "resumes_after_stages": [d["name"] for d in done],
+    }
 
 
 def _check_stage_batches(
@@ -982,6 +1076,8 @@ __all__ = [
     "RunState",
     "SluiceError",
     "TrainResult",
+    "check_model",
+    "check_run",
     "load_model",
     "register_checkpoint",
     "resolve_pools",

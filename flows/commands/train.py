@@ -27,7 +27,11 @@ def grpo(
         None, "--root", help="data root (default $SLUICE_DATA_ROOT or ./.sluice)"
     ),
     check: bool = typer.Option(
-        False, "--check", help="only pin and check the pools; print them as JSON, train nothing"
+        False,
+        "--check",
+        help="run every check a run makes before training (pools, --out folder, stage rows, "
+        "[trl] values, rewards, model config and tokenizer) without loading weights; print "
+        "what was checked as JSON, train nothing",
     ),
 ) -> None:
     """Run CONFIG's stages with TRL's GRPOTrainer; register the checkpoint in the catalog."""
@@ -38,15 +42,11 @@ def grpo(
     from rich.console import Console
 
     from training.config import load_train_config
-    from training.grpo import resolve_pools, run_grpo
+    from training.grpo import check_run, run_grpo
 
     cfg = load_train_config(config)
     if check:
-        from curation.catalog import Catalog
-
-        cat = _catalog(root) or Catalog()
-        resolved, pools = resolve_pools(cfg, cat, allow_uncleaned=allow_uncleaned)
-        info = {"config_hash": resolved.hash(), "pools": [p.to_dict() for p in pools]}
+        info = check_run(cfg, out or None, catalog=_catalog(root), allow_uncleaned=allow_uncleaned)
         typer.echo(json.dumps(info, indent=2, default=str))
         return
     if not out:

@@ -502,3 +502,66 @@ def test_export_verl_rerun_leaves_exactly_the_new_export(
     assert sorted(p.name for p in out.iterdir()) == [
         "data", "export.json", "reward.py", "run_stages.sh", "stages"
     ]  # fmt: skip
+
+
+def _bad_model(text, tmp_path):
+    return text.replace("name_or_path = ", f'name_or_path = "{tmp_path / "no-model"}"\n#', 1)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda t, p: t.replace("[trl]", "[trl]\nlearning_rate = -1.0"), "[trl] learning_rate"),
+        (lambda t, p: t, None),
+        (_bad_model, "no such folder"),
+        (lambda t, p: t.replace("epochs = 1", "epochs = 1\nmax_prompts = 1"), "0 training steps"),
+        (
+            lambda t, p: t.replace(
+                'name = "format"', 'name = "mine"\nfunction = "no_such_module:score"'
+            ),
+            "reward 'mine': cannot import 'no_such_module:score'",
+        ),
+    ],
+    ids=["trl-value", "ok", "model-folder", "short-stage", "custom-reward"],
+)
+def test_check_runs_the_checks_of_a_run_without_loading_weights(
+    tiny_model, pool_catalog, tmp_path, capsys, monkeypatch, edit, message
+):
+    """`train grpo --check` checked only the pools: a [trl] value, a missing model folder, a
+    stage shorter than one batch or an unimportable reward passed it and failed the run."""
+    import transformers
+
+    def no_weights(*a, **k):
+        raise AssertionError("--check loaded the model's weights")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_weights)
+    cfg = _write_config(tmp_path / "t.toml", tiny_model, pool_catalog["math"])
+    cfg.write_text(edit(cfg.read_text(), tmp_path))
+    argv = ["train", "grpo", str(cfg), "--check", "--root", str(pool_catalog["root"])]
+    code = _main(argv)
+    out, err = capsys.readouterr()
+    if message is None:
+        assert code in (0, None), err
+        info = json.loads(out)
+        assert info["pools"][0]["resolved"] == pool_catalog["math"]
+        assert info["stages"] == [
+            {"name": "math", "prompts": 12, "skipped_rows": 0, "temperature": 0.9}
+        ]
+        assert info["model"]["name_or_path"] == str(tiny_model)
+        return
+    assert code == 2, out
+    assert message in err and "Traceback" not in err, err
+
+
+def test_check_with_out_refuses_a_folder_the_run_would_refuse(
+    tiny_model, pool_catalog, tmp_path, capsys
+):
+    cfg = _write_config(tmp_path / "t.toml", tiny_model, pool_catalog["math"])
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "run.json").write_text("{}")
+    argv = ["train", "grpo", str(cfg), "--check", "--out", str(out)]
+    assert _main([*argv, "--root", str(pool_catalog["root"])]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a finished run" in err and "Traceback" not in err, err
+    assert sorted(p.name for p in out.iterdir()) == ["run.json"]  # --check writes nothing
