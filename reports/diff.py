@@ -33,6 +33,10 @@ _CONFIG_SECTIONS = (
 _VOLATILE = {"created_at", "path", "run_dir", "cache_root", "cache_dir", "data_root"}
 # derived from other recorded settings (a threshold change shows once, where it was made)
 _DERIVED = {"effective_thresholds"}
+# parts of run.json's ``config`` recorded again, resolved, in a section of their own: the policy
+# (``policy``) and each detector's options (``detectors[].config``); compared there only, so a
+# change is one difference
+_RECORDED_ELSEWHERE = {"config": {"policy", "detector_configs"}}
 
 
 def _machine_neutral(v: Any) -> Any:
@@ -201,8 +205,12 @@ def _config_changes(ma: dict[str, Any], mb: dict[str, Any]) -> list[ConfigChange
             if fa.get(k) != fb.get(k):
                 out.append(ConfigChange(section, k or section, fa.get(k), fb.get(k)))
 
+    def section(m: dict[str, Any], sec: str) -> Any:
+        v, skip = m.get(sec), _RECORDED_ELSEWHERE.get(sec, ())
+        return {k: x for k, x in v.items() if k not in skip} if isinstance(v, dict) else v
+
     for sec in _CONFIG_SECTIONS:
-        cmp(sec, ma.get(sec), mb.get(sec))
+        cmp(sec, section(ma, sec), section(mb, sec))
     for sec, key in (("benchmark", "benchmarks"), ("detector", "detectors")):
         a, b = _by_name(ma.get(key)), _by_name(mb.get(key))
         for name in sorted(set(a) | set(b)):

@@ -152,7 +152,7 @@ def test_cli_json_and_out(runs, tmp_path):
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert data["schema_version"] == "run_diff/1"
-    assert data["summary"] == {"new": 1, "resolved": 1, "changed": 1, "config_changes": 4}
+    assert data["summary"] == {"new": 1, "resolved": 1, "changed": 1, "config_changes": 3}
     assert json.loads((tmp_path / "d" / "diff.json").read_text()) == data
     md = (tmp_path / "d" / "diff.md").read_text()
     assert "## New flags (1)" in md and "| ttrl-5 | aime24/2024-I-6 |" in md
@@ -160,3 +160,23 @@ def test_cli_json_and_out(runs, tmp_path):
     res = CliRunner().invoke(app, ["report", "diff", str(a), str(b)], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     assert "new flags (1)" in res.output and "ttrl-5" in res.output
+
+
+def test_a_threshold_change_is_listed_once(runs, tmp_path):
+    """run.json records the policy twice (``policy`` and ``config.policy``) and each detector's
+    options twice (``config.detector_configs`` and the detector's resolved ``config``): a
+    change is one difference, under ``policy`` or ``detector``. A threshold change was listed
+    twice (policy thresholds.minhash and config policy.thresholds.minhash)."""
+    d = diff_runs(*runs)
+    hits = [(c.section, c.key) for c in d.config if "thresholds.minhash" in c.key]
+    assert hits == [("policy", "thresholds.minhash")]
+
+    a, _ = runs
+    c = _copy(a, tmp_path / "a2")
+    m = json.loads((c / "run.json").read_text())
+    m["config"]["detector_configs"] = {"minhash": {"num_perm": 64}}
+    next(x for x in m["detectors"] if x["name"] == "minhash")["config"]["num_perm"] = 64
+    (c / "run.json").write_text(json.dumps(m))
+    assert [(x.section, x.key, x.a, x.b) for x in diff_runs(a, c).config] == [
+        ("detector", "minhash.config.num_perm", 128, 64)
+    ]
