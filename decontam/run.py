@@ -1117,8 +1117,12 @@ def _reproduce_command(
     publish: bool = True,
     publish_as: str | None = None,
     allow_mismatch: bool = False,
+    benchmarks_dir=None,
+    root: str | None = None,
 ) -> str:
-    """The CLI command that reproduces a run started from Python."""
+    """The CLI command that reproduces a run started from Python or a flow. What no option
+    shows (a policy, detector options) is read back from the run's own ``run.json`` with
+    ``--config``; ``root``: the data root of the run's catalog (``--root``)."""
     argv = ["sluice", "decontam", "run", str(input)]
     for f in text_fields:
         argv += ["--text-field", f]
@@ -1127,14 +1131,36 @@ def _reproduce_command(
     argv += ["--benchmarks", ",".join(config.benchmarks), "--detectors", ",".join(config.detectors)]
     if config.window:
         argv += ["--window", config.window]
+    if benchmarks_dir:
+        argv += ["--benchmarks-dir", str(benchmarks_dir)]
     if allow_mismatch:
         argv.append("--allow-benchmark-mismatch")
+    if not _options_give(config):
+        argv += ["--config", str(Path(out_dir) / "run.json")]
+    if not config.use_cache:
+        argv.append("--no-cache")
     if publish_as:
         argv += ["--publish-as", publish_as]
     if not publish:
         argv.append("--no-publish")
+    if root:
+        argv += ["--root", str(root)]
     argv += ["--out", str(out_dir)]
     return shlex.join(argv)
+
+
+# settings that do not change a run's result (DecontamConfig's help for each; no cache is --no-cache)
+_RESULT_NEUTRAL = ("workers", "batch_size", "stream_rows", "use_cache")
+
+
+def _options_give(config: DecontamConfig) -> bool:
+    """Whether ``sluice decontam run`` without --config/--policy (the default config with the
+    run's benchmarks, detectors and window) decides as ``config`` does."""
+    cli = DecontamConfig(
+        benchmarks=list(config.benchmarks), detectors=list(config.detectors), window=config.window
+    ).to_dict()
+    mine = config.to_dict()
+    return all(cli[k] == mine[k] for k in cli if k not in _RESULT_NEUTRAL)
 
 
 def _fit(config: DecontamConfig, benchmarks_dir, allow_mismatch: bool, data_root):
@@ -1211,6 +1237,8 @@ def run_decontamination(
             publish=publish,
             publish_as=publish_as,
             allow_mismatch=allow_benchmark_mismatch,
+            benchmarks_dir=benchmarks_dir,
+            root=catalog.root if catalog is not None else None,
         )
     )
     if config.stream_rows > 0:  # every input streams; 0 (library callers, tests) reads it whole
@@ -1268,11 +1296,14 @@ def run_decontamination(
 
 
 def load_config_file(path: str | Path) -> DecontamConfig:
-    """A :class:`DecontamConfig` from TOML or JSON (keys = the dataclass fields)."""
+    """A :class:`DecontamConfig` from TOML or JSON (keys = the dataclass fields), or the one
+    an earlier run used (its ``run.json``: how a recorded command repeats a policy)."""
     from curation.config_files import read_json_or_toml
 
     p = Path(path)
     data = read_json_or_toml(p, what="config file")
+    if str(data.get("schema_version", "")).startswith("decontam_run/"):
+        data = data.get("config") or {}  # a run's run.json: the config that run used
     data = data.get("decontam", data)
     allowed = {f.name for f in dataclasses.fields(DecontamConfig)}
     unknown = set(data) - allowed

@@ -385,8 +385,15 @@ def finalize_shards(
     the same outputs :func:`decontaminate_pool` writes for the unsharded input."""
     from curation.catalog import Catalog
     from decontam import shards
+    from decontam.run import _reproduce_command
 
     cfg, bset, dets = fitted_detectors(decontam, benchmarks_dir, data_root)
+    catalog = Catalog(data_root)
+    # the unsharded command gives the same run (test_sharded_scan_matches_the_single_process_run)
+    command = _reproduce_command(
+        input_ref, text_fields, id_field, cfg, out_dir, publish_as=publish_as,
+        benchmarks_dir=benchmarks_dir, root=catalog.root,
+    )  # fmt: skip
     res = shards.finalize_shards(
         input_ref,
         matches_paths,
@@ -396,10 +403,11 @@ def finalize_shards(
         benchmarks=bset,
         config=cfg,
         out_dir=out_dir,
-        catalog=Catalog(data_root),
+        catalog=catalog,
         publish=True,
         publish_as=publish_as,
         scan_stats=scan_stats,
+        command=command,
     )
     return run_summary(res)
 

@@ -102,7 +102,9 @@ def run(
         False, "--allow-benchmark-mismatch", help="accept a benchmark copy whose counts/hash differ"
     ),
     window: str | None = typer.Option(None, "--window", help="LCB window: 'paper' or START..END"),
-    config_file: str | None = typer.Option(None, "--config", help="TOML/JSON decontam config"),
+    config_file: str | None = typer.Option(
+        None, "--config", help="TOML/JSON decontam config, or an earlier run's run.json"
+    ),
     policy_file: str | None = typer.Option(
         None, "--policy", help="policy JSON/TOML (thresholds, rules)"
     ),

@@ -207,3 +207,51 @@ def test_config_file_round_trip_via_helper(tmp_path):
     d = load_config(cfg).decontam_config()
     assert (d.workers, d.stream_rows) == (1, 1000)
     assert c.report_root() == tmp_path / "root" / "reports"
+
+
+def test_a_flow_run_with_its_own_policy_records_a_command_that_reproduces_it(
+    tmp_path, pools_dir, benchmarks_dir
+):
+    """A run started by a flow (a pipeline config's thresholds, evidence-only list) records a
+    command that gives the same run: its policy (through ``--config <run>/run.json``), data root
+    and benchmark copies. The recorded command carried only input, fields, benchmarks,
+    detectors and --out (the sharded path recorded none), so the report's Reproduce line ran
+    the default policy, which removes every row this policy keeps."""
+    import json
+    import shlex
+
+    from typer.testing import CliRunner
+
+    from decontam.policy import PolicyConfig
+    from decontam.run import DecontamConfig
+    from flows.cli import app
+
+    root = str(tmp_path / "root")
+    src = write_slice(pools_dir / "math_ttrl_aime24_as_train.jsonl", tmp_path / "ttrl.jsonl", 5)
+    ing = ingest_pool.fn({"name": "ttrl", "source": str(src), "map": "ttrl"}, root)
+    policy = PolicyConfig(evidence_only=["ngram"]).merged_over(PolicyConfig.default())
+    cfg = DecontamConfig(benchmarks=["aime24"], detectors=["ngram"], policy=policy).to_dict()
+    kw = dict(decontam=cfg, data_root=root, benchmarks_dir=str(benchmarks_dir))
+    run = tmp_path / "run"
+    dec = decontaminate_pool.fn(ing["ref"], ["problem"], "uid", out_dir=str(run), **kw)
+    assert dec["counts"]["contaminated"] == 0  # ngram is evidence only: nothing removed
+    m = json.loads((run / "run.json").read_text())
+    argv = shlex.split(m["command"])
+    assert argv[argv.index("--config") + 1] == str(run / "run.json")
+    assert argv[argv.index("--root") + 1] == root
+
+    res = CliRunner().invoke(app, argv[1:])  # the Reproduce line, into the same folder
+    assert res.exit_code == 0, res.output
+    again = json.loads((run / "run.json").read_text())
+    assert again["policy"] == m["policy"] and again["counts"]["contaminated"] == 0
+    assert again["outputs"] == m["outputs"]
+
+    shards = prepare_shards.fn(ing["ref"], ["problem"], "uid", 2, str(tmp_path / "work"), root)
+    scans = [scan_shard.fn(p, cfg, root, str(benchmarks_dir)) for p in shards]
+    sharded = tmp_path / "sharded"
+    finalize_shards.fn(
+        ing["ref"], [s["matches_path"] for s in scans], ["problem"], "uid",
+        out_dir=str(sharded), **kw,
+    )  # fmt: skip
+    cmd = json.loads((sharded / "run.json").read_text())["command"]
+    assert cmd is not None and str(sharded / "run.json") in shlex.split(cmd)
