@@ -728,7 +728,7 @@ def _show_rules(rules: Any) -> str:
 
 def _measured_quality(run: RunData, evaluation_dir: str | Path | None) -> dict[str, Any]:
     """The evaluation's metrics, and whether they describe this run: same detectors, versions
-    and thresholds, and the same benchmark versions. Rows that do not apply are marked."""
+    and thresholds, the same benchmarks and their versions. Rows that do not apply are marked."""
     shipped = evaluation_dir is None
     if shipped:
         evaluation_dir = shipped_evaluation()
@@ -812,6 +812,16 @@ def _measured_quality(run: RunData, evaluation_dir: str | Path | None) -> dict[s
                 "describe matches against them"
             )
             same_det.clear()  # the measured rates are of other benchmarks' data
+        extra = [n for n in ev_names if n not in run_b]
+        if extra:
+            many = len(extra) > 1
+            differences.append(
+                f"benchmark{'s' if many else ''} {', '.join(extra)} "
+                f"{'were' if many else 'was'} in the evaluation but {'are' if many else 'is'} "
+                f"not in this run (it checked {', '.join(sorted(n for n in run_b if n))}): its "
+                f"numbers include matches against {'them' if many else 'it'}"
+            )
+            same_det.clear()  # recall and false positives over benchmarks this run left out
     run_hash, ev_hash = run.manifest.get("config_hash"), ev.get("config_hash")
     if run_hash and ev_hash and run_hash != ev_hash:
         differences.append(f"config hash: run {run_hash}, evaluated {ev_hash}")

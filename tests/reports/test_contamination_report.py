@@ -723,6 +723,31 @@ def test_rule_decisions_name_their_rule_and_evidence_only_detectors_say_so(pools
     assert "minhash (evidence only: decides in a policy rule)" in md
 
 
+def test_evaluation_of_more_benchmarks_than_the_run_does_not_apply(
+    run_dir, real_evaluation, tmp_path
+):
+    """An evaluation that also matched against aime25 and lcb_v5 measured recall and
+    false positives over benchmarks this run (aime24 only) did not check: the extra benchmarks
+    are a named difference and no row applies. It was called 'the same configuration' (only
+    the run's benchmarks missing from the evaluation were compared)."""
+    ev = json.loads((real_evaluation / "evaluation.json").read_text())
+    ev["benchmarks"] += [
+        dict(ev["benchmarks"][0], name=n, version=f"{n}@1") for n in ("lcb_v5", "aime25")
+    ]
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "evaluation.json").write_text(json.dumps(ev))
+    paths = render_report(run_dir, tmp_path / "out", evaluation_dir=tmp_path / "eval")
+    q = json.loads(paths.json.read_text())["measured_quality"]
+    assert q["status"] == "different_configuration"
+    assert q["differences"] == [
+        "benchmarks aime25, lcb_v5 were in the evaluation but are not in this run (it checked "
+        "aime24): its numbers include matches against them"
+    ]
+    assert not any(r["applies"] for r in q["metrics"])
+    md = paths.markdown.read_text()
+    assert "same detectors, versions and thresholds" not in md and "aime25, lcb_v5" in md
+
+
 def test_evaluation_of_another_policy_rule_or_evidence_only_list_does_not_apply(
     run_dir, real_evaluation, tmp_path
 ):
