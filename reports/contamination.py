@@ -760,6 +760,7 @@ def _measured_quality(run: RunData, evaluation_dir: str | Path | None) -> dict[s
     }
     ev_dets = _eval_detectors(ev)
     differences: list[str] = []
+    policy_diffs: set[str] = set()  # of thresholds or policy only: a calibration may still apply
     same_det: set[str] = set()
     for name in sorted(set(run_dets) | set(ev_dets)):
         a, b = run_dets.get(name), ev_dets.get(name)
@@ -781,6 +782,7 @@ def _measured_quality(run: RunData, evaluation_dir: str | Path | None) -> dict[s
             differences.append(
                 f"{name} threshold: run {a['threshold']}, evaluated {b['threshold']}"
             )
+            policy_diffs.add(differences[-1])
             ok = False
         if ok:
             same_det.add(name)
@@ -793,6 +795,7 @@ def _measured_quality(run: RunData, evaluation_dir: str | Path | None) -> dict[s
             a, b = show(run_pol.get(key)), show(ev_pol.get(key))
             if a != b:
                 differences.append(f"policy {key}: run {a}, evaluated {b}")
+                policy_diffs.add(differences[-1])
     run_b = {b.get("name"): b.get("version") for b in run.manifest.get("benchmarks") or []}
     for b in ev.get("benchmarks") or []:
         name = b.get("name")
@@ -833,6 +836,15 @@ def _measured_quality(run: RunData, evaluation_dir: str | Path | None) -> dict[s
         rows = _eval1_rows(ev)
     for r in rows:
         r["applies"] = status == "same_configuration" or (r["detector"] in same_det)
+    # the thresholds the evaluation calibrated (in sample, and refitted fold by fold) describe
+    # this run when it decided with them and nothing but thresholds or policy differs
+    cal_applies = all(d in policy_diffs for d in differences) and _run_uses_calibration(
+        run, run_dets, ev
+    )
+    cal_rows = _calibration_rows(ev)
+    for r in cal_rows:
+        r["applies"] = cal_applies
+    rows += cal_rows
     return {
         "status": status,
         "source": "shipped" if shipped else "given",
@@ -851,7 +863,101 @@ def _measured_quality(run: RunData, evaluation_dir: str | Path | None) -> dict[s
         ),
         "metrics": rows,
         "columns": list(dict.fromkeys(k for row in rows for k in row["metrics"])),
+        "out_of_fold": _out_of_fold(ev, cal_applies),
     }
+
+
+def _calibration_rows(ev: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows of an evaluation that calibrated thresholds: the calibrated policy in sample
+    (fitted on the rows it is measured on) and out of fold (``--cv-folds``: each fold measured
+    with thresholds fitted on the other folds)."""
+    out = []
+    cal, cv = ev.get("calibration"), ev.get("cross_validation")
+    for scope, part in (
+        ("calibrated thresholds, in sample", cal),
+        (f"calibrated thresholds, {_folds(cv)}-fold out of fold", cv),
+    ):
+        if isinstance(part, dict) and isinstance(part.get("combined"), dict):
+            m = _eval1_rows({"combined": part["combined"]})[0]["metrics"]
+            out.append({"scope": scope, "detector": None, "metrics": m})
+    return out
+
+
+def _folds(cv: Any) -> str:
+    return str(cv.get("folds")) if isinstance(cv, dict) else "?"
+
+
+def _run_uses_calibration(
+    run: RunData, run_dets: dict[str, dict[str, Any]], ev: dict[str, Any]
+) -> bool:
+    """Whether the run decided with the thresholds, evidence-only list and rules the
+    evaluation calibrated."""
+    cal = ev.get("calibration")
+    if not isinstance(cal, dict) or not isinstance(cal.get("thresholds"), dict):
+        return False
+    thr = cal["thresholds"]
+    for name, d in run_dets.items():
+        t = thr.get(name)
+        if t is None or d["threshold"] is None or abs(float(t) - float(d["threshold"])) > 1e-9:
+            return False
+    pol = run.manifest.get("policy") or {}
+    return _show_names(pol.get("evidence_only")) == _show_names(cal.get("evidence_only")) and (
+        _show_rules(pol.get("rules")) == _show_rules(cal.get("rules"))
+    )
+
+
+def _out_of_fold(ev: dict[str, Any], applies: bool) -> dict[str, Any]:
+    """The out-of-fold recall and false-positive rates (with their 95 % intervals) of an
+    evaluation that cross-validated its calibration, or that it measured none."""
+    cv = ev.get("cross_validation")
+    if not isinstance(cv, dict) or not isinstance(cv.get("combined"), dict):
+        return {
+            "measured": False,
+            "text": "Out-of-fold false-positive rate: not measured (the evaluation did not "
+            "cross-validate: sluice decontam evaluate --cv-folds K measures it), so "
+            "no FPR above was measured on rows held out from a calibration.",
+        }
+    comb = cv["combined"]
+    item, row = comb.get("item") or {}, comb.get("row") or {}
+    fk, ci = comb.get("fpr_by_kind") or {}, cv.get("fpr_ci95") or {}
+    fpr = {
+        kind: {**fk[kind], "ci95": ci.get(kind)}
+        for kind in ("lookalike+near_miss", "all_clean")
+        if isinstance(fk.get(kind), dict)
+    }
+    parts = [f"recall (item) {_show_rate(item.get('recall'))}"]
+    parts += [f"recall (row) {_show_rate(row.get('recall'))}"] if row else []
+    for kind, f in fpr.items():
+        band = f.get("ci95")
+        ci_txt = (
+            f", 95 % CI {_show_rate(band[0])}-{_show_rate(band[1])}"
+            if isinstance(band, list | tuple) and len(band) == 2
+            else ""
+        )
+        parts.append(
+            f"FPR {kind} {_show_rate(f.get('fpr'))} ({f.get('fp')} of {f.get('n')}{ci_txt})"
+        )
+    scope = (
+        "applies to this run (it decided with the calibrated thresholds)"
+        if applies
+        else "does not describe this run (it did not decide with the thresholds this "
+        "evaluation calibrated, on the same configuration)"
+    )
+    return {
+        "measured": True,
+        "folds": cv.get("folds"),
+        "grouping": cv.get("grouping"),
+        "recall_item": item.get("recall"),
+        "recall_row": row.get("recall"),
+        "fpr": fpr,
+        "applies": applies,
+        "text": f"Out of fold ({cv.get('folds')}-fold cross-validation of the calibration, folds "
+        f"grouped by {cv.get('grouping')}): " + "; ".join(parts) + f". This {scope}.",
+    }
+
+
+def _show_rate(v: Any) -> str:
+    return "n/a" if not isinstance(v, int | float) else f"{v:.4g}"
 
 
 # ----------------------------------------------------------------------------- the report

@@ -723,6 +723,86 @@ def test_rule_decisions_name_their_rule_and_evidence_only_detectors_say_so(pools
     assert "minhash (evidence only: decides in a policy rule)" in md
 
 
+@pytest.fixture(scope="module")
+def cv_evaluation(tmp_path_factory, contam_dev_path, benchmarks_dir) -> Path:
+    """The real evaluation of ``real_evaluation`` with its calibration cross-validated
+    (``--cv-folds 3``, one deal)."""
+    from decontam.benchmarks import load_benchmarks
+    from decontam.evaluate import EvalConfig, evaluate, write_outputs
+    from decontam.policy import PolicyConfig
+
+    base = tmp_path_factory.mktemp("eval-cv")
+    rows = [json.loads(line) for line in contam_dev_path.read_text(encoding="utf-8").splitlines()]
+    pos = [r for r in rows if r["benchmark"] == "aime24"]
+    neg = [r for r in rows if r["label"] == "clean" and r["domain"] == "math"][:40]
+    labels = base / "labels.jsonl"
+    labels.write_text("".join(json.dumps(r) + "\n" for r in pos + neg))
+    cfg = EvalConfig(detectors=["ngram", "minhash"], benchmarks=["aime24"], cv_fold_counts=[])
+    bench = load_benchmarks(["aime24"], benchmarks_dir=benchmarks_dir, include_variants=True)
+    res = evaluate(labels, cfg, benchmarks=bench, policy=PolicyConfig(), cv_folds=3)
+    write_outputs(res, base / "out")
+    return base / "out"
+
+
+def test_out_of_fold_fpr_of_a_cross_validated_evaluation_is_shown(
+    run_dir, cv_evaluation, benchmarks_dir, tmp_path
+):
+    """An evaluation that cross-validated its calibration: the report gives the out-of-fold
+    recall and false-positive rates (with their 95 % intervals) as measured, and says whether
+    they describe the run (only a run that decided with the calibrated thresholds). The report
+    showed the evaluated policy's figures only, with no out-of-fold FPR."""
+    ev = json.loads((cv_evaluation / "evaluation.json").read_text())
+    cv = ev["cross_validation"]["combined"]
+    paths = render_report(run_dir, tmp_path / "out", evaluation_dir=cv_evaluation)
+    q = json.loads(paths.json.read_text())["measured_quality"]
+    oof = q["out_of_fold"]
+    assert oof["measured"] is True and oof["folds"] == 3
+    assert oof["recall_item"] == cv["item"]["recall"]
+    ln = oof["fpr"]["lookalike+near_miss"]
+    assert ln["fpr"] == cv["fpr_by_kind"]["lookalike+near_miss"]["fpr"] and ln["n"] == 40
+    assert ln["ci95"] == ev["cross_validation"]["fpr_ci95"]["lookalike+near_miss"]
+    rows = {r["scope"]: r for r in q["metrics"]}
+    row = rows["calibrated thresholds, 3-fold out of fold"]
+    assert row["metrics"]["FPR lookalike+near_miss"] == ln["fpr"]
+    assert row["metrics"]["recall (item)"] == cv["item"]["recall"]
+    # the fixture run used the detectors' own thresholds, not the calibrated ones
+    assert row["applies"] is False and oof["applies"] is False
+    assert rows["combined (evaluated policy)"]["applies"] is True
+    for text in (paths.markdown.read_text(), paths.html.read_text()):
+        assert "3-fold cross-validation of the calibration" in text
+        assert "does not describe this run" in text
+
+    # a run that decided with the calibrated thresholds: the out-of-fold figures apply
+    from decontam.policy import PolicyConfig
+    from decontam.run import DecontamConfig, run_decontamination
+
+    pool = run_dir.parent / f"{run_dir.name}-input" / "fixture_pool.jsonl"
+    cal = ev["calibration"]["thresholds"]
+    config = DecontamConfig(benchmarks=["aime24"], detectors=["ngram", "minhash"],
+                            policy=PolicyConfig(thresholds=cal), use_cache=False)  # fmt: skip
+    run_decontamination(str(pool), text_fields=["problem", "solution"], id_field="uid",
+                        out_dir=tmp_path / "run-cal", config=config, publish=False,
+                        benchmarks_dir=benchmarks_dir, data_root=str(tmp_path / "root"))  # fmt: skip
+    report, _, _ = build_report(tmp_path / "run-cal", evaluation_dir=cv_evaluation)
+    q = report["measured_quality"]
+    applies = {r["scope"]: r["applies"] for r in q["metrics"]}
+    assert applies["calibrated thresholds, 3-fold out of fold"] is True
+    assert applies["combined (evaluated policy)"] is False  # the evaluated policy is another
+    assert q["out_of_fold"]["applies"] is True
+
+
+def test_an_evaluation_without_cross_validation_says_the_out_of_fold_fpr_is_not_measured(
+    report_dir,
+):
+    """The shipped evaluation did not cross-validate: the report says the out-of-fold FPR was
+    not measured (it gave no word on it)."""
+    q = json.loads((report_dir / "report.json").read_text())["measured_quality"]
+    assert q["out_of_fold"]["measured"] is False
+    assert not any("out of fold" in r["scope"] for r in q["metrics"])
+    md = (report_dir / "report.md").read_text()
+    assert "Out-of-fold false-positive rate: not measured" in md
+
+
 def test_evaluation_of_more_benchmarks_than_the_run_does_not_apply(
     run_dir, real_evaluation, tmp_path
 ):
