@@ -282,17 +282,24 @@ def ingest_accounting(cat, ref: str) -> dict[str, Any] | None:
 
 
 def with_provenance(
-    decisions: pa.Table, rows: pa.Table, path: str | None, row_numbers: Sequence[int] | None
+    decisions: pa.Table,
+    rows: pa.Table,
+    path: str | None,
+    row_numbers: Sequence[int] | None,
+    ids: pa.Array | None = None,
 ) -> pa.Table:
-    """``decisions`` plus where each training row came from: ``source_id`` (the pool's own id),
-    ``source_file`` and ``source_row`` (kept through ingest in ``metadata``; for a file input,
-    the file and its row number), so evidence names rows as their owners know them."""
+    """``decisions`` plus where each training row came from: ``source_id`` (the pool's own id:
+    its ``source_id`` column, else ``ids``, the values of the run's --id-field), ``source_file``
+    and ``source_row`` (kept through ingest in ``metadata``; for a file input, the file and its
+    row number), so evidence names rows as their owners know them."""
     n = rows.num_rows
     sid: list[str | None] = [None] * n
     sfile: list[str | None] = [path] * n
     srow: list[int | None] = list(row_numbers) if row_numbers is not None else [None] * n
     if "source_id" in rows.column_names:
         sid = [None if x is None else str(x) for x in rows["source_id"].to_pylist()]
+    elif ids is not None:
+        sid = ids.to_pylist()
     if "metadata" in rows.column_names and path is None:
         import polars as pl
 
@@ -816,7 +823,7 @@ def _write_run(
     command, catalog, publish, publish_as, scan_stats,
 ) -> RunResult:  # fmt: skip
     rows = None if inp.path is None else range(1, inp.table.num_rows + 1)
-    decisions = _batch_decisions(inp.table, matches, uids, config.policy, inp.path, rows)
+    decisions = _batch_decisions(inp.table, matches, uids, config.policy, inp.path, rows, id_field)
     contaminated = decisions["contaminated"]
     excl = _excluded_rows(inp.table, decisions)
 
@@ -877,13 +884,15 @@ def _batch_decisions(
     policy: PolicyConfig,
     path: str | None,
     row_numbers: Sequence[int] | None,
+    id_field: str | None = None,
 ) -> pa.Table:
     """One decision per row of ``rows`` (the policy over ``matches``), with its source and
-    provenance columns."""
+    provenance columns (``id_field``: the run's --id-field; its values, the ``uids``, are the
+    rows' source_id when they have no source_id column)."""
     decisions = decide(matches, uids, policy)
     if "source" in rows.column_names:
         decisions = decisions.append_column("source", pc.cast(rows["source"], pa.string()))
-    return with_provenance(decisions, rows, path, row_numbers)
+    return with_provenance(decisions, rows, path, row_numbers, uids if id_field else None)
 
 
 @dataclasses.dataclass

@@ -550,7 +550,9 @@ def _run_streamed(
                 if meta.num_rows:
                     matches = pa.concat_tables([matches, meta])
                 prov_rows = rows if inp.path is not None else None
-                decisions = _batch_decisions(tbl, matches, uids, config.policy, inp.path, prov_rows)
+                decisions = _batch_decisions(
+                    tbl, matches, uids, config.policy, inp.path, prov_rows, id_field
+                )
                 columns.add(tbl, rows)
                 decisions_p.add(decisions)
                 excl = _excluded_rows(tbl, decisions)

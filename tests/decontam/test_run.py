@@ -569,3 +569,35 @@ def test_a_run_started_from_python_without_publishing_records_no_publish(pools_d
         data_root=str(tmp_path / "root"), publish=False,
     )  # fmt: skip
     assert "--no-publish" in res.manifest["command"].split()
+
+
+@pytest.mark.parametrize("stream_rows", [0, 50_000])
+def test_id_field_is_the_rows_source_id_in_decisions_and_report(pools_dir, tmp_path, stream_rows):
+    """source_id is the pool's own id for a row. A file run with --id-field X names its rows by
+    X, so source_id is X's value (a source_id column, kept through ingest, still wins). It was
+    empty in decisions.parquet and in the report's evidence."""
+    import json as _json
+
+    from reports.contamination import render_report
+
+    src = _head(pools_dir / "math_ttrl_aime24_as_train.jsonl", tmp_path / "p.jsonl", 3)
+    ids = [str(_json.loads(line)["id"]) for line in src.read_text().splitlines()]
+    cfg = DecontamConfig(benchmarks=["aime24"], detectors=["ngram"], stream_rows=stream_rows)
+    res = run_decontamination(
+        str(src), text_fields=["prompt"], id_field="id", out_dir=tmp_path / "o", config=cfg,
+        data_root=str(tmp_path / "root"), publish=False,
+    )  # fmt: skip
+    d = pq.read_table(res.decisions_path)
+    assert d["source_id"].to_pylist() == ids == d["sample_uid"].to_pylist()
+    rep = _json.loads(render_report(res.out_dir, tmp_path / "r").json.read_text())
+    assert {r["source_id"] for r in rep["evidence"]["rows"]} == set(ids)
+
+    rows = [dict(_json.loads(line), source_id=f"own-{i}")
+            for i, line in enumerate(src.read_text().splitlines())]  # fmt: skip
+    own = tmp_path / "own.jsonl"
+    own.write_text("".join(_json.dumps(r) + "\n" for r in rows))
+    res = run_decontamination(
+        str(own), text_fields=["prompt"], id_field="id", out_dir=tmp_path / "o2", config=cfg,
+        data_root=str(tmp_path / "root"), publish=False,
+    )  # fmt: skip
+    assert pq.read_table(res.decisions_path)["source_id"].to_pylist() == ["own-0", "own-1", "own-2"]
