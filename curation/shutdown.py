@@ -21,10 +21,29 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import sys
 import threading
 from multiprocessing.context import SpawnContext, SpawnProcess
 from typing import NoReturn
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM (a scheduler stopping a job, ``kill``, ``timeout``) ends the process as Ctrl-C
+    does: one line on stderr, then ``SystemExit(143)`` in the main thread, so ``finally``
+    blocks and context managers run (scan workers stopped, their batch files removed, a
+    staging folder cleaned). By default SIGTERM killed the process where it stood: the scan
+    workers were left running without a parent, holding its stderr, and their batch files
+    stayed in ``/dev/shm``. Only the command's entry point calls it (a library never sets a
+    caller's signal handlers)."""
+
+    def _stop(signum, frame):  # noqa: ARG001
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills at once
+        print("sluice: stopped by SIGTERM", file=sys.stderr, flush=True)
+        raise SystemExit(128 + signal.SIGTERM)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _stop)
 
 
 def end_process(code: int) -> NoReturn:

@@ -845,23 +845,32 @@ def _scanned_in_workers(prepared, n_workers: int, worker_args: dict[str, Any] | 
         with ProcessPoolExecutor(
             n_workers, mp_context=ctx, initializer=_scan_worker_init, initargs=(args,)
         ) as pool:
-            queue: deque = deque()
+            try:
+                queue: deque = deque()
 
-            def result():
-                b0, path, fut = queue.popleft()
-                res = fut.result()
-                os.unlink(path)
-                return (*b0, *res)
+                def result():
+                    b0, path, fut = queue.popleft()
+                    res = fut.result()
+                    os.unlink(path)
+                    return (*b0, *res)
 
-            for i, b in enumerate(prepared):
-                path = os.path.join(batches, f"{i}.arrow")
-                with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, b[2].schema) as w:
-                    w.write_table(b[2])
-                queue.append((b, path, pool.submit(_scan_worker, path)))
-                if len(queue) > n_workers:
+                for i, b in enumerate(prepared):
+                    path = os.path.join(batches, f"{i}.arrow")
+                    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, b[2].schema) as w:
+                        w.write_table(b[2])
+                    queue.append((b, path, pool.submit(_scan_worker, path)))
+                    if len(queue) > n_workers:
+                        yield result()
+                while queue:
                     yield result()
-            while queue:
-                yield result()
+            except BaseException:
+                # stopped (Ctrl-C, SIGTERM, an error in the parent, the consumer gone): end the
+                # workers now; leaving the `with` would wait for every batch in flight first
+                # (ProcessPoolExecutor has no terminate before Python 3.14)
+                for proc in list((pool._processes or {}).values()):
+                    proc.terminate()
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
     except BrokenProcessPool as exc:  # killed (out of memory?) or could not start
         raise SluiceError(
             f"a decontamination scan worker process died: {exc}",

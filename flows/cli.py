@@ -110,8 +110,9 @@ def run() -> None:
     active exception"; it happened once in a CI run of ``sluice rl export``). Callers that
     import :func:`main` keep their process.
     """
-    from curation.shutdown import end_process
+    from curation.shutdown import end_process, exit_on_sigterm
 
+    exit_on_sigterm()
     code = 0
     try:
         main()

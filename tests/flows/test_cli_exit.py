@@ -86,3 +86,54 @@ def test_brackets_in_help_and_errors_are_printed_as_written(tmp_path):
                    'pools = ["p@latest"]\nepochs = 1\ntemprature = 1\n')  # fmt: skip
     res = _run("train", "grpo", str(cfg), env=wide)
     assert res.returncode == 2 and "in [[stages]] entry 0" in res.stderr, res.stderr
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def test_sigterm_mid_scan_ends_the_workers_and_removes_their_temp_files(
+    tmp_path, pools_dir, benchmarks_dir
+):
+    """A nightly job stopped by its scheduler (SIGTERM) mid-scan: the scan workers end, their
+    batch and scratch folders are removed, nothing is left in --out, and the exit is 143."""
+    import json
+    import signal
+    import time
+
+    src = tmp_path / "pool.jsonl"
+    with open(pools_dir / "math_gsm8k_train.jsonl") as fh, open(src, "w") as out:
+        for _, line in zip(range(4000), fh, strict=False):
+            out.write(json.dumps({"question": json.loads(line)["question"]}) + "\n")
+    (tmp_path / "small.toml").write_text("stream_rows = 200\nbatch_size = 200\n")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    code = "import sys\nsys.argv = ['sluice', *sys.argv[1:]]\nfrom flows.cli import run\nrun()\n"
+    argv = ["decontam", "run", str(src), "--text-field", "question", "--detectors", "ngram,minhash"]
+    argv += ["--benchmarks", "aime24,lcb_v5", "--benchmarks-dir", str(benchmarks_dir)]
+    argv += ["--config", str(tmp_path / "small.toml"), "--workers", "2", "--no-publish"]
+    argv += ["--out", str(tmp_path / "run"), "--root", str(tmp_path / "root")]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *argv], env=env, cwd=REPO, stderr=subprocess.PIPE
+    )
+    shm = Path("/dev/shm")
+    deadline = time.monotonic() + 120
+    while not list(tmp.glob("sluice-workers-*")) or len(_children(proc.pid)) < 2:
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline, "the scan workers never started"
+        time.sleep(0.1)
+    time.sleep(1.0)  # mid-scan: batches in flight
+    kids = _children(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=60)[1].decode()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "Traceback" not in err and "SIGTERM" in err
+    deadline = time.monotonic() + 10  # multiprocessing's resource tracker ends on its own
+    while [k for k in kids if Path(f"/proc/{k}").exists()] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [k for k in kids if Path(f"/proc/{k}").exists()] == []
+    assert list(tmp.glob("sluice-workers-*")) + list(tmp.glob("sluice-batches-*")) == []
+    assert list(shm.glob(f"sluice-batches-{proc.pid}-*")) == []
+    assert not (tmp_path / "run" / "run.json").exists()
