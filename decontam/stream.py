@@ -731,8 +731,32 @@ def _worker_threads(n_workers: int) -> int:
     return max(1, _cpu_cores() // max(n_workers, 1))
 
 
+def _end_with_parent() -> None:
+    """End this spawned worker when its parent process dies (SIGKILL, the OOM killer).
+
+    A pool worker waits on its task queue, whose write end it holds itself (a spawned child
+    receives both ends of the queue's pipe), so the parent's death never reaches it: the
+    workers of a killed run stayed, idle, holding its stderr, until someone killed them. A
+    daemon thread waits on the parent's sentinel instead and exits the process."""
+    import multiprocessing
+    import threading
+    from multiprocessing.connection import wait
+
+    parent = multiprocessing.parent_process()
+    if parent is None:  # not a spawned child (called in-process)
+        return
+
+    def watch() -> None:
+        wait([parent.sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="sluice-parent-watch", daemon=True).start()
+
+
 def _scan_worker_init(args: dict[str, Any]) -> None:
     from decontam.scan_cache import ScanCache, cache_key
+
+    _end_with_parent()
 
     # before anything in this fresh (spawned) process imports polars or torch: the sizes are
     # read once. Torch's intra-op pool (and faiss', both OpenMP) would otherwise take a thread

@@ -555,3 +555,47 @@ def test_a_duplicate_id_across_batches_is_reported_as_the_whole_table_run_report
     assert (
         errors[1][1] == 500 and f"duplicate id '{rows[9]['uid']}' (first at row 10)" in errors[1][0]
     )
+
+
+def test_scan_workers_end_when_the_parent_is_killed(tmp_path):
+    """SIGKILL of the run (the OOM killer) must not leave its spawned scan workers behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    repo = Path(__file__).resolve().parents[2]
+    code = (
+        "import os, sys, time\n"
+        "from concurrent.futures import ProcessPoolExecutor\n"
+        "from curation.shutdown import EndingSpawnContext\n"
+        "from decontam.stream import _end_with_parent\n"
+        "if __name__ == '__main__':\n"
+        "    pool = ProcessPoolExecutor(2, mp_context=EndingSpawnContext(),"
+        " initializer=_end_with_parent)\n"
+        "    print(*sorted({pool.submit(os.getpid).result() for _ in range(4)}), flush=True)\n"
+        "    time.sleep(600)\n"
+    )
+    script = tmp_path / "parent.py"
+    script.write_text(code)
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    workers = [int(p) for p in proc.stdout.readline().split()]
+    assert workers
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    alive = workers
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [w for w in workers if Path(f"/proc/{w}").exists()]
+    for w in alive:  # do not leave them behind if the test fails
+        os.kill(w, signal.SIGKILL)
+    assert alive == []
