@@ -39,6 +39,7 @@ class ScanProgress:
         self.stream = stream or sys.stderr
         self.bar = self.stream.isatty() if bar is None else bar
         self.done = 0
+        self._logged = 0  # ``done`` at the last line written
         self._start = self._last = 0.0
         self._rich = None
 
@@ -92,10 +93,11 @@ class ScanProgress:
         return head + tail
 
     def _log(self, now: float) -> None:
+        self._logged = self.done
         print(self.line(now), file=self.stream, flush=True)
 
     def __exit__(self, *exc) -> None:
         if self._rich is not None:
             self._rich.__exit__(*exc)
-        elif exc[0] is None and self.done:
-            self._log(time.monotonic())
+        elif exc[0] is None and self.done and self.done != self._logged:
+            self._log(time.monotonic())  # the final state, unless its line was just written
