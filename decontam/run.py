@@ -349,7 +349,7 @@ def sample_uids(
         if id_field not in table.column_names:
             raise ConfigError(
                 f"--id-field {id_field!r} is not a column of {source}",
-                hint=did_you_mean(id_field, table.column_names),
+                hint=column_hint(id_field, table.schema),
             )
         ids = pc.cast(table[id_field], pa.string()).combine_chunks()
         if ids.null_count:
@@ -377,6 +377,38 @@ def _duplicate_id(v: str, first: int, row: int, source: str, id_field: str) -> I
     )
 
 
+def _nested_paths(schema: pa.Schema, depth: int = 3) -> list[str]:
+    """The dotted paths of the fields inside struct columns (``q.context``), a few levels deep."""
+    out: list[str] = []
+
+    def walk(prefix: str, t: pa.DataType, left: int) -> None:
+        if pa.types.is_struct(t) and left:
+            for i in range(t.num_fields):
+                f = t.field(i)
+                out.append(f"{prefix}.{f.name}")
+                walk(f"{prefix}.{f.name}", f.type, left - 1)
+
+    for f in schema:
+        walk(f.name, f.type, depth)
+    return out
+
+
+def column_hint(name: str, schema: pa.Schema) -> str:
+    """The hint for a field ``name`` that is no column of ``schema``: where a field of that
+    name is nested (a struct column: a Parquet group, a JSON object), else did-you-mean."""
+    nested = [p for p in _nested_paths(schema) if p == name or p.rsplit(".", 1)[-1] == name]
+    if nested:
+        path = nested[0]
+        return (
+            f"{path!r} is nested in column {path.split('.')[0]!r}, and fields are read from "
+            f"top-level columns only: ingest the file with a field map that reads it "
+            f'(`[fields] problem = {{ path = "{path}" }}`, docs/ingest.md) and run on the '
+            f"catalog version, or write it as a column of its own "
+            f"({did_you_mean(name, schema.names)})"
+        )
+    return did_you_mean(name, schema.names)
+
+
 def prepare_text_table(
     table: pa.Table,
     text_fields: Sequence[str],
@@ -398,7 +430,7 @@ def prepare_text_table(
     if missing:
         raise ConfigError(
             f"text field {missing[0]!r} is not a column of {source}",
-            hint=did_you_mean(missing[0], table.column_names),
+            hint=column_hint(missing[0], table.schema),
         )
     if uids is None:
         uids = sample_uids(table, id_field, source=source, row_numbers=row_numbers)

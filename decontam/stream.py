@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from curation.errors import ConfigError, InputError, did_you_mean
+from curation.errors import ConfigError, InputError
 from decontam.base import TEXT_TABLE_SCHEMA, Detector, empty_matches
 from decontam.run import (
     _MATCH_SORT,
@@ -50,6 +50,7 @@ from decontam.run import (
     _write_parquet,
     build_detectors,
     cached_scan,
+    column_hint,
     file_chunks,
     ingest_accounting,
     load_benchmark_set,
@@ -430,7 +431,7 @@ class _Prepared:
                 raise ConfigError(
                     f"{what} {gone[0]!r} is not a column of {source} (rows {rows[0]}-"
                     f"{rows[-1]} have none)",
-                    hint=did_you_mean(gone[0], cols),
+                    hint=column_hint(gone[0], tbl.schema),
                 )
             if id_field is not None:
                 uids = sample_uids(tbl, id_field, source=source, row_numbers=rows)

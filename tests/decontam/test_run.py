@@ -601,3 +601,29 @@ def test_id_field_is_the_rows_source_id_in_decisions_and_report(pools_dir, tmp_p
         data_root=str(tmp_path / "root"), publish=False,
     )  # fmt: skip
     assert pq.read_table(res.decisions_path)["source_id"].to_pylist() == ["own-0", "own-1", "own-2"]
+
+
+@pytest.mark.parametrize("kind", ["parquet", "jsonl"])
+@pytest.mark.parametrize("given", ["q.context", "context"])
+def test_a_text_field_nested_in_a_struct_column_is_named_with_the_way_to_read_it(
+    tmp_path, kind, given
+):
+    """A Parquet group / JSON object holding the text: the error says where the field is and
+    how to read it (it listed only the top-level columns, 'available: id, q')."""
+    from curation.errors import ConfigError
+
+    rows = [{"id": f"r{i}", "q": {"context": f"problem number {i}", "n": i}} for i in range(5)]
+    src = tmp_path / f"nested.{kind}"
+    if kind == "parquet":
+        pq.write_table(pa.Table.from_pylist(rows), src)
+    else:
+        src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ConfigError) as err:
+        run_decontamination(
+            str(src), text_fields=[given], id_field="id", benchmarks=["aime24"],
+            detectors=["ngram"], out_dir=tmp_path / "out", publish=False,
+            data_root=tmp_path / "root",
+        )  # fmt: skip
+    msg = str(err.value)
+    assert f"text field {given!r} is not a column of {src}" in msg
+    assert "'q.context' is nested in column 'q'" in msg and 'path = "q.context"' in msg
