@@ -106,12 +106,44 @@ def check_out_dir(out: str | os.PathLike, *, kind: Kind) -> Path:
     return out
 
 
+def _owner_tag() -> str:
+    """``<host>-<pid>-``: who writes a temporary sibling, so a later run can tell whether its
+    writer is still alive (:func:`_collect_dead`)."""
+    import socket
+
+    return f"{socket.gethostname().replace('-', '_')}-{os.getpid()}-"
+
+
+def _collect_dead(out: Path) -> None:
+    """Remove ``out``'s temporary siblings (``.partial-``, ``.old-``) whose writer was a
+    process of this host that is gone (SIGKILL, the OOM killer, a power cut): nothing else
+    ever removes them, so a nightly run into the same --out piled up a hidden copy of its
+    Parquet files per killed night. A live writer's folder, another host's (a shared file
+    system) and an unnamed (older) one are left alone."""
+    import glob
+
+    for marker in (_PARTIAL, _OLD):
+        head = f".{out.name}{marker}{_owner_tag().split('-', 1)[0]}-"
+        for sib in out.parent.glob(glob.escape(head) + "*-*"):
+            pid = sib.name[len(head) :].split("-", 1)[0]
+            if not pid.isdigit() or int(pid) == os.getpid():
+                continue
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                shutil.rmtree(sib, ignore_errors=True)
+            except OSError:  # alive, someone else's
+                pass
+
+
 def start(out: str | os.PathLike, *, kind: Kind) -> Path:
-    """A fresh temporary sibling of ``out`` to write into (removed by :func:`abandon`)."""
+    """A fresh temporary sibling of ``out`` to write into (removed by :func:`abandon`); the
+    siblings of earlier runs killed before their end are removed first."""
     out = check_out_dir(out, kind=kind)
     with writing_to(str(out)):
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.parent / f".{out.name}{_PARTIAL}{uuid.uuid4().hex[:12]}"
+        _collect_dead(out)
+        tmp = out.parent / f".{out.name}{_PARTIAL}{_owner_tag()}{uuid.uuid4().hex[:12]}"
         tmp.mkdir()
     return tmp
 
@@ -127,7 +159,7 @@ def finish(tmp: Path, out: str | os.PathLike, *, kind: Kind) -> Path:
                     os.fsync(fh.fileno())
         old = None
         if out.exists():
-            old = out.parent / f".{out.name}{_OLD}{uuid.uuid4().hex[:12]}"
+            old = out.parent / f".{out.name}{_OLD}{_owner_tag()}{uuid.uuid4().hex[:12]}"
             os.replace(out, old)
         os.replace(tmp, out)
         fd = os.open(out.parent, os.O_RDONLY)
