@@ -396,6 +396,31 @@ def _open_source(
     return _Source(inp, v.ref, v.num_rows, tables())
 
 
+def _missing_field(name, id_field, tbl, rows, source, *, json_rows: bool) -> ConfigError:
+    what = "--id-field" if name == id_field else "text field"
+    where = f" (rows {rows[0]}-{rows[-1]} have none)" if json_rows and rows else ""
+    return ConfigError(
+        f"{what} {name!r} is not a column of {source}{where}",
+        hint=column_hint(name, tbl.schema),
+    )
+
+
+def _check_fields_first(src: _Source, text_fields, id_field) -> None:
+    """Refuse a text or id field the input's first batch lacks before the detectors are fit
+    (the error every batch would raise; a mistyped --text-field waited for the whole fit,
+    seconds, or a minute with the embedding model on CPU). The batch is put back."""
+    import itertools
+
+    first = next(src.tables, None)
+    if first is None:
+        return
+    src.tables = itertools.chain([first], src.tables)
+    tbl, rows = first
+    for name in (id_field, *text_fields):
+        if name and name not in tbl.column_names:
+            raise _missing_field(name, id_field, tbl, rows, src.label, json_rows=src.json_rows)
+
+
 class _Prepared:
     """The batches of a streamed input, read and checked in this process (errors name file
     and row here) with their texts and sample ids: ``(table, rows, texts, uids)``.
@@ -427,12 +452,7 @@ class _Prepared:
                     if f not in cols:
                         scan_tbl = scan_tbl.append_column(f, pa.nulls(len(tbl), pa.string()))
             if gone and src.json_rows:
-                what = "--id-field" if gone[0] == id_field else "text field"
-                raise ConfigError(
-                    f"{what} {gone[0]!r} is not a column of {source} (rows {rows[0]}-"
-                    f"{rows[-1]} have none)",
-                    hint=column_hint(gone[0], tbl.schema),
-                )
+                raise _missing_field(gone[0], id_field, tbl, rows, source, json_rows=True)
             if id_field is not None:
                 uids = sample_uids(tbl, id_field, source=source, row_numbers=rows)
             else:
@@ -640,6 +660,7 @@ def _run_streamed_cli(
     """:func:`run_decontamination` for a streamed input (open it, load the benchmarks, fit
     the detectors, then :func:`_run_streamed_input`)."""
     src = _open_source(input, catalog=catalog, batch_rows=config.stream_rows)
+    _check_fields_first(src, text_fields, id_field)
     bset, root, dets, fit = _fit(config, benchmarks_dir, allow_benchmark_mismatch, data_root)
     worker_args = {
         "config": config, "benchmarks_dir": benchmarks_dir,

@@ -611,3 +611,35 @@ def test_scan_workers_end_when_the_parent_is_killed(tmp_path):
     for w in alive:  # do not leave them behind if the test fails
         os.kill(w, signal.SIGKILL)
     assert alive == []
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_a_missing_text_field_is_refused_before_the_detectors_are_fit(tmp_path, kind):
+    """A mistyped --text-field is the first batch's error, raised before the fit (it came
+    after the whole fit: seconds, a minute with the embedding model on CPU, and the fit
+    cache written for a run that could not happen)."""
+    import pyarrow as pa
+
+    from curation.errors import ConfigError
+
+    rows = [{"id": f"r{i}", "context": f"question {i}"} for i in range(10)]
+    src = tmp_path / f"pool.{kind}"
+    if kind == "parquet":
+        pq.write_table(pa.Table.from_pylist(rows), src)
+    else:
+        src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    root = tmp_path / "root"
+    with pytest.raises(ConfigError, match=r"text field 'problem' is not a column of .*available"):
+        run_decontamination(
+            str(src), text_fields=["problem"], id_field="id", out_dir=tmp_path / "out",
+            publish=False, data_root=str(root),
+            config=DecontamConfig(benchmarks=["aime24"], detectors=["ngram", "minhash"]),
+        )  # fmt: skip
+    assert not (root / "cache" / "fit").exists()
+    with pytest.raises(ConfigError, match=r"--id-field 'uid' is not a column"):
+        run_decontamination(
+            str(src), text_fields=["context"], id_field="uid", out_dir=tmp_path / "out",
+            publish=False, data_root=str(root),
+            config=DecontamConfig(benchmarks=["aime24"], detectors=["ngram", "minhash"]),
+        )  # fmt: skip
+    assert not (root / "cache" / "fit").exists()
