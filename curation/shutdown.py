@@ -42,8 +42,16 @@ def exit_on_sigterm() -> None:
         print("sluice: stopped by SIGTERM", file=sys.stderr, flush=True)
         raise SystemExit(128 + signal.SIGTERM)
 
+    def _interrupt(signum, frame):  # noqa: ARG001
+        # Ctrl-C: Python's own KeyboardInterrupt (the CLI exits 130), with a line saying why;
+        # it printed only a blank line, so a log did not show that the run was stopped
+        print("sluice: interrupted (SIGINT, Ctrl-C)", file=sys.stderr, flush=True)
+        raise KeyboardInterrupt
+
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _stop)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not ignored
+            signal.signal(signal.SIGINT, _interrupt)
 
 
 def end_process(code: int) -> NoReturn:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 # An atexit hook registered before the command runs must still run, after the command's output;
@@ -93,11 +95,16 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in out.split()]
 
 
-def test_sigterm_mid_scan_ends_the_workers_and_removes_their_temp_files(
-    tmp_path, pools_dir, benchmarks_dir
+@pytest.mark.parametrize(
+    ("signame", "exit_code", "said"),
+    [("SIGTERM", 143, "stopped by SIGTERM"), ("SIGINT", 130, "interrupted (SIGINT, Ctrl-C)")],
+)
+def test_a_stop_signal_mid_scan_ends_the_workers_and_removes_their_temp_files(
+    tmp_path, pools_dir, benchmarks_dir, signame, exit_code, said
 ):
-    """A nightly job stopped by its scheduler (SIGTERM) mid-scan: the scan workers end, their
-    batch and scratch folders are removed, nothing is left in --out, and the exit is 143."""
+    """A nightly job stopped by its scheduler (SIGTERM) or Ctrl-C mid-scan: the scan workers
+    end, their batch and scratch folders are removed, nothing is left in --out, the exit is
+    143 / 130 and stderr says why."""
     import json
     import signal
     import time
@@ -126,10 +133,10 @@ def test_sigterm_mid_scan_ends_the_workers_and_removes_their_temp_files(
         time.sleep(0.1)
     time.sleep(1.0)  # mid-scan: batches in flight
     kids = _children(proc.pid)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(getattr(signal, signame))
     err = proc.communicate(timeout=60)[1].decode()
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    assert "Traceback" not in err and "SIGTERM" in err
+    assert proc.returncode == exit_code, err
+    assert "Traceback" not in err and f"sluice: {said}" in err
     deadline = time.monotonic() + 10  # multiprocessing's resource tracker ends on its own
     while [k for k in kids if Path(f"/proc/{k}").exists()] and time.monotonic() < deadline:
         time.sleep(0.2)
