@@ -494,6 +494,19 @@ def rows_to_table(rows: list[dict[str, Any]], row_numbers: list[int] | None = No
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
+def _without_views(table):
+    """``table`` with its top-level string_view / binary_view columns (a Parquet file written
+    from Arrow view arrays keeps them) as large_string / large_binary: Arrow's take, filter
+    and sort kernels that every reader of a table uses have no view kernels, so such a file
+    was a traceback ("array_take has no kernel matching input types (string_view, ...)")."""
+    import pyarrow as pa
+
+    plain = {"string_view": pa.large_string(), "binary_view": pa.large_binary()}
+    fields = [f.with_type(plain[str(f.type)]) if str(f.type) in plain else f for f in table.schema]
+    schema = pa.schema(fields, metadata=table.schema.metadata)
+    return table if schema.equals(table.schema) else table.cast(schema)
+
+
 def read_table(source: str | Path):
     """A whole file as a pyarrow table (Parquet as it is; JSON rows through
     :func:`rows_to_table`); strict like :func:`iter_records`."""
@@ -502,7 +515,7 @@ def read_table(source: str | Path):
         import pyarrow.parquet as pq
 
         with damage_names(p, lambda: 0):
-            return pq.read_table(p)
+            return _without_views(pq.read_table(p))
     return rows_to_table(read_records(p))
 
 
@@ -521,7 +534,8 @@ def iter_tables(source: str | Path, *, batch_size: int = DEFAULT_BATCH_SIZE):
             import pyarrow.parquet as pq
 
             for rb in pq.ParquetFile(p).iter_batches(batch_size=batch_size):
-                yield pa.Table.from_batches([rb]), list(range(row + 1, row + rb.num_rows + 1))
+                table = _without_views(pa.Table.from_batches([rb]))
+                yield table, list(range(row + 1, row + rb.num_rows + 1))
                 row += rb.num_rows
             return
         if kind_of(p) == "jsonl":

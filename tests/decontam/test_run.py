@@ -627,3 +627,26 @@ def test_a_text_field_nested_in_a_struct_column_is_named_with_the_way_to_read_it
     msg = str(err.value)
     assert f"text field {given!r} is not a column of {src}" in msg
     assert "'q.context' is nested in column 'q'" in msg and 'path = "q.context"' in msg
+
+
+@pytest.mark.parametrize("id_field", ["id", None])
+def test_a_parquet_with_string_view_columns_runs_as_its_string_copy(
+    benchmarks_dir, tmp_path, id_field
+):
+    """Parquet written from Arrow view arrays keeps string_view; such a file was a traceback
+    (Arrow's take has no string_view kernel) instead of the run its string copy gets."""
+    aime = [json.loads(x) for x in (benchmarks_dir / "aime24.jsonl").read_text().splitlines()]
+    texts = [a["problem"] for a in aime[:3]] + ["a clean question about apples", None]
+    ids = [f"r{i}" for i in range(len(texts))]
+    runs = {}
+    for kind in (pa.string(), pa.string_view()):
+        src = tmp_path / f"{kind}.parquet"
+        pq.write_table(pa.table({"id": pa.array(ids, kind), "text": pa.array(texts, kind)}), src)
+        res = run_decontamination(
+            str(src), text_fields=["text"], id_field=id_field, out_dir=tmp_path / f"run-{kind}",
+            publish=False, config=DecontamConfig(benchmarks=["aime24"], detectors=["ngram"]),
+            data_root=str(tmp_path / "root"),
+        )  # fmt: skip
+        runs[str(kind)] = pq.read_table(res.decisions_path).select(["sample_uid", "contaminated"])
+        assert res.counts["contaminated"] == 3 and res.counts["rows_without_text"] == 1
+    assert runs["string_view"].equals(runs["string"])
