@@ -293,13 +293,13 @@ def with_provenance(
     and ``source_row`` (kept through ingest in ``metadata``; for a file input, the file and its
     row number), so evidence names rows as their owners know them."""
     n = rows.num_rows
-    sid: list[str | None] = [None] * n
+    sid: list[str | None] | pa.Array = [None] * n
     sfile: list[str | None] = [path] * n
     srow: list[int | None] = list(row_numbers) if row_numbers is not None else [None] * n
     if "source_id" in rows.column_names:
         sid = [None if x is None else str(x) for x in rows["source_id"].to_pylist()]
     elif ids is not None:
-        sid = ids.to_pylist()
+        sid = pc.cast(ids, pa.string())  # already one string per row: no Python round trip
     if "metadata" in rows.column_names and path is None:
         import polars as pl
 
@@ -308,7 +308,9 @@ def with_provenance(
         sfile = md.str.json_path_match("$.source_file").to_list()
         srow = md.str.json_path_match("$.source_row").cast(pl.Int64, strict=False).to_list()
     return (
-        decisions.append_column("source_id", pa.array(sid, pa.string()))
+        decisions.append_column(
+            "source_id", sid if isinstance(sid, pa.Array) else pa.array(sid, pa.string())
+        )
         .append_column("source_file", pa.array(sfile, pa.string()))
         .append_column("source_row", pa.array(srow, pa.int64()))
     )

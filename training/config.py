@@ -117,6 +117,11 @@ class ModelConfig:
             )
 
 
+def _whole(v: Any) -> bool:
+    """A TOML integer (``true`` is an int to Python, and would be 1)."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def _need_bool(where: str, key: str, v: Any) -> None:
     """A TOML boolean: a string such as "no" is truthy and would silently mean true."""
     if not isinstance(v, bool):
@@ -211,13 +216,13 @@ class RewardConfig:
                     hint="use 'all' (all-or-nothing) or 'fraction' (share of tests passed)",
                 )
             w = opts.get("workers", 2)
-            if not isinstance(w, int) or isinstance(w, bool) or w < 1:
+            if not _whole(w) or w < 1:
                 raise ConfigError(
                     f"{where}: options.workers must be a whole number >= 1, got {w!r}"
                 )
         if self.name == "length_penalty":
             c = opts.get("cache")
-            if c is not None and (not isinstance(c, int) or isinstance(c, bool) or c < 1):
+            if c is not None and (not _whole(c) or c < 1):
                 raise ConfigError(
                     f"{where}: options.cache must be a whole number of tokens >= 1, got {c!r}"
                 )
@@ -284,10 +289,10 @@ class StageConfig:
             raise ConfigError(f"{where}: set exactly one of epochs or steps")
         for k in ("epochs", "steps", "max_prompts"):
             v = getattr(self, k)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            if v is not None and (not _whole(v) or v < 1):
                 raise ConfigError(f"{where}: {k} must be a positive integer, got {v!r}")
         mcl = self.max_completion_length
-        if not isinstance(mcl, int) or isinstance(mcl, bool) or mcl < 1:
+        if not _whole(mcl) or mcl < 1:
             raise ConfigError(
                 f"{where}: max_completion_length must be a positive integer, got {mcl!r}"
             )
@@ -369,7 +374,7 @@ class EntropyConfig:
             ("max_new_tokens", "--max-new-tokens"),
         ):
             v = getattr(self, k)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            if not _whole(v) or v < 1:
                 raise ConfigError(f"[entropy] {k} ({flag}) must be a whole number >= 1, got {v!r}")
 
 
@@ -438,7 +443,7 @@ class TrainConfig:
         if not self.stages:
             raise ConfigError("the config has no [[stages]]", hint="add at least one stage")
         seed = self.seed
-        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
+        if not _whole(seed) or not 0 <= seed < 2**32:
             raise ConfigError(
                 f"seed must be a whole number from 0 to 2**32 - 1, got {seed!r}", hint="seed = 0"
             )

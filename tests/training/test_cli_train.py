@@ -38,6 +38,18 @@ def _write_config(path: Path, tiny_model: Path, pool: str, **stage) -> Path:
     return path
 
 
+def _export_verl_argv(cfg: Path, out: Path, pool_catalog) -> list[str]:
+    return [
+        "train",
+        "export-verl",
+        str(cfg),
+        "--out",
+        str(out),
+        "--root",
+        str(pool_catalog["root"]),
+    ]
+
+
 def _main(argv):
     with pytest.raises(SystemExit) as e:
         main(argv)
@@ -356,15 +368,7 @@ def test_export_verl_max_prompt_length_keeps_every_prompt(tiny_model, pool_catal
     long_system = " ".join(["Think carefully and check every step."] * 200)
     cfg.write_text(cfg.read_text() + f"[prompt]\nsystem = {json.dumps(long_system)}\n")
     out = tmp_path / "verl"
-    argv = [
-        "train",
-        "export-verl",
-        str(cfg),
-        "--out",
-        str(out),
-        "--root",
-        str(pool_catalog["root"]),
-    ]
+    argv = _export_verl_argv(cfg, out, pool_catalog)
     assert _main(argv) in (0, None)
     tok = AutoTokenizer.from_pretrained(tiny_model)
     lengths = []
@@ -408,15 +412,7 @@ def test_export_verl_rerun_into_the_same_folder_rewrites_skipped_rows(
         )
     )
     out = tmp_path / "verl"
-    argv = [
-        "train",
-        "export-verl",
-        str(cfg),
-        "--out",
-        str(out),
-        "--root",
-        str(pool_catalog["root"]),
-    ]
+    argv = _export_verl_argv(cfg, out, pool_catalog)
     counts = []
     for _ in range(2):
         assert _main(argv) in (0, None)
@@ -485,15 +481,7 @@ def test_export_verl_rerun_leaves_exactly_the_new_export(
     cfg.write_text(one_stage)
     res = export_verl(load_train_config(cfg), out, catalog=cat)
     assert sorted(p.name for p in (out / "data").iterdir()) == ["math.parquet", "mine.parquet"]
-    argv = [
-        "train",
-        "export-verl",
-        str(cfg),
-        "--out",
-        str(out),
-        "--root",
-        str(pool_catalog["root"]),
-    ]
+    argv = _export_verl_argv(cfg, out, pool_catalog)
     assert _main(argv) in (0, None)
     assert f"{out / 'data' / 'mine.parquet'} is not part of this export" in capsys.readouterr().err
     assert [p.name for p in (out / "stages").iterdir()] == ["math.yaml"]

@@ -303,6 +303,30 @@ def test_a_missing_local_model_folder_is_named_as_such(tmp_path):
     assert "no such folder" in str(e.value) and "Repo id" not in str(e.value)
 
 
+def _checkpoint_manifest(beta: float | None = None) -> dict:
+    """The run manifest register_checkpoint reads, for a one-stage config (``beta`` sets
+    [trl] beta, so two values are two configs)."""
+    raw = {
+        "name": "same",
+        "model": {"name_or_path": "m"},
+        "rewards": [{"name": "math_accuracy"}],
+        "stages": [{"name": "s", "pools": ["p@latest"], "epochs": 1}],
+    }
+    if beta is not None:
+        raw["trl"] = {"beta": beta}
+    cfg = TrainConfig.from_dict(raw)
+    return {
+        "name": "same",
+        "config": cfg.to_dict(),
+        "config_hash": cfg.hash(),
+        "consumed": [],
+        "versions": {},
+        "base_model": {},
+        "allow_uncleaned": False,
+        "stages": [],
+    }
+
+
 def test_same_weights_from_two_configs_are_two_checkpoint_versions(pool_catalog, tmp_path):
     """A checkpoint's version must lead to its own config: identical weights from another
     config resolved to the first run's record (its config and run directory)."""
@@ -313,28 +337,7 @@ def test_same_weights_from_two_configs_are_two_checkpoint_versions(pool_catalog,
     ckpt = tmp_path / "run" / "checkpoints" / "s"
     ckpt.mkdir(parents=True)
     (ckpt / "model.safetensors").write_bytes(b"same weights")
-    refs = []
-    for beta in (0.0, 0.1):
-        cfg = TrainConfig.from_dict(
-            {
-                "name": "same",
-                "model": {"name_or_path": "m"},
-                "rewards": [{"name": "math_accuracy"}],
-                "stages": [{"name": "s", "pools": ["p@latest"], "epochs": 1}],
-                "trl": {"beta": beta},
-            }
-        )
-        man = {
-            "name": "same",
-            "config": cfg.to_dict(),
-            "config_hash": cfg.hash(),
-            "consumed": [],
-            "versions": {},
-            "base_model": {},
-            "allow_uncleaned": False,
-            "stages": [],
-        }
-        refs.append(register_checkpoint(cat, ckpt, man))
+    refs = [register_checkpoint(cat, ckpt, _checkpoint_manifest(beta)) for beta in (0.0, 0.1)]
     assert refs[0] != refs[1]
     assert [cat.resolve(r).config["trl"]["beta"] for r in refs] == [0.0, 0.1]
 
@@ -393,24 +396,7 @@ def test_same_weights_in_two_run_folders_are_two_checkpoint_versions(tmp_path):
     from training.grpo import register_checkpoint
 
     cat = Catalog(str(tmp_path / "root"))
-    cfg = TrainConfig.from_dict(
-        {
-            "name": "same",
-            "model": {"name_or_path": "m"},
-            "rewards": [{"name": "math_accuracy"}],
-            "stages": [{"name": "s", "pools": ["p@latest"], "epochs": 1}],
-        }
-    )
-    man = {
-        "name": "same",
-        "config": cfg.to_dict(),
-        "config_hash": cfg.hash(),
-        "consumed": [],
-        "versions": {},
-        "base_model": {},
-        "allow_uncleaned": False,
-        "stages": [],
-    }
+    man = _checkpoint_manifest()
     refs = []
     for run in ("run-a", "run-b"):
         ckpt = tmp_path / run / "checkpoints" / "s"
