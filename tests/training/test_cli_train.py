@@ -390,7 +390,12 @@ def test_entropy_sweep_from_a_config_stage_samples_that_stages_rows(
     math pool has none. It sampled the math prompts, so its proposal was for other prompts
     than temperature = "auto" uses in the run."""
     cfg = _write_config(tmp_path / "t.toml", tiny_model, pool_catalog["math"], domains=["code"])
-    cfg.write_text(cfg.read_text() + "[entropy]\ntemperatures = [0.7]\nnum_prompts = 1\n")
+    # a code stage needs a reward that scores code (the config refuses it otherwise)
+    cfg.write_text(
+        cfg.read_text()
+        + "[entropy]\ntemperatures = [0.7]\nnum_prompts = 1\n"
+        + '[[rewards]]\nname = "code_pass_rate"\n'
+    )
     root = str(pool_catalog["root"])
     r = subprocess.run(
         [SLUICE, "train", "entropy-sweep", "--config", str(cfg), "--root", root],
