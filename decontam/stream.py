@@ -725,12 +725,28 @@ def _run_streamed_input(
     raise AssertionError("unreachable")
 
 
+# more scan processes than this per core only add memory: each holds its own fitted detectors
+_MAX_WORKERS_PER_CORE = 4
+
+
 def _stream_workers(config: DecontamConfig, rows: int) -> int:
     """Scan processes for a streamed input: ``config.workers``, or with 0 one per CPU core
-    when the input holds at least 4 batches (worker start and fit cost seconds)."""
-    if config.workers:
-        return config.workers
+    when the input holds at least 4 batches (worker start and fit cost seconds). Never more
+    than the input's batches (a worker without a batch would only fit its detectors); more
+    than ``_MAX_WORKERS_PER_CORE`` per core is refused (``--workers 1000`` started a thousand
+    processes, each loading the detectors)."""
     cores = _cpu_cores()
+    if config.workers:
+        limit = _MAX_WORKERS_PER_CORE * cores
+        if config.workers > limit:
+            raise ConfigError(
+                f"--workers {config.workers} is more than {limit} scan processes "
+                f"({_MAX_WORKERS_PER_CORE} per CPU core; this machine has {cores}): each "
+                "holds its own fitted detectors, so they add memory, not speed",
+                hint=f"use --workers 0 (one per core) or at most {limit}",
+            )
+        batches = -(-rows // config.stream_rows) if config.stream_rows else 1
+        return max(1, min(config.workers, batches))
     if cores < 2:
         return 1
     return cores if rows >= 4 * config.stream_rows else 1

@@ -121,7 +121,7 @@ def run(
         None,
         "--workers",
         help="scan processes for the input's batches (default: one per core for inputs of "
-        ">= 4 batches of 50k rows; 1 = none)",
+        ">= 4 batches of 50k rows; 1 = none; at most 4 per core, never more than batches)",
     ),
     root: str | None = typer.Option(
         None, "--root", help="data root (default $SLUICE_DATA_ROOT or ./.sluice)"
@@ -147,6 +147,11 @@ def run(
                 f"{flag} {value!r} names nothing",
                 hint=f"give comma-separated names, or leave {flag} out for the default set",
             )
+    if workers is not None and workers < 0:
+        raise ConfigError(
+            f"--workers must be >= 0, got {workers}",
+            hint="0 = one scan process per CPU core, 1 = scan in this process",
+        )
     cfg = load_config_file(config_file) if config_file else DecontamConfig()
     if policy_file:
         cfg = dataclasses.replace(

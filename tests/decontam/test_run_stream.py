@@ -265,12 +265,43 @@ def test_cli_prints_progress_lines_and_detector_times_without_a_terminal(pools_d
     assert re.search(r"whole run \(wall\)\s*│\s*[\d.]+ s, [\d,]+ rows/s", r.stderr), r.stderr
     run = json.loads((tmp_path / "o" / "run.json").read_text())
     assert run["timings"]["detectors"]["ngram"]["texts"] == 1530
-    # with two scan workers the detector and stage times say they are summed over them
+    # with two scan workers the detector and stage times say they are summed over them (the
+    # pool in batches of 400 rows: a one-batch input gets one scan process whatever --workers)
     args[-1] = str(tmp_path / "o2")
-    r = subprocess.run([sluice, *args, "--workers", "2"], capture_output=True, text=True,
-                       env=env, timeout=600)  # fmt: skip
+    (tmp_path / "small.toml").write_text("stream_rows = 400\n")
+    r = subprocess.run([sluice, *args, "--workers", "2", "--config", str(tmp_path / "small.toml")],
+                       capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "ngram scan time (2 workers, summed)" in r.stderr, r.stderr
+    # --workers is checked: negative values and counts no machine should start are one line
+    for value, said in (("-1", "--workers must be >= 0, got -1"), ("100000", "--workers 100000")):
+        args[-1] = str(tmp_path / f"o{value}")
+        r = subprocess.run([sluice, *args, "--workers", value], capture_output=True, text=True,
+                           env=env, timeout=600)  # fmt: skip
+        assert r.returncode != 0 and said in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr and not (tmp_path / f"o{value}").exists()
+
+
+def test_workers_are_capped_at_the_batches_and_refused_past_four_per_core(
+    pools_dir, tmp_path, monkeypatch
+):
+    """A worker without a batch only fits detectors: a 1,530-row input in 1,000-row batches
+    gets two scan processes when eight are asked for (the run records what it used), and
+    more than four per core is refused before any process starts."""
+    import decontam.stream as stream_mod
+    from curation.errors import ConfigError
+
+    src = _pool(pools_dir, tmp_path / "pool.jsonl")
+    r = _run(src, tmp_path / "o", tmp_path / "root", stream_rows=1000, detectors=("ngram",),
+             workers=8)  # fmt: skip
+    assert r.manifest["timings"]["workers"] == 2
+    one = _run(src, tmp_path / "o1", tmp_path / "r1", stream_rows=1000, detectors=("ngram",))
+    assert one.counts == r.counts
+    monkeypatch.setattr(stream_mod, "_cpu_cores", lambda: 2)
+    with pytest.raises(ConfigError, match=r"--workers 9 is more than 8 scan processes"):
+        _run(src, tmp_path / "o9", tmp_path / "root", stream_rows=1000, detectors=("ngram",),
+             workers=9)  # fmt: skip
+    assert not (tmp_path / "o9").exists()
 
 
 def test_a_dead_scan_worker_is_one_error_and_leaves_no_run_dir(pools_dir, tmp_path):
