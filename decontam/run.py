@@ -357,6 +357,13 @@ def sample_uids(
         if ids.null_count:
             row = row_of(pc.index(pc.is_null(ids), True).as_py())
             raise InputError("id is missing", file=source, row=row, field=id_field)
+        blank = pc.equal(pc.utf8_trim_whitespace(ids), "")
+        if pc.any(blank).as_py():  # an empty id names no row in the evidence or the reports
+            row = row_of(pc.index(blank, True).as_py())
+            raise InputError(
+                "id is empty", file=source, row=row, field=id_field,
+                hint="every row needs a non-blank id; pick another --id-field or fill it in",
+            )  # fmt: skip
         if pc.count_distinct(ids).as_py() != len(ids):
             seen: dict[str, int] = {}
             for i, v in enumerate(ids.to_pylist()):
@@ -365,7 +372,9 @@ def sample_uids(
                 seen[v] = row_of(i)
         return ids
     if "uid" in table.column_names and pc.count_distinct(table["uid"]).as_py() == table.num_rows:
-        return pc.cast(table["uid"], pa.string()).combine_chunks()
+        uid = pc.cast(table["uid"], pa.string()).combine_chunks()
+        if not pc.any(pc.equal(pc.utf8_trim_whitespace(uid), "")).as_py():
+            return uid
     return pa.array([f"row-{i}" for i in range(1, table.num_rows + 1)], pa.string())
 
 

@@ -213,6 +213,13 @@ def test_streamed_run_names_file_and_row_of_a_bad_line_or_duplicate_id(pools_dir
     with pytest.raises(InputError, match="mixed types: this row holds a value of type int") as e:
         _run(mixed, tmp_path / "o3", tmp_path / "r", stream_rows=400, detectors=("ngram",))
     assert e.value.row == len(lines) + 1
+    # a blank id in a later batch names no row of the evidence: refused with its row
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("\n".join([*lines, json.dumps({"uid": " ", "text": "a text"})]) + "\n")
+    with pytest.raises(InputError, match="id is empty") as e:
+        _run(blank, tmp_path / "o4", tmp_path / "r", stream_rows=400, detectors=("ngram",))
+    assert (e.value.row, e.value.field) == (len(lines) + 1, "uid")
+    assert not (tmp_path / "o4").exists()
 
 
 def test_progress_without_a_terminal_logs_rows_rate_and_eta():
