@@ -31,8 +31,14 @@ class NotFoundError(SluiceError):
     """A file, dataset, version, map or benchmark does not exist."""
 
 
+class DatasetRef(str):
+    """A catalog reference (``name@version``) where an error's ``file`` goes: :class:`InputError`
+    calls it a dataset, not a file (a plain ``str`` everywhere else)."""
+
+
 class InputError(SluiceError):
-    """Input data is malformed. Carries the location so it can be reported precisely."""
+    """Input data is malformed. Carries the location so it can be reported precisely
+    (``file``: a path, or a :class:`DatasetRef` for a catalog version)."""
 
     def __init__(
         self,
@@ -46,7 +52,9 @@ class InputError(SluiceError):
         where = ", ".join(
             p
             for p in (
-                f"file {file}" if file else "",
+                (f"dataset {file}" if isinstance(file, DatasetRef) else f"file {file}")
+                if file
+                else "",
                 f"row {row}" if row is not None else "",
                 f"field {field!r}" if field else "",
             )

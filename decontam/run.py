@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from curation import rundir
-from curation.errors import ConfigError, InputError, NotFoundError, did_you_mean
+from curation.errors import ConfigError, DatasetRef, InputError, NotFoundError, did_you_mean
 from decontam.base import MATCH_SCHEMA, TEXT_TABLE_SCHEMA, Detector, empty_matches
 from decontam.policy import PolicyConfig, decide
 from decontam.registry import DEFAULT_DETECTORS, detector_class
@@ -1303,7 +1303,7 @@ def run_decontamination(
             publish=publish, publish_as=publish_as,
         )  # fmt: skip
     inp = read_input(input, catalog=catalog)
-    source = inp.ref or inp.path or input
+    source = DatasetRef(inp.ref) if inp.ref else inp.path or input
     texts = prepare_text_table(inp.table, text_fields, id_field, source=source)
     uids = sample_uids(inp.table, id_field, source=source)
     bset, root, dets, fit = _fit(config, benchmarks_dir, allow_benchmark_mismatch, data_root)

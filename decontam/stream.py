@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from curation.errors import ConfigError, InputError
+from curation.errors import ConfigError, DatasetRef, InputError
 from decontam.base import TEXT_TABLE_SCHEMA, Detector, empty_matches
 from decontam.run import (
     _MATCH_SORT,
@@ -393,7 +393,7 @@ def _open_source(
     inp = InputData(
         pa.table({}), v.ref, None, v.name, v.version, v.content_hash, ingest_accounting(cat, v.ref)
     )
-    return _Source(inp, v.ref, v.num_rows, tables())
+    return _Source(inp, DatasetRef(v.ref), v.num_rows, tables())
 
 
 def _missing_field(name, id_field, tbl, rows, source, *, json_rows: bool) -> ConfigError:

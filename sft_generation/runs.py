@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from curation.errors import ConfigError, InputError
+from curation.errors import ConfigError, DatasetRef, InputError
 from sft_generation.build import SFTBuildResult, build_sft, rows_from_sft_samples
 from sft_generation.config import FilterConfig, TeacherConfig
 from sft_generation.generate import GenerateResult, generate_responses, pool_problems, publish_raw
@@ -70,7 +70,7 @@ def generate_from_pool(
     table = cat.load(ref)
     if limit is not None:
         table = table.slice(0, limit)
-    problems = pool_problems(table, ref)
+    problems = pool_problems(table, DatasetRef(ref))
     res = generate_responses(
         problems,
         teacher=teacher,
@@ -130,7 +130,7 @@ def build_from_ref(
         rows = table.to_pylist()
         pool_ref = pool_ref or _pool_of(cat, ref)
     elif kind == "sft_sample/1":
-        rows = rows_from_sft_samples(table, source=ref)
+        rows = rows_from_sft_samples(table, source=DatasetRef(ref))
     else:
         raise InputError(
             f"{ref} is not a set of responses (schema {kind!r})",

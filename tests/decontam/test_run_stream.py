@@ -561,6 +561,7 @@ def test_streamed_catalog_input_errors_are_one_line_naming_the_version(pools_dir
     with pytest.raises(InputError, match="expected text") as e:
         run_decontamination(ref, text_fields=["prompt", "level"], out_dir=tmp_path / "o2", **kw)
     assert (e.value.file, e.value.row, e.value.field) == (ref, 1, "level")
+    assert str(e.value).startswith(f"dataset {ref}, row 1, field 'level': ")  # not "file"
     assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
     assert cat.datasets() == ["aime"]
 
