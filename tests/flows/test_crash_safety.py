@@ -129,3 +129,51 @@ def test_kill_inside_the_publish_transaction_then_rerun(tmp_path, pool, referenc
     results = curate_flow(config_path=str(cfg))
     assert _refs(results) == reference(pool, 1)
     assert len(_catalog_state(root)) == len(state) + 2  # + decontaminated, excluded
+
+
+def test_sigterm_under_prefect_ends_the_run_server_and_all_then_rerun(
+    tmp_path, pool, reference, benchmarks_dir
+):
+    """A scheduler stopping `sluice run` (SIGTERM) while it decontaminates: one line, exit 143,
+    the flow runs recorded as crashed, and nothing of the process group left running (the
+    temporary Prefect server `sluice run` started for itself included); the rerun publishes
+    what an uninterrupted run publishes."""
+    from flows.curate import curate_flow
+
+    root = tmp_path / "root"
+    cfg = write_config(tmp_path / "p.toml", pool, data_root=root)
+    marker = tmp_path / "marker"
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(
+        PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        SLUICE_FLOWS_TEST_HOOK="decontaminate", SLUICE_FLOWS_TEST_HOOK_MARKER=str(marker),
+    )  # fmt: skip
+    sluice = str(Path(sys.executable).with_name("sluice"))
+    proc = subprocess.Popen([sluice, "run", str(cfg)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while not marker.exists():
+            if proc.poll() is not None:
+                pytest.fail(f"run ended before the hook: {proc.stderr.read()[-2000:]}")
+            assert time.monotonic() < deadline, "hook not reached in 300 s"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert err.rstrip().endswith("sluice: stopped by SIGTERM"), err[-2000:]
+    assert "Crashed(" in err and "Traceback" not in err
+    deadline = time.monotonic() + 30
+    while True:  # the group is empty once its processes are reaped (killpg(0) then fails)
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        assert time.monotonic() < deadline, "processes of the stopped run are still running"
+        time.sleep(0.2)
+    assert not [r for r in _catalog_state(root) if ".decontaminated@" in r]
+    assert _refs(curate_flow(config_path=str(cfg))) == reference(pool, 1)
