@@ -612,6 +612,16 @@ def split_ref(ref: str) -> tuple[str, str]:
     return name, (version or "latest")
 
 
+def _writable(folder: Path) -> bool:
+    """Whether files can be created in ``folder`` (``os.access`` says yes to root on a
+    directory of a read-only mount, so this asks the file system)."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
+
+
 class Catalog:
     """The dataset catalog under one data root (local folder or fsspec URL)."""
 
@@ -666,8 +676,8 @@ class Catalog:
         import duckdb
 
         if not write and not self.db_path.exists():
-            self._refuse_if_lost()
-            yield None
+            with self._lost_catalog() as con:
+                yield con
             return
         with contextlib.ExitStack() as stack:
             try:
@@ -681,10 +691,11 @@ class Catalog:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_EX if write else fcntl.LOCK_SH)
                 stack.callback(fcntl.flock, lock.fileno(), fcntl.LOCK_UN)
             if not self.db_path.exists():
-                self._refuse_if_lost()
                 if not write:
-                    yield None
+                    with self._lost_catalog() as con:
+                        yield con
                     return
+                self._refuse_if_lost()
             try:
                 con = duckdb.connect(str(self.db_path), read_only=not write)
                 stack.callback(con.close)
@@ -712,6 +723,28 @@ class Catalog:
             hint=f"run `sluice datasets rebuild --root {self.root}` to restore it from the "
             "version manifests stored next to the objects",
         )
+
+    @contextlib.contextmanager
+    def _lost_catalog(self) -> Iterator[Any]:
+        """For reading a root without its catalog file: None when nothing was published there;
+        where the catalog cannot be written back (a read-only mount or archive of a data root
+        that was copied without ``catalog.duckdb``), the catalog restored from the version
+        manifests in memory, as ``sluice datasets rebuild`` would write it (which cannot run
+        there: it listed nothing until the root was copied somewhere writable); otherwise the
+        error naming ``sluice datasets rebuild``."""
+        if not self._has_manifests():
+            yield None
+            return
+        if not (self.is_local and self._meta_dir.is_dir() and not _writable(self._meta_dir)):
+            self._refuse_if_lost()
+        import duckdb
+
+        con = duckdb.connect(":memory:")
+        try:
+            self._restore_into(con, self._restorable_manifests()[0])
+            yield con
+        finally:
+            con.close()
 
     def _refuse_if_lost(self) -> None:
         """No catalog file, but manifests say versions exist: never answer 'no datasets'."""
@@ -1395,6 +1428,67 @@ class Catalog:
             return "field 'group' must be null or an object with a list of member refs"
         return None
 
+    def _restorable_manifests(self) -> tuple[dict[str, dict[str, Any]], list[str]]:
+        """The version manifests a rebuild restores (by ref), and why the others are not: an
+        unreadable manifest, a missing object or one of the wrong size, a group not complete."""
+        manifests: dict[str, dict[str, Any]] = {}
+        skipped: list[str] = []
+        for p in sorted(self._manifest_paths()):
+            try:
+                with self.fs.open(p, "rb") as f:
+                    m = json.loads(f.read())
+                problem = self._manifest_problem(m)
+                if problem:
+                    raise ValueError(problem)
+                ref = f"{m['name']}@{m['version']}"
+            except (OSError, ValueError) as exc:
+                skipped.append(f"{p}: unreadable manifest ({exc})")
+                continue
+            obj = self._abs(m["object_path"])
+            check = self._read_check(m["content_hash"])
+            if not self.fs.exists(obj):
+                skipped.append(f"{ref}: object file missing")
+            elif check is not None and self.fs.size(obj) != check.get("size"):
+                skipped.append(f"{ref}: object file has the wrong size")
+            else:
+                manifests[ref] = m
+        for ref, m in list(manifests.items()):
+            g = m.get("group")
+            if g and not all(r in manifests for r in g.get("members", [])):
+                skipped.append(f"{ref}: published with {g['members']}, not all restorable")
+                del manifests[ref]
+        return manifests, skipped
+
+    def _restore_into(self, con: Any, manifests: dict[str, dict[str, Any]]) -> list[tuple]:
+        """Create the catalog tables on ``con`` and fill them from ``manifests`` (one
+        transaction); returns the publications restored."""
+        for stmt in _DDL:
+            con.execute(stmt)
+        con.execute("BEGIN TRANSACTION")
+        pubs = []
+        for m in manifests.values():
+            con.execute(
+                "INSERT INTO versions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    m["name"], m["version"], m["content_hash"], m["hash_algo"],
+                    m["num_rows"], m["num_bytes"], _json(m["schema"]),
+                    _json(m["parents"]), m["step"], _json(m["config"]),
+                    _json(m["code_version"]), _json(m["metadata"]), m["object_path"],
+                    m["created_at"],
+                ],
+            )  # fmt: skip
+            pubs += [(q, t, m["name"], m["version"]) for q, t in m["publications"]]
+        for seq, (_, t, name, version) in enumerate(sorted(pubs), start=1):
+            con.execute(
+                "INSERT INTO publications VALUES (?, ?, ?, ?)", [seq, name, version, t]
+            )
+        con.execute(
+            "INSERT INTO catalog_info VALUES ('schema_version', ?), ('manifests', '1')",
+            [str(CATALOG_SCHEMA_VERSION)],
+        )
+        con.execute("COMMIT")
+        return pubs
+
     def rebuild(self) -> dict[str, Any]:
         """Recreate ``catalog.duckdb`` from the version manifests next to the objects.
 
@@ -1412,32 +1506,7 @@ class Catalog:
         self._meta_dir.mkdir(parents=True, exist_ok=True)
         with open(self.lock_path, "a+b") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-            manifests: dict[str, dict[str, Any]] = {}
-            skipped: list[str] = []
-            for p in sorted(self._manifest_paths()):
-                try:
-                    with self.fs.open(p, "rb") as f:
-                        m = json.loads(f.read())
-                    problem = self._manifest_problem(m)
-                    if problem:
-                        raise ValueError(problem)
-                    ref = f"{m['name']}@{m['version']}"
-                except (OSError, ValueError) as exc:
-                    skipped.append(f"{p}: unreadable manifest ({exc})")
-                    continue
-                obj = self._abs(m["object_path"])
-                check = self._read_check(m["content_hash"])
-                if not self.fs.exists(obj):
-                    skipped.append(f"{ref}: object file missing")
-                elif check is not None and self.fs.size(obj) != check.get("size"):
-                    skipped.append(f"{ref}: object file has the wrong size")
-                else:
-                    manifests[ref] = m
-            for ref, m in list(manifests.items()):
-                g = m.get("group")
-                if g and not all(r in manifests for r in g.get("members", [])):
-                    skipped.append(f"{ref}: published with {g['members']}, not all restorable")
-                    del manifests[ref]
+            manifests, skipped = self._restorable_manifests()
             # built beside the catalog and renamed into place only when complete: a rebuild
             # killed half way leaves the old file where it was (and this scratch file, removed
             # by the next rebuild), never an empty catalog that reads as "no datasets"
@@ -1446,31 +1515,7 @@ class Catalog:
                 leftover.unlink(missing_ok=True)
             con = duckdb.connect(str(new_db))
             try:
-                for stmt in _DDL:
-                    con.execute(stmt)
-                con.execute("BEGIN TRANSACTION")
-                pubs = []
-                for m in manifests.values():
-                    con.execute(
-                        "INSERT INTO versions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        [
-                            m["name"], m["version"], m["content_hash"], m["hash_algo"],
-                            m["num_rows"], m["num_bytes"], _json(m["schema"]),
-                            _json(m["parents"]), m["step"], _json(m["config"]),
-                            _json(m["code_version"]), _json(m["metadata"]), m["object_path"],
-                            m["created_at"],
-                        ],
-                    )  # fmt: skip
-                    pubs += [(q, t, m["name"], m["version"]) for q, t in m["publications"]]
-                for seq, (_, t, name, version) in enumerate(sorted(pubs), start=1):
-                    con.execute(
-                        "INSERT INTO publications VALUES (?, ?, ?, ?)", [seq, name, version, t]
-                    )
-                con.execute(
-                    "INSERT INTO catalog_info VALUES ('schema_version', ?), ('manifests', '1')",
-                    [str(CATALOG_SCHEMA_VERSION)],
-                )
-                con.execute("COMMIT")
+                pubs = self._restore_into(con, manifests)
                 con.execute("CHECKPOINT")
             finally:
                 con.close()

@@ -125,6 +125,34 @@ def test_read_only_root_reads_work_and_writes_are_one_line(aime_head, tmp_path):
     assert not (out / "r2").exists()  # the failed run left no run directory
 
 
+def test_read_only_root_copied_without_its_catalog_file_is_read_from_the_manifests(
+    aime_head, tmp_path
+):
+    """A data root copied without catalog.duckdb (the version manifests beside the objects
+    hold everything) and mounted read-only: `sluice datasets rebuild` cannot write there, so
+    reads restore the catalog in memory; a writable root still says to rebuild."""
+    root = tmp_path / "root"
+    ingest = _sluice("ingest", str(aime_head), "--map", "ttrl", "--name", "aime", root=root)
+    assert ingest.returncode == 0, ingest.stderr
+    before = _sluice("datasets", "list", "--json", root=root)
+    (root / "catalog.duckdb").unlink()
+    line = _one_error_line(_sluice("datasets", "list", root=root))
+    assert "sluice datasets rebuild" in line, line
+    out = tmp_path / "out"
+    out.mkdir()
+    env = f"SLUICE_DATA_ROOT={root} XDG_CACHE_HOME={tmp_path / 'cache'}"
+    p = _in_mount_namespace(
+        f"mount --bind {root} {root} && mount -o remount,bind,ro {root}\n"
+        f"{env} {SLUICE} datasets list --json > {out}/list.json; echo list=$? >&2\n"
+        f"{env} {SLUICE} datasets verify aime; echo verify=$? >&2\n"
+        f"{env} {SLUICE} datasets show aime@latest > /dev/null; echo show=$? >&2\n",
+        tmp_path,
+    )
+    assert "list=0" in p.stderr and "verify=0" in p.stderr and "show=0" in p.stderr, p.stderr
+    assert json.loads((out / "list.json").read_text()) == json.loads(before.stdout)
+    assert not (root / "catalog.duckdb").exists()
+
+
 def test_out_that_is_a_file_or_not_writable_is_refused_before_the_scan(aime_head, tmp_path):
     a_file = tmp_path / "taken"
     a_file.write_text("x")
