@@ -1479,9 +1479,7 @@ class Catalog:
             )  # fmt: skip
             pubs += [(q, t, m["name"], m["version"]) for q, t in m["publications"]]
         for seq, (_, t, name, version) in enumerate(sorted(pubs), start=1):
-            con.execute(
-                "INSERT INTO publications VALUES (?, ?, ?, ?)", [seq, name, version, t]
-            )
+            con.execute("INSERT INTO publications VALUES (?, ?, ?, ?)", [seq, name, version, t])
         con.execute(
             "INSERT INTO catalog_info VALUES ('schema_version', ?), ('manifests', '1')",
             [str(CATALOG_SCHEMA_VERSION)],
