@@ -18,7 +18,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -114,15 +116,33 @@ def _owner_tag() -> str:
     return f"{socket.gethostname().replace('-', '_')}-{os.getpid()}-"
 
 
+_UNNAMED_STALE_S = 7 * 24 * 3600
+
+
+def _stale(folder: Path, now: float) -> bool:
+    """Nothing in ``folder`` (itself included) was modified in the last ``_UNNAMED_STALE_S``."""
+    try:
+        times = [folder.lstat().st_mtime] + [f.lstat().st_mtime for f in folder.rglob("*")]
+    except OSError:
+        return False
+    return now - max(times) > _UNNAMED_STALE_S
+
+
 def _collect_dead(out: Path) -> None:
     """Remove ``out``'s temporary siblings (``.partial-``, ``.old-``) whose writer was a
     process of this host that is gone (SIGKILL, the OOM killer, a power cut): nothing else
     ever removes them, so a nightly run into the same --out piled up a hidden copy of its
-    Parquet files per killed night. A live writer's folder, another host's (a shared file
-    system) and an unnamed (older) one are left alone."""
+    Parquet files per killed night. A live writer's folder and another host's (a shared file
+    system) are left alone; an unnamed one (``<12 hex digits>``, written before folders named
+    their writer) only when nothing in it changed for ``_UNNAMED_STALE_S`` (no run takes a
+    week, and its writer cannot be asked)."""
     import glob
 
+    now = time.time()
     for marker in (_PARTIAL, _OLD):
+        for sib in out.parent.glob(glob.escape(f".{out.name}{marker}") + "?" * 12):
+            if re.fullmatch(r"[0-9a-f]{12}", sib.name[-12:]) and _stale(sib, now):
+                shutil.rmtree(sib, ignore_errors=True)
         head = f".{out.name}{marker}{_owner_tag().split('-', 1)[0]}-"
         for sib in out.parent.glob(glob.escape(head) + "*-*"):
             pid = sib.name[len(head) :].split("-", 1)[0]

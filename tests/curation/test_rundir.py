@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from curation import rundir
@@ -42,3 +43,23 @@ def test_the_partial_folder_of_a_killed_run_is_removed_by_the_next_run(tmp_path)
     finally:
         live.kill()
         live.wait()
+
+
+def test_unnamed_partial_folders_of_older_versions_go_once_a_week_untouched(tmp_path):
+    """Before folders named their writer they were ``.<out>.partial-<12 hex>``: whether their
+    writer lives cannot be asked, so one goes only when nothing in it changed for a week; a
+    recent one, and a folder of another name, stay."""
+    out = tmp_path / "run"
+    old = tmp_path / ".run.partial-0123456789ab"
+    recent = tmp_path / ".run.old-abcdef012345"
+    other = tmp_path / ".run.partial-notours12345"
+    for d in (old, recent, other):
+        d.mkdir()
+        (d / "matches.parquet").write_bytes(b"x")
+    week_ago = time.time() - 8 * 24 * 3600
+    for p in (old, old / "matches.parquet", other, other / "matches.parquet"):
+        os.utime(p, (week_ago, week_ago))
+    os.utime(recent, (week_ago, week_ago))  # its file was written just now
+    tmp = rundir.start(out, kind=KIND)
+    assert not old.exists() and recent.is_dir() and other.is_dir()
+    rundir.abandon(tmp)
