@@ -793,41 +793,6 @@ def outputs_match(expected: str, got: str, float_tolerance: float | None = None)
     return True
 
 
-# The functional-test harness. It runs the solution and the test inside the sandbox and prints
-# a per-run random nonce as its very last act: a pass needs the nonce, so a solution that exits
-# early (sys.exit(0), os._exit) or kills the interpreter can never pass. The nonce arrives in the
-# environment and is removed before the solution runs. A solution that *deliberately* digs it out
-# of /proc/self/environ could forge a pass; this harness defends against accidents, not malice.
-_HARNESS = r"""
-import json, os, sys
-_nonce = os.environ.pop("SLUICE_NONCE", "")
-def _main():
-    spec = json.load(open("/sandbox/spec.json", encoding="utf-8"))
-    ns = {"__name__": "solution", "__builtins__": __builtins__}
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
-    exec(compile(open("/sandbox/solution.py", encoding="utf-8").read(), "solution.py", "exec"), ns)
-    candidate = eval(spec["entry_point"], ns)
-    if spec["output"] is None:
-        exec(compile(spec["input"], "test.py", "exec"), ns)
-        if "check" not in ns:
-            raise SystemExit("test code defines no check(candidate) function")
-        ns["check"](candidate)
-        got = None
-        ok = True
-    else:
-        ns["_sluice_candidate"] = candidate
-        got = eval("_sluice_candidate(" + spec["input"] + ")", ns)
-        lit = {"null": None, "true": True, "false": False, "inf": float("inf")}
-        expected = eval(spec["output"], dict(ns, **lit))
-        ok = got == expected
-        if not ok and isinstance(got, float) and isinstance(expected, (int, float)):
-            ok = abs(got - expected) <= 1e-6 * max(1.0, abs(expected))
-    sys.stdout.flush()
-    print("\n" + _nonce + " " + json.dumps({"ok": bool(ok), "got": repr(got)[:2000]}), flush=True)
-_main()
-"""
-
-
 def _grade_stdin(
     cfg: SandboxConfig, d: str, t: TestCase, idx: int, tl: float
 ) -> tuple[TestOutcome, ExecutionResult]:
@@ -843,30 +808,89 @@ def _grade_stdin(
 def _grade_functional(
     cfg: SandboxConfig, solution: str, t: TestCase, idx: int, tl: float
 ) -> tuple[TestOutcome, ExecutionResult]:
+    """One functional test in one sandbox run. Expected values that are literals are compared
+    here, outside the sandbox (``rl_pools.functional``: the solution runs in the harness's
+    process and could decide an in-process comparison for it); other tests run as written."""
+    from rl_pools.functional import HARNESS, REPR_BUDGET, host_plan
+
+    plan = host_plan(t.input, t.output)
+    if plan is not None:
+        spec = {"mode": "calls", "entry_point": t.entry_point,
+                "calls": [c.args for c in plan.calls]}  # fmt: skip
+        run_cfg = dataclasses.replace(
+            cfg, max_output_bytes=cfg.max_output_bytes + REPR_BUDGET * min(len(plan.calls), 64)
+        )
+    else:
+        mode = "check" if t.output is None else "pair"
+        spec = {"mode": mode, "entry_point": t.entry_point, "input": t.input, "output": t.output}
+        run_cfg = cfg
     nonce = secrets.token_hex(16)
-    spec = {"entry_point": t.entry_point, "input": t.input, "output": t.output}
-    files = {"solution.py": solution, "spec.json": json.dumps(spec), "harness.py": _HARNESS}
+    files = {"solution.py": solution, "spec.json": json.dumps(spec), "harness.py": HARNESS}
     with _HostDir(files) as d:
         argv = [f"{_SANDBOX_DIR}/harness.py"]
-        r = _run_bwrap(cfg, d, argv, b"", tl, env={"SLUICE_NONCE": nonce})
+        r = _run_bwrap(run_cfg, d, argv, (nonce + "\n").encode(), tl)
+    lines: dict[str, str] = {}
+    for line in r.stdout.splitlines():  # the harness's lines; a later one wins
+        if line.startswith(nonce + " "):
+            head, _, rest = line[len(nonce) + 1 :].partition(" ")
+            lines[head] = rest
     o = TestOutcome(idx, r.status, r.wall_s, r.reason, expected=t.output)
     o.stderr = r.stderr[-2000:]
-    verdict = None
-    for line in reversed(r.stdout.splitlines()):
-        if line.startswith(nonce + " "):
-            verdict = json.loads(line[len(nonce) + 1 :])
-            break
-    if verdict is not None:
-        o.got = verdict["got"]
-    if r.status == "passed":
-        if verdict is None:
+    if plan is not None:
+        _judge_calls(o, r, plan, lines)
+    elif r.status == "passed":
+        if "ok" in lines:
+            pass
+        elif "differs" in lines:
+            o.status, o.reason = "failed", "returned value differs from the expected output"
+            o.got = json.loads(lines["differs"])
+        else:
             o.status = "failed"
             o.reason = "the test harness did not finish (the solution exited early?)"
-        elif not verdict["ok"]:
-            o.status, o.reason = "failed", "returned value differs from the expected output"
-    elif r.status == "runtime_error" and "AssertionError" in r.stderr[-2000:]:
+    if o.status == "runtime_error" and "AssertionError" in r.stderr[-2000:]:
         o.status, o.reason = "failed", "assertion failed in check(): " + r.reason
     return o, r
+
+
+def _judge_calls(o: TestOutcome, r: ExecutionResult, plan, lines: dict[str, str]) -> None:
+    """Compare each call's returned value (read back from the harness's line) with its
+    expected value; the first call that differs, or has no line, decides."""
+    from rl_pools.functional import NotALiteral, read_literal, values_equal
+
+    for i, call in enumerate(plan.calls):
+        text = lines.get(str(i))
+        if text is None:
+            if r.status == "passed":
+                o.status = "failed"
+                o.reason = "the test harness did not finish (the solution exited early?)"
+            return  # the run's own status (runtime_error, timeout, memory, ...) says why
+        o.expected = call.expected_text
+        try:
+            sent = json.loads(text)
+        except json.JSONDecodeError:
+            sent = None
+        if isinstance(sent, dict) and isinstance(sent.get("type"), str):
+            o.status = "failed"
+            o.reason = (
+                f"call {i} returned {sent['type']!s}, not a plain value (lists, numbers, "
+                "strings, ...): returned values are compared outside the sandbox"
+            )
+            return
+        if not isinstance(sent, str):
+            o.status, o.reason = "failed", f"call {i}: the harness's line is unreadable"
+            return
+        o.got = sent[:2000]
+        try:
+            got = read_literal(sent)
+        except NotALiteral:
+            o.status, o.reason = "failed", f"call {i}: the returned value could not be read back"
+            return
+        if not values_equal(got, call.expected, tolerance=plan.tolerance):
+            o.status = "failed"
+            o.reason = "returned value differs from the expected output" + (
+                f" (assert {i + 1} of check())" if not plan.tolerance else ""
+            )
+            return
 
 
 def run_tests(

@@ -97,7 +97,14 @@ def test_functional_check_function_and_io_pairs():
     assert r.status == "failed" and r.got == "[1, 2]" and r.expected == "[0,2]"
     bad_check = "def check(candidate):\n    assert candidate([1,2], 3) == [1,0]\n"
     r2 = run_tests(LEET, [TestCase("functional", bad_check, None, "Solution().twoSum")], CFG)
-    assert r2.status == "failed" and "AssertionError" in r2.reason + r2.tests[0].stderr
+    # a check() of `assert candidate(...) == LITERAL` lines is compared outside the sandbox:
+    # the failing assert is named with its expected and returned values
+    assert r2.status == "failed" and "assert 1 of check()" in r2.reason
+    assert (r2.expected, r2.got) == ("[1,0]", "[0, 1]")
+    # helper code in check() runs in the sandbox as written: a failing assert fails the test
+    helper = "def check(candidate):\n    want = [1,0]\n    assert candidate([1,2], 3) == want\n"
+    r3 = run_tests(LEET, [TestCase("functional", helper, None, "Solution().twoSum")], CFG)
+    assert r3.status == "failed" and "AssertionError" in r3.reason + r3.tests[0].stderr
 
 
 def test_functional_harness_needs_the_nonce():

@@ -1,0 +1,145 @@
+"""Functional tests compared outside the sandbox (rl_pools.functional): the literal reader,
+which tests get a host plan, and the reward hacks an in-process comparison rewarded."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+from test_testcases import _records, _rows
+
+from rl_pools.functional import NotALiteral, host_plan, read_literal, values_equal
+from rl_pools.sandbox import SandboxConfig, TestCase, run_tests
+
+needs_bwrap = pytest.mark.skipif(
+    not os.path.exists("/usr/bin/bwrap"), reason="bubblewrap missing: apt-get install bubblewrap"
+)
+CFG = SandboxConfig(time_limit_s=5, cpu_limit_s=4, memory_mb=256)
+
+
+def test_read_literal_reads_plain_values_and_runs_nothing():
+    assert read_literal("[0,1]") == [0, 1]
+    assert read_literal(" (1, 'a', b'x', None) ") == (1, "a", b"x", None)
+    assert read_literal("[null, true, false, -3, +2.5]") == [None, True, False, -3, 2.5]
+    assert read_literal("{'a': [1, {2, 3}], (1, 2): set()}") == {"a": [1, {2, 3}], (1, 2): set()}
+    assert read_literal("-inf") == -math.inf and math.isnan(read_literal("nan"))
+    for text in ("__import__('os').system('true')", "[1] * 3", "x", "...", "1 + 2",
+                 "print(1)", "{**d}", "-'a'", "1j", "[1,", "{[1]: 2}"):  # fmt: skip
+        with pytest.raises(NotALiteral):
+            read_literal(text)
+
+
+def test_host_plan_takes_literal_asserts_and_leaves_helper_code_in_the_sandbox(pools_dir):
+    # real DeepCoder LeetCode tests: `assert candidate(...) == LITERAL` lines, then a call
+    row = json.loads(open(pools_dir / "code_deepcoder_leetcode_train.jsonl").readline())
+    code = row["tests"]["functional"]
+    plan = host_plan(code, None)
+    assert plan is not None and not plan.tolerance
+    assert [c.args for c in plan.calls][:2] == ["nums = [2,7,11,15], target = 9",
+                                                 "nums = [3,2,4], target = 6"]  # fmt: skip
+    assert [c.expected for c in plan.calls][:2] == [[0, 1], [1, 2]]
+    assert len(plan.calls) == code.count("assert candidate(")
+    pair = host_plan("nums = [3,3], target = 6", "[0,1]")
+    assert pair is not None and pair.tolerance and pair.calls[0].expected == [0, 1]
+    for test, output in (
+        ("def check(candidate):\n    want = [0]\n    assert candidate(1) == want\n", None),
+        ("def check(candidate):\n    assert candidate(1) == list_node([1])\n", None),
+        ("def check(candidate):\n    assert candidate(1) != 2\n", None),
+        ("import os\ndef check(candidate):\n    assert candidate(1) == 1\n", None),
+        ("def check(candidate):\n    pass\n", None),
+        ("1, 2", "list_node([1, 2])"),
+        ("def check(candidate:", None),
+    ):
+        assert host_plan(test, output) is None, test
+    assert values_equal(0.1 + 0.2, 0.3, tolerance=True)
+    assert not values_equal(0.1 + 0.2, 0.3, tolerance=False)
+    assert not values_equal((0, 1), [0, 1], tolerance=True)  # as `==` says
+
+
+LEET = """
+class Solution:
+    def twoSum(self, nums, target):
+        m = {}
+        for i, x in enumerate(nums):
+            if target - x in m:
+                return [m[target - x], i]
+            m[x] = i
+"""
+CHECK = (
+    "def check(candidate):\n    assert candidate(nums = [2,7,11,15], target = 9) == [0,1]\n"
+    "    assert candidate(nums = [3,3], target = 6) == [0,1]\n\n\ncheck(Solution().twoSum)"
+)
+HELPER_CHECK = "def check(candidate):\n    want = [0, 1]\n    assert candidate([3, 3], 6) == want\n"
+TESTS = {
+    "pair": TestCase("functional", "nums = [2,7,11,15], target = 9", "[0,1]", "Solution().twoSum"),
+    "check": TestCase("functional", CHECK, None, "Solution().twoSum"),
+    "check with helper code": TestCase("functional", HELPER_CHECK, None, "Solution().twoSum"),
+}
+_EQ = "    def __eq__(self, other): return True\n    def __ne__(self, other): return False\n"
+HACKS = {
+    # an object equal to everything (the reward hack RL policies find)
+    "always equal": f"class E:\n{_EQ}class Solution:\n    def twoSum(self, n, t): return E()\n",
+    "always equal in a list": f"class E:\n{_EQ}class Solution:\n"
+    "    def twoSum(self, n, t): return [E(), E()]\n",
+    "int subclass": f"class I(int):\n{_EQ}class Solution:\n"
+    "    def twoSum(self, n, t): return [I(0), I(1)] if n[0] == 2 else [I(9), I(9)]\n",
+    # the harness's nonce from its module globals, then a forged verdict
+    "nonce from __main__": "import __main__, json, os\n"
+    "for line in ('ok', '0 ' + json.dumps('[0, 1]'), json.dumps({'ok': True, 'got': '1'})):\n"
+    "    print('\\n' + str(getattr(__main__, '_nonce', '')) + ' ' + line, flush=True)\n"
+    "os._exit(0)\n",
+    # ... or from the process's initial environment
+    "nonce from /proc/self/environ": "import json, os\n"
+    "env = open('/proc/self/environ', 'rb').read().split(b'\\0')\n"
+    "n = [e.split(b'=', 1)[1].decode() for e in env if b'NONCE' in e]\n"
+    "for line in ('ok', '0 ' + json.dumps('[0, 1]')):\n"
+    "    print('\\n' + (n[0] if n else '') + ' ' + line, flush=True)\n"
+    "os._exit(0)\n",
+    # ... or from stdin, read before the harness does
+    "nonce from stdin": "import os, sys\nn = sys.stdin.readline().strip()\n"
+    "print('\\n' + n + ' ok', flush=True)\nos._exit(0)\n",
+}
+
+
+@needs_bwrap
+@pytest.mark.parametrize("hack", sorted(HACKS))
+def test_reward_hacks_do_not_pass_any_functional_test(hack):
+    """Each of these passed every functional test when the harness compared in the solution's
+    process and kept its nonce in a module global and the environment."""
+    for name, test in TESTS.items():
+        r = run_tests(HACKS[hack], [test], CFG)
+        assert r.status != "passed", (hack, name, r)
+    assert all(run_tests(LEET, [t], CFG).status == "passed" for t in TESTS.values())
+
+
+@needs_bwrap
+def test_real_leetcode_reference_solutions_pass_and_an_always_equal_answer_fails(pools_dir):
+    """LeetCodeDataset's rows with their import preamble: the reference solutions pass their
+    check(): compared outside the sandbox where it is `assert candidate(...) == LITERAL`, run
+    as written where it uses helpers (add-two-numbers' linked lists). The same class returning
+    an always-equal object passes none of them."""
+    path = pools_dir / "code_leetcodedataset_v0.2.0_train.jsonl"
+    recs = _records("leetcodedataset", _rows(path, 6))
+    planned = 0
+    for rec in recs:
+        pre = json.loads(rec["metadata"])["test_preamble"]
+        tests = [TestCase.from_any(t) for t in rec["tests"]]
+        outside = all(host_plan(t.input, t.output) is not None for t in tests)
+        planned += outside
+        ok = run_tests(pre + "\n" + rec["solutions"][0], tests, CFG)
+        assert ok.status == "passed", (rec["uid"], ok.reason)
+        hacked = (
+            rec["solutions"][0]
+            + f"\nclass _E:\n{_EQ}"
+            + (
+                "\nfor _k, _v in list(vars(Solution).items()):\n"
+                "    if callable(_v) and not _k.startswith('_'):\n"
+                "        setattr(Solution, _k, lambda self, *a, **k: _E())\n"
+            )
+        )
+        r = run_tests(pre + "\n" + hacked, tests, CFG)
+        said = "not a plain value" if outside else "compares its own way"
+        assert r.status != "passed" and said in r.reason + r.tests[0].stderr, (rec["uid"], r)
+    assert planned == 5  # one of the six (linked lists) runs its check() in the sandbox
