@@ -9,9 +9,11 @@ harness's verdict line, so printing a forged verdict and exiting passed any test
 rewarded as correct code.
 
 So the comparison leaves the sandbox. For a test with an expected value (an ``output``
-literal, or a ``check(candidate)`` made only of ``assert candidate(ARGS) == LITERAL`` lines,
-as nearly all of LeetCode's are: 2,043 of the 2,089 in DeepCoder's LeetCode files) the
-sandbox gets the arguments only; the harness prints the ``repr`` of each returned value, and
+literal, or a ``check(candidate)`` made only of ``assert candidate(ARGS) == LITERAL`` lines
+and LeetCode's linked-list and tree asserts, ``assert is_same_list(candidate(ARGS),
+list_node(LITERAL))`` / ``is_same_tree`` / ``tree_node``: every one of the 2,089 in
+DeepCoder's LeetCode files) the sandbox gets the arguments only; the harness prints the
+``repr`` of each returned value (a returned list or tree as its values), and
 the host reads it back with :func:`read_literal` (plain Python values only, never ``eval``)
 and compares it with the expected value, which never enters the sandbox. A forged line must
 then hold the right answer. Other tests (a ``check`` with helper code, an expected value
@@ -94,6 +96,7 @@ class Call:
     args: str
     expected_text: str
     expected: Any
+    shape: str = "value"  # or "list" / "tree": a returned ListNode / TreeNode, as its values
 
 
 @dataclass(frozen=True)
@@ -141,31 +144,87 @@ def host_plan(test_input: str, output: str | None) -> HostPlan | None:
         call = _assert_call(stmt, param)
         if call is None:
             return None
-        args_node, expected_node = call
+        args_node, expected_node, shape = call
         expected_text = ast.get_source_segment(test_input, expected_node)
         args_text = _args_source(test_input, args_node)
         if expected_text is None or args_text is None:
             return None
         try:
-            calls.append(Call(args_text, expected_text, _value(expected_node)))
+            value = _value(expected_node if shape == "value" else expected_node.args[0])
+            if shape != "value" and not isinstance(value, list):
+                return None
+            expected = tree_values(value) if shape == "tree" else value
+            calls.append(Call(args_text, expected_text, expected, shape))
         except (NotALiteral, TypeError, ValueError, RecursionError):
             return None
     return HostPlan(tuple(calls), tolerance=False) if calls else None
 
 
-def _assert_call(stmt: ast.stmt, param: str) -> tuple[ast.Call, ast.expr] | None:
-    """``assert PARAM(ARGS) == EXPECTED`` -> (the call, EXPECTED); else None."""
-    if not isinstance(stmt, ast.Assert) or not isinstance(stmt.test, ast.Compare):
+# LeetCode's linked-list and tree checks: `assert is_same_list(candidate(...), list_node([...]))`
+_SHAPES = {"is_same_list": ("list_node", "list"), "is_same_tree": ("tree_node", "tree")}
+
+
+def _assert_call(stmt: ast.stmt, param: str) -> tuple[ast.Call, ast.expr, str] | None:
+    """``assert PARAM(ARGS) == EXPECTED`` -> (the call, EXPECTED, "value");
+    ``assert is_same_list(PARAM(ARGS), list_node(LIT))`` -> (the call, ``list_node(LIT)``,
+    "list"), and the same for ``is_same_tree`` / ``tree_node`` ("tree"); else None."""
+    if not isinstance(stmt, ast.Assert):
         return None
-    cmp = stmt.test
-    if len(cmp.ops) != 1 or not isinstance(cmp.ops[0], ast.Eq):
-        return None
-    left = cmp.left
-    if not (
-        isinstance(left, ast.Call) and isinstance(left.func, ast.Name) and left.func.id == param
+    test = stmt.test
+    if isinstance(test, ast.Compare):
+        if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
+            return None
+        return (test.left, test.comparators[0], "value") if _calls(test.left, param) else None
+    if (
+        isinstance(test, ast.Call)
+        and isinstance(test.func, ast.Name)
+        and test.func.id in _SHAPES
+        and len(test.args) == 2
+        and not test.keywords
     ):
-        return None
-    return left, cmp.comparators[0]
+        maker, shape = _SHAPES[test.func.id]
+        got, want = test.args
+        if _calls(got, param) and _calls(want, maker) and len(want.args) == 1 and not want.keywords:
+            return got, want, shape
+    return None
+
+
+def _calls(node: ast.AST, name: str) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
+
+
+def tree_values(level_order: list) -> list:
+    """The canonical level order of the tree LeetCode's ``tree_node(level_order)`` builds: each
+    node's value, ``None`` for a missing child of a node, trailing ``None`` dropped. Two trees
+    are the same (``is_same_tree``) exactly when these lists are equal; the harness writes a
+    returned tree the same way."""
+    if not level_order or level_order[0] is None:
+        return []
+    nodes: list[list[Any]] = [[level_order[0], None, None]]  # value, left, right (indexes)
+    queue, i = [0], 1
+    head = 0
+    while head < len(queue):
+        n = queue[head]
+        head += 1
+        for side in (1, 2):
+            if i < len(level_order) and level_order[i] is not None:
+                nodes.append([level_order[i], None, None])
+                nodes[n][side] = len(nodes) - 1
+                queue.append(len(nodes) - 1)
+            i += 1
+    out: list[Any] = []
+    todo, head = [0], 0
+    while head < len(todo):
+        n = todo[head]
+        head += 1
+        if n is None:
+            out.append(None)
+            continue
+        out.append(nodes[n][0])
+        todo.extend((nodes[n][1], nodes[n][2]))
+    while out and out[-1] is None:
+        out.pop()
+    return out
 
 
 def _args_source(src: str, call: ast.Call) -> str | None:
@@ -206,6 +265,7 @@ HARNESS = r"""
 import json, os, sys
 
 MAX_REPR = 65536
+MAX_NODES = 100000
 
 
 def _harness():
@@ -270,10 +330,40 @@ def _harness():
     ns = {"__name__": "solution", "__builtins__": __builtins__}
     exec(compile(open("/sandbox/solution.py", encoding="utf-8").read(), "solution.py", "exec"), ns)
     candidate = eval(spec["entry_point"], ns)
+    def nodes_of(value, shape):
+        # a returned ListNode / TreeNode as the values tree_values / list_node write
+        out, todo, head, count = [], [value], 0, 0
+        while head < len(todo):
+            x = todo[head]
+            head += 1
+            count += 1
+            if count > MAX_NODES:
+                return {"type": "a %s of more than %d nodes (or a cycle)" % (shape, MAX_NODES)}
+            if shape == "list":
+                if x is not None:
+                    out.append(x.val)
+                    todo.append(x.next)
+                continue
+            if x is None:
+                out.append(None)
+                continue
+            if x.val is None:
+                return {"type": "a tree node whose value is None"}
+            out.append(x.val)
+            todo.extend((x.left, x.right))
+        while shape == "tree" and out and out[-1] is None:
+            out.pop()
+        return out
+
     if spec["mode"] == "calls":
-        for i, args in enumerate(spec["calls"]):
+        for i, (args, shape) in enumerate(spec["calls"]):
             ns["_sluice_candidate"] = candidate
             got = eval("_sluice_candidate(" + args + ")", ns)
+            if shape != "value":
+                got = nodes_of(got, shape)
+                if type(got) is dict:
+                    emit(str(i) + " " + dumps(got))
+                    continue
             odd = foreign(got)
             text = None if odd else repr(got)
             if text is not None and len(text) > MAX_REPR:

@@ -816,7 +816,7 @@ def _grade_functional(
     plan = host_plan(t.input, t.output)
     if plan is not None:
         spec = {"mode": "calls", "entry_point": t.entry_point,
-                "calls": [c.args for c in plan.calls]}  # fmt: skip
+                "calls": [[c.args, c.shape] for c in plan.calls]}  # fmt: skip
         run_cfg = dataclasses.replace(
             cfg, max_output_bytes=cfg.max_output_bytes + REPR_BUDGET * min(len(plan.calls), 64)
         )

@@ -46,6 +46,8 @@ def test_host_plan_takes_literal_asserts_and_leaves_helper_code_in_the_sandbox(p
     for test, output in (
         ("def check(candidate):\n    want = [0]\n    assert candidate(1) == want\n", None),
         ("def check(candidate):\n    assert candidate(1) == list_node([1])\n", None),
+        ("def check(candidate):\n    assert is_same_list(candidate(1), [1])\n", None),
+        ("def check(candidate):\n    assert is_same_tree(candidate(1), list_node([1]))\n", None),
         ("def check(candidate):\n    assert candidate(1) != 2\n", None),
         ("import os\ndef check(candidate):\n    assert candidate(1) == 1\n", None),
         ("def check(candidate):\n    pass\n", None),
@@ -117,17 +119,17 @@ def test_reward_hacks_do_not_pass_any_functional_test(hack):
 @needs_bwrap
 def test_real_leetcode_reference_solutions_pass_and_an_always_equal_answer_fails(pools_dir):
     """LeetCodeDataset's rows with their import preamble: the reference solutions pass their
-    check(): compared outside the sandbox where it is `assert candidate(...) == LITERAL`, run
-    as written where it uses helpers (add-two-numbers' linked lists). The same class returning
-    an always-equal object passes none of them."""
+    check(), compared outside the sandbox (add-two-numbers' linked lists included); the same
+    class returning an always-equal object passes none of them."""
     path = pools_dir / "code_leetcodedataset_v0.2.0_train.jsonl"
     recs = _records("leetcodedataset", _rows(path, 6))
-    planned = 0
+    shapes = set()
     for rec in recs:
         pre = json.loads(rec["metadata"])["test_preamble"]
         tests = [TestCase.from_any(t) for t in rec["tests"]]
-        outside = all(host_plan(t.input, t.output) is not None for t in tests)
-        planned += outside
+        plans = [host_plan(t.input, t.output) for t in tests]
+        assert all(plans), rec["uid"]
+        shapes |= {c.shape for p in plans for c in p.calls}
         ok = run_tests(pre + "\n" + rec["solutions"][0], tests, CFG)
         assert ok.status == "passed", (rec["uid"], ok.reason)
         hacked = (
@@ -140,6 +142,86 @@ def test_real_leetcode_reference_solutions_pass_and_an_always_equal_answer_fails
             )
         )
         r = run_tests(pre + "\n" + hacked, tests, CFG)
-        said = "not a plain value" if outside else "compares its own way"
-        assert r.status != "passed" and said in r.reason + r.tests[0].stderr, (rec["uid"], r)
-    assert planned == 5  # one of the six (linked lists) runs its check() in the sandbox
+        assert r.status != "passed", (rec["uid"], r)
+    assert shapes == {"value", "list"}
+
+
+TREE_PRE = """
+from collections import deque
+class TreeNode:
+    def __init__(self, val=0, left=None, right=None):
+        self.val, self.left, self.right = val, left, right
+def tree_node(values):
+    if not values:
+        return None
+    root = TreeNode(values[0]); i = 1; queue = deque([root])
+    while queue:
+        node = queue.popleft()
+        if i < len(values) and values[i] is not None:
+            node.left = TreeNode(values[i]); queue.append(node.left)
+        i += 1
+        if i < len(values) and values[i] is not None:
+            node.right = TreeNode(values[i]); queue.append(node.right)
+        i += 1
+    return root
+class ListNode:
+    def __init__(self, val=0, next=None):
+        self.val, self.next = val, next
+def list_node(values):
+    head = None
+    for v in reversed(values):
+        head = ListNode(v, head)
+    return head
+"""
+MIRROR = (
+    TREE_PRE
+    + """
+class Solution:
+    def invertTree(self, root):
+        if root:
+            root.left, root.right = self.invertTree(root.right), self.invertTree(root.left)
+        return root
+    def reverseList(self, head):
+        prev = None
+        while head:
+            head.next, prev, head = prev, head, head.next
+        return prev
+"""
+)
+TREE_CHECK = (
+    "def check(candidate):\n"
+    "    assert is_same_tree(candidate(root = tree_node([4,2,7,1,3,6,9])), tree_node([4,7,2,9,6,3,1]))\n"
+    "    assert is_same_tree(candidate(root = tree_node([1,2])), tree_node([1,None,2]))\n"
+    "    assert is_same_tree(candidate(root = tree_node([])), tree_node([]))\n"
+)
+LIST_CHECK = (
+    "def check(candidate):\n"
+    "    assert is_same_list(candidate(head = list_node([1,2,3])), list_node([3,2,1]))\n"
+    "    assert is_same_list(candidate(head = list_node([])), list_node([]))\n"
+)
+
+
+@needs_bwrap
+def test_trees_and_linked_lists_are_compared_as_their_values():
+    """`is_same_tree(candidate(...), tree_node([...]))` and `is_same_list`: the returned tree or
+    list leaves the sandbox as its values (LeetCode's level order, missing children as None)."""
+    tree = TestCase("functional", TREE_CHECK, None, "Solution().invertTree")
+    lst = TestCase("functional", LIST_CHECK, None, "Solution().reverseList")
+    assert [c.shape for c in host_plan(TREE_CHECK, None).calls] == ["tree"] * 3
+    assert host_plan(TREE_CHECK, None).calls[1].expected == [1, None, 2]
+    assert run_tests(MIRROR, [tree, lst], CFG).status == "passed"
+    # the identity is not the mirror: the second assert's shape differs ([1, 2] vs [1, None, 2])
+    same = MIRROR.replace("root.left, root.right = self.invertTree(root.right), "
+                          "self.invertTree(root.left)", "pass")  # fmt: skip
+    r = run_tests(same, [tree], CFG)
+    assert r.status == "failed" and (r.expected, r.got) == ("tree_node([4,7,2,9,6,3,1])",
+                                                            "[4, 2, 7, 1, 3, 6, 9]")  # fmt: skip
+    cyclic = (
+        MIRROR
+        + "\nSolution.reverseList = lambda self, head: (lambda n: setattr(n, 'next', n) or n)(ListNode(3))\n"
+    )
+    r = run_tests(cyclic, [lst], CFG)
+    assert r.status == "failed" and "more than 100000 nodes (or a cycle)" in r.reason
+    hacked = MIRROR + f"\nclass _E:\n{_EQ}Solution.invertTree = lambda self, root: TreeNode(_E())\n"
+    r = run_tests(hacked, [tree], CFG)
+    assert r.status == "failed" and "not a plain value" in r.reason
