@@ -223,6 +223,25 @@ class SelectionConfig:
             _check_step(s, f"[selection] steps entry {n}", self.tiers)
         for s in self.resolved_steps():
             _check_step(s, "keep rule", None)
+        self._check_preset_weights()
+
+    def _check_preset_weights(self) -> None:
+        """A preset's tier weights (polaris) are written for hard/medium/easy: a band name they
+        do not weigh would get weight 0, so every row of that band would be dropped."""
+        for s in PRESETS[self.preset]["steps"] if self.preset else []:
+            w = s.get("weights")
+            if s["op"] != "balance" or s.get("by") != "tier" or not isinstance(w, dict):
+                continue
+            missing = [n for n in self.tiers.names if n not in w]
+            if missing:
+                raise ConfigError(
+                    f"preset {self.preset!r} balances the tiers {', '.join(w)} by weight; the "
+                    f"tier band(s) {', '.join(missing)} have no weight there, so every row of "
+                    "them would be dropped",
+                    hint="use 2 cut points (tiers hard, medium, easy), name the bands hard, "
+                    "medium, easy ([tiers] names), or write the steps yourself ([selection] "
+                    "steps with a balance weight per tier)",
+                )
 
     @classmethod
     def from_dict(cls, raw: Any, **over: Any) -> SelectionConfig:

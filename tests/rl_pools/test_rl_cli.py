@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 
 from curation.catalog import Catalog
 from curation.ingest import ingest
@@ -174,3 +175,31 @@ def test_skywork_import_refuses_options_it_would_ignore(pools_dir, data_root, tm
     assert Catalog(data_root).datasets() == before
     r = _sluice(["rl", "import-counts", "sky@latest", "--format", "skywork", "--k", "16"], env)
     assert r.returncode == 0, r.stderr
+
+
+def test_polaris_with_other_tier_names_is_refused_not_emptied(pools_dir, data_root, tmp_path,
+                                                              capsys):  # fmt: skip
+    """polaris balances by weights for hard/medium/easy: with --bands of 3 cut points (tiers
+    band1..band4) every band row had weight 0 and was dropped silently (the real qwen counts
+    kept 4 unsolved prompts and no band row, exit 0). Now one error before anything is
+    published; 2 cut points (hard/medium/easy) still run."""
+    import pytest
+
+    from flows.cli import main
+
+    cat = _qwen_counts(pools_dir, tmp_path, n=100)
+    before = cat.datasets()
+    with pytest.raises(SystemExit) as e:
+        main(["rl", "select", "qwen@latest", "--model", "qwen-math", "--preset", "polaris",
+              "--bands", "0.25,0.5,0.75"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "Traceback" not in err, err
+    assert "preset 'polaris'" in err and "band1" in err and "no weight" in err, err
+    assert cat.datasets() == before
+    with pytest.raises(SystemExit) as e:
+        main(["rl", "select", "qwen@latest", "--model", "qwen-math", "--preset", "polaris",
+              "--bands", "0.3,0.6"])  # fmt: skip
+    assert e.value.code == 0
+    out = json.loads(capsys.readouterr().out)
+    kept = Counter(cat.load(out["ref"]).column("tier").to_pylist())
+    assert kept["hard"] > 0 and kept["medium"] > 0 and kept["easy"] > 0, kept

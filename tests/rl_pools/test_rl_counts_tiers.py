@@ -242,10 +242,13 @@ def test_selection_config_checks_its_own_values():
             SelectionConfig(**kw)
     with pytest.raises(ConfigError, match="unknown key 'stpes' in"):
         SelectionConfig.from_dict({"stpes": []})
-    # custom tier names: a step may name them, a preset's steps are not held to them
+    # custom tier names: a step may name them; a preset that does not weigh them by name is
+    # refused (polaris gave them weight 0: every low/high row dropped)
     t = TierConfig(bands=(0.5,), names=("low", "high"))
     SelectionConfig(steps=[{"op": "drop_tiers", "tiers": ["low"]}], tiers=t)
-    SelectionConfig(preset="polaris", tiers=t)
+    SelectionConfig(preset="srpo", tiers=t)
+    with pytest.raises(ConfigError, match="low, high have no weight"):
+        SelectionConfig(preset="polaris", tiers=t)
     with pytest.raises(ConfigError, match="unknown domain 'maths'"):
         CurriculumConfig(by="domain", stages=[["maths"]])
     with pytest.raises(ConfigError, match="stages must be a list of non-empty lists"):
