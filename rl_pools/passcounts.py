@@ -391,6 +391,13 @@ def read_table_rows(
                              field="passed")  # fmt: skip
         if passed is None and rate is not None and kk is not None:
             passed = round(rate * kk)
+            if abs(rate * kk - passed) > 1e-6:  # rounding would publish another rate
+                raise InputError(
+                    f"{rate_col} {rate!r} is not a whole number of passes out of k={kk} "
+                    f"({rate * kk:.4g})", file=str(path), row=i, field=rate_col,
+                    hint="give the k these rates were measured with, or leave --k out (the "
+                    "rates are then imported as they are, k unknown)",
+                )  # fmt: skip
         rec = {"uid": uid, "model": m, "params_hash": "", "verifier_version": verifier_version,
                "k": kk, "passed": passed, "pass_rate": rate if passed is None else None,
                "origin": f"table:{path.name}"}  # fmt: skip

@@ -166,3 +166,26 @@ def test_model_and_k_options_fill_cells_and_never_relabel_a_row(qwen, tmp_path):
     with pytest.raises(InputError, match=r"says k=8, but --k 16 was given") as e:
         read_table_rows(p, model="qwen", k=16)
     assert (e.value.row, e.value.field) == (4, "k")
+
+
+ANCHORS = "passrate_r1distill14b_math_l5_thoughtanchors.jsonl"
+
+
+def test_a_rate_k_cannot_produce_is_an_error_not_rounded(pools_dir, tmp_path):
+    """The real R1-Distill-14B accuracies with `--k 10`: 16 of 106 (1/3, 2/3, 3/4, 5/8, 5/7 ...)
+    are no whole number of passes out of 10, and were silently rounded (2/3 -> 7/10 moved a
+    medium prompt to easy, 3/4 -> 8/10). Such a rate is one error naming file, row and field; a
+    rate k can produce becomes exactly that count; without --k the rate is kept as it is."""
+    src = pools_dir / ANCHORS
+    rows = [json.loads(x) for x in src.read_text(encoding="utf-8").splitlines()]
+    first_bad = next(n for n, r in enumerate(rows, 1)
+                     if abs(r["accuracy"] * 10 - round(r["accuracy"] * 10)) > 1e-9)  # fmt: skip
+    with pytest.raises(InputError, match=r"accuracy .* is not a whole number of passes") as e:
+        read_table_rows(src, model="r1", k=10)
+    assert (e.value.file, e.value.row, e.value.field) == (str(src), first_bad, "accuracy")
+    whole = [r for r in rows if abs(r["accuracy"] * 10 - round(r["accuracy"] * 10)) <= 1e-9]
+    p = _jsonl(tmp_path, whole)
+    got = read_table_rows(p, model="r1", k=10)
+    assert [r["passed"] for _, r in got] == [round(r["accuracy"] * 10) for r in whole]
+    kept = {r["pass_rate"] for r in import_table(src, model="r1").to_pylist()}
+    assert kept == {r["accuracy"] for r in rows}
