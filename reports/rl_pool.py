@@ -64,10 +64,13 @@ def build_rl_report(ref: str, catalog: Any = None, contamination_report: str | N
     v = selected_pool(cat, ref, "rl report")
     pool = cat.load(v.ref)
     cfg = v.config or {}
+    # a curriculum stage is reported inside the selected pool it was cut from: that pool's
+    # inputs, drops, tiers and stages (the stage version records none of its own)
+    rl_v = cat.resolve(v.parents[0]) if v.step == "rl.curriculum" and v.parents else v
     tcfg = TierConfig(**(cfg.get("selection") or {}).get("tiers", {}))
     tiers = [t for t in tcfg.all_tiers()]
     lineage = [n.to_dict() for n in cat.lineage(v.ref)]
-    pool_parent = next((p for p in v.parents if ".passcounts@" not in p), None)
+    pool_parent = next((p for p in rl_v.parents if ".passcounts@" not in p), None)
     counts_ref = cfg.get("passcounts")
     # every model's counts on the pool the selection started from (side by side)
     hist: dict[str, dict[str, int]] = {}
@@ -77,25 +80,34 @@ def build_rl_report(ref: str, catalog: Any = None, contamination_report: str | N
         parent = cat.load(pool_parent, columns=["uid", "source"]).to_pylist()
         sources = {r["uid"]: r["source"] for r in parent}
     if counts_ref:
-        for c in cat.load(counts_ref).to_pylist():
-            if sources and c["uid"] not in sources:
-                continue
-            label = f"{c['model']} | {sources.get(c['uid'], '?')}"
+        rows = [c for c in cat.load(counts_ref).to_pylist()
+                if not sources or c["uid"] in sources]  # fmt: skip
+        # a model counted under several settings (sampling params, verifier versions) on one
+        # prompt: each setting is its own row, else every prompt would be counted once per
+        # setting (one setting per domain, a mixed pool's, stays one row)
+        per_prompt = Counter((c["model"], c["uid"]) for c in rows)
+        several = {m for (m, _), n in per_prompt.items() if n > 1}
+        for c in rows:
+            model = c["model"]
+            if model in several:
+                model = f"{model} [{c['params_hash'] or 'no params'}, {c['verifier_version']}]"
+            label = f"{model} | {sources.get(c['uid'], '?')}"
             t = tcfg.tier_of(tcfg.usable_rate(c))  # as select tiers it
             hist.setdefault(label, Counter())[t] += 1
             if c["pass_rate"] is not None:
-                rates.setdefault(c["model"], []).append(c["pass_rate"])
+                rates.setdefault(model, []).append(c["pass_rate"])
     kept_tiers = Counter(pool.column("tier").to_pylist()) if "tier" in pool.column_names else {}
     kept_sources = Counter(pool.column("source").to_pylist())
     stages = []
     for name in cat.datasets():
-        if name.startswith(f"{v.name}.stage"):
+        if name.startswith(f"{rl_v.name}.stage"):
             for sv in cat.versions(name):
-                if v.ref in sv.parents:
+                if rl_v.ref in sv.parents:
                     stages.append({"ref": sv.ref, "stage": sv.config.get("stage"),
                                    "values": sv.config.get("stage_values"), "rows": sv.num_rows})  # fmt: skip
     stages.sort(key=lambda s: s["stage"] or 0)
     decon = next((n for n in lineage if n["step"] == "decontaminate"), None)
+    rows_in = rl_v.metadata.get("rows_in")
     try:
         excluded = None
         if decon:
@@ -111,8 +123,11 @@ def build_rl_report(ref: str, catalog: Any = None, contamination_report: str | N
         "model": cfg.get("model"),
         "preset": (cfg.get("selection") or {}).get("preset"),
         "passcounts": counts_ref,
-        "rows_in": v.metadata.get("rows_in"),
+        "rows_in": rows_in,
         "kept": v.num_rows,
+        "dropped": rows_in - rl_v.num_rows if rows_in is not None else None,
+        "stage": cfg.get("stage") if rl_v is not v else None,
+        "rl_pool": rl_v.ref,
         "steps": cfg.get("steps") or [],
         "tiers": tiers,
         "tiers_in": cfg.get("tiers_in") or {},

@@ -252,3 +252,49 @@ def test_rl_export_out_is_a_folder_for_trl_and_a_parquet_file_for_verl(rl_ref, t
     assert r.returncode == 0 and (tmp_path / "t" / "train.parquet").is_file(), r.stderr
     r = _cli(["rl", "export", "--help"], data_root)
     assert "train.parquet" in r.stdout and ".parquet" in r.stdout, r.stdout
+
+
+def test_rl_report_of_a_curriculum_stage_agrees_with_its_pool(rl_ref, tmp_path, data_root):
+    """`rl report BASE.rl.stage1@latest`: the stage has no rows_in of its own, so the report said
+    "prompts in: None", "dropped: -N" and no stages, its tier histogram covered only the kept
+    rows and its lineage missed the decontaminated version. It now reports the stage inside its
+    selected pool: the pool's inputs and drops, the stage's own rows."""
+    from reports.rl_pool import build_rl_report
+
+    cat = Catalog()
+    whole = build_rl_report(rl_ref["ref"], cat)
+    st = rl_ref["stages"][0]
+    rep = build_rl_report(st["ref"], cat)
+    assert rep["stage"] == 1 and rep["kept"] == st["rows"]
+    assert rep["rows_in"] == whole["rows_in"] == rl_ref["rows_in"]
+    assert rep["dropped"] == whole["dropped"] == rl_ref["rows_in"] - rl_ref["kept"] >= 0
+    assert rep["tier_hist"] == whole["tier_hist"] and rep["tiers_in"] == whole["tiers_in"]
+    assert [s["ref"] for s in rep["stages"]] == [s["ref"] for s in rl_ref["stages"]]
+    assert rep["decontaminated"] == whole["decontaminated"] is not None
+    from reports.rl_pool import render_rl_report
+
+    html = render_rl_report(st["ref"], tmp_path / "rep")["html"].read_text()
+    assert ">-" not in html.split('card bad"><div class="v">')[1][:5]
+
+
+def test_rl_report_counts_each_sampling_setting_once(data_root, pools_dir, tmp_path):
+    """One model with counts under two sampling settings (rollouts at two temperatures): the
+    report summed both under one label, so 12 prompts showed as 24 in the histogram and the
+    pass-rate plot. Each setting is its own row now, and each sums to the pool."""
+    from reports.rl_pool import build_rl_report
+
+    ref = ingest_real(pools_dir, "math_deepscaler_math_train.jsonl", "two", "deepscaler_math", 12)
+    val = validate_ref(ref)
+    uids = Catalog().load(val["ref"]).column("uid").to_pylist()
+    for h, shift in (("t10", 0), ("t06", 3)):
+        counts = counts_table({"uid": u, "model": "m7b", "params_hash": h, "verifier_version": "v",
+                               "k": 8, "passed": (i + shift) % 9} for i, u in enumerate(uids))  # fmt: skip
+        import_counts_ref(counts, val["ref"], origin="test")
+    res = select_ref(val["ref"], "m7b", SelectionConfig(preset="srpo"), params_hash="t06")
+    rep = build_rl_report(res["ref"])
+    assert len(rep["tier_hist"]) == 2, rep["tier_hist"]
+    assert all(sum(h.values()) == 12 for h in rep["tier_hist"].values()), rep["tier_hist"]
+    assert sorted(rep["rates"].values()) == [12, 12]
+    chosen = [h for label, h in rep["tier_hist"].items() if "t06" in label]
+    assert len(chosen) == 1 and {t: n for t, n in chosen[0].items() if n} == {
+        t: n for t, n in res["tiers"].items() if n}  # fmt: skip
