@@ -257,7 +257,7 @@ def test_rl_export_out_is_a_folder_for_trl_and_a_parquet_file_for_verl(rl_ref, t
 def test_rl_report_of_a_curriculum_stage_agrees_with_its_pool(rl_ref, tmp_path, data_root):
     """`rl report BASE.rl.stage1@latest`: the stage has no rows_in of its own, so the report said
     "prompts in: None", "dropped: -N" and no stages, its tier histogram covered only the kept
-    rows and its lineage missed the decontaminated version. It now reports the stage inside its
+    rows. It now reports the stage inside its
     selected pool: the pool's inputs and drops, the stage's own rows."""
     from reports.rl_pool import build_rl_report
 
