@@ -129,7 +129,16 @@ def check_rl_params(model: str, out_dir: str, generation: dict[str, Any] | None 
     PoolValidationConfig(**(validation or {}))
     GenerationConfig(**{"backend": "openai", **(generation or {}), "model": model})
     SamplingParams.from_dict(sampling or {})
-    SelectionConfig.from_dict({"preset": preset, **(selection or {})})
+    sel = SelectionConfig.from_dict({"preset": preset, **(selection or {})})
+    # the flow selects on the counts its own rollouts make (k samples each): a require_k step
+    # for another k would drop every prompt, after every model call
+    for s in sel.resolved_steps():
+        if s["op"] == "require_k" and s["k"] != k:
+            raise ConfigError(
+                f"--preset {preset} keeps only prompts counted with k={s['k']} samples, but "
+                f"--k {k} was given: every prompt would be dropped after its rollouts",
+                hint=f"pass --k {s['k']}, or a preset without a k rule (open-r1-dapo, srpo)",
+            )
     if curriculum:
         CurriculumConfig(preset=curriculum)
     out = Path(out_dir)

@@ -118,7 +118,8 @@ def test_rl_run_option_mistakes_fail_before_anything_runs(pools_dir, data_root, 
     """A misspelt --preset or --curriculum, an unknown --backend, --temperature nan or
     --max-tokens 0 were found only by the task that uses them: after validation and every
     rollout (model calls), or never for the sampling values of a cached rerun. Each is now one
-    line before the Prefect server starts; an --out that is a file too."""
+    line before the Prefect server starts; an --out that is a file too, and a --k the preset's
+    require_k step would drop every prompt for."""
     import os
     import subprocess
     import sys
@@ -134,6 +135,10 @@ def test_rl_run_option_mistakes_fail_before_anything_runs(pools_dir, data_root, 
         (["--backend", "vllm"], "vllm"),
         (["--temperature", "nan"], "temperature"),
         (["--max-tokens", "0"], "max_tokens"),
+        # skywork-or1 (the default preset) keeps only k = 16 counts: with --k 8 every prompt
+        # was rolled out, then all dropped by require_k ("left no row") after the model calls
+        (["--k", "8"], "--preset skywork-or1 keeps only prompts counted with k=16"),
+        (["--k", "16", "--preset", "polaris"], "--preset polaris keeps only"),
     ):
         r = subprocess.run([sys.executable, "-m", "flows.cli", *base, *extra, "--out",
                             str(tmp_path / "out")], env=env, capture_output=True, text=True,
