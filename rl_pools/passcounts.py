@@ -192,13 +192,30 @@ def import_skywork(pool: pa.Table, *, k: int = 16, origin: str = "skywork_model_
                 raise InputError(f"metadata is not a JSON object: {exc}", row=i,
                                  field="metadata") from exc  # fmt: skip
         if isinstance(md, str):
-            md = json.loads(md)
+            try:
+                md = json.loads(md)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"uid {uid}: model_difficulty is not JSON: {exc}", row=i,
+                                 field="model_difficulty") from exc  # fmt: skip
         if not md:
             missing += 1
             continue
+        if not isinstance(md, dict):
+            raise InputError(
+                f"uid {uid}: model_difficulty must be an object of model: count, got {md!r}",
+                row=i, field="model_difficulty",
+                hint='e.g. {"DeepSeek-R1-Distill-Qwen-7B": 9}',
+            )  # fmt: skip
         for model, n in md.items():
             if n is None:
                 continue
+            if (isinstance(n, bool) or not isinstance(n, int | float) or not math.isfinite(n)
+                    or n != int(n)):  # fmt: skip
+                raise InputError(
+                    f"uid {uid}: model_difficulty {model}={n!r} is not a whole number of "
+                    f"correct samples out of {k}", row=i, field="model_difficulty",
+                    hint="fix the pool's counts; nothing was imported",
+                )  # fmt: skip
             if not 0 <= int(n) <= k:
                 raise InputError(f"model_difficulty {model}={n} is outside 0..{k}", row=i,
                                  field="model_difficulty", hint=f"pass the right k (got {k})")  # fmt: skip

@@ -203,3 +203,38 @@ def test_polaris_with_other_tier_names_is_refused_not_emptied(pools_dir, data_ro
     out = json.loads(capsys.readouterr().out)
     kept = Counter(cat.load(out["ref"]).column("tier").to_pylist())
     assert kept["hard"] > 0 and kept["medium"] > 0 and kept["easy"] > 0, kept
+
+
+def test_skywork_counts_that_are_not_whole_numbers_are_one_error(pools_dir, data_root, tmp_path):
+    """model_difficulty {"m7b": 7.6} was imported as 7 of 16 (int() truncates), true as 1 of 16,
+    "abc" was a ValueError traceback and a list an AttributeError traceback. Each is one line
+    naming the row's uid and the field; nothing is published."""
+    env = {**os.environ, "SLUICE_DATA_ROOT": str(data_root)}
+    rows = [json.loads(x) for x in (pools_dir / "math_deepscaler_sample2k_verl.jsonl")
+            .read_text().splitlines()[:3]]  # fmt: skip
+    for bad, msg in (
+        ({"m7b": 7.6}, "m7b=7.6 is not a whole number"),
+        ({"m7b": True}, "m7b=True is not a whole number"),
+        ({"m7b": "abc"}, "m7b='abc' is not a whole number"),
+        ([3, 4], "model_difficulty must be an object of model: count"),
+    ):
+        for i, r in enumerate(rows):
+            r["extra_info"]["model_difficulty"] = bad if i == 1 else {"m7b": 3 + i}
+        src = tmp_path / "sky.jsonl"
+        src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        ingest(str(src), field_map="hub_skywork_or1_math", name="sky")
+        before = Catalog(data_root).datasets()
+        r = _sluice(["rl", "import-counts", "sky@latest", "--format", "skywork"], env)
+        err = r.stderr.strip()
+        assert r.returncode == 2, (bad, err)
+        assert msg in err and "model_difficulty" in err, (bad, err)
+        assert len(err.splitlines()) == 1 and "Traceback" not in err, (bad, err)
+        assert Catalog(data_root).datasets() == before
+    for i, r in enumerate(rows):
+        r["extra_info"]["model_difficulty"] = {"m7b": float(3 + i)}  # 5.0: a whole number
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ingest(str(src), field_map="hub_skywork_or1_math", name="sky")
+    r = _sluice(["rl", "import-counts", "sky@latest", "--format", "skywork"], env)
+    assert r.returncode == 0, r.stderr
+    got = Catalog(data_root).load("sky.passcounts@latest").column("passed").to_pylist()
+    assert sorted(got) == [3, 4, 5]
