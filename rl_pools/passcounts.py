@@ -406,6 +406,19 @@ def read_table_rows(
         if passed is not None and not 0 <= passed <= kk:
             raise InputError(f"passed={passed} is outside 0..{kk}", file=str(path), row=i,
                              field="passed")  # fmt: skip
+        # grades that were neither pass nor fail (verifier timeouts): the rate is over the rest
+        invalid = _count(r.get("n_invalid"), path, i, "n_invalid")
+        if invalid is not None:
+            if invalid < 0:
+                raise InputError(f"n_invalid must be >= 0, got {invalid}", file=str(path),
+                                 row=i, field="n_invalid")  # fmt: skip
+            if passed is None or kk is None:
+                raise InputError("n_invalid given without k and passed", file=str(path), row=i,
+                                 field="n_invalid",
+                                 hint="n_invalid counts grades out of k: give k and passed")  # fmt: skip
+            if invalid > kk - passed:
+                raise InputError(f"n_invalid={invalid} is more than k - passed = {kk - passed}",
+                                 file=str(path), row=i, field="n_invalid")  # fmt: skip
         if passed is None and rate is not None and kk is not None:
             passed = round(rate * kk)
             if abs(rate * kk - passed) > 1e-6:  # rounding would publish another rate
@@ -416,8 +429,8 @@ def read_table_rows(
                     "rates are then imported as they are, k unknown)",
                 )  # fmt: skip
         rec = {"uid": uid, "model": m, "params_hash": "", "verifier_version": verifier_version,
-               "k": kk, "passed": passed, "pass_rate": rate if passed is None else None,
-               "origin": f"table:{path.name}"}  # fmt: skip
+               "k": kk, "passed": passed, "n_invalid": invalid,
+               "pass_rate": rate if passed is None else None, "origin": f"table:{path.name}"}  # fmt: skip
         prev = first.get((uid, m))
         if prev is not None:
             if prev[1] == rec:

@@ -189,3 +189,29 @@ def test_a_rate_k_cannot_produce_is_an_error_not_rounded(pools_dir, tmp_path):
     assert [r["passed"] for _, r in got] == [round(r["accuracy"] * 10) for r in whole]
     kept = {r["pass_rate"] for r in import_table(src, model="r1").to_pylist()}
     assert kept == {r["accuracy"] for r in rows}
+
+
+def test_n_invalid_column_is_read_not_dropped(qwen, tmp_path):
+    """A counts table with n_invalid (Sluice's own passcounts moved between data roots, or
+    another grader's timeouts): the column was ignored, so 1 pass of 1 valid grade out of 4
+    (too few valid grades: ungraded) was imported as 1 of 4 (pass rate 0.25, tier hard). It is
+    read, checked on its row, and the rate is over the valid grades."""
+    from rl_pools.tiers import TierConfig
+
+    rows = [dict(r, k=4, passed=1, n_invalid=n) for r, n in zip(qwen[:3], (3, 1, None),
+                                                                 strict=True)]  # fmt: skip
+    p = _jsonl(tmp_path, rows)
+    got = [r for _, r in read_table_rows(p)]
+    assert [r["n_invalid"] for r in got] == [3, 1, None]
+    t = import_table(p).to_pylist()
+    by_passed = {r["uid"]: r for r in t}
+    rates = sorted((r["n_invalid"], r["pass_rate"]) for r in by_passed.values())
+    assert rates == [(0, 0.25), (1, 1 / 3), (3, 1.0)]
+    tiers = TierConfig()
+    assert sorted(tiers.tier_of(tiers.usable_rate(r)) for r in t) == ["hard", "hard", "ungraded"]
+    for bad, msg in ((4, "n_invalid=4 is more than k - passed = 3"), (-1, "n_invalid must be"),
+                     (1.5, "n_invalid must be a whole number")):  # fmt: skip
+        p = _jsonl(tmp_path, [dict(qwen[0], k=4, passed=1, n_invalid=bad)], name="bad.jsonl")
+        with pytest.raises(InputError, match=msg) as e:
+            read_table_rows(p)
+        assert (e.value.row, e.value.field) == (1, "n_invalid")
