@@ -147,6 +147,15 @@ def import_counts_ref(
     return out
 
 
+def _first_reason(dropped: pa.Table, step: int) -> str:
+    """The reason of the first row a keep-rule step dropped (they share one per step, mostly)."""
+    for st, why in zip(dropped.column("step").to_pylist(), dropped.column("reason").to_pylist(),
+                       strict=True):  # fmt: skip
+        if st == step:
+            return why
+    return ""
+
+
 def select_ref(
     pool_ref: str,
     model: str,
@@ -170,12 +179,27 @@ def select_ref(
         curriculum.check_values(selection.tiers.all_tiers())
     cv = cat.resolve(counts_ref or f"{base}.passcounts@latest")
     counts = select(cat.load(cv.ref), model, params_hash, verifier_version, ref=cv.ref)
-    tiered = assign_tiers(cat.load(v.ref), counts, selection.tiers)
+    pool = cat.load(v.ref)
+    counted = set(counts.column("uid").to_pylist())
+    if pool.num_rows and not counted & set(pool.column("uid").to_pylist()):
+        raise InputError(
+            f"none of the {pool.num_rows} prompts of {v.ref} has a pass count of model {model!r} "
+            f"in {cv.ref} (its counts are for {len(counted)} other prompts)",
+            hint=f"pass the counts measured on this pool (--counts {base}.passcounts@latest), "
+            "or make them: sluice rl rollouts / import-counts; nothing was published",
+        )
+    tiered = assign_tiers(pool, counts, selection.tiers)
     res = select_rows(tiered, selection)
     if res.kept.num_rows == 0:
+        drops = "; ".join(
+            f"step {s['step']} {s['op']} dropped {s['dropped']}"
+            + (f" ({_first_reason(res.dropped, s['step'])})" if s["dropped"] else "")
+            for s in res.steps
+        )
         raise InputError(
-            f"the keep rules left no row of {v.ref} (model {model})",
-            hint="look at the per-step drop counts with a looser preset; nothing was published",
+            f"the keep rules left no row of {v.ref} (model {model}): {drops}",
+            hint="loosen the rule that dropped them (another preset or --config steps); nothing "
+            "was published",
         )
     tiers = {}
     for t in tiered.column("tier").to_pylist():

@@ -238,3 +238,31 @@ def test_skywork_counts_that_are_not_whole_numbers_are_one_error(pools_dir, data
     assert r.returncode == 0, r.stderr
     got = Catalog(data_root).load("sky.passcounts@latest").column("passed").to_pylist()
     assert sorted(got) == [3, 4, 5]
+
+
+def test_select_names_why_nothing_was_kept(pools_dir, data_root, tmp_path, capsys):
+    """`rl select` with another pool's counts said "the keep rules left no row ... look at the
+    per-step drop counts with a looser preset", and printed no step counts: the cause (no count
+    of that model matches a prompt of this pool) went unnamed. Now that is the error, and a
+    selection that drops everything names each step's drops in the message."""
+    import pytest
+
+    from flows.cli import main
+
+    cat = _qwen_counts(pools_dir, tmp_path, n=30)
+    ingest(str(pools_dir / "math_ttrl_aime24_as_train.jsonl"), field_map="ttrl", name="aime")
+    before = cat.datasets()
+    with pytest.raises(SystemExit) as e:
+        main(["rl", "select", "aime@latest", "--model", "qwen-math", "--counts",
+              "qwen.passcounts@latest", "--preset", "srpo"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "Traceback" not in err, err
+    assert "none of the 30 prompts of aime@" in err and "qwen.passcounts@" in err, err
+    assert "30 other prompts" in err, err
+    with pytest.raises(SystemExit) as e:
+        main(["rl", "select", "qwen@latest", "--model", "qwen-math", "--preset", "skywork-or1"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "left no row" in err, err
+    assert "require_k dropped 30 (k=8, the rule needs k=16)" in err, err
+    assert len(err.strip().splitlines()) == 1
+    assert cat.datasets() == before
