@@ -125,6 +125,7 @@ def check_pools(catalog: Any, refs: list[str], *, allow_uncleaned: bool = False)
     """:func:`check_pool` for every ref; raise :class:`UncleanedPoolError` for an uncleaned one
     unless ``allow_uncleaned``."""
     infos = [check_pool(catalog, r) for r in dict.fromkeys(refs)]
+    _check_one_selection(catalog, infos)
     bad = [i for i in infos if not i.cleaned]
     if bad and not allow_uncleaned:
         i = bad[0]
@@ -134,6 +135,29 @@ def check_pools(catalog: Any, refs: list[str], *, allow_uncleaned: bool = False)
             "train on the .decontaminated version, or pass --allow-uncleaned (recorded in the run)",
         )
     return infos
+
+
+def _check_one_selection(catalog: Any, infos: list[PoolInfo]) -> None:
+    """Curriculum stages (``NAME.rl.stageN``, published by `rl select`) of one run must come from
+    one selection: a later selection with fewer stages leaves the earlier one's higher stages
+    as ``@latest``, and training those beside the new ones would mix two keep rules."""
+    by_name: dict[str, dict[str, str]] = {}  # NAME.rl -> {its version: the first stage from it}
+    for i in infos:
+        v = catalog.resolve(i.resolved)
+        if v.step != "rl.curriculum" or not v.parents:
+            continue
+        parent = v.parents[0]
+        by_name.setdefault(parent.split("@")[0], {}).setdefault(parent, i.resolved)
+    for name, sel in by_name.items():
+        if len(sel) > 1:
+            latest = catalog.resolve(f"{name}@latest").ref
+            pairs = "; ".join(f"{stage} from {rl}" for rl, stage in sel.items())
+            raise ConfigError(
+                f"the curriculum stages come from {len(sel)} selections of {name}: {pairs}",
+                hint=f"a later `sluice rl select` published fewer stages; train the stages of "
+                f"one selection (those of {latest}), or select again with the curriculum "
+                "this config trains",
+            )
 
 
 # --------------------------------------------------------------------------------------------

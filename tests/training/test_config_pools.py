@@ -320,3 +320,41 @@ def test_rows_cut_by_max_prompts_are_listed_in_skipped_rows(pool_catalog, tmp_pa
     assert {s["reason"] for s in skipped} == {"max_prompts"}
     assert {s["uid"] for s in skipped} == all_uids - {r["uid"] for r in rows}
     assert all(s["stage"] == "s" and s["pool"] == pool_catalog["math"] for s in skipped)
+
+
+def test_curriculum_stages_of_two_selections_are_refused(pools_dir, data_root):
+    """`rl select --curriculum easy-to-hard` (4 stages), then a selection with a 2-stage
+    curriculum: NAME.rl.stage3@latest and stage4@latest still held the first selection's rows,
+    so a config training stage1..stage4@latest mixed two selections (other keep rules, other
+    counts) without a word. The stages of one run must come from one selection."""
+    import pyarrow as pa
+
+    from curation.catalog import Catalog
+    from curation.ingest import ingest
+    from rl_pools.build import import_counts_ref, select_ref
+    from rl_pools.curriculum import CurriculumConfig
+    from rl_pools.passcounts import counts_table
+    from rl_pools.tiers import SelectionConfig
+
+    ingest(str(pools_dir / "math_deepscaler_math_train.jsonl"), field_map="deepscaler_math",
+           name="cur", limit=40)  # fmt: skip
+    cat = Catalog()
+    uids = cat.load("cur@latest").column("uid").to_pylist()
+    import_counts_ref(counts_table({"uid": u, "model": "m", "verifier_version": "v", "k": 8,
+                                    "passed": i % 8} for i, u in enumerate(uids)), "cur@latest")  # fmt: skip
+    first = select_ref("cur@latest", "m", SelectionConfig(preset="srpo"),
+                       curriculum=CurriculumConfig(preset="easy-to-hard"))  # fmt: skip
+    refs = [f"cur.rl.stage{n}@latest" for n in (1, 2, 3, 4)]
+    assert len(check_pools(cat, refs, allow_uncleaned=True)) == 4  # one selection: fine
+    second = select_ref("cur@latest", "m", SelectionConfig(preset="open-r1-dapo"),
+                        curriculum=CurriculumConfig(by="tier", stages=[["easy"], ["medium", "hard"]]))  # fmt: skip
+    assert second["ref"] != first["ref"]
+    with pytest.raises(ConfigError) as e:
+        check_pools(cat, refs, allow_uncleaned=True)
+    msg = str(e.value)
+    assert "2 selections" in msg and second["ref"] in msg and first["ref"] in msg, msg
+    assert "cur.rl.stage3@" in msg, msg
+    # pinned versions of the one selection are fine, and so are two unrelated pools
+    assert len(check_pools(cat, [s["ref"] for s in second["stages"]], allow_uncleaned=True)) == 2
+    other = cat.publish("other", pa.table({"uid": ["x"], "domain": ["math"], "problem": ["p"]}))
+    check_pools(cat, [second["stages"][0]["ref"], other.ref], allow_uncleaned=True)
