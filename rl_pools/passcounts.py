@@ -20,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from curation.errors import ConfigError, InputError, NotFoundError
+from curation.errors import ConfigError, InputError, NotFoundError, did_you_mean
 
 PASSCOUNT_SCHEMA = pa.schema(
     [
@@ -116,12 +116,19 @@ def select(counts: pa.Table, model: str, params_hash: str | None = None,
         )
     rows = [r for r in counts.to_pylist() if r["model"] == model]
     if not rows:
-        from curation.errors import did_you_mean
-
         have = sorted(set(counts.column("model").to_pylist()))
         raise NotFoundError(f"no pass counts for model {model!r}", hint=did_you_mean(model, have))
     if params_hash is not None:
+        have = sorted({r["params_hash"] for r in rows})
         rows = [r for r in rows if r["params_hash"] == params_hash]
+        if not rows:
+            raise NotFoundError(
+                f"model {model!r} has no pass counts with params hash {params_hash!r} in "
+                f"{ref or 'the counts'}",
+                hint=(did_you_mean(params_hash, [h for h in have if h]) if any(have) else
+                      "available: none; imported counts have no params hash: leave "
+                      "--params-hash out"),
+            )  # fmt: skip
     several = False
     if verifier_version is not None:
         allowed = (
@@ -130,7 +137,14 @@ def select(counts: pa.Table, model: str, params_hash: str | None = None,
             else set(verifier_version)
         )
         several = len(allowed) > 1
+        have = sorted({r["verifier_version"] for r in rows})
         rows = [r for r in rows if r["verifier_version"] in allowed]
+        if not rows:
+            raise NotFoundError(
+                f"model {model!r} has no pass counts with verifier version "
+                f"{', '.join(sorted(allowed))} in {ref or 'the counts'}",
+                hint=did_you_mean(sorted(allowed)[0] if allowed else "", have),
+            )
     settings = sorted({(r["params_hash"], r["verifier_version"]) for r in rows})
     if several:  # one setting per domain: a prompt may have one row, the sampling one hash
         seen: dict[str, str] = {}

@@ -266,3 +266,26 @@ def test_select_names_why_nothing_was_kept(pools_dir, data_root, tmp_path, capsy
     assert "require_k dropped 30 (k=8, the rule needs k=16)" in err, err
     assert len(err.strip().splitlines()) == 1
     assert cat.datasets() == before
+
+
+def test_select_with_a_setting_the_counts_lack_names_the_ones_they_have(
+    pools_dir, data_root, tmp_path, capsys
+):
+    """A mistyped --params-hash / --verifier-version filtered every count away and read as "the
+    keep rules left no row": now one error naming the option's value and the values held."""
+    import pytest
+
+    from flows.cli import main
+
+    cat = _qwen_counts(pools_dir, tmp_path, n=30)
+    for extra, msg, have in (
+        (["--params-hash", "abc"], "no pass counts with params hash 'abc'", "leave --params-hash out"),
+        (["--verifier-version", "w"], "no pass counts with verifier version w",
+         "available: v"),
+    ):  # fmt: skip
+        with pytest.raises(SystemExit) as e:
+            main(["rl", "select", "qwen@latest", "--model", "qwen-math", "--preset", "srpo",
+                  *extra])  # fmt: skip
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and msg in err and have in err, err
+    assert not any(d.endswith(".rl") for d in cat.datasets())
