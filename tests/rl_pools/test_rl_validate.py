@@ -69,3 +69,23 @@ def test_non_finite_time_limits_are_refused_before_any_work(value):
                       (PoolValidationConfig, "time_limit_s")):  # fmt: skip
         with pytest.raises(ConfigError, match=f"{name} must be a finite number > 0"):
             cfg(**{name: value})
+
+
+def test_deepcoder_leetcode_reference_solutions_pass_with_leetcodes_imports(data_root, pools_dir):
+    """DeepCoder's LeetCode split (a copy of LeetCodeDataset) ships no import header: its real
+    reference solutions use List / Optional / ListNode / TreeNode as LeetCode provides them, so
+    `rl validate` dropped 21 of its first 30 rows as reference_solution_fails (NameError: name
+    'List' is not defined) and rollouts failed every correct answer the same way. The map gives
+    them LeetCodeDataset's header, and every row passes, as it does from LeetCodeDataset."""
+    ref = ingest_real(pools_dir, "code_deepcoder_leetcode_train.jsonl", "dc",
+                      "deepcoder_leetcode", 30)  # fmt: skip
+    out = validate_ref(ref, PoolValidationConfig(sandbox_workers=2))
+    assert out["rows_in"] == 30 and out["dropped_by_reason"] == {}, out
+    assert out["kept_code_unvalidated"] == 0
+    # the same problems from LeetCodeDataset: same uids, same verdicts
+    lc = ingest_real(pools_dir, "code_leetcodedataset_v0.2.0_train.jsonl", "lcd",
+                     "leetcodedataset", 30)  # fmt: skip
+    cat = Catalog()
+    assert set(cat.load(lc).column("uid").to_pylist()) == set(
+        cat.load(ref).column("uid").to_pylist()
+    )
