@@ -59,7 +59,16 @@ class ValidationConfig:
             raise ConfigError("ValidationConfig.max_solutions and workers must be >= 1")
 
 
-def _preamble(meta: Any, key: str, row: int) -> str:
+def test_preamble(meta: Any, key: str = "test_preamble", row: int | None = None) -> str:
+    """The code a row's tests run after (a pool's import header, e.g. LeetCode's ``from typing
+    import *`` and ListNode), kept under ``key`` in the row's ``metadata``; "" when none."""
+    return _preamble(meta, key, row)
+
+
+test_preamble.__test__ = False  # a helper, not a pytest test
+
+
+def _preamble(meta: Any, key: str, row: int | None) -> str:
     if meta is None or meta == "":
         return ""
     if isinstance(meta, str):

@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from curation.errors import ConfigError, InputError, IntegrityError, SluiceError
+from rl_pools.testcases import test_preamble
 
 # What a training row needs, by domain: math rows are scored against `answer`, code rows run
 # their `tests` in the sandbox. Columns beyond PROBLEM_SCHEMA (tier, pass_rate, stage) pass through.
@@ -225,6 +226,8 @@ def build_prompt_rows(
                 # tests travel as one JSON string: an Arrow list of structs with null fields
                 # does not survive every datasets/TRL collation path unchanged.
                 "tests": json.dumps(_tests_of(r), ensure_ascii=False),
+                # the code the tests run after (LeetCode's import header): the reward prepends it
+                "test_preamble": test_preamble(r.get("metadata"), row=i) if dom == "code" else "",
                 "pool": pool_ref,
             }
         )

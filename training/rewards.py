@@ -176,13 +176,22 @@ class CodePassRateReward(Reward):
         self.sandbox_config = SandboxConfig(**opts)
 
     def __call__(
-        self, prompts, completions, domain=None, tests=None, uid=None, log_metric=None, **_: Any
+        self,
+        prompts,
+        completions,
+        domain=None,
+        tests=None,
+        uid=None,
+        log_metric=None,
+        test_preamble=None,
+        **_: Any,
     ) -> list[float | None]:
         from rl_pools.sandbox import run_many
 
         n = len(completions)
         domain = domain or ["code"] * n
         tests = tests or [None] * n
+        pre = test_preamble or [""] * n  # the pool's import header the tests run after
         out: list[float | None] = [None] * n
         batch: Counter[str] = Counter()
         jobs: list[tuple[int, str, list[dict[str, Any]]]] = []
@@ -195,6 +204,8 @@ class CodePassRateReward(Reward):
                 out[i] = 0.0
                 continue
             t = tests[i]
+            if pre[i]:
+                code = pre[i] + "\n" + code
             jobs.append((i, code, json.loads(t) if isinstance(t, str) else list(t or [])))
         if jobs:
             results = run_many(

@@ -155,3 +155,27 @@ def test_verl_reward_is_safe_from_verls_executor_threads():
     finally:
         vr._REWARDS.pop("math_accuracy").close()
     assert got == [float(i % 2) for i in range(40)]
+
+
+def test_code_pass_rate_gives_leetcode_rows_their_import_header(pool_catalog):
+    """A correct LeetCode answer written like the starter code (`nums: List[int]`, no imports:
+    LeetCode's judge provides them) scored 0: the reward ran it without the row's test
+    preamble (kept in metadata by the leetcodedataset map), NameError: 'List'. The pool rows
+    carry the preamble to the reward, as rollouts and validation already use it."""
+    from training.config import PromptConfig
+    from training.pools import build_prompt_rows
+
+    t = pool_catalog["catalog"].load(pool_catalog["code"])
+    rows, _ = build_prompt_rows(t, PromptConfig(), pool_ref=pool_catalog["code"])
+    src = t.to_pylist()
+    assert "List[" in src[0]["solutions"][0] and "import" not in src[0]["solutions"][0]
+    r = CodePassRateReward("code_pass_rate", mode="all")
+    n = len(rows)
+    got = r(
+        [x["prompt"] for x in rows],
+        [_chat(f"```python\n{s['solutions'][0]}\n```") for s in src],
+        domain=[x["domain"] for x in rows],
+        tests=[x["tests"] for x in rows],
+        test_preamble=[x["test_preamble"] for x in rows],
+    )
+    assert got == [1.0] * n, (got, dict(r.counts))
