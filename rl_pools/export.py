@@ -2,7 +2,8 @@
 
 * **TRL GRPO** (:func:`to_trl`, :func:`write_trl`): ``prompt`` in conversational form (a list
   of ``{role, content}``; TRL applies the chat template) plus the columns reward functions read
-  (``answer``, ``tests`` as a JSON string, ``domain``, ``uid``, ``pass_rate``, ``tier``): GRPOTrainer
+  (``answer``, ``tests`` as a JSON string, ``test_preamble`` (code: the import header the tests
+  run after), ``domain``, ``uid``, ``pass_rate``, ``tier``): GRPOTrainer
   passes every extra column to the reward functions as keyword arguments.
 * **verl** (:func:`to_verl`, :func:`write_verl`): the parquet layout of verl's ``RLHFDataset``
   (``data_source, prompt, ability, reward_model{style, ground_truth}, extra_info``). Math
@@ -50,6 +51,7 @@ VERL_SCHEMA = pa.schema(
                     ("stage", pa.int32()),
                     ("answer", pa.string()),
                     ("tests", pa.string()),
+                    ("test_preamble", pa.string()),
                 ]
             ),
         ),
@@ -61,6 +63,7 @@ TRL_SCHEMA = pa.schema(
         pa.field("prompt", pa.list_(MESSAGE)),
         pa.field("answer", pa.string()),
         pa.field("tests", pa.string()),
+        pa.field("test_preamble", pa.string()),  # code: what the tests run after (imports)
         pa.field("domain", pa.string()),
         pa.field("uid", pa.string()),
         pa.field("source", pa.string()),
@@ -77,6 +80,14 @@ def _rows(table: pa.Table) -> list[dict[str, Any]]:
             raise InputError(f"the pool has no {col!r} column", field=col,
                              hint="export an RL pool version (NAME.rl@latest)")  # fmt: skip
     return table.to_pylist()
+
+
+def _preamble(r: dict[str, Any]) -> str | None:
+    """A code row's test preamble (LeetCode's import header, in metadata): a reward must run
+    the answer after it, as rollouts and validation do."""
+    from rl_pools.testcases import test_preamble
+
+    return (test_preamble(r.get("metadata")) or None) if r["domain"] == "code" else None
 
 
 def _tests_json(tests: list[dict[str, Any]] | None) -> str | None:
@@ -97,7 +108,8 @@ def trl_table(table: pa.Table, *, system: str | None = None,
     for r in _rows(table):
         tmpl = (templates or {}).get(r["domain"])
         out.append({"prompt": prompt_templates.messages(r, tmpl, system), "answer": r.get("answer"),
-                    "tests": _tests_json(r.get("tests")), "domain": r["domain"], "uid": r["uid"],
+                    "tests": _tests_json(r.get("tests")), "test_preamble": _preamble(r),
+                    "domain": r["domain"], "uid": r["uid"],
                     "source": r.get("source"), "pass_rate": r.get("pass_rate"),
                     "tier": r.get("tier"), "stage": r.get("stage")})  # fmt: skip
     return pa.Table.from_pylist(out, schema=TRL_SCHEMA)
@@ -135,7 +147,7 @@ def to_verl(table: pa.Table, *, split: str = "train", system: str | None = None,
             "extra_info": {"index": i, "split": split, "uid": r["uid"], "source": r.get("source"),
                            "pass_rate": r.get("pass_rate"), "tier": r.get("tier"),
                            "stage": r.get("stage"), "answer": r.get("answer"),
-                           "tests": _tests_json(r.get("tests"))},
+                           "tests": _tests_json(r.get("tests")), "test_preamble": _preamble(r)},
         })  # fmt: skip
     return pa.Table.from_pylist(out, schema=VERL_SCHEMA)
 

@@ -91,8 +91,9 @@ def compute_score(
         if tests is None:
             tests = json.loads(ground_truth).get("sluice_tests", [])
         v = _reward("code_pass_rate", mode=code_mode)(
-            [""], [solution_str], domain=["code"], tests=[tests]
-        )[0]
+            [""], [solution_str], domain=["code"], tests=[tests],
+            test_preamble=[info.get("test_preamble") or ""],
+        )[0]  # fmt: skip
         if v is None:
             status = "sandbox_error"
         parts["code_pass_rate"] = v

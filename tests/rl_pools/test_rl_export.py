@@ -17,7 +17,7 @@ from rl_helpers import ingest_real
 from curation.catalog import Catalog
 from rl_pools.build import import_counts_ref, select_ref, validate_ref
 from rl_pools.curriculum import CurriculumConfig
-from rl_pools.export import push_to_hub, to_trl, to_verl, write_trl, write_verl
+from rl_pools.export import push_to_hub, to_trl, to_verl, trl_table, write_trl, write_verl
 from rl_pools.passcounts import counts_table
 from rl_pools.tiers import SelectionConfig
 
@@ -298,3 +298,28 @@ def test_rl_report_counts_each_sampling_setting_once(data_root, pools_dir, tmp_p
     chosen = [h for label, h in rep["tier_hist"].items() if "t06" in label]
     assert len(chosen) == 1 and {t: n for t, n in chosen[0].items() if n} == {
         t: n for t, n in res["tiers"].items() if n}  # fmt: skip
+
+
+def test_exports_carry_the_test_preamble_code_rows_are_graded_with(rl_ref, tmp_path):
+    """The TRL and verl exports carried a code row's tests but not its test preamble (the
+    LeetCode import header in metadata), so a reward reading the export (Sluice's own verl
+    reward included) ran a correct reference solution into NameError: 'List' and scored 0.
+    Both exports carry it; the verl reward module scores the real reference solutions 1."""
+    from training.verl_reward import compute_score
+
+    t = Catalog().load(rl_ref["ref"])
+    src = {r["uid"]: r for r in t.to_pylist()}
+    trl = trl_table(t).to_pylist()
+    code = [r for r in trl if r["domain"] == "code"]
+    assert code and all(r["test_preamble"].startswith("from typing import") for r in code)
+    assert all(r["test_preamble"] is None for r in trl if r["domain"] == "math")
+    verl = to_verl(t).to_pylist()
+    for r in verl:
+        if r["ability"] != "code":
+            continue
+        info = r["extra_info"]
+        sol = src[info["uid"]]["solutions"][0]
+        assert "List[" in sol or "Optional[" in sol or "import" not in sol
+        got = compute_score(r["data_source"], f"```python\n{sol}\n```",
+                            r["reward_model"]["ground_truth"], info)  # fmt: skip
+        assert got["code_pass_rate"] == 1.0, (info["uid"], got)
