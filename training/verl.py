@@ -5,7 +5,7 @@ Output folder::
 
     data/<stage>.parquet        verl RL data: data_source, prompt, ability,
                                 reward_model{style, ground_truth}, extra_info{index, split, uid,
-                                source, pass_rate, tier, stage, answer, tests}
+                                source, pass_rate, tier, stage, answer, tests, test_preamble}
     reward.py                   copy of training/verl_reward.py (custom_reward_function.path)
     stages/<stage>.yaml         Hydra overrides of that stage's run (the stage's model path is
                                 the previous stage's merged checkpoint)
