@@ -52,6 +52,9 @@ def rollouts(
     ),  # fmt: skip
     base_url: str | None = typer.Option(None, "--base-url", help="e.g. http://localhost:8000/v1"),
     mode: str = typer.Option("chat", "--mode", help="chat | completions"),
+    tokenizer: str | None = typer.Option(
+        None, "--tokenizer", help="tokenizer whose chat template renders prompts (completions)"
+    ),
     temperature: float = typer.Option(1.0, "--temperature"),
     top_p: float = typer.Option(1.0, "--top-p"),
     max_tokens: int = typer.Option(4096, "--max-tokens"),
@@ -87,7 +90,8 @@ def rollouts(
     )  # checks --k first: no model call for a bad k
     gen = GenerationConfig(backend=backend, model=model, mode=mode, base_url=base_url,
                            concurrency=concurrency, timeout_s=timeout, max_retries=max_retries,
-                           batch_size=batch_size, device=device, dtype=dtype)  # fmt: skip
+                           batch_size=batch_size, device=device, dtype=dtype,
+                           tokenizer=tokenizer)  # fmt: skip
     params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed)
     _echo(rollouts_ref(pool, gen, params, rcfg, store))
 

@@ -263,3 +263,24 @@ def test_rollout_option_errors_name_the_option(capsys):
                   flag, "0"])  # fmt: skip
         err = capsys.readouterr().err
         assert e.value.code == 2 and f"{flag} (" in err and "got 0" in err, err
+
+
+def test_cli_completions_mode_takes_a_tokenizer(math_ref, data_root, tmp_path):
+    """`rl rollouts --mode completions` failed on every run with "pass --tokenizer NAME", an
+    option `rl rollouts` did not have (`sft generate` has it): the mode could not be used. With
+    --tokenizer the chat template renders each prompt and the samples are graded."""
+    from generation_helpers import tiny_tokenizer
+
+    tok_dir = tmp_path / "tok"
+    tiny_tokenizer(tok_dir)
+    oracle = MathOracle(Catalog().load(math_ref))
+    env = {**os.environ, "SLUICE_DATA_ROOT": str(data_root)}
+    with StandInServer(oracle) as srv:
+        r = _sluice(["rl", "rollouts", math_ref, "--model", "stand-in-7b", "--k", "2",
+                     "--base-url", srv.url, "--mode", "completions", "--tokenizer", str(tok_dir),
+                     "--max-retries", "1"], env)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        posts = srv.posts()
+    assert len(posts) == 16 and all(p["path"].endswith("/v1/completions") for p in posts)
+    assert all(p["body"]["prompt"].startswith("<|im_start|>user\n") for p in posts)
+    assert json.loads(r.stdout)["statuses"].get("correct", 0) > 0
