@@ -304,6 +304,7 @@ def run_rollouts(
     written = 0
     try:
         with SampleStore(store_dir) as store, _Grader(config) as grader:
+            _remove_killed_runs_files(store_dir)
             gbar = Progress(total, f"rollouts {gen.model}") if show else None
             rbar = Progress(total, "grade") if show else None
             log = _GradeLog(store_dir / "grades.jsonl")
@@ -361,6 +362,25 @@ def run_rollouts(
             backend.close()
     return RolloutResult(out_path, counts_table(counts.values()), st["generated"], st["reused"],
                          st["graded"], st["grades_reused"], dict(statuses), written)  # fmt: skip
+
+
+def _remove_killed_runs_files(store_dir: Path) -> None:
+    """Remove the graded-rows files (``.rollouts-<pid>-<ns>.parquet``) of runs that were killed:
+    each held a whole run's rows. A file of a live process (a run publishing it after releasing
+    the store) is left alone."""
+    for f in store_dir.glob(".rollouts-*.parquet"):
+        try:
+            pid = int(f.name.split("-")[1])
+        except (IndexError, ValueError):
+            continue
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            f.unlink(missing_ok=True)
+        except PermissionError:  # alive, another user's
+            continue
 
 
 class _Pipeline:

@@ -122,6 +122,7 @@ def test_sigkill_mid_run_then_rerun_loses_and_duplicates_nothing(math_ref, data_
         assert 20 <= at_kill < 64, at_kill  # really killed mid-run
         posts_at_kill = len(srv.posts())
         assert "mathpool.rollouts" not in Catalog().datasets()  # nothing published
+        partial = list(store.glob(".rollouts-*.parquet"))  # the killed run's graded rows
         r = _sluice(args, env)
         assert r.returncode == 0, r.stderr
         assert "samples/s" in r.stderr and "ETA" in r.stderr  # progress without a terminal
@@ -139,6 +140,8 @@ def test_sigkill_mid_run_then_rerun_loses_and_duplicates_nothing(math_ref, data_
     keys = ro.column("sample_key").to_pylist()
     assert ro.num_rows == 64 and len(set(keys)) == 64
     assert sorted(ro.column("sample_index").to_pylist()) == sorted(list(range(8)) * 8)
+    # the killed run's partial rollouts file is removed by the rerun (one was left per kill)
+    assert partial and not list(store.glob(".rollouts-*")), list(store.iterdir())
 
 
 def _one_error(r, msg: str) -> None:
