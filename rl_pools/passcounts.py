@@ -381,6 +381,12 @@ def read_table_rows(
             text = _text(r.get(problem_field), path, i, problem_field,
                          "each row needs a uid or the problem text")  # fmt: skip
             dom = r.get("domain") or domain
+            if dom and dom not in ("math", "code"):  # the uid of a text depends on it
+                raise InputError(
+                    f"domain {dom!r} is not math or code", file=str(path), row=i, field="domain",
+                    hint="the domain column names the problem's domain (math | code), which "
+                    "its content uid depends on; rename another meaning (a subject) or drop it",
+                )  # fmt: skip
             if not dom:
                 raise InputError(
                     "the row gives the problem text but no domain", file=str(path), row=i,

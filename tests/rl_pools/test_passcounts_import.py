@@ -215,3 +215,18 @@ def test_n_invalid_column_is_read_not_dropped(qwen, tmp_path):
         with pytest.raises(InputError, match=msg) as e:
             read_table_rows(p)
         assert (e.value.row, e.value.field) == (1, "n_invalid")
+
+
+def test_a_domain_cell_that_is_not_math_or_code_is_an_error(qwen, tmp_path):
+    """A table whose `domain` column holds something else (a subject such as "Algebra", or
+    "Math") turned each problem text into a uid of that domain: no row matched the pool, and
+    the rows were reported as counts for problems outside it. The cell is now an error naming
+    file, row and field."""
+    rows = [dict(r, domain="math") for r in qwen]
+    rows[2]["domain"] = "Algebra"
+    p = _jsonl(tmp_path, rows)
+    with pytest.raises(InputError, match="domain 'Algebra' is not math or code") as e:
+        read_table_rows(p)
+    assert (e.value.file, e.value.row, e.value.field) == (str(p), 3, "domain")
+    rows[2]["domain"] = "math"
+    assert len(read_table_rows(_jsonl(tmp_path, rows, name="ok.jsonl"))) == len(rows)
