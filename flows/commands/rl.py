@@ -145,9 +145,11 @@ def import_counts(
             )
     cat = Catalog()
     locations = None
+    extra: dict = {}
     if fmt == "skywork":
-        counts, _missing = import_skywork(cat.load(cat.resolve(pool).ref), k=k or 16)
+        counts, missing = import_skywork(cat.load(cat.resolve(pool).ref), k=k or 16)
         origin = "skywork_model_difficulty"
+        extra["rows_without_model_difficulty"] = missing  # skipped: counted, not hidden
     elif fmt == "table":
         if file is None:
             raise ConfigError("--format table needs --file PATH")
@@ -164,7 +166,8 @@ def import_counts(
         origin = f"table:{file}"
     else:
         raise ConfigError(f"unknown import format {fmt!r}", hint="use table or skywork")
-    _echo(import_counts_ref(counts, pool, catalog=cat, origin=origin, locations=locations))
+    _echo({**import_counts_ref(counts, pool, catalog=cat, origin=origin, locations=locations),
+           **extra})  # fmt: skip
 
 
 @app.command("select")

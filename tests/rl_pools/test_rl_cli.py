@@ -289,3 +289,20 @@ def test_select_with_a_setting_the_counts_lack_names_the_ones_they_have(
         err = capsys.readouterr().err
         assert e.value.code == 2 and msg in err and have in err, err
     assert not any(d.endswith(".rl") for d in cat.datasets())
+
+
+def test_skywork_import_counts_the_rows_without_model_difficulty(pools_dir, data_root, tmp_path):
+    """Rows of the pool without model_difficulty were skipped without a word (the command's
+    output had no count of them): now `rows_without_model_difficulty` says how many."""
+    env = {**os.environ, "SLUICE_DATA_ROOT": str(data_root)}
+    rows = [json.loads(x) for x in (pools_dir / "math_deepscaler_sample2k_verl.jsonl")
+            .read_text().splitlines()[:4]]  # fmt: skip
+    for i, r in enumerate(rows[:3]):
+        r["extra_info"]["model_difficulty"] = {"m7b": 5 + i}
+    src = tmp_path / "sky.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ingest(str(src), field_map="hub_skywork_or1_math", name="sky")
+    r = _sluice(["rl", "import-counts", "sky@latest", "--format", "skywork"], env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["matched"] == 3 and out["rows_without_model_difficulty"] == 1, out
