@@ -10,6 +10,7 @@ catalog unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -223,17 +224,21 @@ def select_ref(
             "curriculum": curriculum.to_dict() if curriculum is not None else None}  # fmt: skip
     preset = selection.preset or "custom"
     kept = res.kept.append_column("preset", pa.array([preset] * res.kept.num_rows))
-    rl = cat.publish(f"{base}.rl", kept, parents=[v.ref, cv.ref], step="rl.select", config=conf,
-                     metadata={"rows_in": tiered.num_rows, "kept": kept.num_rows})  # fmt: skip
-    dropped = cat.publish(f"{base}.rl_dropped", res.dropped, parents=[v.ref, cv.ref],
-                          step="rl.select", config=conf)  # fmt: skip
-    stages = []
+    # the pool, its dropped rows and its stages are one commit: all are published or none (a
+    # failure between them left a new BASE.rl@latest beside the previous selection's stages)
+    rl = cat.stage(f"{base}.rl", kept, parents=[v.ref, cv.ref], step="rl.select", config=conf,
+                   metadata={"rows_in": tiered.num_rows, "kept": kept.num_rows})  # fmt: skip
+    dropped = cat.stage(f"{base}.rl_dropped", res.dropped, parents=[v.ref, cv.ref],
+                        step="rl.select", config=conf)  # fmt: skip
+    staged, stages = [rl, dropped], []
     for n, t in enumerate(stages_tables, 1):
         t = t.append_column("preset", pa.array([preset] * t.num_rows))
-        sv = cat.publish(f"{base}.rl.stage{n}", t, parents=[rl.ref], step="rl.curriculum",
-                         config={**conf, "stage": n,
-                                 "stage_values": curriculum.stages[n - 1]})  # fmt: skip
+        sv = cat.stage(f"{base}.rl.stage{n}", t, step="rl.curriculum",
+                       config={**conf, "stage": n, "stage_values": curriculum.stages[n - 1]})  # fmt: skip
+        # its parent is the pool staged above (not in the catalog yet, so not resolvable)
+        staged.append(dataclasses.replace(sv, parents=(rl.ref,)))
         stages.append({"stage": n, "ref": sv.ref, "rows": t.num_rows})
+    rl, dropped = cat.commit(staged)[:2]
     return {"ref": rl.ref, "dropped_ref": dropped.ref, "rows_in": tiered.num_rows,
             "kept": kept.num_rows, "steps": res.steps, "tiers": tiers, "stages": stages,
             "unstaged": unstaged}  # fmt: skip

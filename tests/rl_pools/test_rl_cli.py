@@ -306,3 +306,41 @@ def test_skywork_import_counts_the_rows_without_model_difficulty(pools_dir, data
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["matched"] == 3 and out["rows_without_model_difficulty"] == 1, out
+
+
+def test_select_publishes_the_pool_its_drops_and_stages_together(pools_dir, data_root, tmp_path,
+                                                                 monkeypatch):  # fmt: skip
+    """`rl select` published BASE.rl, then BASE.rl_dropped, then each stage, one commit each: a
+    failure between them (disk full writing the dropped rows) left a new BASE.rl@latest without
+    its dropped rows and with the previous selection's stages. Now one commit: all or none."""
+    import pytest
+
+    from curation.catalog import Catalog as Cat
+    from curation.errors import StorageError
+    from rl_pools.build import select_ref
+    from rl_pools.curriculum import CurriculumConfig
+    from rl_pools.tiers import SelectionConfig
+
+    cat = _qwen_counts(pools_dir, tmp_path, n=100)
+    before = {n: [v.ref for v in cat.versions(n)] for n in cat.datasets()}
+    real_stage = Cat.stage
+
+    def failing_stage(self, name, *a, **kw):
+        if name.endswith(".rl.stage2"):
+            raise StorageError("no space left on the device (injected)")
+        return real_stage(self, name, *a, **kw)
+
+    monkeypatch.setattr(Cat, "stage", failing_stage)
+    with pytest.raises(StorageError):
+        select_ref("qwen@latest", "qwen-math", SelectionConfig(preset="srpo"),
+                   curriculum=CurriculumConfig(preset="easy-to-hard"))  # fmt: skip
+    assert {n: [v.ref for v in cat.versions(n)] for n in cat.datasets()} == before
+    monkeypatch.setattr(Cat, "stage", real_stage)
+    res = select_ref("qwen@latest", "qwen-math", SelectionConfig(preset="srpo"),
+                     curriculum=CurriculumConfig(preset="easy-to-hard"))  # fmt: skip
+    rl = cat.resolve("qwen.rl@latest")
+    assert rl.ref == res["ref"] and cat.resolve("qwen.rl_dropped@latest").ref == res["dropped_ref"]
+    for st in res["stages"]:
+        v = cat.resolve(st["ref"])
+        assert v.parents == (rl.ref,) and v.step == "rl.curriculum" and v.num_rows == st["rows"]
+        assert cat.resolve(f"qwen.rl.stage{st['stage']}@latest").ref == st["ref"]
