@@ -65,10 +65,13 @@ def validate_ref(ref: str, config: Any = None, catalog: Catalog | None = None) -
     res = validate_pool(cat.load(v.ref), cfg)
     base = base_name(v.name)
     conf = {"validation": asdict(cfg), "summary": res.summary()}
-    kept = cat.publish(f"{base}.validated", res.kept, parents=[v.ref], step="rl.validate",
-                       config=conf)  # fmt: skip
-    drops = cat.publish(f"{base}.validation_drops", res.dropped, parents=[v.ref],
-                        step="rl.validate", config=conf)  # fmt: skip
+    # one commit: a validated pool is never published without the record of its drops
+    kept, drops = cat.commit([
+        cat.stage(f"{base}.validated", res.kept, parents=[v.ref], step="rl.validate",
+                  config=conf),
+        cat.stage(f"{base}.validation_drops", res.dropped, parents=[v.ref], step="rl.validate",
+                  config=conf),
+    ])  # fmt: skip
     return {"ref": kept.ref, "drops_ref": drops.ref, **res.summary()}
 
 

@@ -89,3 +89,30 @@ def test_deepcoder_leetcode_reference_solutions_pass_with_leetcodes_imports(data
     assert set(cat.load(lc).column("uid").to_pylist()) == set(
         cat.load(ref).column("uid").to_pylist()
     )
+
+
+def test_validated_pool_and_its_drops_are_published_together(data_root, pools_dir, monkeypatch):
+    """BASE.validated was published before BASE.validation_drops: a failure writing the drops
+    left a validated pool whose dropped rows were never recorded (rows in != kept + dropped in
+    the catalog). Now one commit."""
+    from curation.catalog import Catalog as Cat
+    from curation.errors import StorageError
+
+    ref = ingest_real(pools_dir, "math_deepscaler_math_train.jsonl", "vt", "deepscaler_math", 10)
+    cat = Catalog()
+    before = cat.datasets()
+    real_stage = Cat.stage
+
+    def failing_stage(self, name, *a, **kw):
+        if name.endswith(".validation_drops"):
+            raise StorageError("no space left on the device (injected)")
+        return real_stage(self, name, *a, **kw)
+
+    monkeypatch.setattr(Cat, "stage", failing_stage)
+    with pytest.raises(StorageError):
+        validate_ref(ref, PoolValidationConfig(verify_workers=1))
+    assert cat.datasets() == before
+    monkeypatch.setattr(Cat, "stage", real_stage)
+    out = validate_ref(ref, PoolValidationConfig(verify_workers=1))
+    assert cat.resolve("vt.validated@latest").ref == out["ref"]
+    assert cat.resolve("vt.validation_drops@latest").ref == out["drops_ref"]
