@@ -78,6 +78,19 @@ def publish_counts(
     config: dict | None = None,
 ) -> Any:
     """Merge ``new`` into the latest version of ``name`` and publish the result."""
+    return catalog.commit([stage_counts(catalog, name, new, parents=parents, config=config)])[0]
+
+
+def stage_counts(
+    catalog: Any,
+    name: str,
+    new: pa.Table,
+    *,
+    parents: Iterable[str] = (),
+    config: dict | None = None,
+) -> Any:
+    """:func:`publish_counts` up to the commit: the staged merged version (committed by the
+    caller, with the versions it must be published together with)."""
     try:
         prev_v = catalog.resolve(f"{name}@latest")
         prev = catalog.load(prev_v.ref)
@@ -86,7 +99,7 @@ def publish_counts(
         prev = None
     merged = merge(prev, new)
     models = sorted(set(merged.column("model").to_pylist()))
-    return catalog.publish(
+    return catalog.stage(
         name,
         merged,
         parents=list(parents),

@@ -520,21 +520,30 @@ def _rows_of(rows, samples, grades, params: SamplingParams, model: str, tmpl, k,
 
 def publish_rollouts(catalog: Any, pool_ref: str, result: RolloutResult, config: dict[str, Any]):
     """Publish ``NAME.rollouts`` and merge the counts into ``NAME.passcounts``; return both."""
+    import dataclasses
+
     from rl_pools.build import base_name
-    from rl_pools.passcounts import publish_counts
+    from rl_pools.passcounts import stage_counts
 
     pool = catalog.resolve(pool_ref)
     base = base_name(pool.name)
     summary = result.summary()
-    rv = catalog.publish(
-        f"{base}.rollouts",
-        str(result.rollouts_path),  # streamed from the file
-        parents=[pool.ref],
-        step="rl.rollouts",
-        config=config,
-        metadata={"summary": summary},
-    )
-    result.rollouts_path.unlink(missing_ok=True)
-    cv = publish_counts(catalog, f"{base}.passcounts", result.passcounts,
-                        parents=[rv.ref, pool.ref], config=config)  # fmt: skip
+    try:
+        rv = catalog.stage(
+            f"{base}.rollouts",
+            str(result.rollouts_path),  # streamed from the file
+            parents=[pool.ref],
+            step="rl.rollouts",
+            config=config,
+            metadata={"summary": summary},
+        )
+        cv = stage_counts(catalog, f"{base}.passcounts", result.passcounts, parents=[pool.ref],
+                          config=config)  # fmt: skip
+        # the counts' parents: the previous counts, these rollouts (staged, so not resolvable
+        # yet), the pool; one commit: rollouts are never published without their counts
+        ps = [p for p in cv.parents if p != pool.ref]
+        cv = dataclasses.replace(cv, parents=(*ps, rv.ref, pool.ref))
+        rv, cv = catalog.commit([rv, cv])
+    finally:  # the graded rows live on in the sample store; a rerun rebuilds the file
+        result.rollouts_path.unlink(missing_ok=True)
     return rv, cv

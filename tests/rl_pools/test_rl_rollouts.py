@@ -287,3 +287,35 @@ def test_cli_completions_mode_takes_a_tokenizer(math_ref, data_root, tmp_path):
     assert len(posts) == 16 and all(p["path"].endswith("/v1/completions") for p in posts)
     assert all(p["body"]["prompt"].startswith("<|im_start|>user\n") for p in posts)
     assert json.loads(r.stdout)["statuses"].get("correct", 0) > 0
+
+
+def test_rollouts_and_their_counts_are_published_together(math_ref, data_root, tmp_path,
+                                                          monkeypatch):  # fmt: skip
+    """BASE.rollouts was published before the pass counts merged into BASE.passcounts: a failure
+    there left graded rollouts with no counts (select kept reading the old ones). Now one
+    commit; the rerun reuses every sample and grade."""
+    from curation.catalog import Catalog as Cat
+    from curation.errors import StorageError
+
+    cat = Catalog()
+    before = cat.datasets()
+    real_stage = Cat.stage
+
+    def failing_stage(self, name, *a, **kw):
+        if name.endswith(".passcounts"):
+            raise StorageError("no space left on the device (injected)")
+        return real_stage(self, name, *a, **kw)
+
+    cfg = RolloutConfig(k=2, verify_workers=1)
+    with StandInServer(MathOracle(cat.load(math_ref))) as srv:
+        monkeypatch.setattr(Cat, "stage", failing_stage)
+        with pytest.raises(StorageError):
+            rollouts_ref(math_ref, _gen(srv.url), PARAMS, cfg, tmp_path / "store", progress=False)
+        assert cat.datasets() == before
+        monkeypatch.setattr(Cat, "stage", real_stage)
+        out = rollouts_ref(math_ref, _gen(srv.url), PARAMS, cfg, tmp_path / "store",
+                           progress=False)  # fmt: skip
+    assert out["generated"] == 0 and out["graded"] == 0
+    cv = cat.resolve(out["passcounts_ref"])
+    assert out["rollouts_ref"] in cv.parents and math_ref in cv.parents
+    assert not list((tmp_path / "store").glob(".rollouts-*"))
