@@ -64,6 +64,31 @@ def pool_problems(table: pa.Table, source: str) -> list[dict[str, Any]]:
     return rows
 
 
+def response_text(sample) -> tuple[str | None, str | None]:
+    """The teacher's whole response and its error, from one stored sample.
+
+    A server with a reasoning parser (``vllm serve ... --reasoning-parser deepseek_r1``) returns
+    the thinking in ``reasoning_content`` and only the answer in ``content``; the response is
+    put back together as the model wrote it after the template's opening ``<think>``:
+    ``{thinking}\\n</think>\\n\\n{answer}``. A reply whose thinking used up the token budget
+    (``finish_reason == "length"``, no answer) stays open: a truncated trace. An answer that is
+    empty after a thinking is not an "empty response" (the model wrote something): the filters
+    name it (truncated: no final answer).
+    """
+    from curation.generation.store import EMPTY_RESPONSE
+
+    text, error = sample.text, sample.error
+    thinking = (sample.reasoning or "").strip()
+    if text is None or not thinking:
+        return text, error
+    if error == EMPTY_RESPONSE:
+        error = None
+    answer = text.strip()
+    if not answer and sample.finish_reason == "length":
+        return thinking, error
+    return f"{thinking}\n</think>\n\n{answer}", error
+
+
 def generate_responses(
     problems: Sequence[Mapping[str, Any]],
     *,
@@ -103,17 +128,18 @@ def generate_responses(
     rows = []
     for p, text, h, samples in zip(problems, texts, res.prompt_hashes, res.samples, strict=True):
         for s in samples:
+            response, error = response_text(s)
             rows.append(
                 make_row(
                     problem=p,
                     prompt=text,
-                    text=s.text,
+                    text=response,
                     model=s.model,
                     sampling_params=s.sampling_params,
                     sample_index=s.sample_index,
                     prompt_hash=h,
                     finish_reason=s.finish_reason,
-                    error=s.error,
+                    error=error,
                     prompt_tokens=s.prompt_tokens,
                     response_tokens=s.completion_tokens,
                     think_opened_by_template=teacher.think_opened_by_template,

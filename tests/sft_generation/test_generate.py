@@ -357,3 +357,44 @@ def test_sft_generate_hf_takes_device_dtype_and_batch_size(pool, tmp_path, data_
         err = capsys.readouterr().err
         assert e.value.code == 2 and f"unknown dtype '{bad}' (--dtype)" in err, err
         assert "Traceback" not in err
+
+
+def test_thinking_returned_apart_by_a_reasoning_parser_is_kept(pool, tmp_path):
+    """`vllm serve R1-DISTILL --reasoning-parser deepseek_r1` returns the thinking in
+    `reasoning_content` and only the answer in `content`. The SFT rows were built from `content`
+    alone: the thinking was lost and every response, its answer boxed and right, was dropped as
+    truncated (no </think> in the text). The rows hold the thinking and the answer apart, and a
+    reply whose thinking used up the budget (no answer at all) is a truncated trace, not an
+    'empty response' generation error."""
+    cat, ref, rows = pool
+    answers = _answers(rows)
+
+    def reply(text, body):
+        ans = next(a for p, a in answers.items() if p in text)
+        return f"So the answer is \\boxed{{{ans}}}."
+
+    tweaked = [dict(r) for r in rows]
+    tweaked[0]["problem"] = "EMPTY " + tweaked[0]["problem"]  # thinking, then no answer
+    import pyarrow as pa
+
+    v = cat.publish("amc_rp", pa.Table.from_pylist(tweaked, schema=cat.load(ref).schema))
+    with StandInServer(reply) as srv:
+        srv.reasoning = "Let me think step by step. The sum works out."
+        res = generate_from_pool(v.ref, generation=_gen(srv.url), responses_per_prompt=1,
+                                 catalog=cat, progress=False)  # fmt: skip
+    by = {r["problem_uid"]: r for r in res.rows}
+    ok = by[tweaked[1]["uid"]]
+    assert ok["reasoning"] == "Let me think step by step. The sum works out."
+    assert ok["final_answer"] == f"So the answer is \\boxed{{{tweaked[1]['answer']}}}."
+    assert not ok["truncated"] and ok["error"] is None
+    assert "</think>" in ok["response"] and ok["response"].startswith("Let me think")
+    cut = by[tweaked[0]["uid"]]
+    assert cut["reasoning"] == "Let me think step by step. The sum works out."
+    assert cut["final_answer"] is None and cut["error"] is None
+    from sft_generation.config import FilterConfig
+
+    b = build_from_ref(res.raw_ref, out_dir=tmp_path / "run", catalog=cat,
+                       filters=FilterConfig(decontaminate=False, near_dup_threshold=None))  # fmt: skip
+    f = b.counts["filters"]
+    assert f["dropped"]["truncated"] == 1 and f["dropped"]["generation_error"] == 0
+    assert b.counts["kept"] == 5 and f["rows_in"] == 6
