@@ -63,10 +63,15 @@ def rows_from_sft_samples(table: pa.Table, *, source: str) -> list[dict[str, Any
     """Response rows from an ingested ``sft_sample`` dataset (external traces).
 
     The reference answer comes from ``metadata.reference_answer`` (a field map puts it there);
-    the problem uid is the content uid of the prompt, as ingest computes it for problems.
+    the problem uid is the content uid of the prompt, as ingest computes it for problems. When
+    the map filled ``reasoning`` / ``final_answer`` (a source with its own markup, e.g.
+    Marco-o1's ``<Thought>``/``<Output>``), those are the split; else the response is split at
+    ``</think>``. Each row's uid includes the imported trace's uid, so several traces of one
+    prompt stay apart.
     """
     from curation.fieldmaps import _scalar_text
     from curation.normalize import problem_uid
+    from sft_generation.traces import Trace
 
     rows = []
     for i, r in enumerate(table.to_pylist()):
@@ -84,6 +89,11 @@ def rows_from_sft_samples(table: pa.Table, *, source: str) -> list[dict[str, Any
             "source": md.get("source"),
         }
         sp = r.get("sampling_params") or "{}"
+        trace = None
+        if r.get("reasoning") is not None or r.get("final_answer") is not None:
+            thinking = (r.get("reasoning") or "").strip() or None
+            answer = (r.get("final_answer") or "").strip() or None
+            trace = Trace(thinking, answer, truncated=False, has_think=thinking is not None)
         row = make_row(
             problem=problem,
             prompt=prompt,
@@ -95,6 +105,8 @@ def rows_from_sft_samples(table: pa.Table, *, source: str) -> list[dict[str, Any
             response_tokens=r.get("response_tokens"),
             prompt_tokens=r.get("prompt_tokens"),
             metadata={"imported_from": source, "source_uid": r["uid"], **md},
+            trace=trace,
+            source_uid=r["uid"],
         )
         rows.append(row)
     return rows

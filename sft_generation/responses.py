@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sft_generation.traces import TRACE_PARSER_VERSION, split_trace
+from sft_generation.traces import TRACE_PARSER_VERSION, Trace, split_trace
 
 RESPONSE_SCHEMA_VERSION = "sft_response/1"
 
@@ -55,10 +55,24 @@ RESPONSE_SCHEMA = pa.schema(
 )
 
 
-def response_uid(problem_uid: str, model: str, sampling_params: str, sample_index: int) -> str:
-    """Content-derived id of one sample: the same sample gets the same uid on every run."""
-    key = "\x1f".join([problem_uid, model, sampling_params, str(sample_index)])
-    return "r_" + hashlib.sha256(key.encode()).hexdigest()[:24]
+def response_uid(
+    problem_uid: str,
+    model: str,
+    sampling_params: str,
+    sample_index: int,
+    source_uid: str | None = None,
+) -> str:
+    """Content-derived id of one sample: the same sample gets the same uid on every run.
+
+    ``source_uid``: the uid of an imported trace (its prompt and response). External traces
+    seldom say which sample of a prompt they are (every thought-anchors trace has seed 0), so
+    two traces of one prompt would share (problem, model, params, index); the source uid keeps
+    them apart.
+    """
+    parts = [problem_uid, model, sampling_params, str(sample_index)]
+    if source_uid is not None:
+        parts.append(source_uid)
+    return "r_" + hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:24]
 
 
 def make_row(
@@ -76,18 +90,25 @@ def make_row(
     response_tokens: int | None = None,
     think_opened_by_template: bool = True,
     metadata: Mapping[str, Any] | None = None,
+    trace: Trace | None = None,
+    source_uid: str | None = None,
 ) -> dict[str, Any]:
-    """One response row (see module docs) from a sample and the problem it answers."""
+    """One response row (see module docs) from a sample and the problem it answers.
+
+    ``trace``: the thinking and answer when the source split them itself (an ``sft_sample``
+    map with ``reasoning`` / ``final_answer``, e.g. Marco-o1's ``<Thought>``/``<Output>``);
+    else ``text`` is split at ``</think>``. ``source_uid``: see :func:`response_uid`.
+    """
     sp = (
         sampling_params
         if isinstance(sampling_params, str)
         else json.dumps(sampling_params, sort_keys=True)
     )
-    tr = split_trace(text, think_opened_by_prompt=think_opened_by_template)
+    tr = trace or split_trace(text, think_opened_by_prompt=think_opened_by_template)
     md = dict(metadata or {})
     md["trace_parser"] = TRACE_PARSER_VERSION
     return {
-        "uid": response_uid(problem["uid"], model, sp, sample_index),
+        "uid": response_uid(problem["uid"], model, sp, sample_index, source_uid),
         "problem_uid": problem["uid"],
         "source": problem.get("source"),
         "domain": problem.get("domain") or "math",

@@ -245,3 +245,63 @@ def test_unknown_benchmark_or_detector_is_refused_before_grading(
         assert e.value.code == 2 and msg in err, (extra, err)
         assert "grading" not in err and "Traceback" not in err, err
         assert not out.exists()
+
+
+def test_marco_o1_traces_keep_the_thinking_and_answer_their_map_splits(pools_dir, data_root,
+                                                                        tmp_path):  # fmt: skip
+    """The shipped `marco_o1_sft` map splits each response into `reasoning` (<Thought>) and
+    `final_answer` (<Output>), but the build re-split the raw response at `</think>`, which a
+    Marco-o1 trace never has: every one of the 125 traces was called truncated and
+    `sluice sft build marco@latest --keep all` published nothing. The map's split is used."""
+    cat = Catalog(data_root)
+    ref = ingest(str(pools_dir / "sft_marco_o1_cot_demo.jsonl"), field_map="marco_o1_sft",
+                 name="marco", catalog=cat).ref  # fmt: skip
+    raw = [json.loads(line) for line in open(pools_dir / "sft_marco_o1_cot_demo.jsonl")]
+    rows = rows_from_sft_samples(cat.load(ref), source=ref)
+    assert len(rows) == 125 and not any(r["truncated"] for r in rows)
+    by_prompt = {r["prompt"]: r for r in rows}
+    for src in raw[:10]:  # the oracle: the text between the tags of the source response
+        r = by_prompt[src["instruction"]]
+        thought = src["response"].split("<Thought>", 1)[1].split("</Thought>", 1)[0].strip()
+        output = src["response"].split("<Output>", 1)[1].split("</Output>", 1)[0].strip()
+        assert r["reasoning"] == thought and r["final_answer"] == output
+    cfg = FilterConfig(keep_policy="all", check_format=False, decontaminate=False,
+                       near_dup_threshold=None)  # fmt: skip
+    res = build_sft(rows, name="marco", out_dir=tmp_path / "run", catalog=cat, parents=[ref],
+                    filters=cfg)  # fmt: skip
+    f = res.counts["filters"]
+    assert f["dropped"]["truncated"] == 0 and res.counts["kept"] > 100
+    assert f["rows_in"] == res.counts["kept"] + sum(f["dropped"].values()) == 125
+
+
+def test_several_traces_of_one_prompt_keep_their_own_uids(pools_dir, data_root, tmp_path):
+    """Two traces of one problem imported together (every thought-anchors trace has seed 0)
+    got the same response uid: the build stopped at response decontamination with 'duplicate
+    id' in a temp file of its own, and with --no-decontam it published 8 rows under 4 uids.
+    Each trace keeps its own uid; the grid takes both responses of a prompt."""
+    raw = [json.loads(line) for line in open(pools_dir / TRACES)]
+    ok = [r for r in raw if "</think>" in r["solutions"][0]["solution"]][:4]
+    rows_out = []
+    for r in ok:
+        again = json.loads(json.dumps(r))
+        sol = again["solutions"][0]["solution"]
+        cut = sol.index("</think>")
+        again["solutions"][0]["solution"] = (
+            sol[:cut] + " Let me check that once more from the start; it holds.\n" + sol[cut:]
+        )
+        rows_out += [r, again]
+    src = tmp_path / "two.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows_out))
+    cat = Catalog(data_root)
+    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="two", catalog=cat).ref
+    rows = rows_from_sft_samples(cat.load(ref), source=ref)
+    assert len(rows) == 8 and len({r["uid"] for r in rows}) == 8
+    assert rows_from_sft_samples(cat.load(ref), source=ref)[3]["uid"] == rows[3]["uid"]  # stable
+    cfg = FilterConfig(keep_policy="all", near_dup_threshold=None, decontam_benchmarks=["aime24"])
+    res = build_sft(rows, name="two", out_dir=tmp_path / "run", catalog=cat, parents=[ref],
+                    filters=cfg, prompts=[4], responses=[2])  # fmt: skip
+    assert res.counts["kept"] == 8 and res.grid[0]["rows"] == 8
+    cell = cat.load(res.grid[0]["ref"])
+    assert len(set(cell["uid"].to_pylist())) == 8
+    out = pq.read_table(tmp_path / "run" / "responses.parquet")
+    assert len(set(out["uid"].to_pylist())) == out.num_rows == 8
