@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from curation.errors import ConfigError, InputError
-from sft_generation.config import FilterConfig
+from sft_generation.config import FilterConfig, check_output_names
 from sft_generation.filters import apply_filters
 from sft_generation.responses import RESPONSE_SCHEMA, grade, make_row, to_table
 
@@ -308,6 +308,9 @@ def build_sft(
     grid_r = _parse_counts(responses, "responses")
     if bool(grid_p) != bool(grid_r):
         raise ConfigError("give both --prompts and --responses for a scaling grid, or neither")
+    cell_suffixes = [f".sft.p{p}.r{r}" for p in grid_p for r in grid_r] or [".sft.all"]
+    if publish:  # every name the build publishes, before grading
+        check_output_names(name, [".sft_responses", *cell_suffixes])
     if cfg.decontaminate:  # names checked before grading (sandbox work on a code pool)
         from decontam.run import DecontamConfig, check_benchmark_names
 

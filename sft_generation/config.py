@@ -24,6 +24,22 @@ def _check_fields(cls, data: dict[str, Any], where: str) -> None:
             raise ConfigError(f"{where}: unknown key {k!r}", hint=did_you_mean(k, sorted(allowed)))
 
 
+def check_output_names(name: Any, suffixes: list[str] | tuple[str, ...]) -> None:
+    """Refuse a catalog name before any work when ``name + suffix`` cannot name a dataset (the
+    SFT stage publishes ``NAME.sft_raw``, ``NAME.sft_responses``, ``NAME.sft.pP.rR``; a bad
+    name used to fail only at the publish, after the model calls or the grading)."""
+    from curation.catalog import check_name
+
+    suffix = max(suffixes, key=len)
+    try:
+        check_name(name, suffix=suffix)
+    except ConfigError as exc:
+        raise ConfigError(
+            f"--name: {exc.message} (the stage publishes {name}{suffix})",
+            hint=(exc.hint or "") + "; nothing was done",
+        ) from None
+
+
 @dataclass
 class TeacherConfig:
     """How responses are sampled from the teacher (AceReason 1.1 defaults)."""

@@ -14,7 +14,7 @@ from typing import Any
 
 from curation.errors import ConfigError, DatasetRef, InputError
 from sft_generation.build import SFTBuildResult, build_sft, rows_from_sft_samples
-from sft_generation.config import FilterConfig, TeacherConfig
+from sft_generation.config import FilterConfig, TeacherConfig, check_output_names
 from sft_generation.generate import GenerateResult, generate_responses, pool_problems, publish_raw
 from sft_generation.responses import RESPONSE_SCHEMA_VERSION
 
@@ -67,6 +67,8 @@ def generate_from_pool(
         teacher = TeacherConfig(**{**teacher.__dict__, "model": generation.model})
     v = cat.resolve(pool_ref)
     ref = f"{v.name}@{v.version}"
+    name = name or _base_name(ref)
+    check_output_names(name, [".sft_raw"])  # before any model call
     table = cat.load(ref)
     if limit is not None:
         table = table.slice(0, limit)
@@ -82,7 +84,7 @@ def generate_from_pool(
     )
     publish_raw(
         res,
-        name=name or _base_name(ref),
+        name=name,
         pool_ref=ref,
         teacher=teacher,
         generation=generation,

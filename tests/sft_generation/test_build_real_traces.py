@@ -305,3 +305,32 @@ def test_several_traces_of_one_prompt_keep_their_own_uids(pools_dir, data_root, 
     assert len(set(cell["uid"].to_pylist())) == 8
     out = pq.read_table(tmp_path / "run" / "responses.parquet")
     assert len(set(out["uid"].to_pylist())) == out.num_rows == 8
+
+
+def test_a_bad_name_is_refused_before_grading(pools_dir, data_root, tmp_path, capsys):
+    """`sluice sft build TRACES --name "my set"` graded (and, on a code pool, ran every program
+    in the sandbox) before publishing 'my set.sft_responses' failed; a name whose grid cells
+    are too long (NAME.sft.p10000.r16) failed after NAME.sft_responses was published. Every
+    name the build publishes is checked first: nothing graded, nothing published."""
+    from flows.cli import main
+
+    raw = [json.loads(line) for line in open(pools_dir / TRACES)][:4]
+    src = tmp_path / "few.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in raw))
+    cat = Catalog(data_root)
+    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="few", catalog=cat).ref
+    before = cat.datasets()
+    out = tmp_path / "run"
+    for extra, msg in (
+        (["--name", "my set"], "invalid dataset name 'my set'"),
+        (["--name", "a" * 186, "--prompts", "10000", "--responses", "16"],
+         "dataset name too long"),
+    ):  # fmt: skip
+        with pytest.raises(SystemExit) as e:
+            main(["sft", "build", ref, "--out", str(out), "--no-decontam", "--root",
+                  str(data_root), *extra])  # fmt: skip
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and msg in err, (extra, err)
+        assert "grading" not in err and "Traceback" not in err and "--name" in err, err
+        assert not out.exists()
+    assert cat.datasets() == before

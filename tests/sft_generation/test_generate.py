@@ -398,3 +398,24 @@ def test_thinking_returned_apart_by_a_reasoning_parser_is_kept(pool, tmp_path):
     f = b.counts["filters"]
     assert f["dropped"]["truncated"] == 1 and f["dropped"]["generation_error"] == 0
     assert b.counts["kept"] == 5 and f["rows_in"] == 6
+
+
+def test_a_bad_name_is_refused_before_any_model_call(pool, tmp_path, data_root, capsys):
+    """`sluice sft generate POOL --name "my set"` sampled every response and only then failed
+    to publish 'my set.sft_raw'; the name is checked first: one error line naming the name,
+    no request sent, nothing published."""
+    from flows.cli import main
+
+    cat, ref, _ = pool
+    with StandInServer() as srv:
+        for bad, msg in (("my set", "invalid dataset name 'my set'"),
+                         ("a" * 195, "dataset name too long")):  # fmt: skip
+            with pytest.raises(SystemExit) as e:
+                main(["sft", "generate", ref, "--model", "r1-stand-in", "--base-url", srv.url,
+                      "--name", bad, "--root", str(data_root), "--store",
+                      str(tmp_path / "store")])  # fmt: skip
+            err = capsys.readouterr().err
+            assert e.value.code == 2 and msg in err and "Traceback" not in err, err
+            assert "--name" in err, err
+        assert srv.posts() == []
+    assert not any("sft_raw" in d for d in cat.datasets())
