@@ -57,8 +57,37 @@ def load_sft_config(path: str | os.PathLike) -> dict[str, Any]:
         raise ConfigError(f"{p}: [sft] needs pool = NAME@VERSION")
     # validate the typed parts now, not after the model has been called
     from curation.generation import GenerationConfig
-    from sft_generation.config import FilterConfig, TeacherConfig
+    from sft_generation.build import parse_counts
+    from sft_generation.config import FilterConfig, TeacherConfig, check_output_names
 
+    for key in ("responses_per_prompt", "limit"):
+        v = cfg.get(key)
+        if v is None and (key == "limit" or key not in cfg):
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"{p}: [sft] {key} must be a whole number >= 1, got {v!r}")
+    for key in ("pool", "name", "out", "data_root", "benchmarks_dir"):
+        if key in cfg and not isinstance(cfg[key], str):
+            raise ConfigError(f"{p}: [sft] {key} must be text, got {cfg[key]!r}")
+    grid = cfg.get("grid") or {}
+    if not isinstance(grid, dict):
+        raise ConfigError(f"{p}: [sft.grid] must be a table, got {grid!r}")
+    for k in grid:
+        if k not in ("prompts", "responses"):
+            raise ConfigError(
+                f"{p}: unknown [sft.grid] key {k!r}",
+                hint=did_you_mean(k, ["prompts", "responses"]),
+            )
+    try:
+        grid_p = parse_counts(grid.get("prompts"), "prompts")
+        grid_r = parse_counts(grid.get("responses"), "responses")
+    except ConfigError as exc:
+        raise ConfigError(f"{p}: [sft.grid] {exc.message.lstrip('-')}") from None
+    if bool(grid_p) != bool(grid_r):
+        raise ConfigError(f"{p}: [sft.grid] give both prompts and responses, or neither")
+    if "name" in cfg:
+        cells = [f".sft.p{a}.r{b}" for a in grid_p for b in grid_r] or [".sft.all"]
+        check_output_names(cfg["name"], [".sft_raw", ".sft_responses", *cells])
     gen = dict(cfg.get("generation") or {})
     teacher = dict(cfg.get("teacher") or {})
     if "model" not in gen and "model" in teacher:

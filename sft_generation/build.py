@@ -264,7 +264,7 @@ def _set_table(rows: Sequence[Mapping[str, Any]], idx: Sequence[int]) -> pa.Tabl
 # ----------------------------------------------------------------------------- the build
 
 
-def _parse_counts(values: str | Sequence[int] | None, what: str) -> list[int]:
+def parse_counts(values: str | Sequence[int] | None, what: str) -> list[int]:
     if values is None:
         return []
     if isinstance(values, str):
@@ -274,8 +274,14 @@ def _parse_counts(values: str | Sequence[int] | None, what: str) -> list[int]:
             raise ConfigError(
                 f"--{what}: expected comma-separated integers, got {values!r}"
             ) from exc
+    elif isinstance(values, Sequence) and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in values
+    ):
+        out = list(values)
     else:
-        out = [int(v) for v in values]
+        raise ConfigError(
+            f"--{what}: expected whole numbers (a list, or comma-separated), got {values!r}"
+        )
     if any(v < 1 for v in out):
         raise ConfigError(f"--{what}: every value must be >= 1, got {out}")
     return sorted(set(out))
@@ -304,8 +310,8 @@ def build_sft(
         raise InputError(
             "no responses to build from", hint="generate first: sluice sft generate POOL@VERSION"
         )
-    grid_p = _parse_counts(prompts, "prompts")
-    grid_r = _parse_counts(responses, "responses")
+    grid_p = parse_counts(prompts, "prompts")
+    grid_r = parse_counts(responses, "responses")
     if bool(grid_p) != bool(grid_r):
         raise ConfigError("give both --prompts and --responses for a scaling grid, or neither")
     cell_suffixes = [f".sft.p{p}.r{r}" for p in grid_p for r in grid_r] or [".sft.all"]

@@ -57,3 +57,37 @@ def test_sft_flow_rerun_makes_no_model_calls(prefect_harness, pools_dir, tmp_pat
     )
     with pytest.raises(ConfigError, match="keep_policy"):
         sft_deployment(bad)
+
+
+@pytest.mark.parametrize(
+    ("extra", "msg"),
+    [
+        ('responses_per_prompt = "four"\n', "responses_per_prompt must be a whole number >= 1"),
+        ("responses_per_prompt = 0\n", "responses_per_prompt must be a whole number >= 1"),
+        ("limit = 0\n", "limit must be a whole number >= 1"),
+        ('name = "my set"\n', "invalid dataset name 'my set'"),
+        ("[sft.grid]\nprompts = [0]\nresponses = [1]\n", "every value must be >= 1"),
+        ('[sft.grid]\nprompts = ["a"]\nresponses = [1]\n', "whole numbers"),
+        ("[sft.grid]\nprompts = [1.5]\nresponses = [1]\n", "whole numbers"),
+        ("[sft.grid]\nprompts = [100]\n", "give both"),
+        ("[sft.grid]\nprompt = [100]\nresponse = [1]\n", "unknown [sft.grid] key 'prompt'"),
+    ],
+)
+def test_a_bad_sft_config_is_refused_before_prefect_starts(tmp_path, capsys, extra, msg):
+    """`sluice sft run sft.toml` checked the teacher, generation and filter tables only: a bad
+    `responses_per_prompt` was a ValueError traceback inside the flow, and a bad `name` or
+    `[sft.grid]` was found after every response had been generated (a typo'd grid key was
+    ignored: no grid). Each is one error line before Prefect starts."""
+    from flows.cli import main
+
+    cfg = tmp_path / "sft.toml"
+    top, _, tables = extra.partition("[")
+    cfg.write_text(
+        f'[sft]\npool = "amc@latest"\n{top}[sft.teacher]\nmodel = "m"\n'
+        f'[sft.generation]\nbase_url = "http://127.0.0.1:9/v1"\n' + (f"[{tables}" if tables else "")
+    )
+    with pytest.raises(SystemExit) as e:
+        main(["sft", "run", str(cfg), "--data-root", str(tmp_path / "root")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and msg in err, err
+    assert "Traceback" not in err and not (tmp_path / "root").exists(), err
