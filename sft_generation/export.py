@@ -74,13 +74,22 @@ def export_trl(
 ) -> Path:
     """Write the chat export to ``out`` (a ``.parquet`` file, or a folder for ``train.parquet``)."""
     p = Path(out)
+    if p.suffix == ".parquet" and p.is_dir():
+        raise ConfigError(
+            f"--out {p} is a folder; a .parquet --out is the export file itself",
+            hint=f"give a file path that is not a folder, or --out {p.with_suffix('')} for "
+            f"{p.with_suffix('') / 'train.parquet'}; nothing was written",
+        )
+    chat = to_chat(table, reasoning=reasoning, source=source)
     if p.suffix != ".parquet":
         p.mkdir(parents=True, exist_ok=True)
         p = p / "train.parquet"
     else:
         p.parent.mkdir(parents=True, exist_ok=True)
-    chat = to_chat(table, reasoning=reasoning, source=source)
-    tmp = p.with_suffix(".parquet.tmp")
-    pq.write_table(chat, tmp)
-    tmp.replace(p)
+    tmp = p.with_name(f".{p.name}.tmp")
+    try:
+        pq.write_table(chat, tmp)
+        tmp.replace(p)
+    finally:
+        tmp.unlink(missing_ok=True)
     return p

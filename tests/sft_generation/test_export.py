@@ -159,3 +159,20 @@ def test_dry_run_without_push_to_hub_is_refused(pools_dir, data_root, tmp_path, 
     err = capsys.readouterr().err
     assert "--dry-run" in err and "--push-to-hub" in err, err
     assert "Traceback" not in err and not out.exists()
+
+
+def test_an_out_folder_named_like_a_parquet_file_is_refused_and_leaves_nothing(tmp_path):
+    """`sluice sft export SET --out runs/x.parquet` where runs/x.parquet is a folder wrote the
+    whole export to runs/x.parquet.tmp, left it there and named the temp file in the error.
+    It is refused before writing, naming --out; nothing is left beside it."""
+    from curation.errors import ConfigError
+
+    (tmp_path / "x.parquet").mkdir()
+    with pytest.raises(ConfigError, match=r"--out .*x\.parquet is a folder") as e:
+        export_trl(_set(), tmp_path / "x.parquet")
+    assert ".tmp" not in str(e.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.parquet"]
+    assert list((tmp_path / "x.parquet").iterdir()) == []
+    path = export_trl(_set(), tmp_path / "ok.parquet")  # a file path still works
+    assert path == tmp_path / "ok.parquet" and path.is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.parquet", "x.parquet"]
