@@ -151,6 +151,7 @@ def grade(
     tests in the sandbox (with the pool's import preamble); ``passed`` only when all pass.
     """
     from rl_pools.rollouts import RolloutConfig, grade_code, grade_math
+    from rl_pools.verify import extract_answer
 
     cfg = RolloutConfig(verify_workers=workers, sandbox_workers=workers,
                         verify_timeout_s=verify_timeout_s, code_time_limit_s=code_time_limit_s)  # fmt: skip
@@ -170,6 +171,9 @@ def grade(
         elif not r.get("reference_answer"):
             r["verification"] = "error"
             r["verification_reason"] = "the problem has no reference answer"
+            # the answer is still read (the verifier's own extraction): --keep majority votes
+            # on it, the policy for pools without references
+            r["extracted"] = extract_answer(r["final_answer"])[0]
         else:
             todo_m.append(i)
     if todo_m:

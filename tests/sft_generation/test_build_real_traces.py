@@ -334,3 +334,42 @@ def test_a_bad_name_is_refused_before_grading(pools_dir, data_root, tmp_path, ca
         assert "grading" not in err and "Traceback" not in err and "--name" in err, err
         assert not out.exists()
     assert cat.datasets() == before
+
+
+def test_majority_keeps_the_agreeing_answers_of_traces_without_a_reference(
+    pools_dir, data_root, tmp_path
+):
+    """`--keep majority` is the policy for pools without reference answers, but an answer was
+    only extracted by the verifier, which runs only when there is a reference: every response
+    had no extracted answer and `sluice sft build --keep majority` kept nothing. The final
+    answer is extracted either way; a prompt's odd answer out is dropped."""
+    from curation.fieldmaps import maps_dir
+
+    raw = [json.loads(line) for line in open(pools_dir / TRACES)]
+    ok = [r for r in raw if "</think>" in r["solutions"][0]["solution"]][:3]
+    for r in ok:
+        del r["gt_answer"]  # a source without references
+    first = ok[0]["solutions"][0]["solution"]
+    cut = first.index("</think>")
+    same = json.loads(json.dumps(ok[0]))
+    same["solutions"][0]["solution"] = first[:cut] + " Checked again.\n" + first[cut:]
+    odd = json.loads(json.dumps(ok[0]))
+    head, _, _ = first.rpartition("\\boxed{")
+    odd["solutions"][0]["solution"] = head + "\\boxed{987654}$."
+    src = tmp_path / "noref.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in [*ok, same, odd]))
+    shipped = (maps_dir() / "thoughtanchors_r1_traces.toml").read_text()
+    fmap = tmp_path / "noref.toml"
+    fmap.write_text(shipped.replace('reference_answer = "gt_answer"\n', ""))
+    cat = Catalog(data_root)
+    ref = ingest(str(src), field_map=str(fmap), name="noref", catalog=cat).ref
+    rows = rows_from_sft_samples(cat.load(ref), source=ref)
+    assert all(r["reference_answer"] is None for r in rows) and len(rows) == 5
+    cfg = FilterConfig(keep_policy="majority", decontaminate=False, near_dup_threshold=None)
+    res = build_sft(rows, name="noref", out_dir=tmp_path / "run", catalog=cat, filters=cfg)
+    out = pq.read_table(tmp_path / "run" / "responses.parquet").to_pylist()
+    assert all(r["extracted"] for r in out)
+    dropped = [r for r in out if r["drop_reason"]]
+    assert len(dropped) == 1 and "987654" in dropped[0]["extracted"]
+    assert dropped[0]["drop_reason"].startswith("keep_policy:")
+    assert res.counts["kept"] == 4
