@@ -24,6 +24,38 @@ def _check_fields(cls, data: dict[str, Any], where: str) -> None:
             raise ConfigError(f"{where}: unknown key {k!r}", hint=did_you_mean(k, sorted(allowed)))
 
 
+def _check_types(obj: Any) -> None:
+    """Each field holds a value of its annotated type (a config file is read as written: the
+    string "false" is true to Python, "aime24" is a list of letters, NaN passes every bound)."""
+    import math
+
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        kind = str(f.type).replace(" ", "")
+        if kind.endswith("|None"):
+            if v is None:
+                continue
+            kind = kind[: -len("|None")]
+        whole = isinstance(v, int) and not isinstance(v, bool)
+        number = (whole or isinstance(v, float)) and math.isfinite(v)
+        ok, want = {
+            "bool": (isinstance(v, bool), "true or false"),
+            "int": (whole, "a whole number"),
+            "float": (number, "a finite number"),
+            "str": (isinstance(v, str), "text"),
+            "list[str]": (
+                isinstance(v, list | tuple) and all(isinstance(x, str) for x in v),
+                'a list of names, e.g. ["aime24", "aime25"]',
+            ),
+        }.get(kind, (True, ""))
+        if not ok:
+            if kind == "float" and (whole or isinstance(v, float)):
+                want = "a finite number"
+            elif kind == "float":
+                want = "a number"
+            raise ConfigError(f"{f.name} must be {want}, got {v!r}")
+
+
 def check_output_names(name: Any, suffixes: list[str] | tuple[str, ...]) -> None:
     """Refuse a catalog name before any work when ``name + suffix`` cannot name a dataset (the
     SFT stage publishes ``NAME.sft_raw``, ``NAME.sft_responses``, ``NAME.sft.pP.rR``; a bad
@@ -69,6 +101,8 @@ class TeacherConfig:
 
     def __post_init__(self) -> None:
         from rl_pools.prompts import check_template
+
+        _check_types(self)
 
         check_template(self.math_template)
         check_template(self.code_template)
@@ -144,6 +178,7 @@ class FilterConfig:
     seed: int = field(default=0, metadata={"help": "seed of the rebalancing sample"})
 
     def __post_init__(self) -> None:
+        _check_types(self)
         if self.keep_policy not in KEEP_POLICIES:
             raise ConfigError(
                 f"unknown keep_policy {self.keep_policy!r}",
