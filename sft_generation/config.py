@@ -24,9 +24,10 @@ def _check_fields(cls, data: dict[str, Any], where: str) -> None:
             raise ConfigError(f"{where}: unknown key {k!r}", hint=did_you_mean(k, sorted(allowed)))
 
 
-def _check_types(obj: Any) -> None:
+def _check_types(obj: Any, *, finite: bool = True) -> None:
     """Each field holds a value of its annotated type (a config file is read as written: the
-    string "false" is true to Python, "aime24" is a list of letters, NaN passes every bound)."""
+    string "false" is true to Python, "aime24" is a list of letters, NaN passes every bound).
+    ``finite=False``: numbers may be NaN/inf here (a later check names the option)."""
     import math
 
     for f in dataclasses.fields(obj):
@@ -37,7 +38,7 @@ def _check_types(obj: Any) -> None:
                 continue
             kind = kind[: -len("|None")]
         whole = isinstance(v, int) and not isinstance(v, bool)
-        number = (whole or isinstance(v, float)) and math.isfinite(v)
+        number = (whole or isinstance(v, float)) and (not finite or math.isfinite(v))
         ok, want = {
             "bool": (isinstance(v, bool), "true or false"),
             "int": (whole, "a whole number"),
@@ -102,7 +103,7 @@ class TeacherConfig:
     def __post_init__(self) -> None:
         from rl_pools.prompts import check_template
 
-        _check_types(self)
+        _check_types(self, finite=False)  # sampling_params() names --temperature / --top-p
 
         check_template(self.math_template)
         check_template(self.code_template)
