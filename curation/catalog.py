@@ -1187,7 +1187,7 @@ class Catalog:
         name: str,
         table: pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch] | str | os.PathLike,
         *,
-        parents: Iterable[str] = (),
+        parents: Iterable[str | StagedVersion] = (),
         step: str = "",
         config: dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
@@ -1196,8 +1196,11 @@ class Catalog:
         """First half of :meth:`publish`: write the object, return what :meth:`commit` records.
 
         Nothing is visible until ``commit``; its ``ref`` is already final, so one staged version
-        can name another in its metadata. Several staged versions committed together are
-        published together or not at all (ingest's NAME, NAME.rejects, NAME.duplicates).
+        can name another in its metadata, or be its parent (pass the :class:`StagedVersion`:
+        the SFT grid cells are children of the responses version they are committed with).
+        Several staged versions committed together are published together or not at all
+        (ingest's NAME, NAME.rejects, NAME.duplicates); :meth:`commit` refuses a staged parent
+        that is neither in the catalog nor in the same commit.
         """
         check_name(name)
         for label, obj in (("config", config), ("metadata", metadata)):
@@ -1205,12 +1208,15 @@ class Catalog:
                 raise ConfigError(f"{label} must be a dict, got {type(obj).__name__}")
         if not self.db_path.exists():
             self._refuse_if_lost()  # before writing anything
-        parent_refs = [parents] if isinstance(parents, str) else list(parents)
-        if parent_refs:
+        parent_refs = [parents] if isinstance(parents, str | StagedVersion) else list(parents)
+        if any(not isinstance(p, StagedVersion) for p in parent_refs):
             with self._connect(write=False) as con:
-                resolved = [self._resolve(con, p).ref for p in parent_refs]
+                resolved = [
+                    p.ref if isinstance(p, StagedVersion) else self._resolve(con, p).ref
+                    for p in parent_refs
+                ]
         else:
-            resolved = []
+            resolved = [p.ref for p in parent_refs]
         resolved = list(dict.fromkeys(resolved))
 
         canon, batches = _as_batches(table, schema)
@@ -1243,9 +1249,24 @@ class Catalog:
             if len(staged) > 1
             else None
         )
+        members = {s.ref for s in staged}
         with writing_to(f"the data root {self.root}"), self._connect(write=True) as con:
             con.execute("BEGIN TRANSACTION")
             try:
+                for s in staged:
+                    for parent in s.parents:
+                        pname, pversion = split_ref(parent)
+                        if (
+                            parent not in members
+                            and not con.execute(
+                                "SELECT 1 FROM versions WHERE name = ? AND version = ?",
+                                [pname, pversion],
+                            ).fetchone()
+                        ):
+                            raise ConfigError(
+                                f"{s.ref}: its parent {parent} is not in the catalog",
+                                hint="commit a staged parent together with its children",
+                            )
                 for s in staged:
                     self._insert(con, s)
                 for s in staged:

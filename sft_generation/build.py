@@ -380,7 +380,9 @@ def build_sft(
         from curation.catalog import Catalog
 
         cat = catalog or Catalog(data_root)
-        rv = cat.publish(
+        # the responses and every grid cell are one commit: all visible, or none (a failure
+        # between two publishes left new responses beside the previous build's cells)
+        rv = cat.stage(
             f"{name}.sft_responses",
             table,
             parents=list(parents),
@@ -388,22 +390,30 @@ def build_sft(
             config=run_cfg,
             schema=RESPONSE_SCHEMA,
         )
-        responses_ref = f"{rv.name}@{rv.version}"
+        staged = [rv]
         for c in cells:
             suffix = (
                 f"p{c['prompts']}.r{c['responses_per_prompt']}"
                 if c["prompts"] is not None
                 else "all"
             )
-            v = cat.publish(
-                f"{name}.sft.{suffix}",
-                _set_table(rows, c["indices"]),
-                parents=[responses_ref],
-                step="sft_grid",
-                config={**run_cfg, "cell": {k: c[k] for k in ("prompts", "responses_per_prompt")}},
-                schema=SFT_SET_SCHEMA,
+            staged.append(
+                cat.stage(
+                    f"{name}.sft.{suffix}",
+                    _set_table(rows, c["indices"]),
+                    parents=[rv],
+                    step="sft_grid",
+                    config={
+                        **run_cfg,
+                        "cell": {k: c[k] for k in ("prompts", "responses_per_prompt")},
+                    },
+                    schema=SFT_SET_SCHEMA,
+                )
             )
-            c["ref"] = f"{v.name}@{v.version}"
+        cat.commit(staged)
+        responses_ref = rv.ref
+        for c, v in zip(cells, staged[1:], strict=True):
+            c["ref"] = v.ref
     grid = [{k: v for k, v in c.items() if k != "indices"} for c in cells]
     lengths = {
         "kept": [len(r["response"] or "") for r, w in zip(rows, reasons, strict=True) if w is None],

@@ -882,3 +882,21 @@ def test_catalogs_from_before_manifests_get_them_on_the_next_write(data_root):
     os.remove(cat.db_path)
     cat.rebuild()
     assert sorted(x.ref for x in cat.list()) == sorted([v.ref, cat.resolve("new").ref])
+
+
+def test_a_staged_version_is_the_parent_of_another_in_the_same_commit(tmp_path):
+    """A staged version can be the parent of another staged with it (the SFT build commits its
+    responses and their grid cells at once); a child committed without its staged parent is
+    refused and nothing is recorded."""
+    cat = Catalog(tmp_path / "root")
+    src = cat.publish("src", pa.table({"uid": ["a", "b"], "x": [1, 2]}))
+    parent = cat.stage("p", pa.table({"uid": ["a"], "x": [1]}), parents=[src.ref])
+    child = cat.stage("p.child", pa.table({"uid": ["a"], "x": [10]}), parents=[parent])
+    assert child.parents == (parent.ref,)
+    orphan = cat.stage("q.child", pa.table({"uid": ["b"], "x": [20]}), parents=[
+        cat.stage("q", pa.table({"uid": ["b"], "x": [2]}))])  # fmt: skip
+    with pytest.raises(ConfigError, match="its parent q@.* is not in the catalog"):
+        cat.commit([orphan])
+    assert cat.datasets() == ["src"]
+    cat.commit([parent, child])
+    assert [n.ref for n in cat.lineage("p.child@latest")] == [child.ref, parent.ref, src.ref]

@@ -373,3 +373,43 @@ def test_majority_keeps_the_agreeing_answers_of_traces_without_a_reference(
     assert len(dropped) == 1 and "987654" in dropped[0]["extracted"]
     assert dropped[0]["drop_reason"].startswith("keep_policy:")
     assert res.counts["kept"] == 4
+
+
+def test_the_responses_and_the_grid_are_published_together_or_not_at_all(
+    pools_dir, data_root, tmp_path, monkeypatch
+):
+    """The build published NAME.sft_responses, then each grid cell, one at a time: a disk that
+    filled up (or a kill) between them left NAME.sft_responses@new beside cells of the previous
+    build, or none. They are one catalog commit: a failure while writing any cell publishes
+    nothing; the rerun publishes all, each cell's parent being the responses version."""
+    from curation.catalog import Catalog as Cat
+    from curation.errors import StorageError
+
+    raw = [json.loads(line) for line in open(pools_dir / TRACES)][:6]
+    src = tmp_path / "few.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in raw))
+    cat = Catalog(data_root)
+    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="few", catalog=cat).ref
+    rows = rows_from_sft_samples(cat.load(ref), source=ref)
+    before = set(cat.datasets())
+    real, calls = Cat._write_object, []
+
+    def full_disk(self, schema, batches):  # the third object: the second grid cell
+        calls.append(1)
+        if len(calls) == 3:
+            raise StorageError("cannot write the object: no space left on the device")
+        return real(self, schema, batches)
+
+    cfg = FilterConfig(keep_policy="all", decontaminate=False)
+    monkeypatch.setattr(Cat, "_write_object", full_disk)
+    with pytest.raises(StorageError):
+        build_sft([dict(r) for r in rows], name="few", out_dir=tmp_path / "run", catalog=cat,
+                  parents=[ref], filters=cfg, prompts=[2, 4], responses=[1])  # fmt: skip
+    assert set(cat.datasets()) == before  # nothing of this build is visible
+    monkeypatch.setattr(Cat, "_write_object", real)
+    res = build_sft([dict(r) for r in rows], name="few", out_dir=tmp_path / "run", catalog=cat,
+                    parents=[ref], filters=cfg, prompts=[2, 4], responses=[1])  # fmt: skip
+    assert {g["prompts"] for g in res.grid} == {2, 4}
+    for g in res.grid:
+        assert cat.resolve(g["ref"]).parents == (res.responses_ref,)
+    assert cat.resolve(res.responses_ref).parents == (ref,)
