@@ -447,7 +447,27 @@ def build_sft(
     mtmp = out / ".run.json.tmp"
     mtmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
     os.replace(mtmp, out / "run.json")
+    if not decontam_dir:
+        _remove_stale_decontam(out)
     return SFTBuildResult(out, responses_ref, grid, counts, manifest)
+
+
+def _remove_stale_decontam(out: Path) -> None:
+    """Remove the response decontamination run and its report an earlier SFT build wrote into
+    ``out`` (this build ran none: they are another build's evidence). Only folders whose record
+    says an SFT build wrote them."""
+    import shutil
+
+    run_json = out / "response_decontam" / "run.json"
+    try:
+        ours = json.loads(run_json.read_text()).get("command", "").startswith("sluice sft build")
+    except (OSError, ValueError, AttributeError):
+        ours = False
+    if ours:
+        shutil.rmtree(out / "response_decontam")
+    report = out / "response_report"
+    if (report / "report.json").is_file() and not (out / "response_decontam").exists():
+        shutil.rmtree(report)
 
 
 def filter_config_from(data: Mapping[str, Any] | None) -> FilterConfig:

@@ -413,3 +413,29 @@ def test_the_responses_and_the_grid_are_published_together_or_not_at_all(
     for g in res.grid:
         assert cat.resolve(g["ref"]).parents == (res.responses_ref,)
     assert cat.resolve(res.responses_ref).parents == (ref,)
+
+
+def test_a_rebuild_without_decontamination_leaves_no_stale_evidence(pools_dir, data_root,
+                                                                     tmp_path):  # fmt: skip
+    """Rebuilding into the same --out with --no-decontam left the previous build's
+    response_decontam/ (matches, decisions) and response_report/ in the run directory, beside a
+    run.json that says decontamination was off: evidence of another build, read as this one's.
+    The build removes what an earlier SFT build wrote there, and nothing else."""
+    from sft_generation.runs import build_from_ref
+
+    raw = [json.loads(line) for line in open(pools_dir / TRACES)][:4]
+    src = tmp_path / "few.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in raw))
+    cat = Catalog(data_root)
+    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="few", catalog=cat).ref
+    run = tmp_path / "run"
+    build_from_ref(ref, out_dir=run, catalog=cat,
+                   filters=FilterConfig(keep_policy="all", decontam_benchmarks=["aime24"]))  # fmt: skip
+    assert (run / "response_decontam" / "matches.parquet").is_file()
+    assert (run / "response_report" / "report.html").is_file()
+    (run / "notes").mkdir()  # the user's own folder stays
+    res = build_from_ref(ref, out_dir=run, catalog=cat,
+                         filters=FilterConfig(keep_policy="all", decontaminate=False))  # fmt: skip
+    assert res.manifest["response_decontam"] is None
+    assert not (run / "response_decontam").exists() and not (run / "response_report").exists()
+    assert (run / "notes").is_dir() and (run / "sft_report.html").is_file()
