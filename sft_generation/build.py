@@ -81,11 +81,22 @@ def rows_from_sft_samples(table: pa.Table, *, source: str) -> list[dict[str, Any
             raise InputError("no prompt", file=source, row=i, field="prompt")
         domain = md.get("domain") or "math"
         puid = r.get("problem_uid") or problem_uid(domain, prompt)
+        ref_answer = md.get("reference_answer")
+        if isinstance(ref_answer, list) and len(ref_answer) == 1:
+            ref_answer = ref_answer[0]  # e.g. a ground truth stored as a one-element list
+        if isinstance(ref_answer, list | dict):
+            raise InputError(
+                f"expected one answer, got {type(ref_answer).__name__} {ref_answer!r:.80}",
+                file=source,
+                row=i,
+                field="metadata.reference_answer",
+                hint="map one reference answer per trace (e.g. gt_answer[0]) in the field map",
+            )
         problem = {
             "uid": puid,
             "domain": domain,
             # text, as ingest makes a problem's answer: a source may ship the int 8
-            "answer": _scalar_text(md.get("reference_answer")),
+            "answer": _scalar_text(ref_answer),
             "source": md.get("source"),
         }
         sp = r.get("sampling_params") or "{}"
@@ -100,7 +111,7 @@ def rows_from_sft_samples(table: pa.Table, *, source: str) -> list[dict[str, Any
             text=r.get("response"),
             model=r.get("generator_model") or "unknown",
             sampling_params=sp,
-            sample_index=int(md.get("sample_index", md.get("seed", 0)) or 0),
+            sample_index=_sample_index(md, source, i),
             prompt_hash=hashlib.sha256(prompt.encode()).hexdigest(),
             response_tokens=r.get("response_tokens"),
             prompt_tokens=r.get("prompt_tokens"),
@@ -110,6 +121,28 @@ def rows_from_sft_samples(table: pa.Table, *, source: str) -> list[dict[str, Any
         )
         rows.append(row)
     return rows
+
+
+def _sample_index(md: Mapping[str, Any], source: str, row: int) -> int:
+    """An imported trace's sample index: ``metadata.sample_index``, else its ``seed``, else 0."""
+    key = "sample_index" if "sample_index" in md else "seed"
+    v = md.get(key)
+    if v is None:
+        return 0
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        return int(v)
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    raise InputError(
+        f"expected a whole number, got {v!r:.80}",
+        file=source,
+        row=row,
+        field=f"metadata.{key}",
+        hint="map a numeric sample index or seed, or leave it out of the field map "
+        "(each trace keeps its own uid either way)",
+    )
 
 
 def compare_with_source_grades(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:

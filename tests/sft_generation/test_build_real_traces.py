@@ -439,3 +439,48 @@ def test_a_rebuild_without_decontamination_leaves_no_stale_evidence(pools_dir, d
     assert res.manifest["response_decontam"] is None
     assert not (run / "response_decontam").exists() and not (run / "response_report").exists()
     assert (run / "notes").is_dir() and (run / "sft_report.html").is_file()
+
+
+@pytest.mark.parametrize(
+    ("change", "msg"),
+    [
+        # a source's seed that is a run name: ValueError traceback from int()
+        (lambda r: r["solutions"][0].update(seed="run-7"),
+         "row 1, field 'metadata.seed': expected a whole number"),
+        (lambda r: r["solutions"][0].update(seed=2.5),
+         "row 1, field 'metadata.seed': expected a whole number"),
+        # several reference answers: ArrowTypeError traceback when the rows were tabled
+        (lambda r: r.update(gt_answer=["3", "4"]),
+         "row 1, field 'metadata.reference_answer': expected one answer"),
+    ],
+)  # fmt: skip
+def test_imported_trace_values_of_the_wrong_shape_are_one_error(
+    pools_dir, data_root, tmp_path, capsys, change, msg
+):
+    from flows.cli import main
+
+    raw = [json.loads(line) for line in open(pools_dir / TRACES)][:3]
+    change(raw[1])
+    src = tmp_path / "odd.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in raw))
+    cat = Catalog(data_root)
+    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="odd", catalog=cat).ref
+    # the ingested row order is the source's; the error names the dataset, row and field
+    with pytest.raises(SystemExit) as e:
+        main(["sft", "build", ref, "--out", str(tmp_path / "run"), "--no-decontam",
+              "--root", str(data_root)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and msg in err and ref in err, err
+    assert "Traceback" not in err and "grading" not in err, err
+
+
+def test_a_one_element_reference_list_is_its_answer(pools_dir, data_root, tmp_path):
+    raw = [json.loads(line) for line in open(pools_dir / TRACES)][:3]
+    raw = [r for r in raw if "</think>" in r["solutions"][0]["solution"]]
+    raw[0]["gt_answer"] = [raw[0]["gt_answer"]]
+    src = tmp_path / "one.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in raw))
+    cat = Catalog(data_root)
+    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="one", catalog=cat).ref
+    rows = rows_from_sft_samples(cat.load(ref), source=ref)
+    assert rows[0]["reference_answer"] == raw[0]["gt_answer"][0]
