@@ -125,6 +125,17 @@ def generate_responses(
     finally:
         if backend is None:
             be.close()
+    total = sum(len(x) for x in res.samples)
+    if total and res.failed == total:  # nothing to publish: every request failed
+        from curation.generation import GenerationError
+
+        first = (res.errors or ["no error recorded"])[0]
+        raise GenerationError(
+            f"no request of the {total} to {generation.model!r} got a reply; the server "
+            f"answered: {' '.join(first.split())[:300]}",
+            hint="check --model (the name the server serves, GET /v1/models) and --base-url; "
+            "nothing was published, the failures are in the store and a rerun asks again",
+        )
     rows = []
     for p, text, h, samples in zip(problems, texts, res.prompt_hashes, res.samples, strict=True):
         for s in samples:

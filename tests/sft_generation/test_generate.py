@@ -419,3 +419,26 @@ def test_a_bad_name_is_refused_before_any_model_call(pool, tmp_path, data_root, 
             assert "--name" in err, err
         assert srv.posts() == []
     assert not any("sft_raw" in d for d in cat.datasets())
+
+
+def test_a_run_whose_every_request_failed_is_one_error_and_publishes_nothing(pool, tmp_path,
+                                                                             data_root):  # fmt: skip
+    """`sluice sft generate POOL --model WRONG-NAME` against a live server (vLLM answers 404
+    'model does not exist' to every request) printed "6 failed requests", published
+    NAME.sft_raw holding nothing but the failures and exited 0 (a scheduled flow 'succeeded').
+    A run in which no request got a reply is one error naming the server's answer; nothing is
+    published, and the rerun against the right model generates every sample."""
+    from curation.errors import SluiceError
+
+    cat, ref, rows = pool
+    store = tmp_path / "store"
+    with StandInServer(fail_all=404) as srv:
+        with pytest.raises(SluiceError, match=r"no request .* got a reply.*HTTP 404") as e:
+            generate_from_pool(ref, generation=_gen(srv.url), responses_per_prompt=1,
+                               catalog=cat, store_dir=store, progress=False)  # fmt: skip
+        assert "--model" in str(e.value) and "\n" not in str(e.value)
+    assert not any("sft_raw" in d for d in cat.datasets())
+    with StandInServer(teacher_responder(_answers(rows))) as srv:
+        res = generate_from_pool(ref, generation=_gen(srv.url), responses_per_prompt=1,
+                                 catalog=cat, store_dir=store, progress=False)  # fmt: skip
+        assert res.generated == 6 and res.failed == 0 and len(srv.posts()) == 6
