@@ -4,6 +4,7 @@ and a Hub push staged offline (dry run)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -176,3 +177,33 @@ def test_an_out_folder_named_like_a_parquet_file_is_refused_and_leaves_nothing(t
     path = export_trl(_set(), tmp_path / "ok.parquet")  # a file path still works
     assert path == tmp_path / "ok.parquet" and path.is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.parquet", "x.parquet"]
+
+
+def test_an_r1_distill_student_keeps_the_thinking_only_with_assistant_only_loss(tmp_path):
+    """The chat template DeepSeek-R1-Distill checkpoints ship (TRL carries a copy) cuts every
+    assistant turn at `</think>`: with SFTTrainer's defaults the inline export trains such a
+    student on the answers only, silently. With `assistant_only_loss=True` TRL swaps in its
+    training template, which keeps the thinking (what docs/sft.md "Export" tells users)."""
+    import trl
+    from datasets import load_dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    template = Path(trl.__file__).parent / "chat_templates" / "deepseek_r1_distill.jinja"
+    if not template.is_file():
+        pytest.skip(f"this TRL ({trl.__version__}) ships no R1-Distill template")
+    path = export_trl(_set(), tmp_path / "export")
+    ds = load_dataset("parquet", data_files=str(path), split="train")
+    model = tiny_model_dir(tmp_path / "m")
+    tok = AutoTokenizer.from_pretrained(str(model))
+    tok.chat_template = template.read_text()
+    seen = {}
+    for only in (False, True):
+        args = SFTConfig(output_dir=str(tmp_path / f"out{only}"), max_steps=1, bf16=False,
+                         per_device_train_batch_size=2, report_to=[], save_strategy="no",
+                         use_cpu=True, assistant_only_loss=only)  # fmt: skip
+        trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(str(model)), args=args,
+                             train_dataset=ds, processing_class=tok)  # fmt: skip
+        seen[only] = tok.decode(trainer.train_dataset[1]["input_ids"])
+    assert "1 plus 1 is 2." not in seen[False] and "\\boxed{2}" in seen[False]
+    assert "1 plus 1 is 2." in seen[True] and "\\boxed{2}" in seen[True]
