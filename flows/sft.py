@@ -92,6 +92,12 @@ def load_sft_config(path: str | os.PathLike) -> dict[str, Any]:
     teacher = dict(cfg.get("teacher") or {})
     if "model" not in gen and "model" in teacher:
         gen["model"] = teacher["model"]
+    elif "model" in gen and "model" in teacher and gen["model"] != teacher["model"]:
+        raise ConfigError(  # one of them was silently ignored (the generation's won)
+            f"{p}: [sft.teacher] model {teacher['model']!r} and [sft.generation] model "
+            f"{gen['model']!r} differ",
+            hint="name the teacher once (either table); it is the model that is sampled",
+        )
     GenerationConfig(**gen)
     TeacherConfig(**teacher)
     FilterConfig.from_dict(cfg.get("filters") or {}, where=f"{p} [sft.filters]")

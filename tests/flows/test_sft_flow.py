@@ -91,3 +91,21 @@ def test_a_bad_sft_config_is_refused_before_prefect_starts(tmp_path, capsys, ext
     err = capsys.readouterr().err
     assert e.value.code == 2 and msg in err, err
     assert "Traceback" not in err and not (tmp_path / "root").exists(), err
+
+
+def test_two_different_teacher_models_are_refused(tmp_path, capsys):
+    """`[sft.teacher] model = "A"` with `[sft.generation] model = "B"`: B was sampled and
+    recorded as the teacher, A silently ignored. Naming two models is one error."""
+    from flows.cli import main
+
+    cfg = tmp_path / "sft.toml"
+    cfg.write_text(
+        '[sft]\npool = "amc@latest"\n[sft.teacher]\nmodel = "deepseek-ai/DeepSeek-R1"\n'
+        '[sft.generation]\nmodel = "Qwen/QwQ-32B"\nbase_url = "http://127.0.0.1:9/v1"\n'
+    )
+    with pytest.raises(SystemExit) as e:
+        main(["sft", "run", str(cfg), "--data-root", str(tmp_path / "root")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2, err
+    assert "'deepseek-ai/DeepSeek-R1'" in err and "'Qwen/QwQ-32B'" in err, err
+    assert "Traceback" not in err and not (tmp_path / "root").exists(), err
