@@ -66,6 +66,7 @@ class FilterReport:
     dropped: dict[str, int] = field(default_factory=dict)
     enabled: dict[str, bool] = field(default_factory=dict)
     kept: int = 0
+    notes: list[str] = field(default_factory=list)  # a filter that was asked for but could not run
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -74,6 +75,7 @@ class FilterReport:
             "dropped": dict(self.dropped),
             "enabled": dict(self.enabled),
             "kept": self.kept,
+            "notes": list(self.notes),
         }
 
 
@@ -304,6 +306,12 @@ def apply_filters(
         elif name == "contaminated":
             drops = contaminated(idx) if idx else {}
         else:
+            n_prompts = len({rows[i]["problem_uid"] for i in idx})
+            if n_prompts < cfg.rebalance_bins:  # rebalance() leaves them all: say so
+                report.notes.append(
+                    f"rebalance did not run: {n_prompts} prompts have kept responses, fewer "
+                    f"than the {cfg.rebalance_bins} bins asked for"
+                )
             drops = rebalance(rows, idx, cfg.rebalance_bins, cfg.rebalance_ratio, cfg.seed)
         for i, why in drops.items():
             reasons[i] = f"{name}: {why}"

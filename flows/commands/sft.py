@@ -185,6 +185,8 @@ def build(
         n = c["filters"]["dropped"][f]
         if n:
             _say(f"  dropped by {f}: {n}")
+    for note in c["filters"].get("notes", []):
+        _say(f"  note: {note}")
     _say("verification: " + ", ".join(f"{k} {v}" for k, v in c["verification"].items()))
     for g in res.grid:
         _say(

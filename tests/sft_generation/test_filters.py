@@ -65,3 +65,20 @@ def test_rebalance_caps_the_short_easy_bins():
     assert {rows[i]["problem_uid"] for i in drops} <= {"p0", "p1", "p2", "p3"}
     assert drops == rebalance(rows, idx, bins=2, ratio=1.0, seed=0)  # seeded
     assert len(rebalance(rows, idx, bins=2, ratio=0.5, seed=0)) == (16 - 5) + (10 - 5)
+
+
+def test_rebalancing_that_cannot_run_says_so():
+    """`--rebalance-bins 4` on a set where 3 prompts survive the filters did nothing and said
+    nothing: the record showed the filter enabled with 0 dropped, as if the set were balanced.
+    The report carries a note saying it did not run and why."""
+    rows = [_row(i, puid=f"p{i}", response=f"trace {i} " * (10 + 30 * i) + "\\boxed{1}")
+            for i in range(3)]  # fmt: skip
+    cfg = FilterConfig(decontaminate=False, near_dup_threshold=None, rebalance_bins=4)
+    reasons, rep = apply_filters(rows, cfg)
+    assert reasons == [None, None, None] and rep.dropped["rebalance"] == 0
+    assert rep.notes == [
+        "rebalance did not run: 3 prompts have kept responses, fewer than the 4 bins asked for"
+    ]
+    assert rep.to_dict()["notes"] == rep.notes
+    _, rep2 = apply_filters(rows, FilterConfig(decontaminate=False, rebalance_bins=2))
+    assert rep2.notes == []
