@@ -281,6 +281,12 @@ def scaling_grid(
     return cells
 
 
+def _with_build_config(schema: pa.Schema, config: Mapping[str, Any]) -> pa.Schema:
+    """``schema`` with the build's config in its metadata (``sluice.sft_build``)."""
+    blob = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return schema.with_metadata({**(schema.metadata or {}), b"sluice.sft_build": blob.encode()})
+
+
 def _set_table(rows: Sequence[Mapping[str, Any]], idx: Sequence[int]) -> pa.Table:
     out = []
     for i in idx:
@@ -415,13 +421,16 @@ def build_sft(
         cat = catalog or Catalog(data_root)
         # the responses and every grid cell are one commit: all visible, or none (a failure
         # between two publishes left new responses beside the previous build's cells)
+        # the build's config is part of the content (schema metadata): the same rows kept by
+        # another config are another version, whose record names its own config (a rebuild
+        # with decontamination published the earlier unchecked build's version and record)
         rv = cat.stage(
             f"{name}.sft_responses",
             table,
             parents=list(parents),
             step="sft_build",
             config=run_cfg,
-            schema=RESPONSE_SCHEMA,
+            schema=_with_build_config(RESPONSE_SCHEMA, run_cfg),
         )
         staged = [rv]
         for c in cells:
@@ -430,17 +439,15 @@ def build_sft(
                 if c["prompts"] is not None
                 else "all"
             )
+            cell_cfg = {**run_cfg, "cell": {k: c[k] for k in ("prompts", "responses_per_prompt")}}
             staged.append(
                 cat.stage(
                     f"{name}.sft.{suffix}",
                     _set_table(rows, c["indices"]),
                     parents=[rv],
                     step="sft_grid",
-                    config={
-                        **run_cfg,
-                        "cell": {k: c[k] for k in ("prompts", "responses_per_prompt")},
-                    },
-                    schema=SFT_SET_SCHEMA,
+                    config=cell_cfg,
+                    schema=_with_build_config(SFT_SET_SCHEMA, cell_cfg),
                 )
             )
         cat.commit(staged)

@@ -484,3 +484,39 @@ def test_a_one_element_reference_list_is_its_answer(pools_dir, data_root, tmp_pa
     ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="one", catalog=cat).ref
     rows = rows_from_sft_samples(cat.load(ref), source=ref)
     assert rows[0]["reference_answer"] == raw[0]["gt_answer"][0]
+
+
+def test_a_set_built_with_other_filters_records_its_own_config(pools_dir, data_root, tmp_path):
+    """Two builds of the same traces, the first without response decontamination and the second
+    with it, kept the same rows: the second published the first's versions, whose catalog
+    record (config) says `decontaminate: false`: the set checked against AIME was recorded as
+    never checked. Each build's config is part of what it publishes, so each records its own;
+    an unchanged rebuild still publishes the same versions."""
+    raw = [json.loads(line) for line in open(pools_dir / TRACES)][:4]
+    src = tmp_path / "few.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in raw))
+    cat = Catalog(data_root)
+    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="few", catalog=cat).ref
+    rows = rows_from_sft_samples(cat.load(ref), source=ref)
+
+    def build(cfg, out):
+        return build_sft([dict(r) for r in rows], name="few", out_dir=tmp_path / out,
+                         catalog=cat, parents=[ref], filters=cfg)  # fmt: skip
+
+    off = build(FilterConfig(keep_policy="all", decontaminate=False), "a")
+    on = build(FilterConfig(keep_policy="all", decontam_benchmarks=["aime24"]), "b")
+    assert (
+        on.counts["kept"] == off.counts["kept"]
+        and on.counts["filters"]["dropped"]["contaminated"] == 0
+    )
+    for res, checked in ((off, False), (on, True)):
+        for r in (res.responses_ref, res.grid[0]["ref"]):
+            assert cat.resolve(r).config["filters"]["decontaminate"] is checked, r
+    assert on.grid[0]["ref"] != off.grid[0]["ref"]
+    assert (
+        cat.load(on.grid[0]["ref"])["uid"].to_pylist()
+        == cat.load(off.grid[0]["ref"])["uid"].to_pylist()
+    )
+    again = build(FilterConfig(keep_policy="all", decontam_benchmarks=["aime24"]), "c")
+    assert again.grid[0]["ref"] == on.grid[0]["ref"]
+    assert again.responses_ref == on.responses_ref
