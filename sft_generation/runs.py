@@ -158,9 +158,9 @@ def build_from_ref(
                 hint="give --pool the prompt pool the responses were generated from, or leave "
                 "--pool out for external traces",
             )
-        for r in rows:
+        for r in rows:  # the pool's answer is the reference (--pool may carry a corrected one)
             p = problems.get(r["problem_uid"])
-            if p is not None and r.get("reference_answer") is None:
+            if p is not None and p.get("answer") is not None:
                 r["reference_answer"] = p.get("answer")
         if pool_ref not in parents:
             parents.append(pool_ref)

@@ -442,3 +442,30 @@ def test_a_run_whose_every_request_failed_is_one_error_and_publishes_nothing(poo
         res = generate_from_pool(ref, generation=_gen(srv.url), responses_per_prompt=1,
                                  catalog=cat, store_dir=store, progress=False)  # fmt: skip
         assert res.generated == 6 and res.failed == 0 and len(srv.posts()) == 6
+
+
+def test_build_grades_against_the_answers_of_the_pool_it_is_given(pool, tmp_path):
+    """`sluice sft build NAME.sft_raw@V --pool POOL@FIXED` (the pool re-ingested with a corrected
+    answer; same problems, same uids) still graded against the answers copied into the raw
+    responses at generation time: --pool's answers were ignored. The pool's answer is the
+    reference; without --pool it is the lineage parent's, as before."""
+    import pyarrow as pa
+
+    from sft_generation.config import FilterConfig
+
+    cat, ref, rows = pool
+    with StandInServer(teacher_responder(_answers(rows))) as srv:
+        res = generate_from_pool(ref, generation=_gen(srv.url), responses_per_prompt=1,
+                                 catalog=cat, progress=False)  # fmt: skip
+    fixed = [dict(r) for r in rows]
+    fixed[0]["answer"] = "-12345"  # what the odd-seed reply boxes; even seeds box the old one
+    v = cat.publish("amc6_fixed", pa.Table.from_pylist(fixed, schema=cat.load(ref).schema))
+    cfg = FilterConfig(keep_policy="all", decontaminate=False, near_dup_threshold=None)
+    b = build_from_ref(res.raw_ref, out_dir=tmp_path / "run", catalog=cat, pool_ref=v.ref,
+                       filters=cfg)  # fmt: skip
+    out = {r["problem_uid"]: r for r in pq.read_table(tmp_path / "run" / "responses.parquet")
+           .to_pylist()}  # fmt: skip
+    assert out[fixed[0]["uid"]]["reference_answer"] == "-12345"
+    assert out[fixed[0]["uid"]]["verification"] == "incorrect"  # seed 0 boxed the old answer
+    assert out[fixed[1]["uid"]]["reference_answer"] == rows[1]["answer"]
+    assert v.ref in b.manifest["parents"]
