@@ -71,7 +71,7 @@ def rows_from_sft_samples(table: pa.Table, *, source: str) -> list[dict[str, Any
     """
     from curation.fieldmaps import _scalar_text
     from curation.normalize import problem_uid
-    from sft_generation.traces import Trace
+    from sft_generation.traces import Trace, split_trace
 
     rows = []
     for i, r in enumerate(table.to_pylist()):
@@ -102,9 +102,14 @@ def rows_from_sft_samples(table: pa.Table, *, source: str) -> list[dict[str, Any
         sp = r.get("sampling_params") or "{}"
         trace = None
         if r.get("reasoning") is not None or r.get("final_answer") is not None:
-            thinking = (r.get("reasoning") or "").strip() or None
-            answer = (r.get("final_answer") or "").strip() or None
-            trace = Trace(thinking, answer, truncated=False, has_think=thinking is not None)
+            # what the map split out replaces that part of the </think> split, nothing else
+            split = split_trace(r.get("response"), think_opened_by_prompt=True)
+            thinking, answer, cut = split.reasoning, split.answer, split.truncated
+            if r.get("reasoning") is not None:
+                thinking = r["reasoning"].strip() or None
+            if r.get("final_answer") is not None:
+                answer, cut = r["final_answer"].strip() or None, False
+            trace = Trace(thinking, answer, truncated=cut, has_think=thinking is not None)
         row = make_row(
             problem=problem,
             prompt=prompt,

@@ -520,3 +520,31 @@ def test_a_set_built_with_other_filters_records_its_own_config(pools_dir, data_r
     again = build(FilterConfig(keep_policy="all", decontam_benchmarks=["aime24"]), "c")
     assert again.grid[0]["ref"] == on.grid[0]["ref"]
     assert again.responses_ref == on.responses_ref
+
+
+def test_a_map_that_splits_out_only_the_thinking_keeps_the_answer_after_think(
+    pools_dir, data_root, tmp_path
+):
+    """A map that fills `reasoning` alone (here: the text before `</think>`) still gets the
+    answer after `</think>` from the response; only what the map gives replaces the split."""
+    from curation.fieldmaps import maps_dir
+
+    raw = [json.loads(line) for line in open(pools_dir / TRACES)][:4]
+    src = tmp_path / "few.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in raw))
+    shipped = (maps_dir() / "thoughtanchors_r1_traces.toml").read_text()
+    fmap = tmp_path / "think_only.toml"
+    fmap.write_text(shipped.replace(
+        "[metadata]",
+        'reasoning = { path = "solutions[0].solution", extract = "regex:<think>\\\\n(.*?)</think>" }'
+        "\n\n[metadata]",
+    ))  # fmt: skip
+    cat = Catalog(data_root)
+    ref = ingest(str(src), field_map=str(fmap), name="tonly", catalog=cat).ref
+    base = ingest(str(src), field_map="thoughtanchors_r1_traces", name="base", catalog=cat).ref
+    got = rows_from_sft_samples(cat.load(ref), source=ref)
+    want = rows_from_sft_samples(cat.load(base), source=base)
+    assert [r["final_answer"] for r in got] == [r["final_answer"] for r in want]
+    assert [r["truncated"] for r in got] == [r["truncated"] for r in want]
+    closed = [r for r in got if not r["truncated"]]
+    assert closed and all(r["final_answer"] and r["reasoning"] for r in closed)
