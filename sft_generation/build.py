@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -134,7 +135,7 @@ def _sample_index(md: Mapping[str, Any], source: str, row: int) -> int:
     v = md.get(key)
     if v is None:
         return 0
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+    if isinstance(v, str) and re.fullmatch(r"-?\d+", v.strip()):
         return int(v)
     if isinstance(v, float) and v.is_integer():
         return int(v)
