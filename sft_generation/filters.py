@@ -214,7 +214,9 @@ def rebalance(rows, idx, bins: int, ratio: float, seed: int) -> dict[int, str]:
     Prompts are ranked by the mean length of their kept responses and cut into ``bins``
     equal-count bins; each bin keeps at most ``ratio`` x the response count of the
     longest-response (hardest) bin, dropping whole responses at random (seeded) from the
-    over-full easy bins. So the set is not dominated by short, easy traces.
+    over-full easy bins. So the set is not dominated by short, easy traces. The hardest bin
+    itself is never cut (with ``ratio`` < 1 it was, though docs/sft.md and this docstring say
+    only the easy bins are capped).
     """
     by_prompt: dict[str, list[int]] = defaultdict(list)
     for i in idx:
@@ -230,7 +232,7 @@ def rebalance(rows, idx, bins: int, ratio: float, seed: int) -> dict[int, str]:
     cap = max(1, int(round(sizes[-1] * ratio)))
     rng = random.Random(seed)
     drops: dict[int, str] = {}
-    for b, g in enumerate(groups):
+    for b, g in enumerate(groups[:-1]):  # the hardest bin is the yardstick, never cut
         members = sorted(i for p in g for i in by_prompt[p])
         if len(members) <= cap:
             continue

@@ -64,7 +64,9 @@ def test_rebalance_caps_the_short_easy_bins():
     assert len(drops) == 6
     assert {rows[i]["problem_uid"] for i in drops} <= {"p0", "p1", "p2", "p3"}
     assert drops == rebalance(rows, idx, bins=2, ratio=1.0, seed=0)  # seeded
-    assert len(rebalance(rows, idx, bins=2, ratio=0.5, seed=0)) == (16 - 5) + (10 - 5)
+    # ratio < 1: the easy bin is cut to half the hardest bin's 10; the hardest bin keeps all
+    half = rebalance(rows, idx, bins=2, ratio=0.5, seed=0)
+    assert len(half) == 16 - 5 and all("length bin 1/2" in r for r in half.values())
 
 
 def test_rebalancing_that_cannot_run_says_so():
