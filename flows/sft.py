@@ -10,6 +10,7 @@ Config (TOML/YAML), one ``[sft]`` table::
     out = "runs/sft"                     # run directory (default: under the data root)
     responses_per_prompt = 4
     data_root = ".sluice"                # optional
+    # out, data_root and benchmarks_dir: relative to this file's folder; ${VAR} and ~ expanded
     [sft.teacher]                        # TeacherConfig: temperature, top_p, max_tokens, seed...
     model = "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"
     [sft.generation]                     # GenerationConfig: backend, base_url, mode, concurrency...
@@ -101,6 +102,13 @@ def load_sft_config(path: str | os.PathLike) -> dict[str, Any]:
     GenerationConfig(**gen)
     TeacherConfig(**teacher)
     FilterConfig.from_dict(cfg.get("filters") or {}, where=f"{p} [sft.filters]")
+    # paths are relative to the file's folder, as in the pipeline config (they were relative to
+    # wherever the command ran, so a served flow wrote elsewhere than the same config run by hand)
+    base = p.resolve().parent
+    for key in ("out", "data_root", "benchmarks_dir"):
+        if key in cfg:
+            v = os.path.expanduser(os.path.expandvars(cfg[key]))
+            cfg[key] = v if "://" in v or os.path.isabs(v) else str((base / v).resolve())
     return cfg
 
 

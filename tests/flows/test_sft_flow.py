@@ -109,3 +109,25 @@ def test_two_different_teacher_models_are_refused(tmp_path, capsys):
     assert e.value.code == 2, err
     assert "'deepseek-ai/DeepSeek-R1'" in err and "'Qwen/QwQ-32B'" in err, err
     assert "Traceback" not in err and not (tmp_path / "root").exists(), err
+
+
+def test_sft_config_paths_are_relative_to_the_config_file(tmp_path, monkeypatch):
+    """As in the pipeline config: a served flow (another working folder) and the same config
+    run by hand write to the same place."""
+    from flows.sft import load_sft_config
+
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "sft.toml").write_text(
+        '[sft]\npool = "p@latest"\nout = "runs/sft"\ndata_root = "../root"\n'
+        'benchmarks_dir = "${SFT_TEST_BENCH}/b"\n[sft.teacher]\nmodel = "m"\n'
+        '[sft.generation]\nbase_url = "http://127.0.0.1:9/v1"\n'
+    )
+    monkeypatch.setenv("SFT_TEST_BENCH", "/srv")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    cfg = load_sft_config(conf / "sft.toml")
+    assert cfg["out"] == str(conf / "runs" / "sft")
+    assert cfg["data_root"] == str(tmp_path / "root")
+    assert cfg["benchmarks_dir"] == "/srv/b"
