@@ -736,7 +736,7 @@ class Catalog:
             yield None
             return
         if not (self.is_local and self._meta_dir.is_dir() and not _writable(self._meta_dir)):
-            self._refuse_if_lost()
+            raise self._lost_error()
         import duckdb
 
         con = duckdb.connect(":memory:")
@@ -749,12 +749,15 @@ class Catalog:
     def _refuse_if_lost(self) -> None:
         """No catalog file, but manifests say versions exist: never answer 'no datasets'."""
         if self._has_manifests():
-            raise IntegrityError(
-                f"the catalog file {self.db_path} is missing but the data root {self.root} "
-                "holds published versions",
-                hint=f"run `sluice datasets rebuild --root {self.root}` to restore it from the "
-                "version manifests stored next to the objects",
-            )
+            raise self._lost_error()
+
+    def _lost_error(self) -> IntegrityError:
+        return IntegrityError(
+            f"the catalog file {self.db_path} is missing but the data root {self.root} "
+            "holds published versions",
+            hint=f"run `sluice datasets rebuild --root {self.root}` to restore it from the "
+            "version manifests stored next to the objects",
+        )
 
     def _row_to_version(self, row: tuple) -> DatasetVersion:
         (name, version, digest, algo, nrows, nbytes, schema_j, parents_j, step, config_j,

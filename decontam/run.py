@@ -357,7 +357,7 @@ def sample_uids(
         if ids.null_count:
             row = row_of(pc.index(pc.is_null(ids), True).as_py())
             raise InputError("id is missing", file=source, row=row, field=id_field)
-        blank = pc.equal(pc.utf8_trim_whitespace(ids), "")
+        blank = _blank(ids)
         if pc.any(blank).as_py():  # an empty id names no row in the evidence or the reports
             row = row_of(pc.index(blank, True).as_py())
             raise InputError(
@@ -373,9 +373,14 @@ def sample_uids(
         return ids
     if "uid" in table.column_names and pc.count_distinct(table["uid"]).as_py() == table.num_rows:
         uid = pc.cast(table["uid"], pa.string()).combine_chunks()
-        if not pc.any(pc.equal(pc.utf8_trim_whitespace(uid), "")).as_py():
+        if not pc.any(_blank(uid)).as_py():
             return uid
     return pa.array([f"row-{i}" for i in range(1, table.num_rows + 1)], pa.string())
+
+
+def _blank(ids: pa.Array) -> pa.Array:
+    """True where an id is empty or only whitespace."""
+    return pc.equal(pc.utf8_trim_whitespace(ids), "")
 
 
 def _duplicate_id(v: str, first: int, row: int, source: str, id_field: str) -> InputError:

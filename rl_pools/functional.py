@@ -30,6 +30,7 @@ LeetCode's expected outputs use, and ``set()``; this is ``literal_eval`` with th
 from __future__ import annotations
 
 import ast
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -108,6 +109,7 @@ class HostPlan:
     tolerance: bool
 
 
+@functools.lru_cache(maxsize=1024)  # every answer to a prompt meets the same tests
 def host_plan(test_input: str, output: str | None) -> HostPlan | None:
     """The calls of a functional test when every expected value is a literal: the test's own
     pair (``output`` given), or the asserts of a ``check(candidate)`` made only of ``assert
@@ -285,25 +287,10 @@ def _harness():
         while data:
             data = data[write(1, data):]
 
-    def foreign(value):
-        # the type of the first object in value whose type is not a plain one (calls mode)
-        seen, todo = set(), [value]
-        while todo:
-            x = todo.pop()
-            if id(x) in seen:
-                continue
-            seen.add(id(x))
-            if type(x) not in plain:
-                return type(x).__name__
-            if type(x) is dict:
-                todo.extend(x.keys())
-                todo.extend(x.values())
-            elif type(x) in (list, tuple, set):
-                todo.extend(x)
-        return None
-
-    def own_eq(value):
-        # the first object in value (attributes followed) whose type compares its own way
+    def odd_type(value, compare_only):
+        # the type name of the first object in value that is not a plain value; with
+        # compare_only, objects are followed through their attributes and only a type that
+        # compares its own way (__eq__/__ne__ not object's) counts
         seen, todo = set(), [value]
         while todo:
             x = todo.pop()
@@ -318,7 +305,7 @@ def _harness():
                 elif t in (list, tuple, set):
                     todo.extend(x)
                 continue
-            if t.__eq__ is not object.__eq__ or t.__ne__ is not object.__ne__:
+            if not compare_only or t.__eq__ is not object.__eq__ or t.__ne__ is not object.__ne__:
                 return t.__name__
             todo.extend(getattr(x, "__dict__", {}).values())
         return None
@@ -364,7 +351,7 @@ def _harness():
                 if type(got) is dict:
                     emit(str(i) + " " + dumps(got))
                     continue
-            odd = foreign(got)
+            odd = odd_type(got, False)
             text = None if odd else repr(got)
             if text is not None and len(text) > MAX_REPR:
                 odd, text = "a value whose repr is over %d characters" % MAX_REPR, None
@@ -373,7 +360,7 @@ def _harness():
 
     def guarded(*args, **kwargs):
         got = candidate(*args, **kwargs)
-        odd = own_eq(got)
+        odd = odd_type(got, True)
         if odd:
             raise SystemExit(
                 "sluice: the solution returned a %s, which compares its own way "

@@ -62,13 +62,6 @@ class ValidationConfig:
 def test_preamble(meta: Any, key: str = "test_preamble", row: int | None = None) -> str:
     """The code a row's tests run after (a pool's import header, e.g. LeetCode's ``from typing
     import *`` and ListNode), kept under ``key`` in the row's ``metadata``; "" when none."""
-    return _preamble(meta, key, row)
-
-
-test_preamble.__test__ = False  # a helper, not a pytest test
-
-
-def _preamble(meta: Any, key: str, row: int | None) -> str:
     if meta is None or meta == "":
         return ""
     if isinstance(meta, str):
@@ -80,6 +73,9 @@ def _preamble(meta: Any, key: str, row: int | None) -> str:
         return ""
     val = meta.get(key)
     return val if isinstance(val, str) else ""
+
+
+test_preamble.__test__ = False  # a helper, not a pytest test
 
 
 def validate_problems(
@@ -123,7 +119,7 @@ def validate_problems(
         cases.append(tc)
         if not tc:
             continue
-        pre = _preamble(meta, cfg.preamble_key, r)
+        pre = test_preamble(meta, cfg.preamble_key, r)
         for s in [s for s in (solutions or []) if s and s.strip()][: cfg.max_solutions]:
             jobs.append(((pre + "\n" + s) if pre else s, tc))
             owners.append(r)
