@@ -16,6 +16,8 @@ vLLM is not imported here: it runs in its own environment behind ``vllm serve`` 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 import threading
 import time
@@ -57,6 +59,24 @@ def render_chat(tokenizer: Any, messages: list[dict[str, str]]) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
+def _load_tokenizer(name: str) -> Any:
+    transformers = require("transformers")
+    try:
+        return transformers.AutoTokenizer.from_pretrained(name)
+    except OSError as exc:
+        raise GenerationError(
+            f"cannot load tokenizer {name!r}: {str(exc).splitlines()[0]}",
+            hint="pass a local tokenizer folder or a Hub id that is cached (HF_HUB_OFFLINE=1)",
+        ) from exc
+
+
+def _template_hash(tokenizer: Any) -> str:
+    template = getattr(tokenizer, "chat_template", None) or ""
+    if isinstance(template, dict):  # named templates
+        template = json.dumps(template, sort_keys=True)
+    return hashlib.sha256(template.encode()).hexdigest()[:16]
+
+
 def _with_system(prompt: Prompt, system: str | None) -> Prompt:
     if system and isinstance(prompt, list) and not (prompt and prompt[0].get("role") == "system"):
         return [{"role": "system", "content": system}, *prompt]
@@ -72,9 +92,19 @@ class Backend:
         self.config = config
         self.model_id = config.model
         self.calls = 0
+        self._tid: str | None = None  # the hash of the chat template we render with
 
     def check(self) -> None:
         """Raise a clear error when the backend cannot work (called before the first request)."""
+
+    def template_id(self, prompt: Prompt) -> str | None:
+        """The identity of the chat template this backend renders ``prompt`` with on our side,
+        or None when the prompt goes out as it is (the server renders chat messages).
+
+        Part of the prompt's hash: the rendered text is what the model sees, so samples drawn
+        under one template are never served for another.
+        """
+        return None
 
     def run(self, requests: Sequence[Request], params: SamplingParams, sink: Sink) -> None:
         raise NotImplementedError
@@ -147,6 +177,23 @@ class OpenAIBackend(Backend):
         except httpx.HTTPError:
             pass  # the endpoint answers; /models may simply not exist
 
+    def _template_tokenizer(self) -> Any:
+        if not self.config.tokenizer:
+            raise GenerationError(
+                "completions mode got chat messages but no tokenizer to render them",
+                hint="pass --tokenizer NAME (its chat template renders the prompt) or --mode chat",
+            )
+        if self._tokenizer is None:
+            self._tokenizer = _load_tokenizer(self.config.tokenizer)
+        return self._tokenizer
+
+    def template_id(self, prompt: Prompt) -> str | None:
+        if self.config.mode == "chat" or isinstance(prompt, str):
+            return None  # sent as it is
+        if self._tid is None:
+            self._tid = _template_hash(self._template_tokenizer())
+        return self._tid
+
     def _render(self, prompt: Prompt) -> Prompt:
         prompt = _with_system(prompt, self.config.system_prompt)
         if self.config.mode == "chat":
@@ -155,15 +202,7 @@ class OpenAIBackend(Backend):
             return prompt
         if isinstance(prompt, str):
             return prompt
-        if not self.config.tokenizer:
-            raise GenerationError(
-                "completions mode got chat messages but no tokenizer to render them",
-                hint="pass --tokenizer NAME (its chat template renders the prompt) or --mode chat",
-            )
-        if self._tokenizer is None:
-            transformers = require("transformers")
-            self._tokenizer = transformers.AutoTokenizer.from_pretrained(self.config.tokenizer)
-        return render_chat(self._tokenizer, prompt)
+        return render_chat(self._template_tokenizer(), prompt)
 
     def payload(self, prompt: Prompt, params: SamplingParams, seed: int | None) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -327,7 +366,9 @@ class HFBackend(Backend):
                 "--device mps: no Apple MPS device on this machine", hint="use cpu or auto"
             )
         try:
-            tok = self._tok or transformers.AutoTokenizer.from_pretrained(self.config.model)
+            tok = self._tok or transformers.AutoTokenizer.from_pretrained(
+                self.config.tokenizer or self.config.model
+            )
             dtype = "auto" if self.config.dtype == "auto" else getattr(torch, self.config.dtype)
             model = self._model or transformers.AutoModelForCausalLM.from_pretrained(
                 self.config.model, dtype=dtype
@@ -345,6 +386,15 @@ class HFBackend(Backend):
 
     def check(self) -> None:
         self._load()
+
+    def template_id(self, prompt: Prompt) -> str | None:
+        if self.config.mode == "completions" and isinstance(prompt, str):
+            return None  # sent as it is
+        if self._tok is None:  # the tokenizer alone: a rerun served from the store loads no model
+            self._tok = _load_tokenizer(self.config.tokenizer or self.config.model)
+        if self._tid is None:
+            self._tid = _template_hash(self._tok)
+        return self._tid
 
     def _text(self, prompt: Prompt) -> str:
         prompt = _with_system(prompt, self.config.system_prompt)

@@ -32,7 +32,11 @@ class GenerationResult:
 
 def prompt_hashes(prompts: Sequence[Prompt], backend: Backend) -> list[str]:
     cfg = backend.config
-    return [prompt_hash(_with_system(p, cfg.system_prompt), cfg.mode) for p in prompts]
+    out = []
+    for p in prompts:
+        p = _with_system(p, cfg.system_prompt)
+        out.append(prompt_hash(p, cfg.mode, backend.template_id(p)))
+    return out
 
 
 def generate(

@@ -59,9 +59,15 @@ SAMPLE_SCHEMA = pa.schema(
 EMPTY_RESPONSE = "empty response"
 
 
-def prompt_hash(prompt: str | list[dict[str, str]], mode: str = "chat") -> str:
-    """SHA-256 of the canonical JSON of the prompt as sent (messages or text) and the mode."""
-    body = json.dumps({"mode": mode, "prompt": prompt}, sort_keys=True, ensure_ascii=False)
+def prompt_hash(
+    prompt: str | list[dict[str, str]], mode: str = "chat", template: str | None = None
+) -> str:
+    """SHA-256 of the canonical JSON of the prompt as sent (messages or text) and the mode, and
+    of the chat template that renders it on our side (``template``: its hash), if any."""
+    doc: dict[str, Any] = {"mode": mode, "prompt": prompt}
+    if template is not None:  # absent otherwise: the hashes of server-rendered prompts stay put
+        doc["template"] = template
+    body = json.dumps(doc, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(body.encode()).hexdigest()
 
 

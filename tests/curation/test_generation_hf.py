@@ -111,3 +111,22 @@ def test_an_unknown_dtype_is_refused_before_loading(model_dir, capsys):
               "--dtype", "half"])  # fmt: skip
     err = capsys.readouterr().err
     assert e.value.code == 2 and "unknown dtype 'half' (--dtype)" in err, err
+
+
+def test_hf_tokenizer_option_renders_and_keys_the_prompt(model_dir, tmp_path):
+    # --tokenizer names the chat template for the hf backend too (it was ignored: the model's
+    # own rendered every prompt), and another template is another prompt in the store
+    from transformers import AutoTokenizer
+
+    alt = AutoTokenizer.from_pretrained(str(model_dir))
+    alt.chat_template = "{% for m in messages %}Q: {{ m['content'] }}\n{% endfor %}A:"
+    alt.save_pretrained(str(tmp_path / "alt"))
+    msgs = [{"role": "user", "content": "2+2?"}]
+    params = SamplingParams(temperature=0, max_tokens=3)
+    own, other = _hf(model_dir), _hf(model_dir, tokenizer=str(tmp_path / "alt"))
+    with SampleStore(tmp_path / "s") as st:
+        a = generate([msgs], 1, params, own, st, progress=False)
+        b = generate([msgs], 1, params, other, st, progress=False)
+    assert a.generated == 1 and b.generated == 1 and a.prompt_hashes != b.prompt_hashes
+    n_alt = len(alt("Q: 2+2?\nA:", add_special_tokens=False)["input_ids"])
+    assert b.samples[0][0].prompt_tokens == n_alt != a.samples[0][0].prompt_tokens

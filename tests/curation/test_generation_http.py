@@ -68,6 +68,35 @@ def test_completions_mode_text_and_rendered_chat(tmp_path):
         assert bodies == ["2+2=", "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"]
 
 
+def test_another_chat_template_is_another_prompt(tmp_path):
+    # completions mode renders chat prompts with --tokenizer's template: the rendered text is
+    # what the model saw, so samples from another template must not be served for it
+    tok_a, tok_b = tmp_path / "tok_a", tmp_path / "tok_b"
+    tiny_tokenizer(tok_a)
+    alt = tiny_tokenizer()
+    alt.chat_template = "{% for m in messages %}### {{ m['content'] }}\n{% endfor %}### answer:"
+    alt.save_pretrained(str(tok_b))
+    chat = [[{"role": "user", "content": "hi"}]]
+    with StandInServer() as srv, SampleStore(tmp_path / "s") as st:
+        a = generate(chat, 1, P, _backend(srv.url, mode="completions", tokenizer=str(tok_a)),
+                     st, progress=False)  # fmt: skip
+        b = generate(chat, 1, P, _backend(srv.url, mode="completions", tokenizer=str(tok_b)),
+                     st, progress=False)  # fmt: skip
+        assert a.generated == 1 and b.generated == 1 and b.reused == 0
+        assert [p["body"]["prompt"] for p in srv.posts()][1] == "### hi\n### answer:"
+        assert a.prompt_hashes != b.prompt_hashes
+        # plain-text prompts are sent as they are: the tokenizer plays no part in them
+        c = generate(["2+2="], 1, P, _backend(srv.url, mode="completions", tokenizer=str(tok_a)),
+                     st, progress=False)  # fmt: skip
+        d = generate(["2+2="], 1, P, _backend(srv.url, mode="completions", tokenizer=str(tok_b)),
+                     st, progress=False)  # fmt: skip
+        assert c.generated == 1 and d.reused == 1
+        # and chat mode leaves the template to the server: the same prompt either way
+        e = generate(chat, 1, P, _backend(srv.url, tokenizer=str(tok_a)), st, progress=False)
+        f = generate(chat, 1, P, _backend(srv.url, tokenizer=str(tok_b)), st, progress=False)
+        assert e.generated == 1 and f.reused == 1
+
+
 def test_429_is_retried_500_recorded_then_retried_next_run(tmp_path):
     with StandInServer() as srv, SampleStore(tmp_path / "s") as st:
         b = _backend(srv.url)
