@@ -87,7 +87,7 @@ def rollouts_ref(
     backend: Any = None,
 ) -> dict[str, Any]:
     from curation import settings
-    from rl_pools.rollouts import publish_rollouts, run_rollouts, verifier_version
+    from rl_pools.rollouts import publish_rollouts, run_rollouts, setting_hash, verifier_version
 
     cat = catalog or Catalog()
     v = cat.resolve(ref)
@@ -104,7 +104,7 @@ def rollouts_ref(
     # the setting these counts were measured under, so a caller can select exactly them
     # (the counts dataset may hold the same model under other settings)
     domains = set(table.column("domain").to_pylist()) if "domain" in table.column_names else set()
-    return {"rollouts_ref": rv.ref, "passcounts_ref": cv.ref, "params_hash": params.key_hash(),
+    return {"rollouts_ref": rv.ref, "passcounts_ref": cv.ref, "params_hash": setting_hash(params, gen, config),
             "verifier_versions": sorted({verifier_version(d) for d in domains if d}),
             **res.summary()}  # fmt: skip
 

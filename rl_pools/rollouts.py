@@ -290,6 +290,7 @@ def run_rollouts(
         raise ConfigError("the pool is empty: nothing to roll out")
     rows = table.to_pylist()
     tmpl = {"math": config.math_template, "code": config.code_template}
+    ph = setting_hash(params, gen, config)
     store_dir = Path(store_dir)
     own_backend = backend is None
     backend = backend or make_backend(gen)
@@ -317,7 +318,7 @@ def run_rollouts(
                 st["grades_reused"] += len(chunk) * k - n_graded
                 if rbar is not None:
                     rbar.update(len(chunk) * k)
-                out = _rows_of(chunk, samples, grades, params, backend.model_id, tmpl, k,
+                out = _rows_of(chunk, samples, grades, params, ph, backend.model_id, tmpl, k,
                                counts, statuses)  # fmt: skip
                 writer.write_table(pa.Table.from_pylist(out, schema=ROLLOUT_SCHEMA))
                 written += len(out)
@@ -489,9 +490,33 @@ def _grade_rec(sample_key: str, row: dict[str, Any], g: dict[str, Any]) -> dict[
     return {"key": _grade_key(sample_key, vv, row), "sample_key": sample_key, **g}
 
 
-def _rows_of(rows, samples, grades, params: SamplingParams, model: str, tmpl, k, counts, statuses):
+def setting_hash(params: SamplingParams, gen: GenerationConfig, config: RolloutConfig) -> str:
+    """The ``params_hash`` of pass counts: the sampling params and every other choice that
+    changes what the model is asked (mode, system prompt, chat-template tokenizer, prompt
+    templates), so counts measured under another prompt setting live beside these instead of
+    replacing them. The defaults add nothing: the hash is then the sampling params' own, as it
+    always was."""
+    extras: dict[str, str] = {}
+    if gen.mode != "chat":
+        extras["mode"] = gen.mode
+    if gen.system_prompt:
+        extras["system_prompt"] = gen.system_prompt
+    if gen.tokenizer and (gen.backend == "hf" or gen.mode == "completions"):
+        extras["tokenizer"] = gen.tokenizer  # it renders the prompt only then
+    for name in ("math_template", "code_template"):
+        value = getattr(config, name)
+        if value != prompt_templates.DEFAULTS[name.split("_")[0]]:
+            extras[name] = value
+    if not extras:
+        return params.key_hash()
+    body = params.key() + "\x1f" + json.dumps(extras, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def _rows_of(rows, samples, grades, params: SamplingParams, ph: str, model: str, tmpl, k, counts,
+             statuses):  # fmt: skip
     out = []
-    pk, ph = params.key(), params.key_hash()
+    pk = params.key()
     for p, row in enumerate(rows):
         vv = verifier_version(row["domain"])
         passed = invalid = 0

@@ -71,6 +71,31 @@ def test_rollouts_grade_against_oracle_publish_and_unchanged_rerun(math_ref, dat
         assert out["passcounts_ref"] in cat.resolve(other["passcounts_ref"]).parents
 
 
+def test_another_prompt_setting_is_other_counts_not_a_replacement(math_ref, data_root, tmp_path):
+    # pass rates measured under another system prompt (or prompt template) are other
+    # measurements: they used to share the params hash of the sampling params alone, so the
+    # second run's counts replaced the first's in NAME.passcounts
+    from rl_pools.passcounts import select
+
+    cat = Catalog()
+    cfg = RolloutConfig(k=2, verify_workers=1)
+    with StandInServer(MathOracle(cat.load(math_ref))) as srv:
+        plain = rollouts_ref(math_ref, _gen(srv.url), PARAMS, cfg, tmp_path / "s", progress=False)
+        assert plain["params_hash"] == PARAMS.key_hash()  # the default setting: as before
+        told = rollouts_ref(math_ref, _gen(srv.url, system_prompt="Answer in one line."), PARAMS,
+                            cfg, tmp_path / "s", progress=False)  # fmt: skip
+        tmpl = rollouts_ref(math_ref, _gen(srv.url), PARAMS,
+                            RolloutConfig(k=2, verify_workers=1, math_template="plain/1"),
+                            tmp_path / "s", progress=False)  # fmt: skip
+    hashes = {plain["params_hash"], told["params_hash"], tmpl["params_hash"]}
+    assert len(hashes) == 3
+    counts = cat.load(tmpl["passcounts_ref"])
+    assert counts.num_rows == 3 * 8
+    assert sorted(set(counts.column("params_hash").to_pylist())) == sorted(hashes)
+    for h in hashes:
+        assert select(counts, "stand-in-7b", h).num_rows == 8
+
+
 def test_hf_backend_rollouts_with_tiny_random_model(math_ref, tmp_path):
     from rl_pools.build import select_ref, validate_ref
     from rl_pools.tiers import SelectionConfig
