@@ -452,6 +452,17 @@ def read_table_rows(
             if invalid > kk - passed:
                 raise InputError(f"n_invalid={invalid} is more than k - passed = {kk - passed}",
                                  file=str(path), row=i, field="n_invalid")  # fmt: skip
+        if passed is not None and rate is not None:
+            # both given: the rate must name the same count (a rate printed to a few decimals,
+            # 0.33 for 1/3, still does); one that does not is a table that disagrees with itself
+            denom = kk - (invalid or 0)
+            if denom > 0 and round(rate * denom) != passed:
+                raise InputError(
+                    f"{rate_col} {rate!r} disagrees with passed={passed} of k={kk}"
+                    + (f" ({invalid} invalid)" if invalid else "")
+                    + f" (that is {passed / denom:.4g})", file=str(path), row=i, field=rate_col,
+                    hint=f"fix one of them, or drop the {rate_col} column (passed and k are used)",
+                )  # fmt: skip
         if passed is None and rate is not None and kk is not None:
             passed = round(rate * kk)
             if abs(rate * kk - passed) > 1e-6:  # rounding would publish another rate

@@ -47,7 +47,8 @@ def _jsonl(tmp_path, rows, name="counts.jsonl"):
 )
 def test_bad_values_name_file_row_and_field(qwen, tmp_path, row, field, message):
     rows = [dict(r) for r in qwen]
-    rows[0]["pass_rate"] = 0.5  # the others carry a number: "high" is mixed with numbers
+    # the others carry a number: "high" is mixed with numbers
+    rows[0]["pass_rate"] = rows[0]["passed"] / 8
     rows[3].update(row)
     p = _jsonl(tmp_path, rows)
     with pytest.raises(InputError) as e:
@@ -71,6 +72,23 @@ def test_csv_values_are_checked_too(qwen, tmp_path):
     p.write_text(head + "\n".join(lines) + "\n")
     passed = import_table(p).column("passed").to_pylist()
     assert sorted(passed) == sorted(r["passed"] for r in qwen[:3])
+
+
+def test_a_rate_beside_the_count_must_agree_with_it(qwen, tmp_path):
+    rows = [{**r, "pass_rate": r["passed"] / 8} for r in qwen]
+    rows[1]["pass_rate"] = round(rows[1]["passed"] / 8, 2)  # printed to two decimals: agrees
+    assert import_table(_jsonl(tmp_path, rows)).column("passed").to_pylist() == [
+        r["passed"] for r in qwen
+    ]
+    n = rows[4]["passed"]
+    rows[4]["pass_rate"] = (n + 2 if n <= 6 else n - 2) / 8  # another count: it was ignored
+    p = _jsonl(tmp_path, rows)
+    with pytest.raises(InputError, match=r"disagrees with passed=") as e:
+        import_table(p)
+    assert (e.value.file, e.value.row, e.value.field) == (str(p), 5, "pass_rate")
+    # a rate over the gradable samples (k - n_invalid) is the rate this project records
+    rows[4].update(pass_rate=1.0, passed=6, n_invalid=2)
+    assert import_table(_jsonl(tmp_path, rows)).num_rows == len(qwen)
 
 
 def test_empty_file_and_conflicting_duplicates(qwen, tmp_path):
