@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from curation.catalog import Catalog
-from curation.errors import InputError
+from curation.errors import DatasetRef, InputError
 
 
 def base_name(name: str) -> str:
@@ -97,7 +97,8 @@ def rollouts_ref(
     store = Path(
         store_dir or Path(settings.data_root()) / "rollouts" / "samples" / _slug(gen.model)
     )
-    res = run_rollouts(table, gen, params, config, store, progress=progress, backend=backend)
+    res = run_rollouts(table, gen, params, config, store, progress=progress, backend=backend,
+                       source=DatasetRef(v.ref))  # fmt: skip
     conf = {"generation": {k: val for k, val in gen.to_dict().items() if k != "api_key_env"},
             "sampling": params.to_dict(), "rollout": config.to_dict(), "store": str(store)}  # fmt: skip
     rv, cv = publish_rollouts(cat, v.ref, res, conf)

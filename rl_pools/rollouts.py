@@ -180,17 +180,6 @@ def extract_code(text: str | None) -> str | None:
     return code if code.strip() else None
 
 
-def _preamble(meta: str | None) -> str:
-    if not meta:
-        return ""
-    try:
-        m = json.loads(meta)
-    except json.JSONDecodeError:
-        return ""
-    v = m.get("test_preamble") if isinstance(m, dict) else None
-    return v if isinstance(v, str) else ""
-
-
 def grade_math(responses: list[str | None], answers: list[str], cfg: RolloutConfig):
     from rl_pools.verify import MathVerifier, VerifyConfig
 
@@ -211,6 +200,7 @@ def _math_grades(res: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def grade_code(responses: list[str | None], rows: list[dict[str, Any]], cfg: RolloutConfig):
     from rl_pools.sandbox import SandboxConfig, run_many
+    from rl_pools.testcases import test_preamble
 
     out: list[dict[str, Any] | None] = [None] * len(responses)
     jobs, owners = [], []
@@ -220,7 +210,7 @@ def grade_code(responses: list[str | None], rows: list[dict[str, Any]], cfg: Rol
             out[i] = {"status": "no_code", "reason": "no fenced code block in the response",
                       "extracted": None, "correct": False}  # fmt: skip
             continue
-        pre = _preamble(row.get("metadata"))
+        pre = test_preamble(row.get("metadata"))
         jobs.append(((pre + "\n" + code) if pre else code, row.get("tests") or []))
         owners.append(i)
     if jobs:
@@ -280,6 +270,7 @@ def run_rollouts(
     *,
     backend: Any = None,
     progress: bool | None = None,
+    source: str | None = None,
 ) -> RolloutResult:
     """Generate ``config.k`` samples per pool row (only the missing ones) and grade them (only
     the ungraded ones), ``config.chunk_prompts`` prompts at a time, streaming the graded rows to
@@ -288,7 +279,12 @@ def run_rollouts(
     require_columns(table)
     if table.num_rows == 0:
         raise ConfigError("the pool is empty: nothing to roll out")
+    from rl_pools.testcases import test_preamble
+
     rows = table.to_pylist()
+    for i, r in enumerate(rows):  # before any request: a header lost here fails every answer
+        if r.get("domain") == "code":
+            test_preamble(r.get("metadata"), row=i, file=source)
     tmpl = {"math": config.math_template, "code": config.code_template}
     ph = setting_hash(params, gen, config)
     store_dir = Path(store_dir)

@@ -59,7 +59,9 @@ class ValidationConfig:
             raise ConfigError("ValidationConfig.max_solutions and workers must be >= 1")
 
 
-def test_preamble(meta: Any, key: str = "test_preamble", row: int | None = None) -> str:
+def test_preamble(
+    meta: Any, key: str = "test_preamble", row: int | None = None, file: str | None = None
+) -> str:
     """The code a row's tests run after (a pool's import header, e.g. LeetCode's ``from typing
     import *`` and ListNode), kept under ``key`` in the row's ``metadata``; "" when none."""
     if meta is None or meta == "":
@@ -68,7 +70,9 @@ def test_preamble(meta: Any, key: str = "test_preamble", row: int | None = None)
         try:
             meta = json.loads(meta)
         except json.JSONDecodeError as exc:
-            raise InputError(f"metadata is not JSON: {exc}", row=row, field="metadata") from exc
+            raise InputError(
+                f"metadata is not JSON: {exc}", file=file, row=row, field="metadata"
+            ) from exc
     if not isinstance(meta, dict):
         return ""
     val = meta.get(key)

@@ -10,11 +10,13 @@ import subprocess
 import sys
 import time
 
+import pyarrow as pa
 import pytest
 from generation_helpers import StandInServer, free_port_url, tiny_model_dir
 from rl_helpers import MathOracle, ingest_real
 
 from curation.catalog import Catalog
+from curation.errors import InputError
 from curation.generation import GenerationConfig, SampleStore, SamplingParams
 from rl_pools.build import rollouts_ref
 from rl_pools.rollouts import RolloutConfig
@@ -231,6 +233,27 @@ def test_code_rollouts_graded_in_the_sandbox(data_root, pools_dir, tmp_path):
         assert r["correct"] is intended[(r["uid"], st.get(r["sample_key"]).seed)], r
         assert r["verifier_version"].endswith("+sandbox")
         assert r["grade_status"] in ("passed", "failed", "runtime_error")
+
+
+def test_malformed_metadata_is_an_error_before_any_request(data_root, pools_dir, tmp_path):
+    # the tests of a LeetCode row run after the import header kept in its metadata; metadata
+    # that is not JSON lost the header silently, so every answer failed on ListNode / List
+    # and the row looked unsolved
+    ref = ingest_real(pools_dir, "code_leetcodedataset_v0.2.0_train.jsonl", "codepool",
+                      "leetcodedataset", 3)  # fmt: skip
+    cat = Catalog()
+    t = cat.load(ref)
+    meta = t.column("metadata").to_pylist()
+    assert all("test_preamble" in json.loads(m) for m in meta)
+    meta[1] = meta[1][:-5]  # cut short
+    bad = cat.publish("codebad", t.set_column(t.column_names.index("metadata"), "metadata",
+                                              pa.array(meta, pa.string()))).ref  # fmt: skip
+    with StandInServer() as srv:
+        with pytest.raises(InputError, match="metadata is not JSON") as e:
+            rollouts_ref(bad, _gen(srv.url), PARAMS, RolloutConfig(k=1), tmp_path / "s",
+                         progress=False)  # fmt: skip
+        assert srv.posts() == []
+    assert (e.value.file, e.value.row, e.value.field) == (bad, 1, "metadata")
 
 
 def test_verifier_timeout_is_recorded_not_a_zero(math_ref, data_root, tmp_path):
