@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +86,11 @@ class SamplingParams:
                 f"unknown sampling parameter {unknown[0]!r}", hint=did_you_mean(unknown[0], known)
             )
         return cls(**d)
+
+
+# fields only one backend uses (GenerationConfig.ignored)
+_HF_ONLY = ("batch_size", "device", "dtype")
+_OPENAI_ONLY = ("base_url", "concurrency", "timeout_s", "max_retries", "backoff_s", "api_key_env")
 
 
 @dataclass
@@ -166,6 +172,15 @@ class GenerationConfig:
                 f"max_retries must be >= 0 and backoff_s a finite number >= 0, got "
                 f"{self.max_retries} and {self.backoff_s}"
             )
+
+    def ignored(self, given: Iterable[str]) -> list[str]:
+        """The fields among ``given`` (those a user set) that this backend does not use: a CLI
+        warns about them instead of dropping them without a word."""
+        only_other = _OPENAI_ONLY if self.backend == "hf" else _HF_ONLY
+        out = [f for f in given if f in only_other]
+        if self.backend == "openai" and self.mode == "chat" and "tokenizer" in given:
+            out.append("tokenizer")  # the server applies its own chat template
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -41,6 +41,7 @@ def validate(
 
 @app.command("rollouts")
 def rollouts(
+    ctx: typer.Context,
     pool: str = typer.Argument(..., help="pool version, e.g. gsm8k.validated@latest"),
     model: str = typer.Option(..., "--model", help="model name (server) or HF id / local path"),
     k: int = typer.Option(16, "--k", help="samples per prompt"),
@@ -77,6 +78,7 @@ def rollouts(
     """Sample K responses per prompt, grade each (math-verify / sandbox), publish BASE.rollouts
     and merge the pass counts into BASE.passcounts. Resumable: rerun after a crash."""
     from curation.generation import GenerationConfig, SamplingParams
+    from flows.commands._generation import warn_ignored
     from rl_pools.build import rollouts_ref
     from rl_pools.rollouts import RolloutConfig
 
@@ -92,6 +94,7 @@ def rollouts(
                            concurrency=concurrency, timeout_s=timeout, max_retries=max_retries,
                            batch_size=batch_size, device=device, dtype=dtype,
                            tokenizer=tokenizer)  # fmt: skip
+    warn_ignored(ctx, gen)
     params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed)
     _echo(rollouts_ref(pool, gen, params, rcfg, store))
 

@@ -17,6 +17,7 @@ def _say(msg: str) -> None:
 
 @app.command("generate")
 def generate(
+    ctx: typer.Context,
     pool: str = typer.Argument(..., help="prompt pool version, e.g. gsm8k.decontaminated@latest"),
     model: str = typer.Option(..., "--model", help="teacher model (served name, HF id or path)"),
     responses_per_prompt: int = typer.Option(
@@ -53,6 +54,7 @@ def generate(
     """Sample teacher responses for every problem of POOL; publish NAME.sft_raw."""
     from curation.catalog import Catalog
     from curation.generation import GenerationConfig
+    from flows.commands._generation import warn_ignored
     from sft_generation.config import TeacherConfig
     from sft_generation.runs import generate_from_pool
 
@@ -69,6 +71,7 @@ def generate(
         device=device,
         dtype=dtype,
     )
+    warn_ignored(ctx, gen)
     teacher = TeacherConfig(
         model=model, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed
     )

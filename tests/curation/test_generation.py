@@ -41,6 +41,17 @@ def test_generation_config_errors_name_the_fix():
         GenerationConfig(backend="opnai", model="m", base_url="http://x")
 
 
+def test_fields_a_backend_ignores():
+    hf = GenerationConfig(backend="hf", model="m")
+    assert hf.ignored(["base_url", "concurrency", "timeout_s", "batch_size", "tokenizer"]) == [
+        "base_url", "concurrency", "timeout_s"
+    ]  # fmt: skip
+    chat = GenerationConfig(model="m", base_url="http://x")
+    assert chat.ignored(["device", "concurrency", "tokenizer"]) == ["device", "tokenizer"]
+    done = GenerationConfig(model="m", base_url="http://x", mode="completions")
+    assert done.ignored(["tokenizer", "max_retries"]) == []
+
+
 def _s(h: str, i: int, text: str | None, err: str | None = None) -> Sample:
     return Sample(model="m", sampling_params="{}", prompt_hash=h, sample_index=i, text=text,
                   finish_reason="stop" if text is not None else "error", error=err)  # fmt: skip

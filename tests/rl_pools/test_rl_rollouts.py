@@ -256,6 +256,28 @@ def test_malformed_metadata_is_an_error_before_any_request(data_root, pools_dir,
     assert (e.value.file, e.value.row, e.value.field) == (bad, 1, "metadata")
 
 
+def test_options_the_backend_ignores_are_named(math_ref, data_root, tmp_path):
+    env = {**os.environ, "SLUICE_DATA_ROOT": str(data_root)}
+    with StandInServer(MathOracle(Catalog().load(math_ref))) as srv:
+        r = _sluice(["rl", "rollouts", math_ref, "--model", "stand-in-7b", "--k", "1",
+                     "--base-url", srv.url, "--store", str(tmp_path / "s"), "--verify-workers",
+                     "1", "--batch-size", "4", "--dtype", "bfloat16", "--tokenizer", "x"], env)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    warnings = [ln for ln in r.stderr.splitlines() if ln.startswith("warning:")]
+    assert warnings == [
+        "warning: --batch-size is ignored by the openai backend: it applies to --backend hf",
+        "warning: --dtype is ignored by the openai backend: it applies to --backend hf",
+        "warning: --tokenizer is ignored by the openai backend: the server applies its own chat "
+        "template in chat mode (--mode completions renders with it)",
+    ]
+    # the defaults typed out, or options the backend uses: no warning
+    with StandInServer(MathOracle(Catalog().load(math_ref))) as srv:
+        r = _sluice(["rl", "rollouts", math_ref, "--model", "stand-in-7b", "--k", "1",
+                     "--base-url", srv.url, "--store", str(tmp_path / "s"), "--verify-workers",
+                     "1", "--concurrency", "2", "--timeout", "30"], env)  # fmt: skip
+    assert r.returncode == 0 and "warning:" not in r.stderr, r.stderr
+
+
 def test_verifier_timeout_is_recorded_not_a_zero(math_ref, data_root, tmp_path):
     from rl_pools.passcounts import select
     from rl_pools.tiers import assign_tiers

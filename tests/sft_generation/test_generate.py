@@ -345,10 +345,15 @@ def test_sft_generate_hf_takes_device_dtype_and_batch_size(pool, tmp_path, data_
     with pytest.raises(SystemExit) as e:
         main(["sft", "generate", ref, "--model", str(model), "--backend", "hf", "--device", "cpu",
               "--dtype", "bfloat16", "--batch-size", "4", "--max-tokens", "4", "--root",
-              str(data_root), "--store", str(tmp_path / "store")])  # fmt: skip
+              str(data_root), "--store", str(tmp_path / "store"), "--concurrency", "64"])  # fmt: skip
     err = capsys.readouterr().err
     assert e.value.code == 0, err
     assert seen == [torch.bfloat16], seen
+    # an option for the other backend is named, not dropped without a word
+    assert (
+        "warning: --concurrency is ignored by the hf backend: it applies to --backend openai" in err
+        and err.count("warning:") == 1
+    ), err
     assert "6 responses: 6 generated" in err and "published: amc6.sft_raw@" in err, err
     for bad in ("bf16", "float64"):
         with pytest.raises(SystemExit) as e:
