@@ -156,17 +156,23 @@ def _answer_key(extracted: str | None) -> str | None:
     return key or None
 
 
-def majority_answers(rows: Sequence[Mapping[str, Any]], idx: Sequence[int]) -> dict[str, str]:
-    """The majority extracted answer per prompt among ``idx`` (ties: the smallest string)."""
+def majority_answers(
+    rows: Sequence[Mapping[str, Any]], idx: Sequence[int]
+) -> dict[str, str | list[str]]:
+    """The majority (most frequent) extracted answer per prompt among ``idx``; a tie for the
+    most votes is no majority: the prompt maps to the tied answers (sorted), and no answer of
+    it agrees with the majority (keeping one of them would be a coin toss passed off as a
+    vote)."""
     votes: dict[str, Counter] = defaultdict(Counter)
     for i in idx:
         k = _answer_key(rows[i].get("extracted"))
         if k is not None:
             votes[rows[i]["problem_uid"]][k] += 1
-    out = {}
+    out: dict[str, str | list[str]] = {}
     for puid, c in votes.items():
         best = max(c.values())
-        out[puid] = min(k for k, v in c.items() if v == best)
+        top = sorted(k for k, v in c.items() if v == best)
+        out[puid] = top[0] if len(top) == 1 else top
     return out
 
 
@@ -185,7 +191,11 @@ def _keep_policy(rows, idx, cfg: FilterConfig) -> dict[int, str]:
     for i in idx:
         k = _answer_key(rows[i].get("extracted"))
         m = maj.get(rows[i]["problem_uid"])
-        if k is None or k != m:
+        if isinstance(m, list):
+            votes = sum(_answer_key(rows[j].get("extracted")) == m[0] for j in idx
+                        if rows[j]["problem_uid"] == rows[i]["problem_uid"])  # fmt: skip
+            drops[i] = f"no majority answer: {', '.join(map(repr, m))} tie at {votes} votes each"
+        elif k is None or k != m:
             drops[i] = f"answer {k!r} disagrees with the majority {m!r}"
     return drops
 

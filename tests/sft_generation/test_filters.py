@@ -45,6 +45,23 @@ def test_majority_policy_keeps_the_agreeing_answers():
     assert rep.dropped["keep_policy"] == 1
 
 
+def test_a_tie_is_no_majority():
+    # 2 votes for "2", 2 for "3" (and 1 for "5"): there is no majority answer, so none is kept;
+    # the smallest string used to win the tie
+    rows = [
+        _row(i, verification=None, extracted=a) for i, a in enumerate(["3", "2", "5", "2", "3"])
+    ]
+    rows.append(_row(5, puid="p2", verification=None, extracted="7"))
+    for i, r in enumerate(rows):
+        r["response"] = f"distinct trace {i} " + "abc " * i + str(i) * 40
+    reasons, rep = apply_filters(
+        rows, FilterConfig(keep_policy="majority", decontaminate=False, check_format=False)
+    )
+    assert [r is None for r in reasons] == [False] * 5 + [True]
+    assert reasons[0] == "keep_policy: no majority answer: '2', '3' tie at 2 votes each"
+    assert rep.dropped["keep_policy"] == 5
+
+
 def test_greek_math_letters_are_not_language_mixing():
     assert foreign_letter_share("Let θ = π/3, then sin θ = √3/2.")[0] == 0
     share, script = foreign_letter_share("So x = 2. 所以答案是二。")
