@@ -243,6 +243,16 @@ def select_ref(
         staged.append(dataclasses.replace(sv, parents=(rl.ref,)))
         stages.append({"stage": n, "ref": sv.ref, "rows": t.num_rows})
     rl, dropped = cat.commit(staged)[:2]
+    # a preset's generic stage that this pool cannot fill: said (by the CLI and the flow), not
+    # hidden until `sluice train grpo` refuses the empty stage
+    warnings = [
+        f"curriculum stage {st['stage']} ({curriculum.by} "
+        f"{', '.join(curriculum.stages[st['stage'] - 1])}) holds no kept row: {st['ref']} is "
+        "empty, and `sluice train grpo` refuses a stage of 0 steps (choose a curriculum whose "
+        "stages this pool fills, or train without that stage)"
+        for st in stages
+        if st["rows"] == 0
+    ]
     return {"ref": rl.ref, "dropped_ref": dropped.ref, "rows_in": tiered.num_rows,
             "kept": kept.num_rows, "steps": res.steps, "tiers": tiers, "stages": stages,
-            "unstaged": unstaged}  # fmt: skip
+            "unstaged": unstaged, "warnings": warnings}  # fmt: skip

@@ -235,15 +235,8 @@ def select(
     res = select_ref(pool, model, sel_cfg, counts_ref=counts, params_hash=params_hash,
                      verifier_version=verifier_version, curriculum=cur_cfg)  # fmt: skip
     _echo(res)
-    for st in res["stages"]:
-        if st["rows"] == 0:  # a preset's generic stage that this pool cannot fill: said, not hidden
-            vals = ", ".join(cur_cfg.stages[st["stage"] - 1])
-            typer.echo(
-                f"warning: curriculum stage {st['stage']} ({cur_cfg.by} {vals}) holds no kept row: "
-                f"{st['ref']} is empty, and `sluice train grpo` refuses a stage of 0 steps (choose "
-                "a curriculum whose stages this pool fills, or train without that stage)",
-                err=True,
-            )
+    for w in res["warnings"]:
+        typer.echo(f"warning: {w}", err=True)
 
 
 def _table(file_cfg: dict, name: str) -> dict:
@@ -383,3 +376,5 @@ def run(
 
     res = rl_pool_flow(**params)
     _echo({"ref": res["select"]["ref"], "report": res["report"]["html"], **res["exports"]})
+    for w in res["select"].get("warnings") or []:
+        typer.echo(f"warning: {w}", err=True)

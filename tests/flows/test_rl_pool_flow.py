@@ -47,7 +47,15 @@ def test_rl_pool_flow_end_to_end_and_rerun_without_model_calls(
         assert len(srv.posts()) == n_posts and third["rollouts"]["generated"] == 0
         # another sampling setting for the same model: the counts dataset now holds the model
         # twice, and the flow selects on the counts it just produced
-        other = rl_pool_flow(**{**kw, "sampling": {**kw["sampling"], "max_tokens": 32}})
+        # (and SRPO's math -> code curriculum, whose code stage this math pool cannot fill: the
+        # flow's result names the empty stage, and `sluice rl run` prints it as a warning)
+        other = rl_pool_flow(**{**kw, "sampling": {**kw["sampling"], "max_tokens": 32},
+                                "curriculum": "srpo"})  # fmt: skip
+        assert [st["rows"] == 0 for st in other["select"]["stages"]] == [False, True]
+        empty = [st["stage"] for st in first["select"]["stages"] if st["rows"] == 0]
+        assert [int(w.split()[2]) for w in first["select"]["warnings"]] == empty
+        (w,) = other["select"]["warnings"]
+        assert w.startswith("curriculum stage 2 (domain code) holds no kept row")
         assert other["rollouts"]["generated"] == 40
         assert other["rollouts"]["params_hash"] != first["rollouts"]["params_hash"]
         sel_cfg = cat.resolve(other["select"]["ref"]).config
