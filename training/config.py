@@ -473,6 +473,12 @@ class TrainConfig:
                     f"{self.resampling.correct_rewards}",
                     hint="add that reward, set [resampling] correct_rewards, or enabled = false",
                 )
+        if not isinstance(self.trl, dict):
+            # ('trl = 5' at the top of the file) was an AttributeError traceback
+            raise ConfigError(
+                f"[trl] must be a table, got {self.trl!r}",
+                hint="write GRPOConfig fields under a [trl] header, e.g. learning_rate = 1e-6",
+            )
         for key, value in self.trl.items():
             if key in _STAGE_OWNED:
                 raise ConfigError(

@@ -175,6 +175,9 @@ def _stage(**over):
         ({"prompt": {"math_template": "{question}"}}, "[prompt] math_template is not a valid"),
         ({"prompt": {"code_template": "solve {problem} {"}}, "[prompt] code_template is not"),
         ({"prompt": {"system": 3}}, "[prompt] system must be a string"),
+        # a [trl] that is no table was an AttributeError traceback ('int' has no 'items')
+        ({"trl": 5}, "[trl] must be a table"),
+        ({"trl": ["lr", 1]}, "[trl] must be a table"),
     ],
 )
 def test_values_of_the_wrong_type_are_one_error_naming_the_field(over, message):
