@@ -316,8 +316,11 @@ def _stage_dataset(config: TrainConfig, stage: Any, catalog: Any, run_dir: Path)
     """The stage's GRPO rows (unique uids, sorted); every row left out goes to
     skipped_rows.jsonl with its reason."""
     rows: list[dict[str, Any]] = []
+    empty: list[str] = []
     for ref in stage.pools:
         t = catalog.load(ref)
+        if t.num_rows == 0:
+            empty.append(ref)
         r, skipped = build_prompt_rows(t, config.prompt, pool_ref=ref, domains=stage.domains)
         for s in skipped:
             _append_jsonl(run_dir / "skipped_rows.jsonl", {"stage": stage.name, **s})
@@ -348,6 +351,15 @@ def _stage_dataset(config: TrainConfig, stage: Any, catalog: Any, run_dir: Path)
     # the config's check covers declared domains; a stage without them learns its pools' here
     counts = collections.Counter(r["domain"] for r in uniq)
     config.check_scored(stage.name, sorted(counts), counts)
+    if not uniq and len(empty) == len(stage.pools):
+        # nothing was left out (no skipped_rows.jsonl to point to): the pools are empty, e.g.
+        # the code stage of `rl select --curriculum srpo` on a math-only pool
+        raise ConfigError(
+            f"stage {stage.name!r}: {', '.join(empty)} "
+            f"{'holds' if len(empty) == 1 else 'hold'} no rows",
+            hint="drop the stage, or give it a pool with rows (an empty curriculum stage: "
+            "`sluice rl select` warned about it; select with a curriculum this pool fills)",
+        )
     if not uniq:
         raise ConfigError(
             f"stage {stage.name!r}: no trainable rows in {', '.join(stage.pools)}",

@@ -305,6 +305,24 @@ def test_stage_rows_of_a_domain_no_correctness_reward_scores_are_refused(pool_ca
     assert "domains" in e.value.hint
 
 
+def test_a_stage_of_an_empty_pool_says_the_pool_is_empty(pool_catalog, tmp_path):
+    """An empty curriculum stage (`rl select --curriculum srpo` on a math-only pool publishes an
+    empty BASE.rl.stage2) was refused with "see skipped_rows.jsonl for why rows were left out":
+    no row was left out, and that file did not exist."""
+    from training.config import StageConfig
+    from training.grpo import _stage_dataset
+
+    cat = pool_catalog["catalog"]
+    empty = cat.load(pool_catalog["math"]).slice(0, 0)
+    v = cat.publish("gsm8k.rl-empty", empty, parents=[pool_catalog["math"]], step="rl_pool")
+    stage = StageConfig(name="code", pools=[v.ref], epochs=1)
+    with pytest.raises(ConfigError) as e:
+        _stage_dataset(TrainConfig.from_dict(_raw()), stage, cat, tmp_path)
+    assert f"stage 'code': {v.ref} holds no rows" in str(e.value), str(e.value)
+    assert "skipped_rows" not in str(e.value) + str(e.value.hint)
+    assert not (tmp_path / "skipped_rows.jsonl").exists()
+
+
 def test_rows_cut_by_max_prompts_are_listed_in_skipped_rows(pool_catalog, tmp_path):
     """Every row left out goes to skipped_rows.jsonl with its reason; those past a stage's
     max_prompts were left out without a line (and without a count in the stage record)."""
