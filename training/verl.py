@@ -126,6 +126,14 @@ def _overrides(
         "weights": weights,
         "code_mode": code.options.get("mode", "all") if code else "all",
     }
+    fmt = next((r for r in config.rewards if r.name == "format"), None)
+    if fmt is not None and fmt.options.get("assume_open_think"):
+        kw["assume_open_think"] = True
+    # the verifier / sandbox settings the TRL run scores with (a time limit, a memory cap)
+    if config.verify:
+        kw["verify"] = dict(config.verify)
+    if config.sandbox:
+        kw["sandbox"] = dict(config.sandbox)
     lp = next((r for r in config.rewards if r.name == "length_penalty"), None)
     if lp is not None:
         cache = lp.options.get("cache") or int(

@@ -32,7 +32,9 @@ def _reward(name: str, **kw: Any) -> Any:
 
 
 def _get(name: str, **kw: Any) -> Any:
-    if name not in _REWARDS:
+    # one reward object per name and settings (a verifier / sandbox config is part of the key)
+    key = name + json.dumps(kw, sort_keys=True, default=str)
+    if key not in _REWARDS:
         from training import rewards as r
 
         cls = {
@@ -40,8 +42,8 @@ def _get(name: str, **kw: Any) -> Any:
             "math_accuracy": r.MathAccuracyReward,
             "code_pass_rate": r.CodePassRateReward,
         }[name]
-        _REWARDS[name] = cls(name, **kw)
-    return _REWARDS[name]
+        _REWARDS[key] = cls(name, **kw)
+    return _REWARDS[key]
 
 
 def _response_tokens(text: str, info: dict[str, Any], tokenizer: str | None) -> int:
@@ -69,20 +71,27 @@ def compute_score(
     weights: dict[str, float] | None = None,
     code_mode: str = "all",
     length_penalty: dict[str, Any] | None = None,
+    assume_open_think: bool = False,
+    verify: dict[str, Any] | None = None,
+    sandbox: dict[str, Any] | None = None,
     **_: Any,
 ) -> dict[str, Any]:
-    """Weighted sum of the config's rewards for one response (verl's custom reward API)."""
+    """Weighted sum of the config's rewards for one response (verl's custom reward API).
+    ``assume_open_think`` is the format reward's option, ``verify`` / ``sandbox`` the config's
+    ``[verify]`` / ``[sandbox]`` tables: the TRL run's settings (the export passes them)."""
     info = extra_info or {}
     weights = weights or {"math_accuracy": 1.0, "code_pass_rate": 1.0}
     domain = info.get("domain") or ("code" if info.get("tests") else "math")
     parts: dict[str, float | None] = {}
     status = "ok"
     if "format" in weights:
-        parts["format"] = _reward("format")([""], [solution_str])[0]
+        fmt = _reward("format", assume_open_think=bool(assume_open_think))
+        parts["format"] = fmt([""], [solution_str])[0]
     if domain == "math" and "math_accuracy" in weights:
         answer = info.get("answer") or ground_truth
         with _MATH_LOCK:
-            v = _reward("math_accuracy")([""], [solution_str], domain=["math"], answer=[answer])[0]
+            acc = _reward("math_accuracy", verify_options=verify or None)
+            v = acc([""], [solution_str], domain=["math"], answer=[answer])[0]
         if v is None:
             status = "verify_failed"
         parts["math_accuracy"] = v
@@ -90,7 +99,7 @@ def compute_score(
         tests = info.get("tests")
         if tests is None:
             tests = json.loads(ground_truth).get("sluice_tests", [])
-        v = _reward("code_pass_rate", mode=code_mode)(
+        v = _reward("code_pass_rate", mode=code_mode, sandbox_options=sandbox or None)(
             [""], [solution_str], domain=["code"], tests=[tests],
             test_preamble=[info.get("test_preamble") or ""],
         )[0]  # fmt: skip

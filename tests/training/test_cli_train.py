@@ -270,6 +270,51 @@ def test_export_verl_code_stage_is_scored_in_the_sandbox(tiny_model, pool_catalo
         sys.path.remove(str(out))
 
 
+def test_export_verl_scores_with_the_runs_verify_sandbox_and_format_settings(
+    tiny_model, pool_catalog, tmp_path
+):
+    """The verl reward used default verifier / sandbox settings and the format reward's default
+    whatever the config said: [sandbox] time_limit_s, [verify] timeout_s and the format reward's
+    assume_open_think were silently dropped, so verl scored other rewards than the TRL run."""
+    import importlib
+
+    from training.config import load_train_config
+    from training.verl import export_verl
+
+    cfg = _write_config(tmp_path / "t.toml", tiny_model, pool_catalog["code"])
+    text = cfg.read_text().replace('name = "math_accuracy"', 'name = "code_pass_rate"')
+    text = text.replace(
+        'name = "format"', 'name = "format"\noptions = { assume_open_think = true }'
+    )
+    cfg.write_text(text + "[verify]\ntimeout_s = 2.5\n[sandbox]\ntime_limit_s = 1.0\n")
+    res = export_verl(load_train_config(cfg), tmp_path / "v", catalog=pool_catalog["catalog"])
+    (kw_override,) = [o for o in res["stages"][0]["overrides"] if "reward_kwargs=" in o]
+    assert "assume_open_think:true" in kw_override
+    assert "verify:{timeout_s:2.5}" in kw_override and "sandbox:{time_limit_s:1.0}" in kw_override
+    rows = pq.read_table(tmp_path / "v" / "data" / "math.parquet").to_pylist()
+    src = {r["uid"]: r for r in pool_catalog["catalog"].load(pool_catalog["code"]).to_pylist()}
+    row = rows[0]
+    # a correct solution that takes 1.5 s: passes in the default 5 s, not in the run's 1 s
+    slow = "import time\ntime.sleep(1.5)\n" + src[row["extra_info"]["uid"]]["solutions"][0]
+    completion = f"reasoning</think>\n```python\nfrom typing import *\n{slow}\n```"
+    sys.path.insert(0, str(tmp_path / "v"))
+    try:
+        reward = importlib.reload(importlib.import_module("reward"))
+        args = (row["data_source"], completion, row["reward_model"]["ground_truth"])
+        weights = {"format": 1.0, "code_pass_rate": 1.0}
+        run = reward.compute_score(
+            *args, row["extra_info"], weights=weights, assume_open_think=True,
+            verify={"timeout_s": 2.5}, sandbox={"time_limit_s": 1.0},
+        )  # fmt: skip
+        default = reward.compute_score(*args, row["extra_info"], weights=weights)
+        assert (run["format"], run["code_pass_rate"]) == (1.0, 0.0), run
+        assert (default["format"], default["code_pass_rate"]) == (0.0, 1.0), default
+    finally:
+        sys.path.remove(str(tmp_path / "v"))
+        for r in list(reward._REWARDS.values()):
+            r.close()
+
+
 def test_verl_overrides_name_keys_of_verls_own_config(tiny_model, pool_catalog, tmp_path):
     """verl is not a Sluice dependency: this runs where verl imports (checked by hand against
     verl 0.9.1's _generated_ppo_trainer.yaml), else it is skipped."""
