@@ -163,7 +163,7 @@ def _overrides(
         "actor_rollout_ref.rollout.name=vllm",
         f"actor_rollout_ref.rollout.n={ng}",
         f"actor_rollout_ref.rollout.temperature={float(stage.temperature)}",
-        "actor_rollout_ref.rollout.top_p=1.0",
+        f"actor_rollout_ref.rollout.top_p={float(trl.get('top_p', 1.0))}",
         "algorithm.use_kl_in_reward=False",
         # verl >= 0.7 reads reward.custom_reward_function (the top-level key is the legacy one)
         f"reward.custom_reward_function.path={reward}",
@@ -185,6 +185,36 @@ def _overrides(
     else:
         ov += ["trainer.total_epochs=1000", f"trainer.total_training_steps={stage.steps}"]
     return ov
+
+
+# the [trl] fields _overrides writes a verl override for; any other is listed as not carried over
+_TRL_CARRIED = (
+    "num_generations",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "beta",
+    "learning_rate",
+    "epsilon",
+    "epsilon_high",
+    "top_p",
+)
+
+
+def not_carried_settings(config: Any) -> list[str]:
+    """This config's settings the export writes nothing for: [trl] fields without a verl
+    override here, and custom rewards (the exported reward module scores the built-in ones)."""
+    out = [
+        f"[trl] {k} = {v!r}: no verl override is written for it"
+        for k, v in config.trl.items()
+        if k not in _TRL_CARRIED
+    ]
+    out += [
+        f"custom reward {r.name!r} ({r.function}): the exported reward.py scores the built-in "
+        "rewards only, so verl trains without it"
+        for r in config.rewards
+        if r.function is not None
+    ]
+    return out
 
 
 def _shell_arg(override: str) -> str:
@@ -298,6 +328,7 @@ def export_verl(
     run_script = out / "run_stages.sh"
     (tmp_out / run_script.name).write_text("\n".join(script) + "\n")
     (tmp_out / run_script.name).chmod(0o755)
+    settings = not_carried_settings(resolved)
     files = sorted(str(p.relative_to(tmp_out)) for p in tmp_out.rglob("*") if p.is_file()) + [
         "export.json"
     ]
@@ -311,6 +342,7 @@ def export_verl(
             "SRPO history resampling (verl main_ppo samples every prompt each epoch)",
             "per-stage mask_truncated_completions (verl DAPO recipe: overlong buffer instead)",
             "zero-variance filtering (verl DAPO recipe: algorithm.filter_groups)",
+            *settings,
         ],
     }
     manifest["files"] = files
@@ -336,6 +368,7 @@ def export_verl(
         "stages": stages,
         "reward": str(reward),
         "not_written_here": foreign,
+        "not_carried_over": settings,
     }
 
 

@@ -182,6 +182,8 @@ def export_verl(
     )
     console = Console(stderr=True)
     console.print(f"verl export: {res['run_script']} ({len(res['stages'])} stages)")
+    for what in res["not_carried_over"]:  # this config's settings verl will not see
+        console.print(f"warning: not carried over to verl: {escape(what)}", soft_wrap=True)
     for p in res["not_written_here"]:
         console.print(
             f"warning: {escape(p)} is not part of this export (kept; remove it if stale)",

@@ -315,6 +315,30 @@ def test_export_verl_scores_with_the_runs_verify_sandbox_and_format_settings(
             r.close()
 
 
+def test_export_verl_names_the_settings_it_does_not_carry_over(
+    tiny_model, pool_catalog, tmp_path, capsys
+):
+    """[trl] top_p was written as top_p=1.0 whatever the config said, and other [trl] fields
+    (loss_type, scale_rewards, ...) and custom rewards were dropped without a word: the verl
+    recipe silently differed from the TRL run."""
+    cfg = _write_config(tmp_path / "t.toml", tiny_model, pool_catalog["math"])
+    text = cfg.read_text().replace(
+        "[trl]", '[[rewards]]\nname = "oracle"\nfunction = "oracle_rewards:uid_oracle"\n[trl]'
+    )
+    cfg.write_text(text + 'top_p = 0.9\nloss_type = "dr_grpo"\n')
+    out = tmp_path / "verl"
+    assert _main(_export_verl_argv(cfg, out, pool_catalog)) in (0, None)
+    script = (out / "run_stages.sh").read_text()
+    assert "actor_rollout_ref.rollout.top_p=0.9" in script and "top_p=1.0" not in script
+    exp = json.loads((out / "export.json").read_text())
+    dropped = [x for x in exp["not_carried_over"] if "loss_type" in x or "oracle" in x]
+    assert len(dropped) == 2, exp["not_carried_over"]
+    assert not any("top_p" in x or "num_generations" in x for x in exp["not_carried_over"])
+    err = capsys.readouterr().err
+    assert "warning: not carried over to verl: [trl] loss_type = 'dr_grpo'" in err
+    assert "custom reward 'oracle' (oracle_rewards:uid_oracle)" in err
+
+
 def test_verl_overrides_name_keys_of_verls_own_config(tiny_model, pool_catalog, tmp_path):
     """verl is not a Sluice dependency: this runs where verl imports (checked by hand against
     verl 0.9.1's _generated_ppo_trainer.yaml), else it is skipped."""
