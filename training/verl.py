@@ -139,6 +139,8 @@ def _overrides(
         cache = lp.options.get("cache") or int(
             stage.max_completion_length * float(lp.options.get("cache_fraction", 0.25))
         )
+        # clamped as the run's LengthPenaltyReward clamps it (a cache past a stage's budget)
+        cache = max(1, min(int(cache), stage.max_completion_length))
         kw["length_penalty"] = {
             "max_len": stage.max_completion_length,
             "cache": cache,

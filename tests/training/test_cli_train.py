@@ -627,3 +627,45 @@ def test_check_with_out_refuses_a_folder_the_run_would_refuse(
     err = capsys.readouterr().err
     assert "already holds a finished run" in err and "Traceback" not in err, err
     assert sorted(p.name for p in out.iterdir()) == ["run.json"]  # --check writes nothing
+
+
+@pytest.mark.parametrize(
+    ("options", "max_len"), [({"cache": 16}, 8), ({"cache_fraction": 0.25}, 2)]
+)
+def test_verl_length_penalty_equals_the_runs_when_the_cache_exceeds_the_budget(
+    tmp_path, options, max_len
+):
+    """The run's length penalty clamps its cache to 1..max_completion_length; the export wrote
+    the unclamped cache (16 over an 8-token budget, 0 for 25% of 2 tokens), so verl penalised
+    a 6-token response -0.875 where the run gave -0.75, and a response at a 2-token budget 0
+    where the run gave -1."""
+    import re
+
+    from training import verl_reward
+    from training.config import TrainConfig
+    from training.rewards import LengthPenaltyReward
+    from training.verl import _overrides
+
+    cfg = TrainConfig.from_dict(
+        {
+            "name": "t",
+            "model": {"name_or_path": "org/model"},
+            "rewards": [{"name": "math_accuracy"}, {"name": "length_penalty", "options": options}],
+            "stages": [
+                {"name": "s", "pools": ["p@latest"], "epochs": 1, "max_completion_length": max_len}
+            ],
+        }
+    )
+    ov = _overrides(cfg, cfg.stages[0], tmp_path / "d", "$MODEL", tmp_path / "r.py")
+    kw = next(o for o in ov if "reward_kwargs=" in o)
+    cache = int(re.search(r"cache:(\d+)", kw).group(1))
+    run = LengthPenaltyReward("length_penalty", **options)
+    run.max_len = max_len
+    for n in range(1, max_len + 1):
+        want = run([""], ["x"], completion_ids=[[0] * n])[0]
+        got = verl_reward.compute_score(
+            "s", "x", "1", {"answer": "1", "response_length": n},
+            weights={"length_penalty": 1.0},
+            length_penalty={"max_len": max_len, "cache": cache},
+        )["length_penalty"]  # fmt: skip
+        assert got == want, (n, got, want)
