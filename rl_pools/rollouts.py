@@ -43,7 +43,9 @@ from rl_pools import prompts as prompt_templates
 from rl_pools.passcounts import counts_table
 from rl_pools.validate import require_columns
 
-GRADER_VERSION = "sluice-rollout-grade/1"
+# /2: a math response without a final answer (thinking never closed, or cut off at the token
+# limit with only a stray last number) is no_answer, not graded on what the verifier picked up
+GRADER_VERSION = "sluice-rollout-grade/2"
 
 ROLLOUT_SCHEMA = pa.schema(
     [
@@ -185,15 +187,40 @@ def grade_math(responses: list[str | None], answers: list[str], cfg: RolloutConf
 
     vc = VerifyConfig(timeout_s=cfg.verify_timeout_s, workers=cfg.verify_workers)
     with MathVerifier(vc) as v:
-        return _math_grades(v.verify(responses, answers).to_pylist())
+        return _math_grades(v.verify(responses, answers).to_pylist(), responses)
 
 
-def _math_grades(res: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def no_final_answer(text: str | None, finish_reason: str | None, method: str | None) -> str | None:
+    """Why a math response has no final answer although the verifier found one, or None.
+
+    * thinking that never closed (``<think>`` without ``</think>``): whatever it holds, a
+      ``\\boxed{}`` included, is a guess on the way, not the answer;
+    * a response cut off at the token limit whose "answer" is the verifier's last-number
+      fallback: the last number of a cut-off text is a step of the reasoning.
+    """
+    if text and "<think>" in text and "</think>" not in text:
+        return "the thinking never closed (<think> without </think>): no final answer"
+    if finish_reason == "length" and method == "last_number":
+        return ("cut off at the token limit before a final answer (the last number of a "
+                "cut-off text is not one)")  # fmt: skip
+    return None
+
+
+def _math_grades(
+    res: list[dict[str, Any]],
+    texts: list[str | None] | None = None,
+    finish_reasons: list[str | None] | None = None,
+) -> list[dict[str, Any]]:
     out = []
-    for r in res:
-        st = r["status"]
+    for i, r in enumerate(res):
+        st, reason = r["status"], r["reason"]
+        if st not in MATH_INVALID and st != "no_answer":
+            why = no_final_answer(texts[i] if texts else None,
+                                  finish_reasons[i] if finish_reasons else None, r["method"])  # fmt: skip
+            if why:
+                st, reason = "no_answer", why
         correct = None if st in MATH_INVALID else st == "correct"
-        out.append({"status": st, "reason": r["reason"], "extracted": r["extracted"],
+        out.append({"status": st, "reason": reason, "extracted": r["extracted"],
                     "correct": correct})  # fmt: skip
     return out
 
@@ -433,14 +460,17 @@ class _Grader:
         if self._verifier is not None:
             self._verifier.close()
 
-    def _math(self, responses: list[str | None], answers: list[str]) -> list[dict[str, Any]]:
+    def _math(
+        self, responses: list[str | None], answers: list[str], finish: list[str | None]
+    ) -> list[dict[str, Any]]:
         from rl_pools.verify import MathVerifier, VerifyConfig
 
         if self._verifier is None:
             c = self.config
             self._verifier = MathVerifier(VerifyConfig(timeout_s=c.verify_timeout_s,
                                                        workers=c.verify_workers))  # fmt: skip
-        return _math_grades(self._verifier.verify(responses, answers).to_pylist())
+        return _math_grades(self._verifier.verify(responses, answers).to_pylist(), responses,
+                            finish)  # fmt: skip
 
     def grade(self, rows, samples, log: _GradeLog) -> tuple[dict[str, dict[str, Any]], int]:
         """Grades of every sample of ``rows`` (from the log, or computed and appended to it)."""
@@ -458,7 +488,9 @@ class _Grader:
             new: list[dict[str, Any]] = []
             if mp:
                 gs = self._math(
-                    [samples[p][i].text for p, i in mp], [rows[p]["answer"] for p, _ in mp]
+                    [samples[p][i].text for p, i in mp],
+                    [rows[p]["answer"] for p, _ in mp],
+                    [samples[p][i].finish_reason for p, i in mp],
                 )
                 new += [_grade_rec(samples[p][i].key, rows[p], g) for (p, i), g in zip(mp, gs, strict=True)]  # fmt: skip
             if cp:

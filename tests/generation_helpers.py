@@ -204,10 +204,14 @@ class StandInServer:
                 if "SLOW" in text:
                     time.sleep(outer.slow_s)
                 reply = "" if "EMPTY" in text else outer.responder(text, body)
+                finish = "stop"
+                limit = body.get("max_tokens")
+                if limit and len(reply.split()) > limit:  # cut at the budget, as vLLM does
+                    reply, finish = " ".join(reply.split()[:limit]), "length"
                 usage = {"prompt_tokens": len(text.split()),
                          "completion_tokens": len(reply.split())}  # fmt: skip
                 chat = self.path.endswith("/chat/completions")
-                choice: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
+                choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
                 if chat:
                     choice["message"] = {"role": "assistant", "content": reply}
                     if outer.reasoning is not None:

@@ -48,7 +48,7 @@ BUILTIN_REWARDS = ("format", "math_accuracy", "code_pass_rate", "length_penalty"
 # the options each built-in reward reads (training.rewards.build_rewards)
 _REWARD_OPTIONS: dict[str, tuple[str, ...]] = {
     "format": ("assume_open_think",),
-    "math_accuracy": (),
+    "math_accuracy": ("assume_open_think",),
     "code_pass_rate": ("mode", "workers"),
     "length_penalty": ("cache", "cache_fraction"),
 }
@@ -202,7 +202,7 @@ class RewardConfig:
                     hint=did_you_mean(key, known) if known else f"{self.name} takes no options",
                 )
         opts = self.options
-        if self.name == "format" and "assume_open_think" in opts:
+        if self.name in ("format", "math_accuracy") and "assume_open_think" in opts:
             if not isinstance(opts["assume_open_think"], bool):
                 raise ConfigError(
                     f"{where}: options.assume_open_think must be true or false, "

@@ -604,7 +604,7 @@ def _train_stage(
     from datasets import Dataset
 
     from training.entropy import entropy_sweep
-    from training.rewards import LengthPenaltyReward
+    from training.rewards import LengthPenaltyReward, MathAccuracyReward
 
     cfg, run_dir, state = ctx.config, ctx.run_dir, ctx.state
     stage_dir = run_dir / "stages" / stage.name
@@ -629,7 +629,7 @@ def _train_stage(
             ctx.metrics_path, {"event": "entropy_sweep", "stage": stage.name, **sweep.to_dict()}
         )
     for r in ctx.rewards:
-        if isinstance(r, LengthPenaltyReward):
+        if isinstance(r, LengthPenaltyReward | MathAccuracyReward):
             r.max_len = stage.max_completion_length
     tracker = HistoryTracker([r["uid"] for r in rows], enabled=cfg.resampling.enabled)
     state.stage, state.tracker = stage.name, tracker

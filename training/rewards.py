@@ -109,11 +109,19 @@ class FormatReward(Reward):
 class MathAccuracyReward(Reward):
     """Math accuracy through a long-lived :class:`~rl_pools.verify.MathVerifier` pool."""
 
-    def __init__(self, name: str, verify_options: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        verify_options: dict[str, Any] | None = None,
+        assume_open_think: bool = False,
+        max_len: int = 0,
+    ) -> None:
         super().__init__(name)
         from rl_pools.verify import VerifyConfig
 
         self.verify_config = VerifyConfig(**(verify_options or {}))
+        self.assume_open_think = assume_open_think
+        self.max_len = max_len  # the stage's max_completion_length, set by the runner (0: unknown)
         self._verifier: Any = None
 
     def _pool(self) -> Any:
@@ -124,8 +132,18 @@ class MathAccuracyReward(Reward):
         return self._verifier
 
     def __call__(
-        self, prompts, completions, domain=None, answer=None, uid=None, log_metric=None, **_: Any
+        self,
+        prompts,
+        completions,
+        domain=None,
+        answer=None,
+        uid=None,
+        completion_ids=None,
+        log_metric=None,
+        **_: Any,
     ) -> list[float | None]:
+        from rl_pools.rollouts import no_final_answer
+
         n = len(completions)
         domain = domain or ["math"] * n
         answer = answer or [None] * n
@@ -133,11 +151,29 @@ class MathAccuracyReward(Reward):
         out: list[float | None] = [None] * n
         batch: Counter[str] = Counter()
         if idx:
-            texts = [answer_part(completion_text(completions[i])) for i in idx]
+            full = [completion_text(completions[i]) for i in idx]
+            for k, i in enumerate(idx):  # the template opened <think>: the completion is inside
+                opened = self.assume_open_think or _prompt_text(prompts[i]).rstrip().endswith(
+                    "<think>"
+                )
+                if opened and "<think>" not in full[k]:
+                    full[k] = "<think>" + full[k]
+            # cut off at the stage's budget (TRL gives the completion's token ids)
+            cut = [
+                completion_ids is not None
+                and self.max_len > 0
+                and len(completion_ids[i]) >= self.max_len
+                for i in idx
+            ]
+            texts = [answer_part(t) for t in full]
             refs = [answer[i] for i in idx]
             res = self._pool().verify(texts, refs).to_pylist()
-            for i, r in zip(idx, res, strict=True):
+            for k, (i, r) in enumerate(zip(idx, res, strict=True)):
                 st = r["status"]
+                if st in ("correct", "incorrect") and no_final_answer(
+                    full[k], "length" if cut[k] else None, r["method"]
+                ):
+                    st = "no_answer"  # see rl_pools.rollouts.no_final_answer
                 batch[st] += 1
                 if st == "correct":
                     out[i] = 1.0
@@ -291,7 +327,13 @@ def build_rewards(
         elif rc.name == "format":
             out.append(FormatReward(rc.name, bool(opts.get("assume_open_think", False))))
         elif rc.name == "math_accuracy":
-            out.append(MathAccuracyReward(rc.name, verify))
+            # whether the chat template opens <think>: its own option, else the format reward's
+            fmt = next((c for c in configs if c.name == "format" and c.function is None), None)
+            open_think = opts.get(
+                "assume_open_think",
+                bool(fmt is not None and dict(fmt.options).get("assume_open_think", False)),
+            )
+            out.append(MathAccuracyReward(rc.name, verify, bool(open_think)))
         elif rc.name == "code_pass_rate":
             out.append(
                 CodePassRateReward(

@@ -129,6 +129,13 @@ def _overrides(
     fmt = next((r for r in config.rewards if r.name == "format"), None)
     if fmt is not None and fmt.options.get("assume_open_think"):
         kw["assume_open_think"] = True
+    acc = next((r for r in config.rewards if r.name == "math_accuracy"), None)
+    if acc is not None:
+        if "assume_open_think" in acc.options:  # its own, else the format reward's (as TRL)
+            kw["math_open_think"] = bool(acc.options["assume_open_think"])
+        # a response cut off at this budget is graded on an explicit answer only (as TRL)
+        kw["budget"] = {"max_len": stage.max_completion_length,
+                        "tokenizer": config.model.name_or_path}  # fmt: skip
     # the verifier / sandbox settings the TRL run scores with (a time limit, a memory cap)
     if config.verify:
         kw["verify"] = dict(config.verify)

@@ -74,6 +74,8 @@ def compute_score(
     assume_open_think: bool = False,
     verify: dict[str, Any] | None = None,
     sandbox: dict[str, Any] | None = None,
+    math_open_think: bool | None = None,
+    budget: dict[str, Any] | None = None,
     **_: Any,
 ) -> dict[str, Any]:
     """Weighted sum of the config's rewards for one response (verl's custom reward API).
@@ -89,9 +91,17 @@ def compute_score(
         parts["format"] = fmt([""], [solution_str])[0]
     if domain == "math" and "math_accuracy" in weights:
         answer = info.get("answer") or ground_truth
+        # as the TRL run: thinking that never closed, or a cut-off response's stray last
+        # number, is no final answer (``budget``: the stage's token limit and tokenizer)
+        open_think = assume_open_think if math_open_think is None else math_open_think
+        ids = None
+        if budget and budget.get("max_len"):
+            ids = [range(_response_tokens(solution_str, info, budget.get("tokenizer")))]
         with _MATH_LOCK:
-            acc = _reward("math_accuracy", verify_options=verify or None)
-            v = acc([""], [solution_str], domain=["math"], answer=[answer])[0]
+            acc = _reward("math_accuracy", verify_options=verify or None,
+                          assume_open_think=bool(open_think),
+                          max_len=int((budget or {}).get("max_len") or 0))  # fmt: skip
+            v = acc([""], [solution_str], domain=["math"], answer=[answer], completion_ids=ids)[0]
         if v is None:
             status = "verify_failed"
         parts["math_accuracy"] = v

@@ -55,7 +55,7 @@ def test_rollouts_grade_against_oracle_publish_and_unchanged_rerun(math_ref, dat
         assert len(counts) == 8 and all(c["k"] == 4 and c["n_invalid"] == 0 for c in counts)
         for c in counts:
             assert c["passed"] == sum(r["correct"] for r in ro if r["uid"] == c["uid"])
-            assert c["verifier_version"].startswith("sluice-rollout-grade/1+math-verify-")
+            assert c["verifier_version"].startswith("sluice-rollout-grade/2+math-verify-")
         assert {c["passed"] for c in counts} != {counts[0]["passed"]}  # a spread, not constant
         # unchanged rerun: no request, nothing graded again, same versions
         again = rollouts_ref(math_ref, _gen(srv.url), PARAMS, cfg, tmp_path / "store",
@@ -96,6 +96,37 @@ def test_another_prompt_setting_is_other_counts_not_a_replacement(math_ref, data
     assert sorted(set(counts.column("params_hash").to_pylist())) == sorted(hashes)
     for h in hashes:
         assert select(counts, "stand-in-7b", h).num_rows == 8
+
+
+def test_no_final_answer_is_not_graded_on_a_stray_number(math_ref, data_root, tmp_path):
+    # a response cut off at the token limit has no final answer, but the verifier's last-number
+    # fallback read the last number of the cut-off reasoning (here: the reference answer itself)
+    # as one; so did a \\boxed{} inside thinking that never closed
+    rows = Catalog().load(math_ref).to_pylist()
+    ints = {r["problem"]: r["answer"] for r in rows if r["answer"].strip().isdigit()}
+    assert len(ints) >= 3
+
+    def responder(text, body):
+        prob = next((p for p in ints if p in text), None)
+        if prob is None:
+            return "I cannot solve this."
+        if body["seed"] % 2:  # cut off mid-reasoning, the last number so far being the answer
+            return f"Let me work through it. The running value is {ints[prob]} " + "hmm " * 80
+        return f"<think> I guess \\boxed{{{ints[prob]}}} but let me check again"  # never closed
+
+    with StandInServer(responder) as srv:
+        out = rollouts_ref(math_ref, _gen(srv.url), SamplingParams(max_tokens=20, seed=3),
+                           RolloutConfig(k=4, verify_workers=1), tmp_path / "s", progress=False)  # fmt: skip
+    ro = [r for r in Catalog().load(out["rollouts_ref"]).to_pylist()
+          if r["response"] and "running value" in r["response"] or "<think>" in r["response"]]  # fmt: skip
+    assert {r["finish_reason"] for r in ro} == {"stop", "length"}
+    for r in ro:
+        assert r["correct"] is False and r["grade_status"] == "no_answer", r
+    cut = next(r for r in ro if r["finish_reason"] == "length")
+    assert "token limit" in cut["grade_reason"]
+    think = next(r for r in ro if r["finish_reason"] == "stop")
+    assert "</think>" in think["grade_reason"]
+    assert all(c["passed"] == 0 for c in Catalog().load(out["passcounts_ref"]).to_pylist())
 
 
 def test_hf_backend_rollouts_with_tiny_random_model(math_ref, tmp_path):

@@ -215,9 +215,10 @@ def test_export_verl_writes_data_reward_and_stage_runs(tiny_model, pool_catalog,
     )  # fmt: skip
     assert r.stdout.strip() == "/m"
     assert subprocess.run(["bash", "-n", str(out / "run_stages.sh")]).returncode == 0
+    # the stage's budget too: a response cut off at it is graded on an explicit answer only
     assert (
-        "reward.custom_reward_function.reward_kwargs={weights:{format:1.0,math_accuracy:1.0},code_mode:all}"
-        in script
+        "reward.custom_reward_function.reward_kwargs={weights:{format:1.0,math_accuracy:1.0},"
+        "code_mode:all,budget:{max_len:4,tokenizer:" in script
     )
     exp = json.loads((out / "export.json").read_text())
     assert exp["consumed"][0]["resolved"] == pool_catalog["math"]
@@ -516,6 +517,26 @@ def test_verl_length_penalty_counts_tokens_not_characters(tiny_model):
         "gsm8k", text, "4", {"answer": "4"}, weights={"length_penalty": 1.0}, length_penalty=lp
     )
     assert res["length_penalty"] == -1.0
+
+
+def test_verl_math_reward_wants_a_final_answer_like_the_run(tiny_model):
+    """The exported reward grades as the TRL run's math_accuracy: a response cut off at the
+    stage's budget is graded on an explicit answer only, and unclosed thinking has none."""
+    from training import verl_reward
+
+    cut = "so far the value is 4"
+    budget = {"max_len": 5, "tokenizer": str(tiny_model)}
+    w = {"math_accuracy": 1.0}
+
+    def score(text, **kw):
+        return verl_reward.compute_score("s", text, "4", {"answer": "4"}, weights=w, **kw)
+
+    assert score(cut)["math_accuracy"] == 1.0  # no budget known: the last number counts
+    assert score(cut, budget=budget)["math_accuracy"] == 0.0  # cut off: a stray number
+    assert score(cut, budget={**budget, "max_len": 4096})["math_accuracy"] == 1.0
+    assert score("<think> maybe \\boxed{4}")["math_accuracy"] == 0.0
+    assert score(cut, math_open_think=True)["math_accuracy"] == 0.0  # the template opened it
+    assert score(cut, assume_open_think=True)["math_accuracy"] == 0.0  # the format reward's
 
 
 def test_verl_export_passes_the_tokenizer_to_the_length_penalty(tmp_path):

@@ -69,6 +69,41 @@ def test_math_accuracy_through_the_verifier_on_real_rows(pool_catalog):
     assert logged["rewards/math_accuracy/error"] == 1.0
 
 
+def test_math_accuracy_wants_a_final_answer(pool_catalog):
+    # thinking that never closed, and a completion cut off at the stage's budget whose only
+    # "answer" is the last number of its reasoning, have no final answer: they scored 1.0 when
+    # that stray number (or a \\boxed{} inside the thinking) was the reference
+    rows = pool_catalog["catalog"].load(pool_catalog["math"]).to_pylist()
+    a = next(r["answer"] for r in rows if r["answer"].strip().isdigit())
+    cut = f"let me see, so far the value is {a}"
+    done = f"<think>work</think> the value is \\boxed{{{a}}}"
+    r = MathAccuracyReward("math_accuracy", max_len=8)
+    try:
+        got = r(
+            ["q", "q", "...assistant\n<think>", "q", "q"],
+            [_chat(f"<think>I guess \\boxed{{{a}}}, checking"), _chat(cut), _chat(cut),
+             _chat(cut), _chat(done)],
+            domain=["math"] * 5, answer=[a] * 5,
+            completion_ids=[[0] * 8, [0] * 8, [0] * 3, [0] * 3, [0] * 8],
+        )  # fmt: skip
+    finally:
+        r.close()
+    # 0: thinking never closed; 1: cut off, a stray last number; 2: the prompt opened
+    # <think> and the completion never closed it; 3: finished (not cut), no think: the last
+    # number is its answer; 4: cut at the budget, but its boxed answer came after </think>
+    assert got == [0.0, 0.0, 0.0, 1.0, 1.0]
+    assert r.counts == {"no_answer": 3, "correct": 2}
+    # the format reward's assume_open_think reaches math_accuracy (the same chat template)
+    from training.config import RewardConfig
+
+    (fmt, acc) = build_rewards([RewardConfig("format", options={"assume_open_think": True}),
+                                RewardConfig("math_accuracy")])  # fmt: skip
+    try:
+        assert acc(["q"], [_chat(cut)], domain=["math"], answer=[a]) == [0.0]
+    finally:
+        acc.close()
+
+
 def test_math_timeout_is_none_and_counted():
     r = MathAccuracyReward("math_accuracy", {"timeout_s": 1e-6, "workers": 1})
     try:
