@@ -130,6 +130,15 @@ class FuzzyConfig(DetectorConfig):
     max_chars: int = field(
         default=20000, metadata={"help": "longer normalised texts are cut to this many chars"}
     )
+    min_length_ratio: float = field(
+        default=0.25,
+        metadata={
+            "help": "a (text, item) pair is scored only when the text has at least this fraction "
+            "of the item's normalised words: partial_ratio and token_set_ratio measure how much "
+            "of the shorter text is in the longer one, so a text far shorter than an item (one "
+            "word: 'x', a literal '\\n') found inside it scored 1.0 (fuzzy/2)"
+        },
+    )
     embedding: dict[str, Any] = field(
         default_factory=dict,
         metadata={"help": "EmbeddingConfig fields for candidate generation (model, window...)"},
@@ -149,6 +158,10 @@ class FuzzyConfig(DetectorConfig):
             raise ConfigError(f"fuzzy threshold must be in [0, 1], got {self.threshold}")
         if self.top_k < 1:
             raise ConfigError("fuzzy top_k must be >= 1")
+        if not 0.0 <= self.min_length_ratio <= 1.0:
+            raise ConfigError(
+                f"fuzzy min_length_ratio must be in [0, 1], got {self.min_length_ratio}"
+            )
 
 
 def pair_scores(sample_norm: str, item_norm: str) -> dict[str, float]:
@@ -233,7 +246,7 @@ def candidate_pairs(
 
 class FuzzyDetector(Detector):
     name = "fuzzy"
-    version = "fuzzy/1"
+    version = "fuzzy/2"
     config_cls = FuzzyConfig
 
     def __init__(self, config: FuzzyConfig | None = None) -> None:
@@ -324,10 +337,21 @@ class FuzzyDetector(Detector):
             norm_items=norm_items,
         )
         cols = self._item_columns
-        pairs = [(r, j, cos) for r, j, cos in pairs if norm[r] and norm_items[j]]
         split: dict[int, list[str]] = {}
+
+        def words_of(r: int) -> list[str]:
+            return split[r] if r in split else split.setdefault(r, norm[r].split())
+
+        # a text much shorter than the item is no copy of it (fuzzy/2): the partial and set
+        # scores of a text found inside an item are 100 however little of the item it holds
+        least = cfg.min_length_ratio
+        pairs = [
+            (r, j, cos)
+            for r, j, cos in pairs
+            if norm[r] and norm_items[j] and len(words_of(r)) >= least * len(self._item_words[j])
+        ]
         words = (
-            [split[r] if r in split else split.setdefault(r, norm[r].split()) for r, _, _ in pairs],
+            [words_of(r) for r, _, _ in pairs],
             [self._item_words[j] for _, j, _ in pairs],
         )
         scores = many_pair_scores([norm[r] for r, _, _ in pairs],

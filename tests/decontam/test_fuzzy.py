@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pytest
 from semantic_data import cache_root, dev_slice, small_benchmarks, texts_of
 
@@ -129,3 +130,33 @@ def test_fuzzy_matches_carry_spans_in_both_original_texts(benchmarks_dir, contam
         checked += 1
     assert checked >= 4
     assert det.describe()["normalizers"] == {"fuzzy": NORMALIZER_VERSION}
+
+
+@pytest.mark.parametrize("mode", ["all", "embedding"])
+def test_a_short_text_inside_an_item_is_no_match(mode, benchmarks_dir, pools_dir):
+    """partial_ratio (and token_set_ratio) measure how much of the *shorter* text is in the
+    longer one: a one-word text found in an item scored 1.0. Real row 59 of the Marco-o1 CoT
+    demo (a Chinese yes/no question whose only ASCII word is a literal ``\\n``, normalised to
+    "n") was removed as a copy of three LCB items, and a one-word solution "x" as a copy of
+    AIME 2024 I-2. A text far shorter than an item cannot be a copy of it."""
+    from benchsets import load_set
+
+    rows = [json.loads(x) for x in (pools_dir / "sft_marco_o1_cot_demo.jsonl").open()]
+    marco = rows[58]["instruction"]  # file row 59
+    assert normalize(marco) == "n"
+    aime = [json.loads(x) for x in (benchmarks_dir / "aime24.jsonl").open()]
+    texts = pa.table(
+        {
+            "sample_uid": ["marco-59", "one-word", "verbatim"],
+            "field": ["instruction", "solutions", "problem"],
+            "text": [marco, "x", aime[1]["problem"]],
+        }
+    )
+    det = FuzzyDetector(FuzzyConfig(candidates=mode, embedding={"cache_root": cache_root()}))
+    det.fit(load_set(benchmarks_dir, ["aime24", "lcb_v5"]))
+    m = det.score(texts).to_pylist()
+    best: dict[str, float] = {}
+    for x in m:
+        best[x["sample_uid"]] = max(best.get(x["sample_uid"], 0.0), x["score"])
+    assert best.get("marco-59", 0.0) < 0.5 and best.get("one-word", 0.0) < 0.5, best
+    assert best["verbatim"] == 1.0  # a whole problem still matches
