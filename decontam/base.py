@@ -109,6 +109,9 @@ class Detector(ABC):
     # pickles in a fraction of its fit time: scan worker processes receive the parent's instead
     # of fitting their own (see build_detectors' ``fitted``)
     ships_fitted: ClassVar[bool] = False
+    # the config field under which the detector records no match (its recording floor), if
+    # any: a policy that decides on lower scores lowers it (decontam.run.build_detectors)
+    record_floor: ClassVar[str | None] = None
 
     def __init__(self, config: DetectorConfig | None = None) -> None:
         self.config = config if config is not None else self.config_cls()

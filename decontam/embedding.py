@@ -788,6 +788,7 @@ class EmbeddingDetector(Detector):
     name = "embedding"
     version = "embedding/1"
     config_cls = EmbeddingConfig
+    record_floor = "min_score"
 
     def __init__(self, config: EmbeddingConfig | None = None) -> None:
         super().__init__(config)

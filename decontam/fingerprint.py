@@ -203,6 +203,7 @@ class FingerprintDetector(Detector):
     name = "fingerprint"
     version = FINGERPRINT_VERSION
     config_cls = FingerprintConfig
+    record_floor = "min_score"
     ships_fitted = True
 
     def __init__(self, config: FingerprintConfig | None = None) -> None:

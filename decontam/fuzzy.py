@@ -248,6 +248,7 @@ class FuzzyDetector(Detector):
     name = "fuzzy"
     version = "fuzzy/2"
     config_cls = FuzzyConfig
+    record_floor = "min_score"
 
     def __init__(self, config: FuzzyConfig | None = None) -> None:
         super().__init__(config)

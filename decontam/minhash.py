@@ -142,6 +142,7 @@ class MinHashDetector(Detector):
     name = "minhash"
     version = "minhash/1"
     config_cls = MinHashConfig
+    record_floor = "min_record"
     ships_fitted = True
 
     def __init__(self, config: MinHashConfig | None = None) -> None:

@@ -634,6 +634,7 @@ class NGramDetector(Detector):
     name = "ngram"
     version = "ngram/3"
     config_cls = NGramConfig
+    record_floor = "record_min_score"
     ships_fitted = True
 
     def __init__(self, config: NGramConfig | None = None) -> None:

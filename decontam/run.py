@@ -631,7 +631,7 @@ def build_detectors(
             raise ConfigError(
                 f"bad config for detector {name!r}: {exc}", hint=f"fields: {', '.join(fields)}"
             ) from None
-        det = cls(det_cfg)
+        det = cls(_recording_what_decides(name, cls, det_cfg, config.policy))
         cache = fit_cache if fit_cache is not None and det.fit_is_pure() else None
         cached = cache.load(det, benchmarks) if cache is not None else None
         if cached is not None:
@@ -645,6 +645,24 @@ def build_detectors(
         det.take_fit_seconds()  # a model loaded by the fit itself is in the fit's time already
         dets.append(det)
     return dets
+
+
+def _recording_what_decides(name: str, cls, det_cfg, policy: PolicyConfig):
+    """``det_cfg`` with its recording floor (``cls.record_floor``: matches under it are never
+    written) lowered to the lowest score at which ``policy`` uses the detector: its decision
+    threshold (unless evidence only) and its score in any rule. Decisions see recorded
+    matches only, so a --policy threshold under the floor flagged only the pairs over the
+    floor, silently; the run records the floor it used with the detector's config."""
+    floor = cls.record_floor
+    if floor is None:
+        return det_cfg
+    uses = [float(rule[name]) for rule in policy.rules if name in rule]
+    if name not in policy.evidence_only:
+        uses.append(policy.threshold(name, float(det_cfg.threshold)))
+    need = min(uses, default=None)
+    if need is None or float(getattr(det_cfg, floor)) <= need:
+        return det_cfg
+    return dataclasses.replace(det_cfg, **{floor: need})
 
 
 def shippable(detectors: Sequence[Detector]) -> dict[str, Detector]:
