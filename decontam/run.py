@@ -723,13 +723,20 @@ def scan_metadata(table: pa.Table, uids: pa.Array, detectors: Sequence[Detector]
 
 
 def _scan_key(detectors: Sequence[Detector], benchmarks) -> dict[str, Any]:
+    """What defines a scan's matches besides the text. ``items``: the hash of every loaded
+    item row (all wordings, all fields): a benchmark's info hashes its primary wording only, so
+    two copies whose variant wordings differ (unverified, --allow-benchmark-mismatch) had one
+    key and the second run was served the first's matches."""
     from importlib.metadata import version
+
+    from decontam.fit_cache import _items_hash  # the fit cache's own key part
 
     return {
         "detectors": [d.describe() for d in detectors],
         "benchmarks": [
             {k: v for k, v in i.to_dict().items() if k not in ("source",)} for i in benchmarks.infos
         ],
+        "items": _items_hash(benchmarks),
         "sluice": version("sluice-data"),
     }
 

@@ -4,7 +4,8 @@ rows is scanned only for those rows.
 Detector output depends only on the text, the fitted benchmark set and the detector configs
 (the :class:`~decontam.base.Detector` contract), so match records are cached by
 ``sha256(text)`` under a key that hashes everything else that defines a result (detector names,
-versions and configs, benchmark names, versions and content hashes, the Sluice version).
+versions and configs, benchmark names, versions and content hashes, the hash of every loaded
+item row with its variant wordings, the Sluice version).
 
 Layout: ``<data_root>/cache/scan/<key>/<part>.matches.parquet`` + ``<part>.texts.parquet``.
 A part's ``.texts`` file is renamed into place last, so a crash leaves either a complete part or

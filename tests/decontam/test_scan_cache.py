@@ -115,3 +115,50 @@ def test_text_hashes_of_an_arrow_column_equal_text_hash_per_text(pools_dir):
     assert text_hashes(pa.array(texts, pa.large_string())) == want
     with pytest.raises(TypeError, match="null"):
         text_hashes(pa.array(["a", None]))
+
+
+@pytest.mark.shared_data
+def test_a_changed_variant_wording_is_scanned_again(tmp_path, benchmarks_dir, pools_dir):
+    """The scan cache's key named each benchmark by its primary wording's hash only: two
+    copies whose variant wordings differ (both unverified, --allow-benchmark-mismatch) had one
+    key, so the second run was served the first's matches. Here 2024-I-4's QwQ wording is a
+    real GSM8K question in the second copy; the embedding detector (whose description holds no
+    index figures) must find it there, as a run without the cache does."""
+    import shutil
+
+    import pyarrow.compute as pc
+
+    from decontam.run import DecontamConfig, run_decontamination
+
+    with (pools_dir / "math_gsm8k_train.jsonl").open() as fh:
+        questions = [json.loads(next(fh))["question"] for _ in range(2)]
+    copies = []
+    for k, q in enumerate(questions):
+        d = tmp_path / f"bench{k}"
+        shutil.copytree(benchmarks_dir, d)
+        (d / "variants").chmod(0o755)
+        p = d / "variants" / "aime24_qwq.jsonl"
+        p.chmod(0o644)
+        rows = [json.loads(x) for x in p.read_text().splitlines()]
+        for r in rows:
+            if r["id"] == "2024-I-4":
+                r["problem"] = q
+        p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        copies.append(d)
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text(json.dumps({"id": "q1", "question": questions[1]}) + "\n")
+    root = tmp_path / "root"
+
+    def flagged(bdir, k: int, use_cache: bool = True) -> bool:
+        cfg = DecontamConfig(benchmarks=["aime24"], detectors=["embedding"], use_cache=use_cache,
+                             stream_rows=0)  # fmt: skip
+        out = tmp_path / f"run{k}"
+        run_decontamination(str(pool), text_fields=["question"], id_field="id", out_dir=out,
+                            config=cfg, benchmarks_dir=bdir, allow_benchmark_mismatch=True,
+                            publish=False, data_root=str(root))  # fmt: skip
+        d = pq.read_table(out / "decisions.parquet")
+        return bool(pc.any(d["contaminated"]).as_py())
+
+    assert not flagged(copies[0], 0)
+    assert flagged(copies[1], 1, use_cache=False)  # what the second copy's run must give
+    assert flagged(copies[1], 2)
