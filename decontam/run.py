@@ -316,6 +316,22 @@ def with_provenance(
     )
 
 
+def _content_text(content: Any) -> str:
+    """Text of one chat message's content: a string; or a list of parts (the OpenAI
+    multi-part form), whose ``text`` parts are joined (image and other parts hold none);
+    nothing for null. TypeError else: ``str()`` of a parts list scanned its Python repr
+    (backslashes doubled), and of a number its digits."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
+        texts = [p.get("text") for p in content if p.get("text") is not None]
+        if all(isinstance(t, str) for t in texts):
+            return "\n".join(texts)
+    raise TypeError(f"a chat message whose content is {type(content).__name__}")
+
+
 def _as_text(value: Any) -> str | None:
     """Text of one field value: strings as they are; chat and string lists joined; TypeError else."""
     if value is None:
@@ -327,7 +343,7 @@ def _as_text(value: Any) -> str | None:
         and value
         and all(isinstance(m, dict) and "content" in m for m in value)
     ):
-        return "\n".join(str(m.get("content") or "") for m in value)
+        return "\n".join(_content_text(m.get("content")) for m in value)
     if isinstance(value, list) and all(isinstance(x, str) for x in value):
         return "\n\n".join(value)
     # a number, bool, dict or mixed list is not text: scanning its JSON would be a silent guess

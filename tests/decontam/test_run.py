@@ -650,3 +650,38 @@ def test_a_parquet_with_string_view_columns_runs_as_its_string_copy(
         runs[str(kind)] = pq.read_table(res.decisions_path).select(["sample_uid", "contaminated"])
         assert res.counts["contaminated"] == 3 and res.counts["rows_without_text"] == 1
     assert runs["string_view"].equals(runs["string"])
+
+
+@pytest.mark.shared_data
+def test_chat_contents_are_their_text_or_refused(pools_dir, tmp_path):
+    """A chat message's content is text, or a list of parts whose ``text`` parts are the text
+    (the OpenAI multi-part form); anything else is refused naming file, row and field. Before,
+    ``str(content)`` was scanned: a parts list became its Python repr (backslashes doubled,
+    ``{'type': 'text', 'text': ...}`` in the text and in the evidence), and a number content
+    became that number's digits, or no text at all for 0."""
+    from curation.errors import InputError
+    from decontam.run import prepare_text_table
+
+    prompts = [json.loads(x)["prompt"] for x in
+               (pools_dir / "math_ttrl_aime24_as_train.jsonl").read_text().splitlines()[:3]]  # fmt: skip
+
+    def chats(content_of) -> Path:
+        p = tmp_path / "chats.jsonl"
+        p.write_text("".join(
+            json.dumps({"id": str(i), "messages": [
+                {"role": "user", "content": content_of(i, t)},
+                {"role": "assistant", "content": content_of(i, "ok")}]}) + "\n"
+            for i, t in enumerate(prompts)))  # fmt: skip
+        return p
+
+    from curation.readers import read_table
+
+    parts = chats(lambda i, t: [{"type": "text", "text": t}, {"type": "image_url"}])
+    got = prepare_text_table(read_table(parts), ["messages"], "id", source=str(parts))
+    assert got["text"].to_pylist() == [f"{t}\nok" for t in prompts]
+
+    numbers = chats(lambda i, t: i)
+    with pytest.raises(InputError) as e:
+        prepare_text_table(read_table(numbers), ["messages"], "id", source=str(numbers))
+    assert (e.value.file, e.value.row, e.value.field) == (str(numbers), 1, "messages")
+    assert "int" in e.value.message
