@@ -343,6 +343,12 @@ def _as_text(value: Any) -> str | None:
         and value
         and all(isinstance(m, dict) and "content" in m for m in value)
     ):
+        for m in value:
+            # a message keyed `text` (or ShareGPT's `value`) beside messages keyed `content`:
+            # the reader gave it a null content, and its text would be scanned as nothing
+            other = next((k for k in ("text", "value") if isinstance(m.get(k), str)), None)
+            if m.get("content") is None and other:
+                raise TypeError(f"a chat message with {other!r} but no 'content'")
         return "\n".join(_content_text(m.get("content")) for m in value)
     if isinstance(value, list) and all(isinstance(x, str) for x in value):
         return "\n\n".join(value)

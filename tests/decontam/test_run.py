@@ -685,3 +685,30 @@ def test_chat_contents_are_their_text_or_refused(pools_dir, tmp_path):
         prepare_text_table(read_table(numbers), ["messages"], "id", source=str(numbers))
     assert (e.value.file, e.value.row, e.value.field) == (str(numbers), 1, "messages")
     assert "int" in e.value.message
+
+
+def test_a_chat_message_without_content_is_refused_not_read_as_empty(pools_dir, tmp_path):
+    """A message keyed ``text`` instead of ``content`` beside messages that have ``content``:
+    the reader fills its ``content`` with null, and the message was scanned as empty (the row
+    looked clean with its problem unscanned). Now refused naming file, row and field; a null
+    content with nothing else (an assistant tool call) is still no text."""
+    from curation.errors import InputError
+    from curation.readers import read_table
+    from decontam.run import prepare_text_table
+
+    prompts = [json.loads(x)["prompt"] for x in
+               (pools_dir / "math_ttrl_aime24_as_train.jsonl").read_text().splitlines()[:3]]  # fmt: skip
+    p = tmp_path / "chats.jsonl"
+    rows = [{"id": str(i), "messages": [{"role": "user", "content": t},
+                                        {"role": "assistant", "content": None}]}
+            for i, t in enumerate(prompts)]  # fmt: skip
+    rows[1]["messages"][0] = {"role": "user", "text": prompts[1]}
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(InputError) as e:
+        prepare_text_table(read_table(p), ["messages"], "id", source=str(p))
+    assert (e.value.file, e.value.row, e.value.field) == (str(p), 2, "messages")
+    assert "'text' but no 'content'" in e.value.message
+    del rows[1]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = prepare_text_table(read_table(p), ["messages"], "id", source=str(p))
+    assert got["text"].to_pylist() == [f"{prompts[0]}\n", f"{prompts[2]}\n"]
