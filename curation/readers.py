@@ -463,13 +463,19 @@ def read_records(source: str | Path) -> list[dict[str, Any]]:
 
 # field metadata of a mixed-type column: JSON ``[row, type name]`` of its first non-string value
 FIRST_NON_TEXT_ROW = b"sluice.first_non_text_row"
+# field metadata of a column of structured values (lists, objects) that Arrow cannot type as one
+# (a chat whose message contents are text in one row and a list of parts in another): every
+# non-null value is that value's JSON text, to be decoded by a caller that reads them
+JSON_VALUES = b"sluice.json_values"
 
 
 def rows_to_table(rows: list[dict[str, Any]], row_numbers: list[int] | None = None):
     """A pyarrow table of ``rows``: the columns are the union of every row's keys (not the first
     row's only), and a column whose values have mixed types keeps every value, non-strings as
     JSON text, with its first non-string row (``row_numbers[i]``, else ``i + 1``) in the field's
-    :data:`FIRST_NON_TEXT_ROW` metadata, so a caller that needs text can refuse that row."""
+    :data:`FIRST_NON_TEXT_ROW` metadata, so a caller that needs text can refuse that row; a column
+    of structured values only (no string) that Arrow cannot type as one is their JSON texts,
+    marked :data:`JSON_VALUES`, so a caller decodes each and judges it on its own row."""
     import pyarrow as pa
 
     keys = list(dict.fromkeys(k for r in rows for k in r))
@@ -484,6 +490,10 @@ def rows_to_table(rows: list[dict[str, Any]], row_numbers: list[int] | None = No
                 [None if v is None else v if isinstance(v, str) else json.dumps(v) for v in values],
                 pa.string(),
             )
+            if not any(isinstance(v, str) for v in values):  # structured values of two shapes
+                fields.append(pa.field(k, pa.string(), metadata={JSON_VALUES: b"1"}))
+                arrays.append(arr)
+                continue
             i = next(i for i, v in enumerate(values) if v is not None and not isinstance(v, str))
             row = row_numbers[i] if row_numbers is not None else i + 1
             note = json.dumps([row, type(values[i]).__name__]).encode()

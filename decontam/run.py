@@ -189,6 +189,7 @@ def _read_rows(path: Path) -> pa.Table:
 
 
 _NON_TEXT = b"sluice.first_non_text_row"  # = curation.readers.FIRST_NON_TEXT_ROW
+_JSON_VALUES = b"sluice.json_values"  # = curation.readers.JSON_VALUES
 
 
 def _file_hash(path: Path) -> str:
@@ -490,7 +491,10 @@ def prepare_text_table(
                 "with --text-field",
             )
         col = table[f]
-        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        # structured values of two shapes (a chat whose contents are text in one row and a list
+        # of parts in another) arrive as their JSON texts: decoded, each judged on its own row
+        structured = bool((table.schema.field(f).metadata or {}).get(_JSON_VALUES))
+        if not structured and (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
             # plain text, column-wise: the rows holding a non-blank text, in order
             import numpy as np
 
@@ -510,6 +514,8 @@ def prepare_text_table(
             continue
         out_uid, out_field, out_text = [], [], []
         values = col.to_pylist()
+        if structured:
+            values = [None if v is None else json.loads(v) for v in values]
         for i, (uid, v) in enumerate(zip(uids.to_pylist(), values, strict=True)):
             row = row_numbers[i] if row_numbers is not None else i + 1
             try:

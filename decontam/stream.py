@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from curation.errors import ConfigError, DatasetRef, InputError
 from decontam.base import TEXT_TABLE_SCHEMA, Detector, empty_matches
 from decontam.run import (
+    _JSON_VALUES,
     _MATCH_SORT,
     _NON_TEXT,
     RUN_DIR_KIND,
@@ -127,6 +128,16 @@ class _Columns:
                 t = pa.string()
                 as_json.add(name)
             md = next((f.metadata for f in fs if f.metadata), None)
+            if (
+                md
+                and _JSON_VALUES in md
+                and any(
+                    (pa.types.is_string(f.type) or pa.types.is_large_string(f.type))
+                    and _JSON_VALUES not in (f.metadata or {})
+                    for f in fs
+                )
+            ):  # some batches hold plain text: the column's values are not all JSON
+                md = {k: v for k, v in md.items() if k != _JSON_VALUES} or None
             mixed = name in as_json or any(_NON_TEXT in (f.metadata or {}) for f in fs)
             if mixed and name in self.first_non_text:
                 md = {**(md or {}), _NON_TEXT: json.dumps(self.first_non_text[name]).encode()}

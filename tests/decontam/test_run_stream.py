@@ -682,3 +682,42 @@ def test_a_missing_text_field_is_refused_before_the_detectors_are_fit(tmp_path, 
             config=DecontamConfig(benchmarks=["aime24"], detectors=["ngram", "minhash"]),
         )  # fmt: skip
     assert not (root / "cache" / "fit").exists()
+
+
+def test_chats_whose_contents_take_both_forms_are_scanned_and_a_bad_one_named(pools_dir, tmp_path):
+    """A chat column whose message contents are text in some rows and OpenAI parts lists in
+    others (both are chat) cannot be one Arrow type: the reader kept it as JSON text and the
+    run refused the column as "mixed types" naming row 1, whatever row was odd; an int content
+    was named at row 1 too. Now each row's chat is read on its own row: the parts rows are
+    scanned (the AIME copies among them flagged), and a bad content is named at its row."""
+    rows = []
+    for i, line in enumerate(open(pools_dir / "math_deepscaler_math_train.jsonl")):
+        if i >= 600:
+            break
+        rows.append({"uid": f"math-{i}", "text": json.loads(line)["problem"]})
+    for j, line in enumerate(open(pools_dir / "math_ttrl_aime24_as_train.jsonl")):
+        if j >= 6:
+            break
+        rows.insert(50 * j + 7, {"uid": f"ttrl-{j}", "text": json.loads(line)["prompt"]})
+    chats = []
+    for k, r in enumerate(rows):
+        content = [{"type": "text", "text": r["text"]}] if k % 3 == 0 else r["text"]
+        chats.append({"uid": r["uid"], "messages": [{"role": "user", "content": content},
+                                                    {"role": "assistant", "content": "ok"}]})  # fmt: skip
+    src = tmp_path / "chats.jsonl"
+    src.write_text("".join(json.dumps(c) + "\n" for c in chats))
+    cfg = DecontamConfig(benchmarks=["aime24"], detectors=["ngram"], stream_rows=200)
+    res = run_decontamination(str(src), text_fields=["messages"], id_field="uid", config=cfg,
+                              out_dir=tmp_path / "o")  # fmt: skip
+    import pyarrow.parquet as pq
+
+    dec = pq.read_table(res.decisions_path).to_pylist()
+    assert len(dec) == len(chats)
+    flagged = {r["sample_uid"] for r in dec if r["contaminated"]}
+    assert flagged == {f"ttrl-{j}" for j in range(6)}
+    chats[400]["messages"][0]["content"] = 7
+    src.write_text("".join(json.dumps(c) + "\n" for c in chats))
+    with pytest.raises(InputError, match="a chat message whose content is int") as e:
+        run_decontamination(str(src), text_fields=["messages"], id_field="uid", config=cfg,
+                            out_dir=tmp_path / "o2")  # fmt: skip
+    assert (e.value.row, e.value.field) == (401, "messages")
