@@ -112,6 +112,9 @@ class Detector(ABC):
     # the config field under which the detector records no match (its recording floor), if
     # any: a policy that decides on lower scores lowers it (decontam.run.build_detectors)
     record_floor: ClassVar[str | None] = None
+    # the config field below which its candidate search returns nothing (MinHash's LSH
+    # threshold), if any: lowered with the recording floor, for the same reason
+    candidate_floor: ClassVar[str | None] = None
 
     def __init__(self, config: DetectorConfig | None = None) -> None:
         self.config = config if config is not None else self.config_cls()

@@ -143,6 +143,7 @@ class MinHashDetector(Detector):
     version = "minhash/1"
     config_cls = MinHashConfig
     record_floor = "min_record"
+    candidate_floor = "lsh_threshold"
     ships_fitted = True
 
     def __init__(self, config: MinHashConfig | None = None) -> None:

@@ -681,16 +681,21 @@ def _recording_what_decides(name: str, cls, det_cfg, policy: PolicyConfig):
     threshold (unless evidence only) and its score in any rule. Decisions see recorded
     matches only, so a --policy threshold under the floor flagged only the pairs over the
     floor, silently; the run records the floor it used with the detector's config."""
-    floor = cls.record_floor
-    if floor is None:
+    floors = [f for f in (cls.record_floor, cls.candidate_floor) if f is not None]
+    if not floors:
         return det_cfg
     uses = [float(rule[name]) for rule in policy.rules if name in rule]
     if name not in policy.evidence_only:
         uses.append(policy.threshold(name, float(det_cfg.threshold)))
     need = min(uses, default=None)
-    if need is None or float(getattr(det_cfg, floor)) <= need:
+    if need is None:
         return det_cfg
-    return dataclasses.replace(det_cfg, **{floor: need})
+    # the candidate search too (MinHash's LSH threshold): it returned no pair under it
+    want = {f: need for f in floors}
+    if cls.candidate_floor is not None:  # a search threshold of 0 is no search (> 0 required)
+        want[cls.candidate_floor] = max(need, 0.01)
+    lower = {f: v for f, v in want.items() if float(getattr(det_cfg, f)) > v}
+    return dataclasses.replace(det_cfg, **lower) if lower else det_cfg
 
 
 def shippable(detectors: Sequence[Detector]) -> dict[str, Detector]:

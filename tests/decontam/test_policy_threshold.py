@@ -73,3 +73,37 @@ def test_a_policy_threshold_under_the_recording_floor_still_decides(
     every_pair = flagged(ngram={"record_min_score": 0.0})
     assert len(every_pair) > 10  # real pairs between 0.02 and 0.05 exist
     assert flagged() == every_pair
+
+
+@pytest.mark.shared_data
+def test_a_minhash_policy_under_the_lsh_threshold_still_finds_its_pairs(
+    tmp_path, pools_dir, benchmarks_dir, data_root
+):
+    """MinHash finds candidates by LSH at Jaccard ``lsh_threshold`` (0.3): a --policy minhash
+    threshold under it decided only on the pairs the search happened to return. Real older
+    AIME problems against AIME 24/25: the decisions at 0.15 are those of a run whose candidate
+    search goes down to 0.15."""
+    from decontam.run import DecontamConfig, run_decontamination
+
+    pool = tmp_path / "aime_old.jsonl"
+    with (pools_dir / "math_deepscaler_aime_1983_2023.jsonl").open() as fh:
+        pool.write_text("".join(line for _, line in zip(range(300), fh, strict=False)))
+    policy = PolicyConfig(thresholds={"minhash": 0.15})
+
+    def flagged(**detector_configs) -> set[str]:
+        cfg = DecontamConfig(benchmarks=["aime24", "aime25"], detectors=["minhash"],
+                             policy=policy, detector_configs=detector_configs, stream_rows=0)  # fmt: skip
+        out = tmp_path / f"run{len(detector_configs)}"
+        run_decontamination(str(pool), text_fields=["problem"], out_dir=out, config=cfg,
+                            benchmarks_dir=benchmarks_dir, publish=False)  # fmt: skip
+        run = json.loads((out / "run.json").read_text())
+        assert run["policy"]["effective_thresholds"]["minhash"] == 0.15
+        import pyarrow.parquet as pq
+
+        d = pq.read_table(out / "decisions.parquet").to_pylist()
+        return {r["sample_uid"] for r in d if r["contaminated"]}
+
+    searched = flagged(minhash={"lsh_threshold": 0.15, "min_record": 0.1})
+    default = flagged()
+    assert len(searched) > len(default) - len(default & searched) >= 0
+    assert default == searched
