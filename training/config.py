@@ -599,11 +599,28 @@ def load_train_config(path: str | os.PathLike) -> TrainConfig:
     p = Path(path)
     raw = read_config_file(p, expand_env=True)
     try:
-        return TrainConfig.from_dict(raw or {})
+        cfg = TrainConfig.from_dict(raw or {})
     except ConfigError as exc:
         raise ConfigError(f"config file {str(p)!r}: {exc.message}", hint=exc.hint) from exc
     except TypeError as exc:
         raise ConfigError(f"config file {str(p)!r}: {exc}") from exc
+    cfg.model.name_or_path = _model_path(cfg.model.name_or_path, p.parent)
+    return cfg
+
+
+def _model_path(value: str, base: Path) -> str:
+    """``[model] name_or_path`` as a local folder relative to the config file (as the SFT and
+    pipeline files resolve their paths), ``~`` expanded; a Hub id (``org/name``, no such folder
+    there) stays as it is. It followed the working folder: the same file run from elsewhere
+    loaded another model, or none."""
+    expanded = os.path.expanduser(value)
+    if os.path.isabs(expanded):
+        return expanded
+    local = base / expanded
+    explicit = value.startswith(("./", "../", ".\\", "..\\"))
+    if explicit or local.exists():
+        return str(local.resolve())
+    return value
 
 
 __all__ = [

@@ -80,6 +80,30 @@ def test_bad_file_names_the_file(tmp_path):
         load_train_config(p)
 
 
+def test_a_local_model_path_is_relative_to_the_config_file(tmp_path, monkeypatch):
+    # as the SFT and pipeline files resolve theirs; it followed the working folder, so the same
+    # file run from elsewhere loaded another model or none
+    (tmp_path / "models" / "tiny").mkdir(parents=True)
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    body = (
+        '[[rewards]]\nname = "math_accuracy"\n'
+        '[[stages]]\nname = "s"\npools = ["p@latest"]\nepochs = 1\n'
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    for written in ("../models/tiny", "./../models/tiny"):
+        (conf / "t.toml").write_text(f'name = "r"\n[model]\nname_or_path = "{written}"\n' + body)
+        got = load_train_config(conf / "t.toml").model.name_or_path
+        assert got == str((tmp_path / "models" / "tiny").resolve())
+    # a Hub id stays a Hub id; an explicit relative path that is not there names where it looked
+    (conf / "t.toml").write_text('name = "r"\n[model]\nname_or_path = "Qwen/Qwen2.5-0.5B"\n' + body)
+    assert load_train_config(conf / "t.toml").model.name_or_path == "Qwen/Qwen2.5-0.5B"
+    (conf / "t.toml").write_text('name = "r"\n[model]\nname_or_path = "./nope"\n' + body)
+    assert load_train_config(conf / "t.toml").model.name_or_path == str((conf / "nope").resolve())
+
+
 def test_uncleaned_pool_is_refused_unless_allowed(pool_catalog):
     cat = pool_catalog["catalog"]
     raw = pool_catalog["raw_math"]
