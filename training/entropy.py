@@ -105,6 +105,7 @@ def entropy_at(
 ) -> SweepPoint:
     """Sample completions at ``temperature`` and measure their temperature-adjusted entropy."""
     import torch
+    from transformers import GenerationConfig
 
     device = next(model.parameters()).device
     eos = tokenizer.eos_token_id
@@ -138,24 +139,34 @@ def entropy_at(
                 padding=True,
                 add_special_tokens=False,
             ).to(device)
-            with torch.no_grad():
-                out = model.generate(
-                    **enc,
-                    do_sample=True,
-                    temperature=temperature,
-                    top_p=1.0,
-                    top_k=0,
-                    max_new_tokens=max_new_tokens,
-                    pad_token_id=tokenizer.pad_token_id,
-                    output_logits=True,
-                    return_dict_in_generate=True,
-                )
-                comp = out.sequences[:, enc["input_ids"].shape[1] :]
-                # raw logits of each generated position (before any warper), /T here
-                logits = torch.stack(out.logits, dim=1)
-                ent = token_entropy(logits, temperature)
-                mask = generated_mask(comp, eos_ids)
-                m, n = masked_mean(ent, mask)
+            # a config of our own: the model's generation_config.json (a repetition penalty,
+            # min_p) must not reshape the distribution whose entropy is measured, and
+            # generate() fills every field left unset from it, so it is set aside meanwhile
+            own, model.generation_config = model.generation_config, GenerationConfig()
+            try:
+                with torch.no_grad():
+                    out = model.generate(
+                        **enc,
+                        generation_config=GenerationConfig(
+                            do_sample=True,
+                            temperature=temperature,
+                            top_p=1.0,
+                            top_k=0,
+                            max_new_tokens=max_new_tokens,
+                            pad_token_id=tokenizer.pad_token_id,
+                            eos_token_id=eos_ids or None,
+                            output_logits=True,
+                            return_dict_in_generate=True,
+                        ),
+                    )
+            finally:
+                model.generation_config = own
+            comp = out.sequences[:, enc["input_ids"].shape[1] :]
+            # raw logits of each generated position (before any warper), /T here
+            logits = torch.stack(out.logits, dim=1)
+            ent = token_entropy(logits, temperature)
+            mask = generated_mask(comp, eos_ids)
+            m, n = masked_mean(ent, mask)
             if n:
                 total += m * n
                 count += n

@@ -69,6 +69,29 @@ def test_sweep_entropy_equals_a_forward_pass_over_the_samples(tiny_model):
     assert points[0.5].entropy < points[1.0].entropy
 
 
+def test_sweep_samples_as_the_trainer_does_not_as_the_models_generation_config(tiny_model):
+    """TRL samples with its own generation settings; the sweep called generate(), which also
+    applied the model's generation_config.json (a repetition penalty, a min_p), so its samples
+    were not drawn from softmax(logits / T). A model whose generation_config carries them
+    sweeps exactly as the same model without."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    prompts = [[{"role": "user", "content": "What is 2 + 2?"}]] * 2
+
+    def sweep(**gen_cfg):
+        model = AutoModelForCausalLM.from_pretrained(tiny_model)
+        with torch.no_grad():
+            model.lm_head.weight.mul_(40.0)
+        for k, v in gen_cfg.items():
+            setattr(model.generation_config, k, v)
+        return entropy_at(model, tok, prompts, 0.7, max_new_tokens=8, seed=5)
+
+    plain = sweep()
+    assert sweep(repetition_penalty=50.0, no_repeat_ngram_size=1) == plain
+
+
 def test_propose_picks_the_closest_temperature():
     pts = [SweepPoint(0.6, 0.1, 10), SweepPoint(0.8, 0.28, 10), SweepPoint(1.0, 0.5, 10)]
     assert propose_temperature(pts, 0.3) == 0.8
