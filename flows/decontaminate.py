@@ -20,11 +20,12 @@ from prefect import flow
 from flows.tasks import (
     artifact_key,
     cached_or_rerun,
-    catalog_has,
+    catalog_current,
     decontaminate_pool,
     finalize_shards,
     prepare_shards,
     ray_scan_shards,
+    run_dir_is,
     scan_shard,
     with_storage,
 )
@@ -156,7 +157,9 @@ def _slug(s: str) -> str:
 
 
 def _run_outputs_exist(summary: dict[str, Any], root: str) -> bool:
-    return (Path(summary["run_dir"]) / "run.json").is_file() and catalog_has(
+    """The run dir is this run's and its versions are still the latest ones (a run into the
+    same folder since, with another config or input, makes the cached summary stale)."""
+    return run_dir_is(summary) and catalog_current(
         root, summary.get("clean_ref"), summary.get("excluded_ref")
     )
 

@@ -28,9 +28,12 @@ def ingest_flow(
 
 
 def _ingest_outputs_exist(summary: dict[str, Any], root: str) -> bool:
-    from flows.tasks import catalog_has
+    """The versions this ingest published are still the latest of their names (a source that
+    changed and then changed back must make yesterday's version the latest again)."""
+    from flows.tasks import catalog_current
 
-    return catalog_has(root, summary.get("ref"))
+    refs = ("ref", "rejects_ref", "duplicates_ref", "near_duplicates_ref")
+    return summary.get("ref") is not None and catalog_current(root, *map(summary.get, refs))
 
 
 def ingest_counts(summary: dict[str, Any]) -> dict[str, Any]:

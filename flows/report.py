@@ -19,13 +19,33 @@ def report_flow(
 
     root = resolve_root(data_root)
     out = out_dir or str(Path(run_dir) / "report")
-    paths = cached_or_rerun(render_pool_report, root, _report_exists, run_dir=run_dir, out_dir=out)
+    paths = cached_or_rerun(
+        render_pool_report,
+        root,
+        lambda p, _r: _report_exists(p, run_dir),
+        run_dir=run_dir,
+        out_dir=out,
+    )
     publish_report_artifact(run_dir, paths)
     return paths
 
 
-def _report_exists(paths: dict[str, str], root: str) -> bool:
-    return all(Path(p).is_file() for p in paths.values())
+def _report_exists(paths: dict[str, str], run_dir: str) -> bool:
+    """The report files exist and are the report of ``run_dir`` as it is now: the folder is
+    shared by every run of a pool, so another run's report may have replaced them since."""
+    import json
+
+    from flows.tasks import file_sha256
+
+    if not all(Path(p).is_file() for p in paths.values()):
+        return False
+    if "json" not in paths:
+        return True
+    try:
+        made_from = json.loads(Path(paths["json"]).read_text())["run_files_sha256"]["run.json"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return made_from == file_sha256(Path(run_dir) / "run.json")
 
 
 def publish_report_artifact(run_dir: str, paths: dict[str, str]) -> None:

@@ -290,9 +290,12 @@ def decontaminate_pool(
 
 
 def run_summary(res: Any) -> dict[str, Any]:
-    """JSON summary of a decontamination RunResult."""
+    """JSON summary of a decontamination RunResult. ``run_json_sha256`` ties it to the run dir
+    as this run wrote it: a later run into the same folder (another config, another input
+    version in between) makes the cached summary stale (:func:`run_dir_is`)."""
     return {
         "run_dir": os.fspath(res.out_dir),
+        "run_json_sha256": file_sha256(Path(res.out_dir) / "run.json"),
         "matches_path": os.fspath(res.matches_path),
         "decisions_path": os.fspath(res.decisions_path),
         "clean_ref": version_ref(res.clean_ref),
@@ -447,8 +450,10 @@ def with_storage(t: Any, data_root: str) -> Any:
 
 def cached_or_rerun(t: Any, data_root: str, outputs_exist: Any, /, **params: Any) -> Any:
     """Run task ``t`` (a cache hit returns the stored summary without doing the work); if the
-    summary points at outputs that are gone (a deleted run dir, a fresh catalog), run it again
-    with ``refresh_cache`` so the cache can never hand back something that does not exist."""
+    summary points at outputs that are gone (a deleted run dir, a fresh catalog) or have been
+    replaced since (``outputs_exist`` checks they are still this result's: latest versions,
+    the run dir's run.json), run it again with ``refresh_cache`` so the cache can never hand
+    back something that does not exist or is no longer there."""
     t = with_storage(t, data_root)
     out = t(**params)
     if not outputs_exist(out, data_root):
@@ -470,6 +475,40 @@ def catalog_has(data_root: str, *refs: str | None) -> bool:
         except (NotFoundError, KeyError, FileNotFoundError):
             return False
     return True
+
+
+def catalog_current(data_root: str, *refs: str | None) -> bool:
+    """True when every ref resolves and is the *latest* version of its name. A cached stage
+    whose outputs were replaced since (the source changed, then changed back) publishes again,
+    so ``NAME@latest`` is what this run produced, not what the run in between did."""
+    from curation.catalog import Catalog
+    from curation.errors import NotFoundError
+
+    cat = Catalog(data_root)
+    for ref in refs:
+        if not ref:
+            continue
+        try:
+            if cat.resolve(ref.partition("@")[0]).ref != cat.resolve(ref).ref:
+                return False
+        except (NotFoundError, KeyError, FileNotFoundError):
+            return False
+    return True
+
+
+def file_sha256(path: str | os.PathLike) -> str | None:
+    """SHA-256 of a file's bytes (None: no such file)."""
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.file_digest(fh, "sha256").hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def run_dir_is(summary: dict[str, Any]) -> bool:
+    """The run dir a decontamination summary names still holds that run (its run.json)."""
+    want = summary.get("run_json_sha256")
+    return want is not None and file_sha256(Path(summary["run_dir"]) / "run.json") == want
 
 
 def artifact_key(pool: str, what: str) -> str:
