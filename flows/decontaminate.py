@@ -22,6 +22,7 @@ from flows.tasks import (
     cached_or_rerun,
     catalog_current,
     decontaminate_pool,
+    file_sha256,
     finalize_shards,
     prepare_shards,
     ray_scan_shards,
@@ -96,7 +97,7 @@ def _sharded(ref, out, root, benchmarks_dir, publish_as, shards, ray_address, co
         res = cached_or_rerun(
             ray_scan_shards,
             root,
-            lambda r, _r: all(os.path.isfile(p) for p in r["matches_paths"]),
+            lambda r, _r: r.get("matches_sha256") == [file_sha256(p) for p in r["matches_paths"]],
             shard_paths=paths,
             decontam=common["decontam"],
             benchmarks_dir=benchmarks_dir,
@@ -112,7 +113,9 @@ def _sharded(ref, out, root, benchmarks_dir, publish_as, shards, ray_address, co
             res = cached_or_rerun(
                 scan,
                 root,
-                lambda r, _r: os.path.isfile(r["matches_path"]),
+                # the match file is still this scan's: one path per shard whatever the config,
+                # so a scan with other detectors or benchmarks since has replaced it
+                lambda r, _r: r.get("matches_sha256") == file_sha256(r["matches_path"]),
                 shard_path=p,
                 decontam=common["decontam"],
                 data_root=root,

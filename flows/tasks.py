@@ -120,6 +120,8 @@ def _decontaminate_key(ctx: Any, params: dict[str, Any]) -> str:
     ref = params.get("input_ref")
     if ref and os.path.isfile(ref):  # a file input: key on its bytes, not its name
         p["input_content"] = content_fingerprint(ref)
+    if params.get("matches_paths"):  # finalize: the shards' matches, by content
+        p["matches_content"] = [content_fingerprint(m) for m in params["matches_paths"]]
     return _hash(
         "decontaminate",
         p,
@@ -367,7 +369,7 @@ def scan_shard(
     stats = shards.scan_shard(
         shard_path, out, detectors=dets, benchmarks=bset, config=cfg, data_root=data_root
     )
-    return {"matches_path": out, **stats}
+    return {"matches_path": out, "matches_sha256": file_sha256(out), **stats}
 
 
 @task(name="finalize", cache_policy=_policy(_decontaminate_key), **_COMMON)
@@ -576,4 +578,10 @@ def ray_scan_shards(
             w.close()
         for t in tmps:
             Path(t).unlink(missing_ok=True)
-    return {"matches_paths": outs, "texts": n, "texts_scanned": n, "texts_cached": 0}
+    return {
+        "matches_paths": outs,
+        "matches_sha256": [file_sha256(o) for o in outs],
+        "texts": n,
+        "texts_scanned": n,
+        "texts_cached": 0,
+    }

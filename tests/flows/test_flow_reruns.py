@@ -90,3 +90,38 @@ def test_a_config_changed_then_changed_back_publishes_and_reports_that_run(
     assert runs[2]["decontaminate"]["clean_ref"] == runs[0]["decontaminate"]["clean_ref"]
     report = json.loads(Path(runs[2]["report"]["json"]).read_text())
     assert report["summary"]["removed"] == 12
+
+
+@pytest.fixture()
+def ray_after():
+    """Stops the local Ray a ``ray_address="local"`` run started."""
+    yield
+    import sys
+
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        sys.modules["ray"].shutdown()
+
+
+@pytest.mark.parametrize("ray_address", [None, "local"])
+def test_sharded_run_with_a_config_changed_then_changed_back_rescans(
+    tmp_path, pools_dir, benchmarks_dir, ray_address, ray_after
+):
+    """The shards' match files live at one path per shard whatever the config: the night in
+    between rewrote them, so the third run may not take its scans from the task cache (it
+    published the contaminated rows as clean)."""
+    from flows.curate import curate_flow
+
+    if ray_address:
+        pytest.importorskip("ray")
+    pool = write_slice(pools_dir / "math_ttrl_aime24_as_train.jsonl", tmp_path / "pool.jsonl", 12)
+    root = tmp_path / "root"
+    pools = [{"name": "ttrl", "source": str(pool), "map": "ttrl"}]
+    counts = []
+    for bench in ("aime24", "aime25", "aime24"):
+        cfg = write_config(
+            tmp_path / "p.toml", pools, data_root=root, benchmarks=(bench,), shards=2
+        )
+        res = curate_flow(config_path=str(cfg), ray_address=ray_address)["ttrl"]
+        _check_current(res, root, "ttrl", 12)
+        counts.append(res["decontaminate"]["counts"]["contaminated"])
+    assert counts == [12, 0, 12]
