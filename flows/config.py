@@ -94,6 +94,12 @@ class BenchmarksConfig:
                         f"unknown benchmark {name!r} in [benchmarks]",
                         hint=did_you_mean(name, known),
                     )
+        if not isinstance(self.include_variants, bool):
+            raise ConfigError(
+                f"[benchmarks] include_variants must be true or false, got {self.include_variants!r}"
+            )
+        if self.dir is not None and not isinstance(self.dir, str):
+            raise ConfigError(f"[benchmarks] dir must be a path (a string), got {self.dir!r}")
         if isinstance(self.window, list):
             if len(self.window) != 2:
                 raise ConfigError(
@@ -246,6 +252,19 @@ class OutputsConfig:
     )
 
     def __post_init__(self) -> None:
+        if not isinstance(self.report_dir, str):
+            raise ConfigError(
+                f"[outputs] report_dir must be a path (a string), got {self.report_dir!r}"
+            )
+        if not isinstance(self.publish_as, str):
+            raise ConfigError(f"[outputs] publish_as must be a string, got {self.publish_as!r}")
+        try:
+            self.publish_as.format(pool="pool")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ConfigError(
+                f"[outputs] publish_as {self.publish_as!r} may name only {{pool}} ({exc!r})",
+                hint='e.g. "{pool}" or "curated-{pool}"; write a literal brace as {{ or }}',
+            ) from None
         if "{pool}" not in self.publish_as:
             raise ConfigError(
                 f"[outputs] publish_as {self.publish_as!r} must contain '{{pool}}'",
@@ -275,6 +294,11 @@ class ScaleConfig:
     )
 
     def __post_init__(self) -> None:
+        if self.ray_address is not None and not isinstance(self.ray_address, str):
+            raise ConfigError(
+                f"[scale] ray_address must be a string, got {self.ray_address!r}",
+                hint='e.g. "auto", "local" or "ray://head:10001"',
+            )
         for key, low in (("shards", 1), ("workers", 0), ("stream_rows", 1)):
             v = getattr(self, key)
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
@@ -297,6 +321,18 @@ class PipelineConfig:
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ConfigError(f"pool names must be unique; repeated: {', '.join(dupes)}")
+        from curation.catalog import check_name
+
+        for name in names:  # the published names, before any pool is ingested and scanned
+            out = self.publish_name(name)
+            try:
+                check_name(out, ".decontaminated")
+            except ConfigError as exc:
+                raise ConfigError(
+                    f"[outputs] publish_as {self.outputs.publish_as!r} gives {out!r} for pool "
+                    f"{name!r}: {exc.message}",
+                    hint=exc.hint,
+                ) from None
 
     def check_pools(self) -> None:
         """:meth:`PoolConfig.check` for every pool, before anything starts (no Prefect server,
@@ -396,8 +432,10 @@ class PipelineConfig:
             bench.dir = _resolve_path(bench.dir, base)
         outputs = section("outputs", OutputsConfig)
         data_root = raw.get("data_root")
+        if data_root is not None and not isinstance(data_root, str):
+            raise ConfigError(f"data_root must be a path (a string), got {data_root!r}")
         if data_root:
-            data_root = _resolve_path(str(data_root), base)
+            data_root = _resolve_path(data_root, base)
         outputs.report_dir = os.path.expanduser(os.path.expandvars(outputs.report_dir))
         return cls(
             pools=pools,

@@ -36,3 +36,43 @@ def test_detectors_values_of_the_wrong_type_are_one_config_error(tmp_path, pools
         assert msg in str(exc.value) and str(p) in str(exc.value), (body, str(exc.value))
     p.write_text(head + 'names = ["ngram"]\noptions = { ngram = { n = 13 } }\n')
     assert load_config(p).decontam_config()
+
+
+def test_values_of_the_wrong_type_or_shape_are_one_config_error_at_load(tmp_path, pools_dir):
+    """include_variants = "no" was read as true (a non-empty string), data_root = ["a"] as a
+    folder named "['a']", report_dir = 5 was Python's "expected str ... not int" without the
+    key, and publish_as = "{pool}-{x}" / "{pool} x" passed the load and failed each pool at
+    run time (KeyError: 'x' / an invalid dataset name after the whole scan)."""
+    import pytest
+
+    from curation.errors import ConfigError
+    from flows.config import load_config
+
+    src = pools_dir / "math_ttrl_aime24_as_train.jsonl"
+    pool = f'[[pools]]\nname = "aime"\nsource = "{src}"\nmap = "ttrl"\n'
+    p = tmp_path / "p.toml"
+    for body, msg in (
+        (
+            '[benchmarks]\ninclude_variants = "no"',
+            "[benchmarks] include_variants must be true or false",
+        ),
+        ("[benchmarks]\ndir = 5", "[benchmarks] dir must be a path"),
+        ('data_root = ["a"]', "data_root must be a path"),
+        ("[outputs]\nreport_dir = 5", "[outputs] report_dir must be a path"),
+        ('[outputs]\npublish_as = "{pool}-{x}"', "[outputs] publish_as"),
+        (
+            '[outputs]\npublish_as = "{pool} x"',
+            "gives 'aime x' for pool 'aime': invalid dataset name",
+        ),
+        ("[scale]\nray_address = 5", "[scale] ray_address must be a string"),
+    ):
+        top, _, rest = body.partition("\n") if body.startswith("data_root") else ("", "", body)
+        p.write_text(f"{top}\n{pool}{rest}\n")
+        with pytest.raises(ConfigError) as exc:
+            load_config(p)
+        assert msg in str(exc.value) and str(p) in str(exc.value), (body, str(exc.value))
+    p.write_text(
+        f'{pool}[benchmarks]\ninclude_variants = false\n[outputs]\npublish_as = "c-{{pool}}"\n'
+    )
+    cfg = load_config(p)
+    assert cfg.benchmarks.include_variants is False and cfg.publish_name("aime") == "c-aime"
