@@ -103,6 +103,7 @@ def _sharded(ref, out, root, benchmarks_dir, publish_as, shards, ray_address, co
             benchmarks_dir=benchmarks_dir,
             address=ray_address,
             num_workers=max(2, min(shards, os.cpu_count() or 2)),
+            data_root=root,
         )
         matches_paths = res["matches_paths"]
         stats = {k: res[k] for k in stats}

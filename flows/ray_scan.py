@@ -24,11 +24,17 @@ import pyarrow as pa
 class _ScanActor:
     """Holds fitted detectors; scores one pyarrow batch of the text table per call."""
 
-    def __init__(self, decontam: dict[str, Any], benchmarks: Any) -> None:
+    def __init__(
+        self, decontam: dict[str, Any], benchmarks: Any, data_root: str | None = None
+    ) -> None:
         from decontam.run import DecontamConfig, build_detectors
 
         self.config = DecontamConfig(**decontam)
-        self.detectors = build_detectors(self.config.detectors, self.config, benchmarks)
+        # the run's data root: catalog refs in detector options (ngram's background corpus)
+        # resolve there, and caches live there, as in the single-process scan
+        self.detectors = build_detectors(
+            self.config.detectors, self.config, benchmarks, data_root=data_root
+        )
 
     def score(self, batch: pa.Table) -> pa.Table:
         from decontam.run import scan
@@ -92,6 +98,7 @@ def ray_scan_blocks(
     benchmarks_dir: str | None = None,
     address: str | None = None,
     num_workers: int = 2,
+    data_root: str | None = None,
 ) -> Iterator[tuple[Any, pa.Table]]:
     """``(key, matches)`` for each ``(key, texts)`` block, in order, scored on Ray with
     ``num_workers`` detector actors (match records in :data:`~decontam.base.MATCH_SCHEMA`,
@@ -115,7 +122,7 @@ def ray_scan_blocks(
     # own scheduling needing spare CPUs (which deadlocks on a 2-CPU machine).
     actor_cls = ray.remote(num_cpus=1)(_ScanActor)
     bench_ref = ray.put(benchmarks)  # shipped once, shared by every actor
-    actors = [actor_cls.remote(cfg.to_dict(), bench_ref) for _ in range(num_workers)]
+    actors = [actor_cls.remote(cfg.to_dict(), bench_ref, data_root) for _ in range(num_workers)]
     queue: deque = deque()
 
     def done() -> tuple[Any, pa.Table]:

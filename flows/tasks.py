@@ -537,11 +537,14 @@ def ray_scan_shards(
     address: str | None = None,
     num_workers: int = 2,
     block_rows: int = 2000,
+    data_root: str | None = None,
 ) -> dict[str, Any]:
     """Score every shard on Ray (see :mod:`flows.ray_scan`), reading each in blocks of
     ``block_rows`` texts and writing its matches block by block to one ``.matches.parquet``
     per shard (memory bounded by the blocks in flight). The result depends on neither the
-    address, the worker count nor the block size, so none is part of the cache key."""
+    address, the worker count nor the block size, so none is part of the cache key. The actors
+    fit their detectors against ``data_root`` (catalog refs of a background corpus, caches),
+    as :func:`scan_shard` does."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -563,7 +566,7 @@ def ray_scan_shards(
     try:
         for i, m in ray_scan_blocks(
             blocks(), decontam, benchmarks_dir=benchmarks_dir, address=address,
-            num_workers=num_workers,
+            num_workers=num_workers, data_root=data_root,
         ):  # fmt: skip
             if i not in writers:
                 writers[i] = pq.ParquetWriter(tmps[i], MATCH_SCHEMA)

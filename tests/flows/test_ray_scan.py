@@ -86,3 +86,38 @@ def test_ray_sharded_run_equals_single_process_run(local_ray, tmp_path, mixed_po
     assert on_ray["clean_ref"] == single["clean_ref"]
     assert on_ray["excluded_ref"] == single["excluded_ref"]
     assert single["counts"]["contaminated"] >= 25
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_ray_run_reads_background_refs_from_the_runs_catalog(
+    local_ray, tmp_path, pools_dir, mixed_pool, benchmarks_dir, monkeypatch
+):
+    """ngram's background corpus named as a catalog ref is resolved in the run's data root.
+    The Ray actors fitted their detectors without it, so they looked in ./.sluice (or
+    SLUICE_DATA_ROOT) instead of the run's catalog: the Ray run failed where the
+    single-process run worked."""
+    from decontam.run import DecontamConfig
+    from flows.decontaminate import decontaminate_flow
+    from flows.ingest import ingest_flow
+
+    monkeypatch.chdir(tmp_path)  # ./.sluice: an empty catalog, not the run's
+    monkeypatch.delenv("SLUICE_DATA_ROOT", raising=False)
+    root = str(tmp_path / "root")
+    bg = write_slice(pools_dir / "math_deepscaler_aime_1983_2023.jsonl", tmp_path / "bg.jsonl", 40)
+    ingest_flow(source=str(bg), name="bg", field_map="deepscaler_aime", data_root=root)
+    ref = ingest_flow(source=str(mixed_pool), name="mix", field_map="ttrl", data_root=root)["ref"]
+    cfg = DecontamConfig(
+        benchmarks=["aime24", "aime25"],
+        detectors=["ngram"],
+        detector_configs={"ngram": {"background": ["bg"]}},
+    ).to_dict()
+    kw = dict(input_ref=ref, text_fields=["problem"], id_field="uid", decontam=cfg,
+              data_root=root, benchmarks_dir=str(benchmarks_dir))  # fmt: skip
+    single = decontaminate_flow(out_dir=str(tmp_path / "single"), publish_as="one", **kw)
+    on_ray = decontaminate_flow(
+        out_dir=str(tmp_path / "ray"), publish_as="ray", shards=2, ray_address="local", **kw
+    )
+    for name in ("matches.parquet", "decisions.parquet"):
+        a, b = pq.read_table(tmp_path / "single" / name), pq.read_table(tmp_path / "ray" / name)
+        assert a.num_rows > 0 and a.equals(b), name
+    assert on_ray["counts"]["contaminated"] == single["counts"]["contaminated"] >= 25
