@@ -35,8 +35,13 @@ def deployment_parameters(
 
 
 def check_schedule(cron: str | None, interval: float | None) -> None:
-    if cron and interval:
+    if cron is not None and interval is not None:
         raise ConfigError("give --cron or --interval, not both")
+    if interval is not None and not interval > 0:
+        raise ConfigError(
+            f"--interval must be a number of seconds > 0, got {interval!r}",
+            hint="e.g. --interval 3600 (hourly), or --cron for a time of day",
+        )
     if cron:
         from prefect.client.schemas.schedules import CronSchedule
 

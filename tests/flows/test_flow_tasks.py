@@ -255,3 +255,26 @@ def test_a_flow_run_with_its_own_policy_records_a_command_that_reproduces_it(
     )  # fmt: skip
     cmd = json.loads((sharded / "run.json").read_text())["command"]
     assert cmd is not None and str(sharded / "run.json") in shlex.split(cmd)
+
+
+@pytest.mark.parametrize(
+    ("cron", "interval", "needle"),
+    [
+        (None, 0, "--interval must be a number of seconds > 0"),
+        (None, -5, "--interval must be a number of seconds > 0"),
+        ("0 3 * * *", 0, "not both"),
+    ],
+)
+def test_a_bad_schedule_is_one_config_error(tmp_path, cron, interval, needle):
+    """`sluice serve --interval 0` passed the check (0 is falsy: "no interval") and died in
+    Prefect with a pydantic traceback; --interval -5 likewise; --cron with --interval 0 was
+    not refused as "both"."""
+    from flows.deployments import check_schedule, curate_deployment
+
+    (tmp_path / "pool.jsonl").write_text("{}\n")
+    cfg = tmp_path / "p.toml"
+    cfg.write_text("[[pools]]\nname = 'p'\nsource = 'pool.jsonl'\n")
+    with pytest.raises(ConfigError, match=needle):
+        check_schedule(cron, interval)
+    with pytest.raises(ConfigError, match=needle):
+        curate_deployment(cfg, cron=cron, interval=interval)
