@@ -114,9 +114,23 @@ def _benchmarks_fingerprint(benchmarks_dir: str | None) -> str:
     return content_fingerprint(d) if d else "hub"
 
 
+# DecontamConfig fields that set how a scan runs, never what it finds (the run's output does
+# not depend on them: test_unsharded_flow_scans_in_worker_processes_like_one, the streamed
+# runs' tests): left out of the cache keys, so retuning them reruns nothing.
+_HOW_NOT_WHAT = ("workers", "stream_rows", "batch_size")
+
+
+def _what(params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with the ``decontam`` dict's how-not-what fields dropped."""
+    p = dict(params)
+    if isinstance(p.get("decontam"), dict):
+        p["decontam"] = {k: v for k, v in p["decontam"].items() if k not in _HOW_NOT_WHAT}
+    return p
+
+
 def _decontaminate_key(ctx: Any, params: dict[str, Any]) -> str:
     # input_ref is content-addressed (name@version), so it stands for the input's bytes.
-    p = dict(params)
+    p = _what(params)
     ref = params.get("input_ref")
     if ref and os.path.isfile(ref):  # a file input: key on its bytes, not its name
         p["input_content"] = content_fingerprint(ref)
@@ -139,7 +153,7 @@ def _report_key(ctx: Any, params: dict[str, Any]) -> str:
 
 
 def _scan_key(ctx: Any, params: dict[str, Any]) -> str:
-    p = dict(params)
+    p = _what(params)
     p["shard_path"] = content_fingerprint(params["shard_path"])
     return _hash(
         "scan", p, _benchmarks_fingerprint(params.get("benchmarks_dir")), code_fingerprint()
@@ -522,7 +536,9 @@ def artifact_key(pool: str, what: str) -> str:
 
 
 def _ray_key(ctx: Any, params: dict[str, Any]) -> str:
-    p = {k: v for k, v in params.items() if k not in ("address", "num_workers", "block_rows")}
+    p = {
+        k: v for k, v in _what(params).items() if k not in ("address", "num_workers", "block_rows")
+    }
     p["shard_paths"] = [content_fingerprint(s) for s in params["shard_paths"]]
     return _hash(
         "ray-scan", p, _benchmarks_fingerprint(params.get("benchmarks_dir")), code_fingerprint()

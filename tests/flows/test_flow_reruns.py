@@ -125,3 +125,25 @@ def test_sharded_run_with_a_config_changed_then_changed_back_rescans(
         _check_current(res, root, "ttrl", 12)
         counts.append(res["decontaminate"]["counts"]["contaminated"])
     assert counts == [12, 0, 12]
+
+
+def test_changing_only_workers_or_stream_rows_reruns_nothing(tmp_path, pools_dir, benchmarks_dir):
+    """[scale] workers and stream_rows change how the scan runs, not what it finds (docs:
+    "output does not depend on it"): a rerun with other values takes every stage from the
+    cache instead of fitting, scanning, writing the run dir and publishing again."""
+    from flows.curate import curate_flow
+
+    pool = write_slice(pools_dir / "math_ttrl_aime24_as_train.jsonl", tmp_path / "pool.jsonl", 12)
+    root = tmp_path / "root"
+    pools = [{"name": "ttrl", "source": str(pool), "map": "ttrl"}]
+    cfg = write_config(tmp_path / "p.toml", pools, data_root=root)
+    first = curate_flow(config_path=str(cfg))["ttrl"]
+    run_json = Path(first["decontaminate"]["run_dir"]) / "run.json"
+    stamp = run_json.stat().st_mtime_ns
+    text = cfg.read_text()
+    assert "shards = 1\n" in text
+    cfg.write_text(text.replace("shards = 1\n", "shards = 1\nworkers = 1\nstream_rows = 7\n"))
+    second = curate_flow(config_path=str(cfg))["ttrl"]
+    assert run_json.stat().st_mtime_ns == stamp  # the decontamination task did not run
+    assert second["decontaminate"] == first["decontaminate"]
+    _check_current(second, root, "ttrl", 12)
