@@ -12,7 +12,7 @@ from typing import Any
 
 from prefect import flow
 
-from curation.errors import SluiceError
+from curation.errors import SluiceError, storage_error
 from flows.decontaminate import decontaminate_flow, publish_contamination_artifact
 from flows.ingest import ingest_counts, ingest_flow
 from flows.report import report_flow
@@ -42,7 +42,10 @@ def curate_flow(
         except SluiceError as exc:
             failed[pool.name] = str(exc)
         except Exception as exc:  # not one of Sluice's: its type says more than its text
-            failed[pool.name] = f"{type(exc).__name__}: {exc}"
+            # ... except a write refused (full disk, read-only folder, a file in the way): the
+            # one line `sluice` gives for those everywhere else, with the path and the fix
+            err = storage_error(exc)
+            failed[pool.name] = str(err) if err else f"{type(exc).__name__}: {exc}"
     if results:
         publish_summary_artifact(results)
     if failed:

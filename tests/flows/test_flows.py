@@ -250,3 +250,20 @@ def test_unsharded_flow_scans_in_worker_processes_like_one(tmp_path, pools_dir, 
     for name in ("matches.parquet", "decisions.parquet"):
         a, b = (pq.read_table(tmp_path / f"w{w}" / name) for w in (0, 1))
         assert a.equals(b), name
+
+
+def test_a_pool_that_cannot_write_is_named_with_the_path_and_the_fix(tmp_path, two_pools):
+    """A write refused at run time (here: a file where the report folder goes; a full disk or
+    a read-only folder alike) is the one-line storage error `sluice` gives elsewhere, naming
+    the path and the fix, not the bare "FileExistsError: [Errno 17] File exists: ..."."""
+    from flows.curate import PoolsFailed, curate_flow
+
+    in_the_way = tmp_path / "reports"
+    in_the_way.write_text("a file, not a folder\n")
+    cfg = write_config(tmp_path / "p.toml", two_pools[:1], data_root=tmp_path / "root")
+    cfg.write_text(cfg.read_text() + f'\n[outputs]\nreport_dir = "{in_the_way}"\n')
+    with pytest.raises(PoolsFailed) as exc:
+        curate_flow(config_path=str(cfg))
+    msg = exc.value.failed["ttrl-aime24"]
+    assert msg.startswith(f"cannot write {in_the_way}"), msg
+    assert "a file is in the way of a folder" in msg and "remove/rename that file" in msg
