@@ -144,12 +144,24 @@ def _decontaminate_key(ctx: Any, params: dict[str, Any]) -> str:
     )
 
 
-def _run_dir_fingerprint(run_dir: str) -> str:
-    return content_fingerprint(run_dir) if os.path.isdir(run_dir) else "missing:" + run_dir
+def _run_dir_fingerprint(run_dir: str, out_dir: str | None = None) -> str:
+    """The run dir's files, less those under ``out_dir`` when the report is written inside it
+    (report_flow's default ``<run dir>/report``): the report it renders must not change the
+    key of its next render."""
+    if not os.path.isdir(run_dir):
+        return "missing:" + run_dir
+    skip = Path(out_dir).resolve() if out_dir else None
+    files = [
+        str(f)
+        for f in sorted(Path(run_dir).resolve().rglob("*"))
+        if f.is_file() and not (skip is not None and f.is_relative_to(skip))
+    ]
+    return _hash([content_fingerprint(f) for f in files])
 
 
 def _report_key(ctx: Any, params: dict[str, Any]) -> str:
-    return _hash("report", params, _run_dir_fingerprint(params["run_dir"]), code_fingerprint())
+    fp = _run_dir_fingerprint(params["run_dir"], params.get("out_dir"))
+    return _hash("report", params, fp, code_fingerprint())
 
 
 def _scan_key(ctx: Any, params: dict[str, Any]) -> str:

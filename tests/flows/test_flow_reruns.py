@@ -147,3 +147,26 @@ def test_changing_only_workers_or_stream_rows_reruns_nothing(tmp_path, pools_dir
     assert run_json.stat().st_mtime_ns == stamp  # the decontamination task did not run
     assert second["decontaminate"] == first["decontaminate"]
     _check_current(second, root, "ttrl", 12)
+
+
+def test_report_flow_into_the_run_dir_is_cached_on_rerun(tmp_path, pools_dir, benchmarks_dir):
+    """report_flow's default out_dir is <run dir>/report. The cache key hashed every file under
+    the run dir, the report it had just written included (with its timestamp), so each rerun
+    had a new key and rendered the report again."""
+    from decontam.run import DecontamConfig
+    from flows.decontaminate import decontaminate_flow
+    from flows.ingest import ingest_flow
+    from flows.report import report_flow
+
+    root = str(tmp_path / "root")
+    src = write_slice(pools_dir / "math_ttrl_aime24_as_train.jsonl", tmp_path / "t.jsonl", 12)
+    ref = ingest_flow(source=str(src), name="ttrl", field_map="ttrl", data_root=root)["ref"]
+    cfg = DecontamConfig(benchmarks=["aime24"], detectors=["ngram"]).to_dict()
+    dec = decontaminate_flow(input_ref=ref, text_fields=["problem"], id_field="uid",
+                             decontam=cfg, data_root=root, benchmarks_dir=str(benchmarks_dir))  # fmt: skip
+    first = report_flow(run_dir=dec["run_dir"], data_root=root)
+    assert Path(first["json"]).is_relative_to(dec["run_dir"])
+    stamp = Path(first["json"]).stat().st_mtime_ns
+    second = report_flow(run_dir=dec["run_dir"], data_root=root)
+    assert second == first
+    assert Path(first["json"]).stat().st_mtime_ns == stamp  # not rendered again
