@@ -128,7 +128,9 @@ class DetectorsConfig:
     )
 
     def __post_init__(self) -> None:
-        from decontam.registry import DETECTORS
+        import dataclasses
+
+        from decontam.registry import DETECTORS, detector_class
 
         for key, kind in (("names", list), ("evidence_only", list), ("thresholds", dict),
                           ("options", dict)):  # fmt: skip
@@ -161,6 +163,14 @@ class DetectorsConfig:
                     f"unknown detector {name!r} in [detectors]",
                     hint=did_you_mean(name, list(DETECTORS)),
                 )
+        for name, opts in self.options.items():  # each key a field of that detector's config
+            known = [f.name for f in dataclasses.fields(detector_class(name).config_cls)]
+            for key in opts:
+                if key not in known:
+                    raise ConfigError(
+                        f"[detectors] options.{name}: unknown setting {key!r}",
+                        hint=did_you_mean(key, known),
+                    )
         for name, thr in self.thresholds.items():
             if not isinstance(thr, int | float):
                 raise ConfigError(f"[detectors] thresholds.{name} must be a number, got {thr!r}")

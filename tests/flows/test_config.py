@@ -76,3 +76,24 @@ def test_values_of_the_wrong_type_or_shape_are_one_config_error_at_load(tmp_path
     )
     cfg = load_config(p)
     assert cfg.benchmarks.include_variants is False and cfg.publish_name("aime") == "c-aime"
+
+
+def test_an_unknown_detector_option_is_refused_at_load(tmp_path, pools_dir):
+    """[detectors.options.ngram] nn = 3 passed the load (docs: bad values are refused before any
+    server starts or pool is ingested) and failed every pool at its decontamination stage, after
+    the ingest ("bad config for detector 'ngram': ... unexpected keyword argument 'nn'")."""
+    import pytest
+
+    from curation.errors import ConfigError
+    from flows.config import load_config
+
+    src = pools_dir / "math_ttrl_aime24_as_train.jsonl"
+    p = tmp_path / "p.toml"
+    head = f'[[pools]]\nname = "aime"\nsource = "{src}"\nmap = "ttrl"\n[detectors]\n'
+    p.write_text(head + 'names = ["ngram"]\noptions = { ngram = { nn = 13 } }\n')
+    with pytest.raises(ConfigError) as exc:
+        load_config(p)
+    assert "[detectors] options.ngram: unknown setting 'nn'" in str(exc.value)
+    assert "did you mean 'n'?" in str(exc.value) and str(p) in str(exc.value)
+    p.write_text(head + 'names = ["ngram"]\noptions = { ngram = { n = 13 } }\n')
+    assert load_config(p).decontam_config().detector_configs == {"ngram": {"n": 13}}
