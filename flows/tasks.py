@@ -50,11 +50,15 @@ def sluice_version() -> str:
 @functools.lru_cache(maxsize=1)
 def code_fingerprint() -> str:
     """Hash of the library source the stages run (so an edited detector invalidates caches
-    even when the package version is unchanged) plus the installed version."""
+    even when the package version is unchanged) plus the installed version. Every file of
+    those packages counts (sources, field maps, templates, the report's inlined CSS and JS),
+    except bytecode."""
     h = hashlib.sha256(sluice_version().encode())
     for pkg in _LIBRARY_PACKAGES:
         for f in sorted((_PROJECT_ROOT / pkg).rglob("*")):
-            if f.is_file() and f.suffix in (".py", ".json", ".toml", ".yaml", ".j2", ".html"):
+            if f.suffix in (".pyc", ".pyo") or "__pycache__" in f.parts:
+                continue
+            if f.is_file():
                 h.update(str(f.relative_to(_PROJECT_ROOT)).encode())
                 h.update(f.read_bytes())
     return h.hexdigest()[:16]

@@ -278,3 +278,34 @@ def test_a_bad_schedule_is_one_config_error(tmp_path, cron, interval, needle):
         check_schedule(cron, interval)
     with pytest.raises(ConfigError, match=needle):
         curate_deployment(cfg, cron=cron, interval=interval)
+
+
+def test_code_fingerprint_follows_every_library_file_the_stages_read(tmp_path, monkeypatch):
+    """report.html inlines reports/templates/report.css and report.js, but the fingerprint hashed
+    only .py/.json/.toml/.yaml/.j2/.html files: a release that changed only the report's
+    script or style kept serving the cached report with the old one. Bytecode does not count."""
+    import shutil
+
+    import flows.tasks as t
+
+    for pkg in t._LIBRARY_PACKAGES:
+        shutil.copytree(
+            t._PROJECT_ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    monkeypatch.setattr(t, "_PROJECT_ROOT", tmp_path)
+    try:
+        t.code_fingerprint.cache_clear()
+        before = t.code_fingerprint()
+        for name in ("report.css", "report.js"):
+            f = tmp_path / "reports" / "templates" / name
+            f.write_text(f.read_text() + "\n/* changed */\n")
+            t.code_fingerprint.cache_clear()
+            assert t.code_fingerprint() != before, name
+            before = t.code_fingerprint()
+        cache = tmp_path / "decontam" / "__pycache__"
+        cache.mkdir(exist_ok=True)
+        (cache / "run.cpython-311.pyc").write_bytes(b"\0")
+        t.code_fingerprint.cache_clear()
+        assert t.code_fingerprint() == before
+    finally:
+        t.code_fingerprint.cache_clear()
