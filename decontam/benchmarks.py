@@ -685,6 +685,13 @@ def _resolve_window(defn: BenchmarkDef, window: WindowArg) -> tuple[str, str] | 
                 f"{defn.name}: unknown window {window!r}",
                 hint=did_you_mean(window, [k for k, _ in defn.windows]) + " or START..END",
             )
+        if not defn.windows:  # AIME: a named window is a no-op, but only a name that exists
+            known = sorted({k for d in definitions().values() for k, _ in d.windows})
+            if window not in known:
+                raise ConfigError(
+                    f"{defn.name}: unknown window {window!r} (no benchmark names it)",
+                    hint=did_you_mean(window, known) + " or START..END, or all",
+                )
         return defn.window(window)  # None for benchmarks without named windows (AIME)
     return _parse_window(window, f"window for {defn.name}")
 

@@ -141,6 +141,10 @@ def test_windows(benchmarks_dir):
     assert per_name.item_count == 279
     with pytest.raises(ConfigError, match="paper"):
         load_benchmark("lcb_v5", benchmarks_dir=benchmarks_dir, window="papr")
+    # an undated benchmark (AIME) ignores a named window, but only one that some benchmark
+    # names: a typo was silently ignored on an AIME-only run
+    with pytest.raises(ConfigError, match="unknown window 'papr'.*did you mean 'paper'"):
+        load_benchmark("aime24", benchmarks_dir=benchmarks_dir, window="papr")
     with pytest.raises(ConfigError, match="not before"):
         load_benchmark("lcb_v5", benchmarks_dir=benchmarks_dir, window=("2025-01-01", "2024-01-01"))
 
