@@ -440,6 +440,12 @@ class PipelineConfig:
         bench = section("benchmarks", BenchmarksConfig)
         if bench.dir:
             bench.dir = _resolve_path(bench.dir, base)
+            if not Path(bench.dir).is_dir():  # else every pool failed after its ingest
+                raise ConfigError(
+                    f"[benchmarks] dir {bench.dir} is not a folder",
+                    hint="point it at a benchmark mirror (the files of `sluice benchmarks list`), "
+                    "or leave it out for SLUICE_BENCHMARKS_DIR / the Hub",
+                )
         outputs = section("outputs", OutputsConfig)
         data_root = raw.get("data_root")
         if data_root is not None and not isinstance(data_root, str):

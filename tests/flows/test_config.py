@@ -65,6 +65,8 @@ def test_values_of_the_wrong_type_or_shape_are_one_config_error_at_load(tmp_path
             "gives 'aime x' for pool 'aime': invalid dataset name",
         ),
         ("[scale]\nray_address = 5", "[scale] ray_address must be a string"),
+        # a mirror that is not there failed every pool after its ingest
+        ('[benchmarks]\ndir = "no-such-mirror"', "no-such-mirror is not a folder"),
     ):
         top, _, rest = body.partition("\n") if body.startswith("data_root") else ("", "", body)
         p.write_text(f"{top}\n{pool}{rest}\n")
