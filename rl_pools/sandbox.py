@@ -541,10 +541,13 @@ def _run_bwrap(
             *cmd,
         ]
     cap = cfg.max_output_bytes
-    # stdin from an anonymous file: no writer thread, no pipe deadlock with huge input.
-    stdin_f = tempfile.TemporaryFile()
-    stdin_f.write(stdin_data)
-    stdin_f.seek(0)
+    # stdin from an anonymous file: no writer thread, no pipe deadlock with huge input. The
+    # program gets a read-only descriptor of it (reopened through /proc): the read-write one
+    # let it write up to RLIMIT_FSIZE onto the host's disk through fd 0.
+    with tempfile.TemporaryFile() as rw:
+        rw.write(stdin_data)
+        rw.flush()
+        stdin_f = open(f"/proc/self/fd/{rw.fileno()}", "rb", buffering=0)  # noqa: SIM115
     t0 = time.monotonic()
     try:
         proc = subprocess.Popen(

@@ -500,3 +500,28 @@ def test_docs_known_gaps_match_what_a_program_posing_as_bwrap_gets():
     table = doc.split("## The code sandbox", 1)[1].split("| status | meaning |", 1)[1]
     table = table.split("\n\n", 1)[0]
     assert ("a program printing `bwrap: ...` is a `runtime_error`" in table) != posing_wins
+
+
+def test_stdin_is_read_only_no_writes_to_the_host_temp_file():
+    # stdin is an anonymous file in the host's $TMPDIR; it was passed open read-write, so a
+    # program could write (up to RLIMIT_FSIZE) onto the host's disk through fd 0
+    prog = """
+import json, os
+res = {"in": os.read(0, 100).decode()}
+for name, f in [("write", lambda: os.write(0, b"x" * 4096)),
+                ("pwrite", lambda: os.pwrite(0, b"x" * 4096, 1 << 20)),
+                ("truncate", lambda: os.ftruncate(0, 1 << 20))]:
+    try:
+        f()
+        res[name] = "done"
+    except OSError as e:
+        res[name] = type(e).__name__
+res["size"] = os.fstat(0).st_size
+print(json.dumps(res))
+"""
+    r = execute(prog, "hello", config=FAST)
+    assert r.status == "passed", r
+    res = json.loads(r.stdout)
+    assert res["in"] == "hello"
+    assert all(res[k] != "done" for k in ("write", "pwrite", "truncate")), res
+    assert res["size"] == 5
