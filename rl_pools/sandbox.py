@@ -77,6 +77,11 @@ _SETPRIV = "/usr/bin/setpriv"
 _BASH = "/usr/bin/bash"
 
 
+_MAX_SECONDS = 86400  # one day; larger limits overflow poll() and select()
+_MAX_MB = 1 << 30  # 1 PiB, far below what prlimit and bwrap --size can parse
+_MAX_COUNT = 1 << 40
+
+
 class SandboxUnavailable(SluiceError):
     """The sandbox cannot run on this machine (bubblewrap or prlimit missing, namespaces off)."""
 
@@ -136,6 +141,24 @@ class SandboxConfig:
             if v is not None and not math.isfinite(v):
                 raise ConfigError(f"SandboxConfig.{name} must be a finite number, got {v}",
                                   hint="e.g. 5 (seconds)")  # fmt: skip
+            if v is not None and v > _MAX_SECONDS:  # a huge one overflowed poll()/select()
+                raise ConfigError(
+                    f"SandboxConfig.{name} must be at most {_MAX_SECONDS} (one day), got {v:g}",
+                    hint="e.g. 5 (seconds)",
+                )
+        # prlimit cannot parse limits past 2**64 bytes: a huge one failed inside the sandbox and
+        # was reported as the program's runtime_error
+        for name in ("memory_mb", "max_file_mb", "tmpfs_mb"):
+            if getattr(self, name) > _MAX_MB:
+                raise ConfigError(
+                    f"SandboxConfig.{name} must be at most {_MAX_MB} (MiB), "
+                    f"got {getattr(self, name)}"
+                )
+        for name in ("max_processes", "max_open_files", "max_output_bytes"):
+            if getattr(self, name) > _MAX_COUNT:
+                raise ConfigError(
+                    f"SandboxConfig.{name} must be at most {_MAX_COUNT}, got {getattr(self, name)}"
+                )
         if self.cpu_limit_s is not None and self.cpu_limit_s <= 0:
             raise ConfigError(f"SandboxConfig.cpu_limit_s must be > 0, got {self.cpu_limit_s}")
         if self.memory_mb < 32:

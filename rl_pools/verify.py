@@ -38,6 +38,7 @@ import pyarrow as pa
 from curation.errors import ConfigError, InputError, SluiceError
 
 STATUSES = ("correct", "incorrect", "no_answer", "timeout", "error")
+MAX_TIMEOUT_S = 86400  # one day: larger deadlines overflow the waits (and mean no deadline)
 
 VERIFY_RESULT_SCHEMA = pa.schema(
     [
@@ -77,6 +78,12 @@ class VerifyConfig:
         if not math.isfinite(self.timeout_s) or self.timeout_s <= 0:
             raise ConfigError(
                 f"VerifyConfig.timeout_s must be a finite number > 0, got {self.timeout_s}",
+                hint="e.g. timeout_s = 5 (seconds)",
+            )
+        if self.timeout_s > MAX_TIMEOUT_S:  # a huge one overflowed the pool's wait()
+            raise ConfigError(
+                f"VerifyConfig.timeout_s must be at most {MAX_TIMEOUT_S} (one day), "
+                f"got {self.timeout_s:g}",
                 hint="e.g. timeout_s = 5 (seconds)",
             )
         if self.workers < 1:

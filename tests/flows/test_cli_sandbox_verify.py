@@ -148,3 +148,26 @@ def test_sandbox_run_runs_the_file_bytes_unchanged(tmp_path):
     obj = json.loads(p.stdout)
     assert obj["status"] == "runtime_error" and "SyntaxError" in obj["stderr"], obj
     assert "Non-UTF-8" in obj["stderr"], obj
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["sandbox", "run", "PROG", "--time-limit", "1e12"], "--time-limit"),
+        (["sandbox", "run", "PROG", "--time-limit", "1e308"], "--time-limit"),
+        (["sandbox", "run", "PROG", "--memory-mb", "99999999999999"], "--memory-mb"),
+        (["verify", "math", "--answer", "1", "--reference", "1", "--timeout", "1e12"], "--timeout"),
+        (
+            ["verify", "math", "--answer", "1", "--reference", "1", "--timeout", "1e308"],
+            "--timeout",
+        ),
+    ],
+)
+def test_huge_limits_are_one_error_line(tmp_path, args, option):
+    """Finite but huge limits overflowed poll()/select() (an OverflowError traceback), and a huge
+    --memory-mb reached prlimit, which failed and was reported as the program's runtime_error."""
+    prog = tmp_path / "ok.py"
+    prog.write_text("print(1)\n")
+    rc, obj, raw = _sluice(*[str(prog) if a == "PROG" else a for a in args])
+    assert rc == 2 and obj is None, raw
+    assert option in raw and "at most" in raw and "Traceback" not in raw, raw
