@@ -413,6 +413,10 @@ def _bwrap_argv(
     size = str(cfg.tmpfs_mb * 1024 * 1024)
     args += [
         "--proc", "/proc",
+        # pid 1 is bwrap's init: it runs before prlimit (no RLIMIT_AS/NPROC/CPU) as the
+        # program's uid, so /proc/1/mem let the program write code into it and escape every
+        # limit. Hide /proc/1 behind an empty read-only tmpfs.
+        "--size", "4096", "--tmpfs", "/proc/1", "--remount-ro", "/proc/1",
         # bwrap's minimal /dev is a tmpfs with no size cap: remount it read-only, with a capped
         # tmpfs for /dev/shm (POSIX shared memory, multiprocessing's semaphores).
         "--dev", "/dev",

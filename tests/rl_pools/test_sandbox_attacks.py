@@ -525,3 +525,45 @@ print(json.dumps(res))
     assert res["in"] == "hello"
     assert all(res[k] != "done" for k in ("write", "pwrite", "truncate")), res
     assert res["size"] == 5
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 machine code")
+def test_pid1_memory_cannot_be_written_to_escape_the_limits():
+    """bwrap's init (the sandbox's pid 1) runs before prlimit, so without RLIMIT_AS, NPROC or
+    CPU, as the program's own uid. /proc/1/mem was writable: code written at pid 1's syscall
+    return address (from /proc/1/syscall) ran there once an orphan it reaps exited, and held
+    128 MiB resident with memory_mb=64 (any amount, or ~96k processes, could have followed)."""
+    prog = r"""
+import json, os, time
+res = {}
+mmap_and_pause = bytes.fromhex(  # mmap(0, 128 MiB, RW, PRIVATE|ANON|POPULATE); pause() forever
+    "b809000000" "31ff" "be00000008" "ba03000000" "41ba22800000" "49c7c0ffffffff" "4531c9"
+    "0f05" "b822000000" "0f05" "ebf7")
+try:
+    pc = int(open("/proc/1/syscall").read().split()[-1], 16)
+    with open("/proc/1/mem", "r+b", buffering=0) as m:
+        m.seek(pc)
+        m.write(mmap_and_pause)
+    res["write"] = "ok"
+except (OSError, ValueError, IndexError) as e:
+    res["write"] = type(e).__name__
+pid = os.fork()
+if pid == 0:  # an orphan for pid 1 to reap: its wait4() returns into the injected code
+    if os.fork() == 0:
+        time.sleep(0.2)
+        os._exit(0)
+    os._exit(0)
+os.waitpid(pid, 0)
+time.sleep(1.0)
+try:
+    st = open("/proc/1/status").read()
+    res["pid1_rss_kb"] = int([ln for ln in st.splitlines() if ln.startswith("VmRSS")][0].split()[1])
+except (OSError, IndexError) as e:
+    res["pid1_rss_kb"] = type(e).__name__
+print(json.dumps(res), flush=True)
+"""
+    r = execute(prog, config=SandboxConfig(time_limit_s=4, memory_mb=64))
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res["write"] != "ok", res
+    rss = res["pid1_rss_kb"]
+    assert not isinstance(rss, int) or rss < 64 * 1024, res
