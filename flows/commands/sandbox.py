@@ -20,14 +20,18 @@ def run(
 
     Exit code 0 whenever the sandbox worked, whatever the program did; read `status`.
     """
-    from curation.errors import ConfigError, NotFoundError
+    from curation.errors import ConfigError, InputError, NotFoundError
     from rl_pools.sandbox import SandboxConfig, execute
 
-    if not program.is_file():
+    if program.is_dir():
+        raise InputError(f"program {program} is a folder", hint="pass the path of a .py file")
+    if not program.exists():
         raise NotFoundError(f"program {program} not found", hint="pass the path of a .py file")
     data = b""
     if stdin is not None:
-        if not stdin.is_file():
+        if stdin.is_dir():
+            raise InputError(f"--stdin {stdin} is a folder", hint="pass the path of a file")
+        if not stdin.exists():
             raise NotFoundError(f"stdin file {stdin} not found", hint="check --stdin")
         data = stdin.read_bytes()
     try:

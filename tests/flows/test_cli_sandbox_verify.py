@@ -171,3 +171,16 @@ def test_huge_limits_are_one_error_line(tmp_path, args, option):
     rc, obj, raw = _sluice(*[str(prog) if a == "PROG" else a for a in args])
     assert rc == 2 and obj is None, raw
     assert option in raw and "at most" in raw and "Traceback" not in raw, raw
+
+
+def test_sandbox_run_folder_arguments_say_folder(tmp_path):
+    """A folder given as the program or as --stdin was reported "not found", which sends the
+    user looking for a path that exists."""
+    prog = tmp_path / "ok.py"
+    prog.write_text("print(1)\n")
+    for args, what in ((["sandbox", "run", str(tmp_path)], "program"),
+                       (["sandbox", "run", str(prog), "--stdin", str(tmp_path)], "--stdin")):  # fmt: skip
+        rc, obj, raw = _sluice(*args)
+        assert rc == 2 and obj is None, raw
+        assert "is a folder" in raw and str(tmp_path) in raw and what in raw, raw
+        assert "not found" not in raw and "Traceback" not in raw, raw
