@@ -251,7 +251,10 @@ def values_equal(got: Any, expected: Any, *, tolerance: bool) -> bool:
     if got == expected:
         return True
     if tolerance and isinstance(got, float) and isinstance(expected, int | float):
-        return abs(got - expected) <= 1e-6 * max(1.0, abs(expected))
+        try:
+            return abs(got - expected) <= 1e-6 * max(1.0, abs(expected))
+        except OverflowError:  # an int past float's range: no float is within 1e-6 of it
+            return False
     return False
 
 

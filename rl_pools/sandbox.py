@@ -873,7 +873,11 @@ def _grade_functional(
             pass
         elif "differs" in lines:
             o.status, o.reason = "failed", "returned value differs from the expected output"
-            o.got = json.loads(lines["differs"])
+            try:  # the harness writes a JSON string; a solution that found the nonce may not
+                got = json.loads(lines["differs"])
+            except (json.JSONDecodeError, RecursionError):
+                got = None
+            o.got = got[:2000] if isinstance(got, str) else lines["differs"][:2000]
         else:
             o.status = "failed"
             o.reason = "the test harness did not finish (the solution exited early?)"
@@ -895,9 +899,9 @@ def _judge_calls(o: TestOutcome, r: ExecutionResult, plan, lines: dict[str, str]
                 o.reason = "the test harness did not finish (the solution exited early?)"
             return  # the run's own status (runtime_error, timeout, memory, ...) says why
         o.expected = call.expected_text
-        try:
+        try:  # the harness writes JSON; a solution that found the nonce may write anything
             sent = json.loads(text)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             sent = None
         if isinstance(sent, dict) and isinstance(sent.get("type"), str):
             o.status = "failed"

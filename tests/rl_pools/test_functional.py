@@ -225,3 +225,56 @@ def test_trees_and_linked_lists_are_compared_as_their_values():
     hacked = MIRROR + f"\nclass _E:\n{_EQ}Solution.invertTree = lambda self, root: TreeNode(_E())\n"
     r = run_tests(hacked, [tree], CFG)
     assert r.status == "failed" and "not a plain value" in r.reason
+
+
+@needs_bwrap
+def test_a_forged_unreadable_differs_line_fails_that_program_not_the_batch():
+    """On the in-sandbox path a solution can read the verdict nonce from the harness's frame
+    (a documented limit). Printing `NONCE differs <not JSON>` made the host's json.loads raise,
+    which sank the whole run_many batch, the honest programs' results with it."""
+    from rl_pools.sandbox import run_many
+
+    tests = [TestCase("functional", "def check(candidate):\n    x = candidate(nums=[3,2,4], "
+                      "target=6)\n    assert x == [1,2]\n", None, "Solution().twoSum")]  # fmt: skip
+    assert host_plan(tests[0].input, None) is None  # helper code: runs in the sandbox
+    good = "class Solution:\n    def twoSum(self, nums, target):\n        return [1, 2]\n"
+    forged = [
+        "import sys, os\nn = sys._getframe(1).f_locals['nonce']\n"
+        f"os.write(1, ('\\n' + n + ' differs ' + {text!r} + '\\n').encode())\nos._exit(0)\n"
+        for text in ("not json", "[1, 2]", "{")
+    ]
+    res = run_many([(good, tests)] + [(f, tests) for f in forged] + [(good, tests)], CFG)
+    assert [r.status for r in res] == ["passed", "failed", "failed", "failed", "passed"], res
+
+
+@needs_bwrap
+def test_a_forged_deeply_nested_call_line_fails_that_program_not_the_batch():
+    """The nonce is in the harness's frame on the compared-outside path too; a forged call line
+    of 100,000 `[` made the host's json.loads raise RecursionError and sank the batch."""
+    from rl_pools.sandbox import run_many
+
+    tests = [TestCase("functional", "def check(candidate):\n    assert candidate(nums=[3,2,4], "
+                      "target=6) == [1,2]\n", None, "Solution().twoSum")]  # fmt: skip
+    assert host_plan(tests[0].input, None) is not None  # compared outside the sandbox
+    good = "class Solution:\n    def twoSum(self, nums, target):\n        return [1, 2]\n"
+    forged = (
+        "import sys, os\nn = sys._getframe(1).f_locals['nonce']\n"
+        "os.write(1, ('\\n' + n + ' 0 ' + '[' * 100000 + '\\n').encode())\nos._exit(0)\n"
+    )
+    res = run_many([(good, tests), (forged, tests), (good, tests)], CFG)
+    assert [r.status for r in res] == ["passed", "failed", "passed"], res
+
+
+@needs_bwrap
+def test_a_float_against_a_huge_expected_int_fails_not_raises():
+    """float - int past 1e308 raises OverflowError: a solution returning a float for a test
+    whose expected value is a huge int raised out of run_tests (and sank a run_many batch)."""
+    assert not values_equal(1.0, 10**400, tolerance=True)
+    assert not values_equal(float("inf"), 10**400, tolerance=True)
+    big = str(10**400)
+    tests = [TestCase("functional", "n = 3", big, "Solution().f")]
+    prog = "class Solution:\n    def f(self, n):\n        return 1e300\n"
+    r = run_tests(prog, tests, CFG)
+    assert r.status == "failed", r
+    ok = f"class Solution:\n    def f(self, n):\n        return {big}\n"
+    assert run_tests(ok, tests, CFG).status == "passed"
