@@ -571,9 +571,12 @@ def _run_bwrap(
     # stdin from an anonymous file: no writer thread, no pipe deadlock with huge input. The
     # program gets a read-only descriptor of it (reopened through /proc): the read-write one
     # let it write up to RLIMIT_FSIZE onto the host's disk through fd 0.
+    # Mode 0400 too: when we are not root the sandbox's host uid owns the file and could
+    # otherwise reopen /proc/self/fd/0 for writing.
     with tempfile.TemporaryFile() as rw:
         rw.write(stdin_data)
         rw.flush()
+        os.fchmod(rw.fileno(), 0o400)
         stdin_f = open(f"/proc/self/fd/{rw.fileno()}", "rb", buffering=0)  # noqa: SIM115
     t0 = time.monotonic()
     try:

@@ -517,6 +517,12 @@ for name, f in [("write", lambda: os.write(0, b"x" * 4096)),
     except OSError as e:
         res[name] = type(e).__name__
 res["size"] = os.fstat(0).st_size
+res["mode"] = os.fstat(0).st_mode & 0o777
+try:  # a read-write reopen: as root it is another uid's file; as a user it is the program's own
+    os.open("/proc/self/fd/0", os.O_WRONLY)
+    res["reopen"] = "done"
+except OSError as e:
+    res["reopen"] = type(e).__name__
 print(json.dumps(res))
 """
     r = execute(prog, "hello", config=FAST)
@@ -525,6 +531,10 @@ print(json.dumps(res))
     assert res["in"] == "hello"
     assert all(res[k] != "done" for k in ("write", "pwrite", "truncate")), res
     assert res["size"] == 5
+    assert res["reopen"] != "done", res
+    # when Sluice runs as a normal user the sandbox's host uid owns the file: only its mode
+    # (no write bit for anyone) stops a reopen through /proc/self/fd/0
+    assert res["mode"] & 0o222 == 0, res
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 machine code")
