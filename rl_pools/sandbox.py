@@ -225,6 +225,13 @@ class TestCase:
     entry_point: str | None = None
 
     def __post_init__(self) -> None:
+        for name in ("input", "output", "entry_point"):
+            v = getattr(self, name)
+            if not (isinstance(v, str) or (v is None and name != "input")):
+                raise ConfigError(
+                    f"test {name} must be text, got {type(v).__name__} {str(v)[:50]!r}",
+                    hint='write test inputs and outputs as strings (e.g. "3\\n", not 3)',
+                )
         if self.kind not in ("stdin", "functional"):
             raise ConfigError(f"test kind must be 'stdin' or 'functional', got {self.kind!r}")
         if self.kind == "functional" and not self.entry_point:

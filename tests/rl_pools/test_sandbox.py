@@ -182,3 +182,20 @@ def test_config_validation():
         SandboxConfig(memory_mb=8)
     with pytest.raises(ConfigError):
         TestCase("functional", "x", "1")  # no entry point
+
+
+@pytest.mark.parametrize(
+    ("test", "field"),
+    [
+        ({"input": 5, "output": "5\n"}, "input"),
+        ({"input": "", "output": 1}, "output"),
+        ({"kind": "functional", "input": "1", "output": "1", "entry_point": 3}, "entry_point"),
+    ],
+)
+def test_a_test_field_of_the_wrong_type_is_a_config_error(test, field):
+    """A test whose input/output is not text (a JSON number) raised AttributeError from a grading
+    thread, sinking a run_many batch with a traceback that named no field."""
+    with pytest.raises(ConfigError, match=field):
+        run_tests("print(1)", [test])
+    with pytest.raises(ConfigError, match=field):
+        run_many([("print(1)", [test])])
