@@ -336,6 +336,10 @@ _SECCOMP_DENY = (
     # process), System V shared memory (a segment outlives shmdt() in the IPC namespace) and
     # System V message queues (kernel memory per queue). POSIX shm stays: /dev/shm is capped.
     "memfd_create", "memfd_secret", "shmget", "msgget",
+    # Limits the kernel counts per host uid across every user namespace, so one run could use
+    # them up for all concurrent sandboxes (all uid 65534): inotify instances (128 by default)
+    # and the POSIX message-queue budget (RLIMIT_MSGQUEUE of bwrap's uid, not the program's).
+    "inotify_init", "inotify_init1", "mq_open",
 )  # fmt: skip
 # clone() flags that create namespaces (linux/sched.h): a nested user namespace would give the
 # program capabilities over fresh mounts, e.g. an uncapped tmpfs.

@@ -577,3 +577,28 @@ print(json.dumps(res), flush=True)
     assert res["write"] != "ok", res
     rss = res["pid1_rss_kb"]
     assert not isinstance(rss, int) or rss < 64 * 1024, res
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 system-call numbers")
+def test_limits_shared_by_every_sandbox_cannot_be_exhausted_by_one():
+    """Every sandbox runs as host uid 65534, and a few kernel limits are counted for that uid
+    across all user namespaces: one run holding 128 inotify instances (max_user_instances) made
+    inotify_init fail in every concurrent run (tested with two runs side by side), and POSIX
+    message queues draw on one RLIMIT_MSGQUEUE budget. Both system calls are denied now."""
+    prog = r"""
+import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+def call(name, *args):
+    ctypes.set_errno(0)
+    r = getattr(libc, name)(*args)
+    return "ok" if r >= 0 else os.strerror(ctypes.get_errno())
+print(json.dumps({
+    "inotify_init1": call("inotify_init1", 0),
+    "inotify_init": call("syscall", 253),
+    "mq_open": call("syscall", 240, b"sluice-q", os.O_CREAT | os.O_RDWR, 0o600, None),
+}))
+"""
+    r = execute(prog, config=FAST)
+    assert r.status == "passed", r
+    res = json.loads(r.stdout)
+    assert all(v == "Operation not permitted" for v in res.values()), res
