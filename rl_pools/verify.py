@@ -88,6 +88,11 @@ class VerifyConfig:
             )
         if self.workers < 1:
             raise ConfigError(f"VerifyConfig.workers must be >= 1, got {self.workers}")
+        if self.memory_mb <= 0:  # -1 became an unlimited RLIMIT_AS without a word
+            raise ConfigError(
+                f"VerifyConfig.memory_mb must be > 0 (MiB), got {self.memory_mb}",
+                hint="e.g. memory_mb = 4096 (the default)",
+            )
 
 
 @dataclass
@@ -427,7 +432,9 @@ class MathVerifier:
                             f"math verification worker failed to start (exit code {w.proc.exitcode})",
                             hint="check that math-verify is installed (pip install math-verify); "
                             "a script that calls verify_batch at import time needs "
-                            "`if __name__ == '__main__':` (the workers re-import __main__)",
+                            "`if __name__ == '__main__':` (the workers re-import __main__); "
+                            f"memory_mb={cfg.memory_mb} may be too small for a worker to start "
+                            "(the default is 4096)",
                         )
                     replace(w)
             now = time.monotonic()

@@ -330,3 +330,18 @@ def test_linear_extraction_agrees_with_the_old_one_on_real_texts(pools_dir):
     diffs = [t[:80] for t in texts if extract_answer(t) != _oracle_extract(t)]
     assert diffs == [], diffs
     assert sum(extract_answer(t)[1] == "boxed" for t in texts) > 100
+
+
+def test_memory_limit_that_is_no_limit_or_too_small_says_so():
+    """memory_mb=-1 wrapped to an unlimited RLIMIT_AS without a word (a runaway sympy expression
+    could then swap the machine out), and one too small for a worker to start was reported as
+    "check that math-verify is installed"."""
+    from curation.errors import ConfigError
+    from rl_pools.verify import MathVerifier, VerifierUnavailable, VerifyConfig
+
+    for bad in (-1, 0):
+        with pytest.raises(ConfigError, match="memory_mb"):
+            VerifyConfig(memory_mb=bad)
+    with pytest.raises(VerifierUnavailable, match="memory_mb=64"):
+        with MathVerifier(VerifyConfig(memory_mb=64, workers=1)) as v:
+            v.verify([r"\boxed{2}"], ["2"])
