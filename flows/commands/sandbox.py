@@ -27,12 +27,18 @@ def run(
         raise InputError(f"program {program} is a folder", hint="pass the path of a .py file")
     if not program.exists():
         raise NotFoundError(f"program {program} not found", hint="pass the path of a .py file")
+    if not program.is_file():  # /dev/zero would be read until memory runs out
+        raise InputError(f"program {program} is not a regular file", hint="pass a .py file")
     data = b""
     if stdin is not None:
         if stdin.is_dir():
             raise InputError(f"--stdin {stdin} is a folder", hint="pass the path of a file")
         if not stdin.exists():
             raise NotFoundError(f"stdin file {stdin} not found", hint="check --stdin")
+        if not stdin.is_file():
+            raise InputError(
+                f"--stdin {stdin} is not a regular file", hint="save the input to a file"
+            )
         data = stdin.read_bytes()
     try:
         cfg = SandboxConfig(time_limit_s=time_limit, memory_mb=memory_mb)

@@ -184,3 +184,6 @@ def test_sandbox_run_folder_arguments_say_folder(tmp_path):
         assert rc == 2 and obj is None, raw
         assert "is a folder" in raw and str(tmp_path) in raw and what in raw, raw
         assert "not found" not in raw and "Traceback" not in raw, raw
+    # a device is refused up front (it was "not found" too; /dev/zero must never be read whole)
+    rc, obj, raw = _sluice("sandbox", "run", str(prog), "--stdin", "/dev/zero", timeout=60)
+    assert rc == 2 and "not a regular file" in raw and "Traceback" not in raw, raw
