@@ -148,7 +148,12 @@ def select_map(field_map: str, source: str | SourceSpec) -> FieldMap:
             m.check_columns(columns, spec.location)
         except ConfigError:
             continue
-        scored.append(((_tier(m, spec), len(m.used_columns() & columns)), m))
+        read = m.used_columns() & columns
+        text_spec = m.fields.get(m.text_field)
+        text_cols = {p[0] for p in text_spec.paths} if text_spec is not None else set()
+        if not read - text_cols:  # only the problem text fits: nothing says the domain or the
+            continue  # answer (generic_code took a math pool as code, with no answer kept)
+        scored.append(((_tier(m, spec), len(read)), m))
     if scored:
         best = max(s for s, _ in scored)
         top = [m for s, m in scored if s == best]

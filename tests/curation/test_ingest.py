@@ -355,3 +355,19 @@ def test_a_nested_path_no_row_has_is_a_map_error_not_null_values(tmp_path, data_
     optional = '{ path = "extra_info.indx", optional = true }'
     meta.write_text(meta.read_text().replace('"extra_info.indx"', optional))
     assert ingest(str(src), field_map=str(meta), name="dv", limit=50).counts["accepted"] == 50
+
+
+def test_auto_map_needs_more_than_the_problem_column(tmp_path, pools_dir):
+    # thought-anchors' pass-rate pool holds MATH problems with `problem` and `gt_answer`: no map
+    # reads its answer, and generic_code (tests optional) fit on `problem` alone, so the default
+    # `--map auto` published 106 math problems as domain "code" with neither answer nor tests
+    src = tmp_path / "passrate.jsonl"
+    lines = (pools_dir / "passrate_r1distill14b_math_l5_thoughtanchors.jsonl").open().readlines()
+    src.write_text("".join(lines[:20]))
+    with pytest.raises(ConfigError, match="cannot choose a field map.*gt_answer"):
+        select_map("auto", str(src))
+    code = tmp_path / "code.jsonl"
+    code.write_text(
+        json.dumps({"description": "p", "tests": [{"input": "1", "output": "1"}]}) + "\n"
+    )
+    assert select_map("auto", str(code)).name == "generic_code"
