@@ -157,9 +157,16 @@ def parse_value(value: Any, how: str, field_name: str) -> Any:
 def resolve(row: Any, path: tuple[str | int, ...]) -> Any:
     """Follow ``path`` into ``row``; stringified containers on the way are parsed (json/python)."""
     cur = row
-    for tok in path:
+    for i, tok in enumerate(path):
         if isinstance(cur, str) and cur[:1] in "[{":
-            cur = parse_value(cur, "auto", "")
+            text, cur = cur, parse_value(cur, "auto", "")
+            if isinstance(cur, str):  # looks like a container, parses as neither: a broken row
+                where = "".join(f"[{t}]" if isinstance(t, int) else f".{t}" for t in path[:i])
+                raise FieldError(
+                    "",
+                    f"{where.lstrip('.')} is a stringified container that does not parse as "
+                    f"JSON or a Python literal ({len(text)} characters)",
+                )
         if isinstance(tok, int):
             if not isinstance(cur, _SEQ) or not -len(cur) <= tok < len(cur):
                 return _MISSING
@@ -231,15 +238,22 @@ class FieldSpec:
         value: Any = _MISSING
         if not self.paths:
             value = self.const
+        broken: FieldError | None = None
         for p in self.paths:
-            value = resolve(row, p)
+            try:
+                value = resolve(row, p)
+            except FieldError as exc:  # a later path may still hold the value
+                broken, value = broken or exc, _MISSING
+                continue
             if (
                 isinstance(value, float) and value != value
             ):  # NaN: how pandas writes a missing value
                 value = None
             if value is not _MISSING and value is not None:
                 break
-        if value is _MISSING:
+        if value is _MISSING or value is None:
+            if broken is not None:
+                raise FieldError(field_name, broken.reason)
             value = None
         if self.parse and value is not None:
             value = parse_value(value, self.parse, field_name)
@@ -582,9 +596,16 @@ class FieldMap:
         ep = spec.entry_point.get(row, "tests.entry_point") if spec.entry_point else None
         if ep is not None and not isinstance(ep, str):
             raise FieldError("tests.entry_point", f"expected text, got {type(ep).__name__}")
-        found = [resolve(row, p) for p in spec.paths]
+        found, broken = [], None
+        for p in spec.paths:
+            try:
+                found.append(resolve(row, p))
+            except FieldError as exc:
+                broken = broken or exc
         values = [v for v in found if v is not _MISSING and v is not None]
         if not values:
+            if broken is not None:
+                raise FieldError("tests", broken.reason)
             return None
         cases: list[dict] = []
         for v in values:

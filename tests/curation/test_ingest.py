@@ -371,3 +371,22 @@ def test_auto_map_needs_more_than_the_problem_column(tmp_path, pools_dir):
         json.dumps({"description": "p", "tests": [{"input": "1", "output": "1"}]}) + "\n"
     )
     assert select_map("auto", str(code)).name == "generic_code"
+
+
+def test_a_broken_stringified_container_on_a_path_is_a_reject(tmp_path, pools_dir):
+    # LeetCodeDataset's `meta` is a Python-repr string in some copies (the Hub's); the map reads
+    # problem_id, starter code and difficulty through it. A row whose meta string is cut short
+    # was accepted with all three silently null: it must be a reject naming the row and field.
+    lines = (pools_dir / "code_leetcodedataset_v0.2.0_train.jsonl").open().readlines()[:3]
+    broken = json.loads(lines[1])
+    meta = repr(broken["meta"])
+    broken["meta"] = meta[: len(meta) // 2]
+    src = tmp_path / "lcd.jsonl"
+    src.write_text(lines[0] + json.dumps(broken) + "\n" + lines[2])
+    res = ingest_to_files(str(src), load_map("leetcodedataset"), tmp_path / "out")
+    assert (res.counts.accepted, res.counts.rejected) == (2, 1)
+    import pyarrow.parquet as pq
+
+    (rej,) = pq.read_table(res.rejects).to_pylist()
+    assert rej["row"] == 2 and rej["field"] == "starter_code"
+    assert "meta" in rej["reason"] and "does not parse" in rej["reason"]
