@@ -620,7 +620,7 @@ class FieldMap:
             raise FieldError("problem", "missing")
         if not isinstance(prob, str):
             raise FieldError("problem", f"wrong type: expected text, got {type(prob).__name__}")
-        if not prob.strip():
+        if not normalize_text(prob):  # blank, or only zero-width characters (the uid's view)
             raise FieldError("problem", "empty text")
         if rec.get("domain") not in DOMAINS:
             raise FieldError("domain", f"must be one of {DOMAINS}, got {rec.get('domain')!r}")
@@ -652,7 +652,7 @@ class FieldMap:
                 raise FieldError(name, "missing")
             if not isinstance(v, str):
                 raise FieldError(name, f"wrong type: expected text, got {type(v).__name__}")
-            if not v.strip():
+            if not normalize_text(v):
                 raise FieldError(name, "empty text")
         for name in (
             "source_id",

@@ -390,3 +390,16 @@ def test_a_broken_stringified_container_on_a_path_is_a_reject(tmp_path, pools_di
     (rej,) = pq.read_table(res.rejects).to_pylist()
     assert rej["row"] == 2 and rej["field"] == "starter_code"
     assert "meta" in rej["reason"] and "does not parse" in rej["reason"]
+
+
+def test_a_problem_of_invisible_characters_only_is_empty(tmp_path, pools_dir):
+    # "\u200b\ufeff" is not str.isspace(), so it passed the empty-text check, yet it normalizes
+    # to "" for the uid: such rows were accepted as one "problem" with the uid of empty text
+    lines = (pools_dir / "math_gsm8k_train.jsonl").open().readlines()[:3]
+    rows = [json.loads(x) for x in lines]
+    rows[1]["question"] = "\u200b \ufeff\u2060"
+    src = tmp_path / "g.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = ingest_to_files(str(src), load_map("gsm8k"), tmp_path / "out")
+    assert (res.counts.accepted, res.counts.rejected) == (2, 1)
+    assert res.counts.reject_reasons == {"problem: empty text": 1}
