@@ -252,7 +252,9 @@ def ingest_to_files(
     counts = IngestCounts()
     reasons: Counter[str] = Counter()
     dedup = ExactDeduper()
-    seen_ids: dict[str, str] = {}
+    # source ids are the pool's own row ids: unique per file (a folder groups pools that may each
+    # number their rows from 0, as TTRL's AIME/AMC/MATH files do)
+    seen_ids: dict[tuple[str, str], str] = {}
     checked: set[str] = set()
     files: list[str] = []
     done_bytes, cur_file, cur_bytes = 0, None, 0
@@ -324,7 +326,7 @@ def ingest_to_files(
                     dups.append(duplicate_row(uid, kept, Location(label, rowno, sid)))
                     continue
                 if sid is not None:
-                    first = seen_ids.get(sid)
+                    first = seen_ids.get((label, sid))
                     if first is not None:
                         dedup.discard(uid)
                         rejects.append(
@@ -337,7 +339,7 @@ def ingest_to_files(
                             }
                         )
                         continue
-                    seen_ids[sid] = f"{label}:{rowno}"
+                    seen_ids[label, sid] = f"{label}:{rowno}"
                 rec["uid"] = uid
                 if fmap.schema == "problem":
                     rec["source"] = fmap.source

@@ -403,3 +403,22 @@ def test_a_problem_of_invisible_characters_only_is_empty(tmp_path, pools_dir):
     res = ingest_to_files(str(src), load_map("gsm8k"), tmp_path / "out")
     assert (res.counts.accepted, res.counts.rejected) == (2, 1)
     assert res.counts.reject_reasons == {"problem: empty text": 1}
+
+
+def test_a_grouped_ingest_keeps_rows_whose_ids_repeat_in_another_file(tmp_path, pools_dir):
+    # TTRL's AIME24 and AMC23 files both number their rows from id 0: ingesting the folder
+    # rejected 30 distinct AMC problems as "duplicate source_id with different content"
+    group = tmp_path / "ttrl"
+    group.mkdir()
+    for f in ("math_ttrl_aime24_as_train.jsonl", "math_ttrl_amc23_as_train.jsonl"):
+        (group / f).write_bytes((pools_dir / f).read_bytes())
+    res = ingest_to_files(str(group), load_map("ttrl"), tmp_path / "out")
+    assert (res.counts.accepted, res.counts.rejected, res.counts.duplicates) == (113, 0, 0)
+    # inside one file a reused id with other content is still a reject
+    rows = (pools_dir / "math_ttrl_amc23_as_train.jsonl").read_text().splitlines()[:2]
+    second = json.loads(rows[1])
+    second["id"] = json.loads(rows[0])["id"]
+    one = tmp_path / "one.jsonl"
+    one.write_text(rows[0] + "\n" + json.dumps(second) + "\n")
+    res = ingest_to_files(str(one), load_map("ttrl"), tmp_path / "out1")
+    assert (res.counts.accepted, res.counts.rejected) == (1, 1)
