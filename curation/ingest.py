@@ -526,10 +526,11 @@ def ingest(
 
             from curation.dedup import near_duplicates
 
-            accepted = pq.read_table(files.accepted, columns=["uid", "problem"])
+            text = files.field_map.text_field  # problem, or an SFT sample's prompt
+            accepted = pq.read_table(files.accepted, columns=["uid", text])
             near_v = cat.stage(
                 f"{name}.near_duplicates",
-                near_duplicates(accepted, threshold=near_dup_threshold),
+                near_duplicates(accepted, threshold=near_dup_threshold, text_field=text),
                 step="ingest.near_duplicates",
                 config=config,
                 metadata={**base_md, "schema": "near_duplicates/1"},

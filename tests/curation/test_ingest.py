@@ -422,3 +422,17 @@ def test_a_grouped_ingest_keeps_rows_whose_ids_repeat_in_another_file(tmp_path, 
     one.write_text(rows[0] + "\n" + json.dumps(second) + "\n")
     res = ingest_to_files(str(one), load_map("ttrl"), tmp_path / "out1")
     assert (res.counts.accepted, res.counts.rejected) == (1, 1)
+
+
+def test_near_duplicates_of_an_sft_pool(tmp_path, pools_dir, data_root):
+    # --near-dups read a `problem` column, which SFT_SAMPLE_SCHEMA does not have: an Arrow
+    # traceback after the whole pool was read. SFT pools cluster on their text field, `prompt`.
+    lines = (pools_dir / "sft_marco_o1_cot_demo.jsonl").read_text().splitlines()[:20]
+    again = json.loads(lines[3])
+    again["response"] += " (a second sample for the same instruction)"
+    src = tmp_path / "sft.jsonl"
+    src.write_text("\n".join([*lines, json.dumps(again)]) + "\n")
+    res = ingest(str(src), field_map="marco_o1_sft", name="sft", near_dup_threshold=0.8)
+    near = Catalog().load(res.near_duplicates_ref).to_pylist()
+    kept = Catalog().load(res.ref).to_pylist()
+    assert [(r["kept_uid"], r["uid"]) for r in near] == [(kept[3]["uid"], kept[20]["uid"])]
