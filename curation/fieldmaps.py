@@ -34,7 +34,7 @@ import hashlib
 import json
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -576,6 +576,15 @@ class FieldMap:
             if v is None or (
                 isinstance(v, _STR_LIST) and not (v.strip() if isinstance(v, str) else v)
             ):
+                spec = self.fields.get(name)
+                if v is None and spec is not None and spec.extract:
+                    raw = replace(spec, extract=None, as_list=False).get(row, name)
+                    if isinstance(raw, str) and raw.strip():  # the text is there, no match in it
+                        raise FieldError(
+                            name,
+                            f"extract = {spec.extract!r} found nothing in "
+                            f"{' or '.join(spec.raw_paths)} (required by the field map)",
+                        )
                 raise FieldError(name, "missing or empty (required by the field map)")
         meta: dict[str, Any] = {}
         for key, spec in self.metadata.items():

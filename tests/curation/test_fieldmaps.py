@@ -266,7 +266,7 @@ def test_hub_numinamath_answer_is_the_last_boxed_value():
         {"source": "olympiads", "problem": "Find x.", "solution": r"So $x=\boxed{\frac{1}{2}}$."}
     )
     assert rec["answer"] == r"\frac{1}{2}" and rec["metadata"] == {"origin": "olympiads"}
-    with pytest.raises(FieldError, match="missing or empty"):
+    with pytest.raises(FieldError, match="extract = 'boxed' found nothing in solution"):
         m.apply({"source": "s", "problem": "Find x.", "solution": "no final box"})
 
 

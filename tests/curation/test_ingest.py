@@ -436,3 +436,19 @@ def test_near_duplicates_of_an_sft_pool(tmp_path, pools_dir, data_root):
     near = Catalog().load(res.near_duplicates_ref).to_pylist()
     kept = Catalog().load(res.ref).to_pylist()
     assert [(r["kept_uid"], r["uid"]) for r in near] == [(kept[3]["uid"], kept[20]["uid"])]
+
+
+def test_a_required_field_whose_extractor_finds_nothing_says_so(tmp_path, pools_dir):
+    # a GSM8K answer without its "#### <final>" line was rejected as "answer: missing or
+    # empty", though the row has an answer: the reason must name the extractor that found nothing
+    rows = [json.loads(x) for x in (pools_dir / "math_gsm8k_train.jsonl").open().readlines()[:3]]
+    rows[1]["answer"] = rows[1]["answer"].rsplit("####", 1)[0]
+    src = tmp_path / "g.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = ingest_to_files(str(src), load_map("gsm8k"), tmp_path / "out")
+    assert (res.counts.accepted, res.counts.rejected) == (2, 1)
+    import pyarrow.parquet as pq
+
+    (rej,) = pq.read_table(res.rejects).to_pylist()
+    assert (rej["row"], rej["field"]) == (2, "answer")
+    assert "extract = 'gsm8k' found nothing in answer" in rej["reason"]
