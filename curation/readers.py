@@ -168,9 +168,15 @@ def parse_source(spec: str) -> SourceSpec:
             f"source not found: {path_str}",
             hint="pass an existing .jsonl/.jsonl.gz/.json/.parquet file, a folder, or hf://<repo>#<split>",
         )
+    if path.is_dir() and _is_hf_disk(path):
+        return SourceSpec("hf_disk", str(path), split=split)
+    if split is not None:  # dropped, it would read every row of the source
+        raise ConfigError(
+            f"{spec}: #{split} selects a split, which only a save_to_disk dataset folder has "
+            f"({path_str} is a {'folder of data files' if path.is_dir() else 'file'})",
+            hint=f"ingest {path_str} without #{split}",
+        )
     if path.is_dir():
-        if _is_hf_disk(path):
-            return SourceSpec("hf_disk", str(path), split=split)
         return SourceSpec("dir", str(path))
     kind = kind_of(path)
     if kind is None:
@@ -390,12 +396,22 @@ def _read_hf_disk(spec: SourceSpec, batch_size: int) -> Iterator[RowBatch]:
         splits = list(ds.keys())
         split = spec.split or (splits[0] if len(splits) == 1 else None)
         if split not in ds:
+            what = (
+                f"has no split {spec.split!r}" if spec.split else "is a DatasetDict; choose a split"
+            )
             raise ConfigError(
-                f"{spec.location} is a DatasetDict; choose a split",
+                f"{spec.location} {what}",
                 hint=f"append #<split> to the source; available splits: {', '.join(splits)}",
             )
         ds = ds[split]
         label = f"{spec.location}#{split}"
+    elif spec.split is not None and spec.split != str(ds.split or ""):
+        # a single Dataset: its one split, if it has a name, is the only one to ask for
+        have = f"its one split is {str(ds.split)!r}" if ds.split else "its split has no name"
+        raise ConfigError(
+            f"{spec.location} has no split {spec.split!r} (a single save_to_disk Dataset: {have})",
+            hint=f"ingest {spec.location} without #{spec.split}",
+        )
     yield from _arrow_iter(ds, label, batch_size)
 
 

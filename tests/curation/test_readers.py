@@ -356,3 +356,21 @@ def test_a_folder_with_data_ingest_cannot_read_is_refused(tmp_path, pools_dir, d
     from curation.catalog import Catalog
 
     assert not Catalog(str(data_root)).datasets()
+
+
+def test_a_split_the_source_does_not_have_is_refused(tmp_path, pools_dir):
+    # `folder#test` on a single-split save_to_disk Dataset, and `pool.jsonl#test`, read every
+    # row of the source without a word: a user asking for the test split got the train rows
+    datasets = pytest.importorskip("datasets")
+    src = tmp_path / "aime.jsonl"
+    src.write_bytes((pools_dir / "math_ttrl_aime24_as_train.jsonl").read_bytes())
+    datasets.Dataset.from_json(str(src)).save_to_disk(str(tmp_path / "hf"))
+    assert sum(len(b.rows) for b in read_batches(f"{tmp_path / 'hf'}#train")) == 30
+    with pytest.raises(ConfigError, match="no split 'test'.*train"):
+        list(read_batches(f"{tmp_path / 'hf'}#test"))
+    dd = datasets.DatasetDict({"train": datasets.load_from_disk(str(tmp_path / "hf"))})
+    dd.save_to_disk(str(tmp_path / "dict"))
+    with pytest.raises(ConfigError, match="no split 'tset'.*train"):
+        list(read_batches(f"{tmp_path / 'dict'}#tset"))
+    with pytest.raises(ConfigError, match="#test.*only a save_to_disk"):
+        list(read_batches(f"{src}#test"))
