@@ -95,7 +95,8 @@ def ingest_command(
         allow_empty=allow_empty,
     )
     c = res.counts
-    t = Table(title=f"ingest {source} (map {res.field_map})")
+    # sources, reasons and refs quote the data: printed as text, never as rich markup
+    t = Table(title=escape(f"ingest {source} (map {res.field_map})"))
     t.add_column("rows", no_wrap=True)
     t.add_column("count", justify="right")
     t.add_column("published as", overflow="fold")
@@ -107,17 +108,20 @@ def ingest_command(
         t.add_row("near-duplicate evidence", "", res.near_duplicates_ref)
     console.print(t)
     for reason, n in list(c["reject_reasons"].items())[:10]:
-        console.print(f"  rejected {n:,} x {reason}", highlight=False)
+        console.print(f"  rejected {n:,} x {escape(reason)}", highlight=False)
     console.print(f"{c['identity']}  ({res.seconds:.1f} s)", highlight=False)
     if res.earlier_record:
         e = res.earlier_record
         ec = e.get("counts") or {}
         console.print(
-            f"[yellow]note:[/] {res.ref} already held these rows, published by an earlier "
-            f"ingest{' of ' + str(e['source']) if e.get('source') else ''}; the version keeps "
-            f"that ingest's record ({ec.get('identity', 'no counts')}; rejects "
-            f"{e.get('rejects')}). This ingest's evidence: {res.rejects_ref}, "
-            f"{res.duplicates_ref}.",
+            "[yellow]note:[/] "
+            + escape(
+                f"{res.ref} already held these rows, published by an earlier "
+                f"ingest{' of ' + str(e['source']) if e.get('source') else ''}; the version keeps "
+                f"that ingest's record ({ec.get('identity', 'no counts')}; rejects "
+                f"{e.get('rejects')}). This ingest's evidence: {res.rejects_ref}, "
+                f"{res.duplicates_ref}."
+            ),
             highlight=False,
             soft_wrap=True,
         )

@@ -452,3 +452,22 @@ def test_a_required_field_whose_extractor_finds_nothing_says_so(tmp_path, pools_
     (rej,) = pq.read_table(res.rejects).to_pylist()
     assert (rej["row"], rej["field"]) == (2, "answer")
     assert "extract = 'gsm8k' found nothing in answer" in rej["reason"]
+
+
+def test_the_ingest_summary_prints_reject_reasons_as_text(tmp_path, pools_dir, data_root):
+    # reject reasons quote the data (a reused source id); printed as rich markup, an id such
+    # as "[/x]" ended the command in a MarkupError traceback after publishing, "[b]" vanished
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    rows = [json.loads(x) for x in (pools_dir / "math_ttrl_amc23_as_train.jsonl").open()][:3]
+    rows[0]["id"] = rows[1]["id"] = "[/x]"
+    rows[2]["id"] = "[b]"
+    rows.append({**rows[0], "prompt": rows[0]["prompt"] + " (variant)", "id": "[b]"})
+    src = tmp_path / "amc.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = CliRunner().invoke(app, ["ingest", str(src), "--map", "ttrl", "--name", "amc"])
+    assert res.exit_code == 0, res.output
+    assert "duplicate source_id '[/x]'" in res.output
+    assert "duplicate source_id '[b]'" in res.output
