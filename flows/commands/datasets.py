@@ -30,6 +30,14 @@ def _echo_json(obj: Any) -> None:
     typer.echo(json.dumps(obj, indent=2, ensure_ascii=False, default=str))
 
 
+def _console():
+    """A console that prints recorded text (metadata quoting data, paths, step names) as text:
+    with rich markup on, "[/x]" in a reject reason was a MarkupError and "[b]" vanished."""
+    from rich.console import Console
+
+    return Console(markup=False)
+
+
 def _short_time(iso: str) -> str:
     return iso.replace("T", " ")[:19]
 
@@ -41,7 +49,6 @@ def list_(
     as_json: bool = _json_option(),
 ) -> None:
     """List datasets with their latest version, or all versions of NAME (newest first)."""
-    from rich.console import Console
     from rich.table import Table
 
     cat = _catalog(root)
@@ -50,7 +57,7 @@ def list_(
         _echo_json([v.to_dict() for v in versions])
         return
     if not versions:
-        Console().print(f"no datasets in the catalog at {cat.root}")
+        _console().print(f"no datasets in the catalog at {cat.root}")
         return
     title = f"versions of {name}" if name else f"datasets in {cat.root}"
     t = Table(title=title)
@@ -69,7 +76,7 @@ def list_(
             ", ".join(v.parents),
             _short_time(v.published_at),
         )
-    Console().print(t)
+    _console().print(t)
 
 
 @app.command("show")
@@ -79,14 +86,13 @@ def show(
     as_json: bool = _json_option(),
 ) -> None:
     """Show everything recorded about a version: lineage, config, code version, schema."""
-    from rich.console import Console
     from rich.table import Table
 
     v = _catalog(root).resolve(ref)
     if as_json:
         _echo_json(v.to_dict())
         return
-    con = Console()
+    con = _console()
     t = Table(show_header=False, title=v.ref)
     t.add_column("field", style="bold")
     t.add_column("value", overflow="fold")
@@ -115,7 +121,6 @@ def diff(
     as_json: bool = _json_option(),
 ) -> None:
     """Compare two versions: row counts, schema changes, rows added/removed/changed by key."""
-    from rich.console import Console
     from rich.table import Table
 
     d = _catalog(root).diff(ref_a, ref_b, key=key)
@@ -140,7 +145,7 @@ def diff(
         )
     if d.sample_changed:
         t.add_row("sample changed keys", "", "\n".join(map(str, d.sample_changed)))
-    Console().print(t)
+    _console().print(t)
 
 
 @app.command("lineage")
@@ -151,6 +156,7 @@ def lineage(
 ) -> None:
     """Show the ancestors of a version (the steps and versions it was built from)."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.tree import Tree
 
     nodes = _catalog(root).lineage(ref)
@@ -161,9 +167,9 @@ def lineage(
 
     def label(n) -> str:
         if n.version is None:
-            return f"{n.ref} [red](not in catalog)[/]"
-        step = f" [dim]step={n.version.step}[/]" if n.version.step else ""
-        return f"[bold]{n.ref}[/] {n.version.num_rows:,} rows{step}"
+            return f"{escape(n.ref)} [red](not in catalog)[/]"
+        step = f" [dim]step={escape(n.version.step)}[/]" if n.version.step else ""
+        return f"[bold]{escape(n.ref)}[/] {n.version.num_rows:,} rows{step}"
 
     root_node = nodes[0]
     tree = Tree(label(root_node))

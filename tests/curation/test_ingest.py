@@ -471,3 +471,29 @@ def test_the_ingest_summary_prints_reject_reasons_as_text(tmp_path, pools_dir, d
     assert res.exit_code == 0, res.output
     assert "duplicate source_id '[/x]'" in res.output
     assert "duplicate source_id '[b]'" in res.output
+
+
+def test_datasets_show_prints_recorded_text_as_text(tmp_path, pools_dir, data_root):
+    # an ingest records its reject reasons (which quote the data) and its source path in the
+    # version's metadata; `datasets show` printed them as rich markup: a traceback for "[/x]"
+    from typer.testing import CliRunner
+
+    from curation.catalog import Catalog
+    from flows.cli import app
+
+    rows = [json.loads(x) for x in (pools_dir / "math_ttrl_amc23_as_train.jsonl").open()][:2]
+    rows[0]["id"] = rows[1]["id"] = "[/x]"
+    folder = tmp_path / "[bold]pools"
+    folder.mkdir()
+    src = folder / "amc.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = ingest(str(src), field_map="ttrl", name="amc")
+    Catalog().publish("amc.view", Catalog().load(res.ref), parents=[res.ref], step="[i]view")
+    runner = CliRunner()
+    for args in (["show", "amc"], ["show", "amc.rejects"], ["lineage", "amc.view"]):
+        out = runner.invoke(app, ["datasets", *args])
+        assert out.exit_code == 0, out.output
+    assert "duplicate source_id '[/x]'" in runner.invoke(app, ["datasets", "show", "amc"]).output
+    assert "[bold]pools" in runner.invoke(app, ["datasets", "show", "amc"]).output
+    assert "step=[i]view" in runner.invoke(app, ["datasets", "lineage", "amc.view"]).output
+    assert "[i]view" in runner.invoke(app, ["datasets", "list"]).output
