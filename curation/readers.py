@@ -202,7 +202,11 @@ def read_batches(
                 done += len(batch.rows) + len(batch.errors)
                 yield batch
     elif spec.kind == "hf_disk":
-        yield from _read_hf_disk(spec, batch_size)
+        done = 0
+        with damage_names(spec.location, lambda: done):  # a damaged .arrow file: one line
+            for batch in _read_hf_disk(spec, batch_size):
+                done += len(batch.rows)
+                yield batch
     elif spec.kind == "hf_hub":
         yield from _read_hf_hub(spec, batch_size)
     elif spec.kind == "dir":
@@ -223,8 +227,8 @@ def _is_damage(exc: BaseException) -> bool:
     corrupt gzip stream, a damaged or non-Parquet file), not that the system refused a read."""
     import zlib
 
-    if isinstance(exc, (EOFError, zlib.error)):
-        return True
+    if isinstance(exc, (EOFError, zlib.error, json.JSONDecodeError)):  # the last: a save_to_disk
+        return True  # .arrow file whose embedded features JSON was overwritten
     if isinstance(exc, OSError):  # gzip.BadGzipFile; Parquet's "Couldn't deserialize thrift"
         return exc.errno is None
     pa = sys.modules.get("pyarrow")  # Arrow is loaded when it raised
@@ -250,8 +254,9 @@ def damage_names(path: str | Path, rows_read: Callable[[], int]):
             + (f"it reads up to row {n:,}" if n else "no row could be read"),
             file=str(path),
             row=n + 1 if n else None,
-            hint="download or write the file again; check it with `gzip -t` (.gz) or "
-            "`python -c 'import pyarrow.parquet as pq; pq.read_table(PATH)'` (.parquet)",
+            hint="download or write the file again; check it with `gzip -t` (.gz), "
+            "`python -c 'import pyarrow.parquet as pq; pq.read_table(PATH)'` (.parquet) or "
+            "`python -c 'import datasets; datasets.load_from_disk(PATH)'` (a save_to_disk folder)",
         ) from None
 
 
@@ -390,7 +395,15 @@ def _arrow_iter(ds: Any, label: str, batch_size: int) -> Iterator[RowBatch]:
 def _read_hf_disk(spec: SourceSpec, batch_size: int) -> Iterator[RowBatch]:
     import datasets
 
-    ds = datasets.load_from_disk(spec.location)
+    try:
+        ds = datasets.load_from_disk(spec.location)
+    except FileNotFoundError as exc:  # a shard listed in state.json is gone
+        missing = Path(exc.filename).name if exc.filename else str(exc)
+        raise InputError(
+            f"{spec.location} is an incomplete save_to_disk folder: {missing} is missing",
+            file=spec.location,
+            hint="copy or save the dataset again (datasets' save_to_disk), or ingest its data files",
+        ) from None
     label = spec.location
     if isinstance(ds, datasets.DatasetDict):
         splits = list(ds.keys())

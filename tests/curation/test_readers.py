@@ -374,3 +374,29 @@ def test_a_split_the_source_does_not_have_is_refused(tmp_path, pools_dir):
         list(read_batches(f"{tmp_path / 'dict'}#tset"))
     with pytest.raises(ConfigError, match="#test.*only a save_to_disk"):
         list(read_batches(f"{src}#test"))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "overwritten", "missing"])
+def test_a_damaged_save_to_disk_folder_is_one_input_error(tmp_path, pools_dir, damage):
+    # a cut-short or overwritten .arrow file of a save_to_disk folder was an OSError or a
+    # JSONDecodeError traceback from Arrow/datasets, not the one line the other readers give
+    from curation.errors import InputError
+
+    datasets = pytest.importorskip("datasets")
+    src = tmp_path / "g.jsonl"
+    src.write_text("".join((pools_dir / "math_gsm8k_train.jsonl").open().readlines()[:2000]))
+    datasets.Dataset.from_json(str(src)).save_to_disk(str(tmp_path / "hf"))
+    (arrow,) = (tmp_path / "hf").glob("*.arrow")
+    data = arrow.read_bytes()
+    if damage == "missing":  # a shard lost in a copy: a FileNotFoundError traceback
+        arrow.unlink()
+        with pytest.raises(InputError, match=f"incomplete.*{arrow.name} is missing"):
+            list(read_batches(str(tmp_path / "hf")))
+        return
+    if damage == "truncated":
+        arrow.write_bytes(data[: len(data) // 2])
+    else:
+        arrow.write_bytes(data[:100] + b"garbage" + data[107:])
+    with pytest.raises(InputError, match="damaged, truncated") as exc:
+        list(read_batches(str(tmp_path / "hf")))
+    assert exc.value.file == str(tmp_path / "hf")
