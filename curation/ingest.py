@@ -137,9 +137,11 @@ def select_map(field_map: str, source: str | SourceSpec) -> FieldMap:
     if len(by_name) == 1:
         return by_name[0]
     columns: set[str] = set()
+    sample: list[dict] = []
     for batch in read_batches(spec, batch_size=100):
         for r in batch.rows:
             columns.update(r)
+        sample = batch.rows
         if columns:
             break
     scored = []
@@ -153,7 +155,9 @@ def select_map(field_map: str, source: str | SourceSpec) -> FieldMap:
         text_cols = {p[0] for p in text_spec.paths} if text_spec is not None else set()
         if not read - text_cols:  # only the problem text fits: nothing says the domain or the
             continue  # answer (generic_code took a math pool as code, with no answer kept)
-        scored.append(((_tier(m, spec), len(read)), m))
+        # a map that cannot read one of the first rows (GSM8K's '####' extractor on another
+        # pool's `answer`) ranks below every map that can, whatever its tier
+        scored.append(((_reads_any(m, sample), _tier(m, spec), len(read)), m))
     if scored:
         best = max(s for s, _ in scored)
         top = [m for s, m in scored if s == best]
@@ -167,6 +171,17 @@ def select_map(field_map: str, source: str | SourceSpec) -> FieldMap:
         hint=f"pass --map NAME; columns in the source: {', '.join(sorted(columns)) or '(none)'}; "
         "see sluice ingest --list-maps",
     )
+
+
+def _reads_any(m: FieldMap, rows: list[dict]) -> bool:
+    """Whether ``m`` maps at least one of ``rows`` without a reject."""
+    for r in rows:
+        try:
+            m.apply(r)
+            return True
+        except Exception:  # a FieldError, or any failure of a map never meant for these rows
+            continue
+    return False
 
 
 def _tier(m: FieldMap, spec: SourceSpec) -> int:

@@ -497,3 +497,14 @@ def test_datasets_show_prints_recorded_text_as_text(tmp_path, pools_dir, data_ro
     assert "[bold]pools" in runner.invoke(app, ["datasets", "show", "amc"]).output
     assert "step=[i]view" in runner.invoke(app, ["datasets", "lineage", "amc.view"]).output
     assert "[i]view" in runner.invoke(app, ["datasets", "list"]).output
+
+
+def test_auto_map_prefers_a_map_that_can_read_the_rows(tmp_path, pools_dir):
+    # the Qwen2.5-Math rollouts have `question` and `answer`, so the GSM8K map (pool-tested,
+    # preferred over generic_*) was chosen, and its '####' extractor rejected 100 of 100 rows;
+    # generic_math reads every one of them
+    src = tmp_path / "rollouts.jsonl"
+    src.write_bytes((pools_dir / "rollouts_qwen25math_math_cot_100_k8.jsonl").read_bytes())
+    assert select_map("auto", str(src)).name == "generic_math"
+    res = ingest_to_files(str(src), select_map("auto", str(src)), tmp_path / "out")
+    assert (res.counts.accepted, res.counts.rejected) == (100, 0)
