@@ -128,12 +128,13 @@ def select_map(field_map: str, source: str | SourceSpec) -> FieldMap:
         return load_map(field_map)
     spec = parse_source(source) if isinstance(source, str) else source
     maps = [load_map(n) for n in available_maps()]
-    loc = spec.location.replace("\\", "/")
-    by_name = [m for m in maps if any(loc.endswith(t) for t in m.tested_on)]
+    loc = _pool_stem(spec.location.replace("\\", "/"))
+    # by the pool's name, whatever the format: a Parquet copy of a tested JSONL pool included
+    by_name = [m for m in maps if any(loc.endswith(_pool_stem(t)) for t in m.tested_on)]
     if spec.kind == "hf_hub":
         hubs = [(m, parse_source(m.hub)) for m in maps if m.hub]
-        by_name = [m for m, h in hubs if h.location == loc and h.split == spec.split]
-        by_name = by_name or [m for m, h in hubs if h.location == loc]
+        by_name = [m for m, h in hubs if h.location == spec.location and h.split == spec.split]
+        by_name = by_name or [m for m, h in hubs if h.location == spec.location]
     if len(by_name) == 1:
         return by_name[0]
     columns: set[str] = set()
@@ -171,6 +172,15 @@ def select_map(field_map: str, source: str | SourceSpec) -> FieldMap:
         hint=f"pass --map NAME; columns in the source: {', '.join(sorted(columns)) or '(none)'}; "
         "see sluice ingest --list-maps",
     )
+
+
+_DATA_SUFFIXES = (".jsonl.gz", ".jsonl", ".ndjson", ".json.gz", ".json", ".parquet")
+
+
+def _pool_stem(name: str) -> str:
+    """``name`` without its data-file suffix (``pool.jsonl`` and ``pool.parquet`` -> ``pool``)."""
+    low = name.lower()
+    return next((name[: -len(x)] for x in _DATA_SUFFIXES if low.endswith(x)), name)
 
 
 def _reads_any(m: FieldMap, rows: list[dict]) -> bool:

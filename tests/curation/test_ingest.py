@@ -508,3 +508,18 @@ def test_auto_map_prefers_a_map_that_can_read_the_rows(tmp_path, pools_dir):
     assert select_map("auto", str(src)).name == "generic_math"
     res = ingest_to_files(str(src), select_map("auto", str(src)), tmp_path / "out")
     assert (res.counts.accepted, res.counts.rejected) == (100, 0)
+
+
+def test_auto_map_knows_a_parquet_copy_of_a_pool_by_its_name(tmp_path, pools_dir):
+    # the map of math_ttrl_aime24_as_train.jsonl was found by name, but a Parquet copy of the
+    # same pool stopped with "cannot choose a field map (candidates: simplerl_math8k, ttrl)"
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for pool, expected in (
+        ("math_ttrl_aime24_as_train", "ttrl"),
+        ("code_deepcoder_test_codeforces", "deepcoder_codeforces"),
+    ):
+        rows = [json.loads(x) for x in (pools_dir / f"{pool}.jsonl").open().readlines()[:20]]
+        pq.write_table(pa.Table.from_pylist(rows), tmp_path / f"{pool}.parquet")
+        assert select_map("auto", str(tmp_path / f"{pool}.parquet")).name == expected
