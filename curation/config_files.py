@@ -7,6 +7,7 @@ error messages, and a parse error keeps the parser's own line number.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,19 @@ def read_config_file(
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {str(p)!r} must hold a table/mapping at the top")
     return raw
+
+
+def resolve_path(value: str, base: Path, *, other: Callable[[str], bool] | None = None) -> str:
+    """A path written in a config file: ``${VAR}`` / ``~`` expanded, a URL or absolute path as
+    it is, a relative one against ``base`` (the file's folder, not the working folder), unless
+    no such file is there and ``other(value)`` says the value names something else (a Hub id)."""
+    v = os.path.expanduser(os.path.expandvars(str(value)))
+    if "://" in v or os.path.isabs(v):
+        return v
+    local = base / v
+    if other is not None and not local.exists() and other(v):
+        return v
+    return str(local.resolve())
 
 
 def read_json_or_toml(path: str | os.PathLike, *, what: str = "config file") -> dict[str, Any]:

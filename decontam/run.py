@@ -37,6 +37,8 @@ import pyarrow.parquet as pq
 
 from curation import rundir
 from curation.errors import ConfigError, DatasetRef, InputError, NotFoundError, did_you_mean
+from curation.readers import FIRST_NON_TEXT_ROW as _NON_TEXT
+from curation.readers import JSON_VALUES as _JSON_VALUES
 from decontam.base import MATCH_SCHEMA, TEXT_TABLE_SCHEMA, Detector, empty_matches
 from decontam.policy import PolicyConfig, decide
 from decontam.registry import DEFAULT_DETECTORS, detector_class
@@ -186,10 +188,6 @@ def _read_rows(path: Path) -> pa.Table:
     from curation.readers import read_table
 
     return read_table(path)
-
-
-_NON_TEXT = b"sluice.first_non_text_row"  # = curation.readers.FIRST_NON_TEXT_ROW
-_JSON_VALUES = b"sluice.json_values"  # = curation.readers.JSON_VALUES
 
 
 def _file_hash(path: Path) -> str:

@@ -464,15 +464,13 @@ class PipelineConfig:
 
 
 def _resolve_path(value: str, base: Path) -> str:
-    """Expand ``${VAR}``/``~`` and make a relative local path absolute against ``base``.
-    URLs (``hf://``, ``s3://``...) and hub ids (``org/name`` that do not exist locally) pass."""
-    v = os.path.expanduser(os.path.expandvars(str(value)))
-    if "://" in v or os.path.isabs(v):
-        return v
-    cand = base / v
-    if not cand.exists() and _HUB_ID.fullmatch(v) and not Path(v).suffix:
-        return v  # a hub dataset id such as "org/name"
-    return str(cand.resolve())
+    """A path of the file (:func:`curation.config_files.resolve_path`); URLs (``hf://``,
+    ``s3://``...) and hub ids (``org/name`` that do not exist locally) pass."""
+    from curation.config_files import resolve_path
+
+    return resolve_path(
+        value, base, other=lambda v: bool(_HUB_ID.fullmatch(v)) and not Path(v).suffix
+    )
 
 
 _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")

@@ -104,11 +104,11 @@ def load_sft_config(path: str | os.PathLike) -> dict[str, Any]:
     FilterConfig.from_dict(cfg.get("filters") or {}, where=f"{p} [sft.filters]")
     # paths are relative to the file's folder, as in the pipeline config (they were relative to
     # wherever the command ran, so a served flow wrote elsewhere than the same config run by hand)
-    base = p.resolve().parent
+    from curation.config_files import resolve_path
+
     for key in ("out", "data_root", "benchmarks_dir"):
         if key in cfg:
-            v = os.path.expanduser(os.path.expandvars(cfg[key]))
-            cfg[key] = v if "://" in v or os.path.isabs(v) else str((base / v).resolve())
+            cfg[key] = resolve_path(cfg[key], p.resolve().parent)
     return cfg
 
 

@@ -613,14 +613,10 @@ def _model_path(value: str, base: Path) -> str:
     pipeline files resolve their paths), ``~`` expanded; a Hub id (``org/name``, no such folder
     there) stays as it is. It followed the working folder: the same file run from elsewhere
     loaded another model, or none."""
-    expanded = os.path.expanduser(value)
-    if os.path.isabs(expanded):
-        return expanded
-    local = base / expanded
-    explicit = value.startswith(("./", "../", ".\\", "..\\"))
-    if explicit or local.exists():
-        return str(local.resolve())
-    return value
+    from curation.config_files import resolve_path
+
+    explicit = ("./", "../", ".\\", "..\\")  # written as a path: never a Hub id
+    return resolve_path(value, base, other=lambda v: not v.startswith(explicit))
 
 
 __all__ = [

@@ -42,6 +42,28 @@ def test_policy_file_merges_over_the_default_and_the_run_records_what_decided(
     assert m["policy"]["effective_thresholds"] == {"minhash": 0.5, "ngram": default["ngram"]}
 
 
+def _flagged_on_old_aime(tmp_path, pools_dir, benchmarks_dir, detector, threshold, **configs):
+    """The rows flagged among 300 real older AIME problems against AIME 24/25 by ``detector``
+    alone, under a policy threshold of ``threshold`` (recorded as the effective one)."""
+    import pyarrow.parquet as pq
+
+    from decontam.run import DecontamConfig, run_decontamination
+
+    pool = tmp_path / "aime_old.jsonl"
+    with (pools_dir / "math_deepscaler_aime_1983_2023.jsonl").open() as fh:
+        pool.write_text("".join(line for _, line in zip(range(300), fh, strict=False)))
+    cfg = DecontamConfig(benchmarks=["aime24", "aime25"], detectors=[detector],
+                         policy=PolicyConfig(thresholds={detector: threshold}),
+                         detector_configs=configs, stream_rows=0)  # fmt: skip
+    out = tmp_path / f"run{len(configs)}"
+    run_decontamination(str(pool), text_fields=["problem"], out_dir=out, config=cfg,
+                        benchmarks_dir=benchmarks_dir, publish=False)  # fmt: skip
+    run = json.loads((out / "run.json").read_text())
+    assert run["policy"]["effective_thresholds"][detector] == threshold
+    d = pq.read_table(out / "decisions.parquet").to_pylist()
+    return {r["sample_uid"] for r in d if r["contaminated"]}
+
+
 @pytest.mark.shared_data
 def test_a_policy_threshold_under_the_recording_floor_still_decides(
     tmp_path, pools_dir, benchmarks_dir, data_root
@@ -50,25 +72,9 @@ def test_a_policy_threshold_under_the_recording_floor_still_decides(
     a policy threshold under it decided on what happened to be recorded, so a --policy with
     ngram 0.02 flagged the rows over 0.05 only. Real older AIME problems against AIME 24/25:
     the decisions at 0.02 are those of a run that records every pair."""
-    from decontam.run import DecontamConfig, run_decontamination
 
-    pool = tmp_path / "aime_old.jsonl"
-    with (pools_dir / "math_deepscaler_aime_1983_2023.jsonl").open() as fh:
-        pool.write_text("".join(line for _, line in zip(range(300), fh, strict=False)))
-    policy = PolicyConfig(thresholds={"ngram": 0.02})
-
-    def flagged(**detector_configs) -> set[str]:
-        cfg = DecontamConfig(benchmarks=["aime24", "aime25"], detectors=["ngram"],
-                             policy=policy, detector_configs=detector_configs, stream_rows=0)  # fmt: skip
-        out = tmp_path / f"run{len(detector_configs)}"
-        run_decontamination(str(pool), text_fields=["problem"], out_dir=out, config=cfg,
-                            benchmarks_dir=benchmarks_dir, publish=False)  # fmt: skip
-        dec = json.loads((out / "run.json").read_text())
-        assert dec["policy"]["effective_thresholds"]["ngram"] == 0.02
-        import pyarrow.parquet as pq
-
-        d = pq.read_table(out / "decisions.parquet").to_pylist()
-        return {r["sample_uid"] for r in d if r["contaminated"]}
+    def flagged(**configs) -> set[str]:
+        return _flagged_on_old_aime(tmp_path, pools_dir, benchmarks_dir, "ngram", 0.02, **configs)
 
     every_pair = flagged(ngram={"record_min_score": 0.0})
     assert len(every_pair) > 10  # real pairs between 0.02 and 0.05 exist
@@ -83,25 +89,9 @@ def test_a_minhash_policy_under_the_lsh_threshold_still_finds_its_pairs(
     threshold under it decided only on the pairs the search happened to return. Real older
     AIME problems against AIME 24/25: the decisions at 0.15 are those of a run whose candidate
     search goes down to 0.15."""
-    from decontam.run import DecontamConfig, run_decontamination
 
-    pool = tmp_path / "aime_old.jsonl"
-    with (pools_dir / "math_deepscaler_aime_1983_2023.jsonl").open() as fh:
-        pool.write_text("".join(line for _, line in zip(range(300), fh, strict=False)))
-    policy = PolicyConfig(thresholds={"minhash": 0.15})
-
-    def flagged(**detector_configs) -> set[str]:
-        cfg = DecontamConfig(benchmarks=["aime24", "aime25"], detectors=["minhash"],
-                             policy=policy, detector_configs=detector_configs, stream_rows=0)  # fmt: skip
-        out = tmp_path / f"run{len(detector_configs)}"
-        run_decontamination(str(pool), text_fields=["problem"], out_dir=out, config=cfg,
-                            benchmarks_dir=benchmarks_dir, publish=False)  # fmt: skip
-        run = json.loads((out / "run.json").read_text())
-        assert run["policy"]["effective_thresholds"]["minhash"] == 0.15
-        import pyarrow.parquet as pq
-
-        d = pq.read_table(out / "decisions.parquet").to_pylist()
-        return {r["sample_uid"] for r in d if r["contaminated"]}
+    def flagged(**configs) -> set[str]:
+        return _flagged_on_old_aime(tmp_path, pools_dir, benchmarks_dir, "minhash", 0.15, **configs)
 
     searched = flagged(minhash={"lsh_threshold": 0.15, "min_record": 0.1})
     default = flagged()
