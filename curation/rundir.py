@@ -196,12 +196,11 @@ def abandon(tmp: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
+def file_sha256(path: str | os.PathLike) -> str:
+    """SHA-256 of a file's bytes (the project's one file checksum: run files, benchmark copies,
+    the flows' cache checks)."""
     with open(path, "rb") as f:
-        while chunk := f.read(8 << 20):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def describe_files(folder: Path, names: Iterable[str]) -> dict[str, dict[str, Any]]:
@@ -211,7 +210,7 @@ def describe_files(folder: Path, names: Iterable[str]) -> dict[str, dict[str, An
     out: dict[str, dict[str, Any]] = {}
     for name in names:
         p = folder / name
-        rec: dict[str, Any] = {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+        rec: dict[str, Any] = {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
         if name.endswith(".parquet"):
             rec["rows"] = pq.ParquetFile(p).metadata.num_rows
         out[name] = rec
@@ -229,7 +228,7 @@ def check_files(
         rec = rec if isinstance(rec, dict) else {}
         if not p.is_file():
             problem = "is missing"
-        elif p.stat().st_size != rec.get("bytes") or (h := _sha256(p)) != rec.get("sha256"):
+        elif p.stat().st_size != rec.get("bytes") or (h := file_sha256(p)) != rec.get("sha256"):
             problem = "is not the file its manifest describes"
         else:
             hashes[name] = h

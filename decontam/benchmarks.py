@@ -37,6 +37,7 @@ from typing import Any
 import pyarrow as pa
 
 from curation.errors import ConfigError, InputError, IntegrityError, NotFoundError, did_you_mean
+from curation.rundir import file_sha256
 
 BENCHMARK_ITEM_SCHEMA = pa.schema(
     [
@@ -127,14 +128,6 @@ def content_hash(rows: Iterable[tuple[str, str]]) -> str:
     for item_id, text in sorted(rows):
         h.update(json.dumps([item_id, text], ensure_ascii=False, separators=(",", ":")).encode())
         h.update(b"\n")
-    return h.hexdigest()
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
     return h.hexdigest()
 
 

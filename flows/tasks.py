@@ -530,9 +530,10 @@ def catalog_current(data_root: str, *refs: str | None) -> bool:
 
 def file_sha256(path: str | os.PathLike) -> str | None:
     """SHA-256 of a file's bytes (None: no such file)."""
+    from curation.rundir import file_sha256 as sha256
+
     try:
-        with open(path, "rb") as fh:
-            return hashlib.file_digest(fh, "sha256").hexdigest()
+        return sha256(path)
     except FileNotFoundError:
         return None
 
