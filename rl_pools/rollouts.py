@@ -45,7 +45,11 @@ from rl_pools.validate import require_columns
 
 # /2: a math response without a final answer (thinking never closed, or cut off at the token
 # limit with only a stray last number) is no_answer, not graded on what the verifier picked up
-GRADER_VERSION = "sluice-rollout-grade/2"
+# /3: an equation answers a value only as ``name = value`` (``\boxed{3 = 2}`` matched ``2``:
+# math-verify compares the right-hand side; see rl_pools.verify._equation_for_a_value)
+GRADER_VERSION = "sluice-rollout-grade/3"
+# code grading has not changed since /2: its samples are not graded again (sandbox runs)
+CODE_GRADER_VERSION = "sluice-rollout-grade/2"
 
 ROLLOUT_SCHEMA = pa.schema(
     [
@@ -81,7 +85,7 @@ def verifier_version(domain: str) -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     if domain == "code":
-        return f"{GRADER_VERSION}+sandbox"
+        return f"{CODE_GRADER_VERSION}+sandbox"
     try:
         mv = version("math-verify")
     except PackageNotFoundError:  # pragma: no cover

@@ -210,6 +210,56 @@ def _reference_text(ref: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+def _is_name(expr: Any) -> bool:
+    """A quantity's name: ``x``, ``a_n``, ``\\theta``; letters read as a product (``AB``, a
+    segment; ``m\\angle ABC``); an undefined function applied (``f(2)``, ``P(A)``). Not ``3``,
+    ``2x``, ``-x``, ``a+b``, ``x^2``, ``|x|``."""
+    from sympy import Mul, Symbol
+    from sympy.core.function import AppliedUndef
+
+    if isinstance(expr, Symbol | AppliedUndef):
+        return True
+    return isinstance(expr, Mul) and all(isinstance(a, Symbol) for a in expr.args)
+
+
+def _equations(x: Any) -> list[Any]:
+    """The equations ``x`` is: itself, or every element of a set/tuple of equations."""
+    from sympy import Eq, FiniteSet, Tuple
+    from sympy.core.relational import Relational
+
+    if isinstance(x, Relational):
+        return [x] if isinstance(x, Eq) else []
+    # finite containers only: iterating an infinite sympy set (Naturals) never ends
+    items = list(x) if isinstance(x, FiniteSet | Tuple | tuple | list | set | frozenset) else []
+    if items and all(isinstance(i, Relational) for i in items):
+        return [i for i in items if isinstance(i, Eq)]
+    return []
+
+
+def _equation_for_a_value(gold: list[Any], pred: list[Any]) -> str | None:
+    """Why ``pred`` (an equation) is no answer to ``gold`` (a value), or None.
+
+    math-verify compares an equation's right-hand side with a value, so ``3 = 2`` (or
+    ``1 + 1 = 2``, ``2x = 6``) matched the reference ``2``. As MATH-style graders do, an
+    equation answers a value only in the form ``name = value`` (``x = 2``, ``AB = 2``,
+    ``f(2) = 5``). A reference that is itself an equation is left to math-verify."""
+    from sympy.core.relational import Relational
+
+    if any(isinstance(g, Relational) or _equations(g) for g in gold if not isinstance(g, str)):
+        return None
+    for p in pred:
+        if isinstance(p, str):
+            continue
+        for eq in _equations(p):
+            if not _is_name(eq.lhs):
+                shown = next((q for q in pred if isinstance(q, str)), str(p))
+                return (
+                    f"the answer {shown[:100]!r} is an equation whose left side is not a "
+                    "variable name; the reference is a value"
+                )
+    return None
+
+
 def _compare(extracted: str, reference: str, float_rounding: int) -> tuple[str, str]:
     """Runs in a worker process. math-verify's signal timeouts are off: the parent enforces time."""
     from math_verify import parse, verify
@@ -220,6 +270,9 @@ def _compare(extracted: str, reference: str, float_rounding: int) -> tuple[str, 
     pred = parse(f"\\boxed{{{extracted}}}", parsing_timeout=None, raise_on_error=True)
     if not pred:
         return "incorrect", "the extracted answer could not be parsed as math"
+    why = _equation_for_a_value(gold, pred)
+    if why:
+        return "incorrect", why
     ok = verify(
         gold, pred, float_rounding=float_rounding, timeout_seconds=None, raise_on_error=True
     )

@@ -55,7 +55,7 @@ def test_rollouts_grade_against_oracle_publish_and_unchanged_rerun(math_ref, dat
         assert len(counts) == 8 and all(c["k"] == 4 and c["n_invalid"] == 0 for c in counts)
         for c in counts:
             assert c["passed"] == sum(r["correct"] for r in ro if r["uid"] == c["uid"])
-            assert c["verifier_version"].startswith("sluice-rollout-grade/2+math-verify-")
+            assert c["verifier_version"].startswith("sluice-rollout-grade/3+math-verify-")
         assert {c["passed"] for c in counts} != {counts[0]["passed"]}  # a spread, not constant
         # unchanged rerun: no request, nothing graded again, same versions
         again = rollouts_ref(math_ref, _gen(srv.url), PARAMS, cfg, tmp_path / "store",

@@ -345,3 +345,88 @@ def test_memory_limit_that_is_no_limit_or_too_small_says_so():
     with pytest.raises(VerifierUnavailable, match="memory_mb=64"):
         with MathVerifier(VerifyConfig(memory_mb=64, workers=1)) as v:
             v.verify([r"\boxed{2}"], ["2"])
+
+
+# -- an equation as the final answer for a value (stop 32) -------------------------------------
+
+
+def test_equation_answers_a_value_only_as_name_equals_value():
+    # math-verify compares an equation's right-hand side with a value: \boxed{3 = 2} was
+    # "correct" against 2. MATH-style graders accept only ``name = value`` for a value.
+    cases = [
+        ("3 = 2", "2", "incorrect"),
+        ("1 + 1 = 2", "2", "incorrect"),
+        ("2 = 2", "2", "incorrect"),
+        ("2x = 6", "6", "incorrect"),  # x = 3
+        ("-x = 2", "2", "incorrect"),  # x = -2
+        ("a + b = 2", "2", "incorrect"),
+        ("x = 2", "2", "correct"),
+        ("a_{n} = 5", "5", "correct"),
+        (r"\theta = 30", "30", "correct"),
+        ("AB = 2", "2", "correct"),  # a segment's name (math-verify reads a*b)
+        ("f(2) = 5", "5", "correct"),
+        ("x = 3", "2", "incorrect"),
+        ("x = 2, y = 3", "(2, 3)", "correct"),
+        ("x = 2, 3 = 3", "(2, 3)", "incorrect"),
+        # a reference that is an equation: math-verify's comparison, unchanged
+        ("y = 2x + 3", "y = 2x + 3", "correct"),
+        ("2x + 3", "y = 2x + 3", "correct"),
+        ("3 = 2", "x = 2", "incorrect"),
+    ]
+    got = verify_batch(
+        [rf"so \boxed{{{a}}}." for a, _, _ in cases], [r for _, r, _ in cases], timeout_s=20
+    ).to_pylist()
+    assert [g["status"] for g in got] == [c[2] for c in cases], [
+        (c, g["status"]) for c, g in zip(cases, got, strict=True) if g["status"] != c[2]
+    ]
+    assert "left side is not a variable name" in got[0]["reason"]
+
+
+def _real_graded_texts(pools_dir):
+    """(response, reference) of real model output: the Qwen2.5-Math rollouts (100 x 8), the
+    R1-distill traces (completion after the prompt's ``<think>``) and the thought-anchors
+    R1-distill-14B final answers, correct and incorrect ones."""
+    import ast
+    import json
+
+    out = []
+    with open(pools_dir / "rollouts_qwen25math_math_cot_100_k8.jsonl", encoding="utf-8") as f:
+        for line in f:
+            r = json.loads(line)
+            resp = r["response"]
+            resp = resp if isinstance(resp, list) else ast.literal_eval(resp)
+            out += [(t, r["answer"]) for t in resp]
+    with open(pools_dir / "sft_r1distill_math_traces_thoughtanchors.jsonl", encoding="utf-8") as f:
+        for line in f:
+            r = json.loads(line)
+            sols = r["solutions"]
+            for s in sols if isinstance(sols, list) else ast.literal_eval(sols):
+                t = s["solution"]
+                out.append((t[t.find("<think>\n") + 8 :], r["gt_answer"]))
+    path = pools_dir / "passrate_r1distill14b_math_l5_thoughtanchors.jsonl"
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            r = json.loads(line)
+            for a in r["correct_answers"] + r["incorrect_answers"]:
+                out.append((rf"\boxed{{{a}}}", r["gt_answer"]))
+    return out
+
+
+@pytest.mark.timeout(300)
+def test_equation_rule_flips_no_real_grade(pools_dir):
+    # Oracle: math-verify in-process on the same extracted answers. The rule above must change
+    # none of the real verdicts (about 1,400 answers: none is a bare equation for a value).
+    from math_verify import parse, verify
+
+    items = _real_graded_texts(pools_dir)
+    assert len(items) > 1000
+    got = verify_batch([a for a, _ in items], [r for _, r in items], timeout_s=20).to_pylist()
+    flips = []
+    for (_, ref), row in zip(items, got, strict=True):
+        assert row["status"] in ("correct", "incorrect"), row
+        gold = parse(f"${ref}$", parsing_timeout=None)
+        pred = parse(f"\\boxed{{{row['extracted']}}}", parsing_timeout=None)
+        oracle = bool(pred) and verify(gold, pred, timeout_seconds=None)
+        if (row["status"] == "correct") != oracle:
+            flips.append((row["extracted"], ref, row["status"], row["reason"]))
+    assert flips == []
