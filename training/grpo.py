@@ -543,6 +543,45 @@ def _stage_optimizer(model: Any, args: Any, total_steps: int) -> tuple[Any, Any]
     return opt, sched
 
 
+class _Retargeted:
+    """An LR multiplier planned to end at step ``old_total``, moved to end at ``new_total``.
+
+    Steps up to ``pivot`` (the steps already done, or the warmup when it is longer) keep their
+    values; the rest of the schedule is stretched or compressed linearly onto ``[pivot,
+    new_total]``. The LR where it is retargeted does not jump, and the schedule's end (linear
+    decay's 0, cosine's minimum) falls on ``new_total``, whatever the schedule type."""
+
+    def __init__(self, fn: Any, pivot: int, old_total: int, new_total: int) -> None:
+        self.fn, self.pivot, self.old_total, self.new_total = fn, pivot, old_total, new_total
+
+    def __call__(self, step: int) -> float:
+        if step <= self.pivot:
+            return self.fn(step)
+        scale = (self.old_total - self.pivot) / (self.new_total - self.pivot)
+        return self.fn(self.pivot + (step - self.pivot) * scale)
+
+
+def _retarget_schedule(scheduler: Any, old_total: int, new_total: int, warmup: int) -> bool:
+    """Make the stage's LR schedule end at ``new_total`` steps instead of ``old_total``.
+
+    transformers' schedules (``get_scheduler``) are ``LambdaLR``s whose multiplier closes over
+    ``num_training_steps``; each multiplier is wrapped (:class:`_Retargeted`) at the scheduler's
+    own step count (``last_epoch``), which the epochs' trainers keep counting. False when there
+    is nothing to move: a schedule that is not a ``LambdaLR`` (reduce_on_plateau, greedy:
+    they do not plan a length), or the steps left lie within the warmup."""
+    import torch
+
+    if not isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
+        return False
+    pivot = max(int(scheduler.last_epoch), warmup)
+    if new_total == old_total or new_total <= pivot or old_total <= pivot:
+        return False
+    scheduler.lr_lambdas = [
+        _Retargeted(f, pivot, old_total, new_total) for f in scheduler.lr_lambdas
+    ]
+    return True
+
+
 def _release(trainer: Any, model: Any) -> None:
     """Undo what one GRPOTrainer did to the shared model object and free its engine."""
     model.__dict__.pop("forward", None)  # TRL's fused LM head patch (re-added by the next one)
@@ -637,6 +676,7 @@ def _train_stage(
     state.temperature = float(temperature)
     by_uid = {r["uid"]: r for r in rows}
     optimizer = scheduler = None
+    schedule: dict[str, Any] = {}
     stage_steps = 0
     epochs: list[dict[str, Any]] = []
     stop_reason = ""
@@ -678,8 +718,30 @@ def _train_stage(
         ga = args.gradient_accumulation_steps
         per_pass = n_batches // ga + int(n_batches % ga > 0)
         if optimizer is None:  # one optimizer and LR schedule for the whole stage
-            planned = stage.steps if stage.steps is not None else per_pass * stage.epochs
-            optimizer, scheduler = _stage_optimizer(ctx.model, args, max(1, planned))
+            planned = max(1, stage.steps if stage.steps is not None else per_pass * stage.epochs)
+            optimizer, scheduler = _stage_optimizer(ctx.model, args, planned)
+            schedule = {
+                "type": str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)),
+                "warmup_steps": args.get_warmup_steps(planned),
+                "planned_steps": planned,
+                "schedule_steps": planned,
+                "retargets": [],
+            }
+        elif stage.epochs is not None:
+            # history resampling dropped prompts: the epochs left are shorter than planned from
+            # the first one, and the schedule would end short of its end (linear decay above
+            # 0). Retarget it to end after the epochs left at this epoch's length.
+            done = int(getattr(scheduler, "last_epoch", stage_steps))
+            total = done + (stage.epochs - epoch) * per_pass
+            old = schedule["schedule_steps"]
+            if _retarget_schedule(scheduler, old, total, schedule["warmup_steps"]):
+                schedule["schedule_steps"] = total
+                move = {"epoch": epoch, "at_step": done, "schedule_steps": total}
+                schedule["retargets"].append(move)
+                _append_jsonl(
+                    ctx.metrics_path,
+                    {"event": "lr_schedule", "stage": stage.name, "was_steps": old, **move},
+                )
         trainer.optimizer, trainer.lr_scheduler = optimizer, scheduler
         if stage.steps is not None:
             trainer.args.max_steps = min(per_pass, stage.steps - stage_steps)
@@ -712,6 +774,15 @@ def _train_stage(
             hint="give the stage more prompts, or lower [trl] per_device_train_batch_size / "
             "gradient_accumulation_steps",
         )
+    schedule["steps"] = stage_steps
+    schedule["last_lr"] = float(scheduler.get_last_lr()[0]) if scheduler is not None else None
+    if stage_steps != schedule.get("schedule_steps"):
+        # the stage stopped before its schedule's end (too few prompts kept for a batch, an
+        # epoch without a step, a steps stage that ran out of prompts): recorded, not hidden
+        log.warning(
+            "stage %s: LR schedule planned for %s steps, the stage made %d (%s)",
+            stage.name, schedule.get("schedule_steps"), stage_steps, stop_reason,
+        )  # fmt: skip
     ckpt = None
     if cfg.save_model:
         ckpt = run_dir / "checkpoints" / stage.name
@@ -729,6 +800,7 @@ def _train_stage(
         "epochs": epochs,
         "steps": stage_steps,
         "stopped": stop_reason,
+        "lr_schedule": schedule,
         "checkpoint": str(ckpt.resolve()) if ckpt else None,
         "counts": {
             k.split("/", 1)[1]: v for k, v in state.totals.items() if k.startswith(stage.name + "/")

@@ -84,6 +84,37 @@ def test_history_resampling_drops_exactly_the_all_correct_prompts(run, pool_cata
     assert summary["seen"] == 12 and summary["dropped"] == len(want)
 
 
+def test_lr_schedule_ends_at_the_last_step_although_resampling_shortened_the_stage(run):
+    # The stage's schedule was planned as epochs x the first epoch's steps; history resampling
+    # dropped the all-correct prompts, so the second epoch is shorter and linear decay (the
+    # default) never reached 0. Retargeted at each epoch start, it ends at the last step, with
+    # no jump where it was retargeted.
+    res, metrics = run
+    rec = res.manifest["stages"][0]
+    e0, e1 = rec["epochs"]
+    assert 0 < e1["steps"] < e0["steps"]
+    # the LR each step used (transformers logs it before the scheduler steps)
+    lrs = [m["learning_rate"] for m in _steps(metrics, "math")]
+    assert len(lrs) == rec["steps"] == e0["steps"] + e1["steps"]
+    assert lrs[0] == 1e-3 and all(a > b > 0 for a, b in zip(lrs, lrs[1:], strict=False))
+    drops = [a - b for a, b in zip(lrs, lrs[1:], strict=False)]
+    # linear decay reaches 0 right after the last step: the last LR is one more equal drop
+    assert lrs[-1] == pytest.approx(drops[-1], rel=1e-6)
+    # no jump where it was retargeted: the first LR of epoch 1 is one first-epoch drop lower
+    assert drops[e0["steps"] - 1] == pytest.approx(drops[0], rel=1e-6)
+    sched = rec["lr_schedule"]
+    assert sched["planned_steps"] == 2 * e0["steps"]
+    assert sched["schedule_steps"] == sched["steps"] == rec["steps"]
+    assert sched["retargets"] == [
+        {"epoch": 1, "at_step": e0["steps"], "schedule_steps": rec["steps"]}
+    ]
+    assert sched["last_lr"] == 0.0
+    # the code stage (steps = 2) keeps its plan: nothing to retarget
+    code = res.manifest["stages"][1]["lr_schedule"]
+    assert code["planned_steps"] == code["schedule_steps"] == code["steps"] == 2
+    assert code["retargets"] == [] and code["last_lr"] == 0.0
+
+
 def test_stages_switch_max_completion_length_and_temperature(run):
     res, metrics = run
     math_steps, code_steps = _steps(metrics, "math"), _steps(metrics, "code")
