@@ -3,7 +3,9 @@
 * ``format``: 1.0 when the completion is ``<think> ... </think>`` followed by a non-empty
   answer (a ``<think>`` that the chat template already put at the end of the prompt counts).
 * ``math_accuracy``: the text after ``</think>`` is verified against the row's ``answer`` by
-  :class:`rl_pools.verify.MathVerifier` (worker processes with a hard timeout). correct -> 1.0,
+  :class:`rl_pools.verify.MathVerifier` (worker processes with a hard timeout); a completion
+  cut off at the stage's budget (its length from ``completion_ids`` or ``completion_lengths``)
+  needs an explicit final answer. correct -> 1.0,
   incorrect / no_answer -> 0.0, timeout / error -> ``None`` (counted and logged, never a silent
   0; TRL leaves a None out of that reward's mean and its weighted sum). Code rows: ``None``.
 * ``code_pass_rate``: the last fenced Python block runs against the row's ``tests`` in
@@ -139,9 +141,13 @@ class MathAccuracyReward(Reward):
         answer=None,
         uid=None,
         completion_ids=None,
+        completion_lengths=None,
         log_metric=None,
         **_: Any,
     ) -> list[float | None]:
+        """``completion_ids`` (TRL) or ``completion_lengths`` (tokens per completion, from a
+        caller that has only the text, e.g. the verl adapter) tell whether a completion was cut
+        off at the stage's budget; only the length is used. Neither: not known to be cut."""
         from rl_pools.rollouts import no_final_answer
 
         n = len(completions)
@@ -158,11 +164,12 @@ class MathAccuracyReward(Reward):
                 )
                 if opened and "<think>" not in full[k]:
                     full[k] = "<think>" + full[k]
-            # cut off at the stage's budget (TRL gives the completion's token ids)
+            # cut off at the stage's budget: the completion's length in tokens
+            lengths = completion_lengths
+            if lengths is None and completion_ids is not None:
+                lengths = [len(ids) for ids in completion_ids]
             cut = [
-                completion_ids is not None
-                and self.max_len > 0
-                and len(completion_ids[i]) >= self.max_len
+                lengths is not None and self.max_len > 0 and int(lengths[i]) >= self.max_len
                 for i in idx
             ]
             texts = [answer_part(t) for t in full]

@@ -94,14 +94,16 @@ def compute_score(
         # as the TRL run: thinking that never closed, or a cut-off response's stray last
         # number, is no final answer (``budget``: the stage's token limit and tokenizer)
         open_think = assume_open_think if math_open_think is None else math_open_think
-        ids = None
+        # the reward needs only the response's length in tokens (was it cut at the budget?)
+        lengths = None
         if budget and budget.get("max_len"):
-            ids = [range(_response_tokens(solution_str, info, budget.get("tokenizer")))]
+            lengths = [_response_tokens(solution_str, info, budget.get("tokenizer"))]
         with _MATH_LOCK:
             acc = _reward("math_accuracy", verify_options=verify or None,
                           assume_open_think=bool(open_think),
                           max_len=int((budget or {}).get("max_len") or 0))  # fmt: skip
-            v = acc([""], [solution_str], domain=["math"], answer=[answer], completion_ids=ids)[0]
+            v = acc([""], [solution_str], domain=["math"], answer=[answer],
+                    completion_lengths=lengths)[0]  # fmt: skip
         if v is None:
             status = "verify_failed"
         parts["math_accuracy"] = v

@@ -104,6 +104,26 @@ def test_math_accuracy_wants_a_final_answer(pool_catalog):
         acc.close()
 
 
+def test_math_accuracy_takes_the_completion_length_without_token_ids(pool_catalog):
+    # whether a completion was cut at the budget needs only its length: the verl adapter, which
+    # has only the text, passed a fake completion_ids=[range(n)] to say so
+    rows = pool_catalog["catalog"].load(pool_catalog["math"]).to_pylist()
+    a = next(r["answer"] for r in rows if r["answer"].strip().isdigit())
+    cut = f"let me see, so far the value is {a}"
+    done = f"<think>work</think> the value is \\boxed{{{a}}}"
+    r = MathAccuracyReward("math_accuracy", max_len=8)
+    try:
+        got = r(["q"] * 4, [_chat(cut), _chat(cut), _chat(done), _chat(cut)],
+                domain=["math"] * 4, answer=[a] * 4, completion_lengths=[8, 3, 8, 9])  # fmt: skip
+        # TRL's token ids give the same answer as their lengths
+        ids = r(["q"] * 4, [_chat(cut), _chat(cut), _chat(done), _chat(cut)],
+                domain=["math"] * 4, answer=[a] * 4,
+                completion_ids=[[0] * 8, [0] * 3, [0] * 8, [0] * 9])  # fmt: skip
+    finally:
+        r.close()
+    assert got == ids == [0.0, 1.0, 1.0, 0.0]
+
+
 def test_math_timeout_is_none_and_counted():
     r = MathAccuracyReward("math_accuracy", {"timeout_s": 1e-6, "workers": 1})
     try:
