@@ -561,16 +561,26 @@ class _Retargeted:
         return self.fn(self.pivot + (step - self.pivot) * scale)
 
 
-def _retarget_schedule(scheduler: Any, old_total: int, new_total: int, warmup: int) -> bool:
+# transformers schedule types whose LR does not depend on the planned length
+_LENGTHLESS_SCHEDULES = {
+    "constant", "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau", "greedy",
+}  # fmt: skip
+
+
+def _retarget_schedule(
+    scheduler: Any, kind: str, old_total: int, new_total: int, warmup: int
+) -> bool:
     """Make the stage's LR schedule end at ``new_total`` steps instead of ``old_total``.
 
     transformers' schedules (``get_scheduler``) are ``LambdaLR``s whose multiplier closes over
     ``num_training_steps``; each multiplier is wrapped (:class:`_Retargeted`) at the scheduler's
     own step count (``last_epoch``), which the epochs' trainers keep counting. False when there
-    is nothing to move: a schedule that is not a ``LambdaLR`` (reduce_on_plateau, greedy:
-    they do not plan a length), or the steps left lie within the warmup."""
+    is nothing to move: a schedule ``kind`` that plans no length (constant, inverse_sqrt,
+    reduce_lr_on_plateau, greedy), or the steps left lie within the warmup."""
     import torch
 
+    if kind in _LENGTHLESS_SCHEDULES:
+        return False
     if not isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
         return False
     pivot = max(int(scheduler.last_epoch), warmup)
@@ -734,7 +744,9 @@ def _train_stage(
             done = int(getattr(scheduler, "last_epoch", stage_steps))
             total = done + (stage.epochs - epoch) * per_pass
             old = schedule["schedule_steps"]
-            if _retarget_schedule(scheduler, old, total, schedule["warmup_steps"]):
+            if _retarget_schedule(
+                scheduler, schedule["type"], old, total, schedule["warmup_steps"]
+            ):
                 schedule["schedule_steps"] = total
                 move = {"epoch": epoch, "at_step": done, "schedule_steps": total}
                 schedule["retargets"].append(move)

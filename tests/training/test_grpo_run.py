@@ -115,6 +115,57 @@ def test_lr_schedule_ends_at_the_last_step_although_resampling_shortened_the_sta
     assert code["retargets"] == [] and code["last_lr"] == 0.0
 
 
+@pytest.mark.parametrize(
+    ("kind", "kw", "end"),
+    [
+        ("linear", {}, 0.0),
+        ("cosine", {}, 0.0),
+        ("cosine_with_min_lr", {"min_lr_rate": 0.1}, 0.1),
+        ("polynomial", {"lr_end": 0.05}, 0.05),
+    ],
+)
+def test_retargeted_schedule_keeps_the_steps_done_and_ends_at_the_new_total(kind, kw, end):
+    # transformers' own schedule is the oracle for the steps before the retarget, and for the
+    # value at its end; warmup 3, planned 20 steps, retargeted after 8 to end at 14
+    import torch
+    from transformers import get_scheduler
+
+    from training.grpo import _retarget_schedule
+
+    def lrs(retarget: bool) -> list[float]:
+        p = torch.nn.Parameter(torch.zeros(1))
+        opt = torch.optim.SGD([p], lr=1.0)
+        s = get_scheduler(kind, opt, num_warmup_steps=3, num_training_steps=20,
+                          scheduler_specific_kwargs=kw)  # fmt: skip
+        out = []
+        for i in range(14):
+            if i == 8 and retarget:
+                assert _retarget_schedule(s, kind, 20, 14, 3)
+            out.append(opt.param_groups[0]["lr"])
+            opt.step()
+            s.step()
+        return [*out, opt.param_groups[0]["lr"]]  # the last: after the last step
+
+    planned, moved = lrs(False), lrs(True)
+    assert moved[:9] == planned[:9]  # warmup and the steps done are kept, no jump at step 8
+    assert moved[-1] == pytest.approx(end, abs=1e-9)  # the schedule's end, at step 14
+    assert planned[-1] > end + 0.05  # where the plan for 20 steps was at step 14
+    assert all(a >= b for a, b in zip(moved[3:], moved[4:], strict=False))
+
+
+def test_schedules_without_a_length_are_not_retargeted():
+    import torch
+    from transformers import get_scheduler
+
+    from training.grpo import _retarget_schedule
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    s = get_scheduler("constant_with_warmup", opt, num_warmup_steps=2)
+    assert not _retarget_schedule(s, "constant_with_warmup", 20, 14, 2)
+    s = get_scheduler("linear", opt, num_warmup_steps=10, num_training_steps=20)
+    assert not _retarget_schedule(s, "linear", 20, 9, 10)  # the steps left are all warmup
+
+
 def test_stages_switch_max_completion_length_and_temperature(run):
     res, metrics = run
     math_steps, code_steps = _steps(metrics, "math"), _steps(metrics, "code")
