@@ -46,7 +46,8 @@ from rl_pools.validate import require_columns
 # /2: a math response without a final answer (thinking never closed, or cut off at the token
 # limit with only a stray last number) is no_answer, not graded on what the verifier picked up
 # /3: an equation answers a value only as ``name = value`` (``\boxed{3 = 2}`` matched ``2``:
-# math-verify compares the right-hand side; see rl_pools.verify._equation_for_a_value)
+# math-verify compares the right-hand side; see rl_pools.verify._equation_for_a_value), and
+# the answer is read after the last </think> only (a \boxed{} while thinking is no answer)
 GRADER_VERSION = "sluice-rollout-grade/3"
 # code grading has not changed since /2: its samples are not graded again (sandbox runs)
 CODE_GRADER_VERSION = "sluice-rollout-grade/2"

@@ -175,10 +175,16 @@ def _clean(ans: str) -> str:
 def extract_answer(text: str | None, *, allow_last_number: bool = True) -> tuple[str | None, str]:
     """The final answer in ``text`` and how it was found.
 
+    Only the text after the last ``</think>`` counts when there is one: a ``\\boxed{}`` inside
+    the thinking is a step, not the answer (an answer part with nothing in it has no answer).
     Order: the last ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces allowed); else the last
     "final answer is ...", "Answer: ..." or "#### ..." line; else (flagged ``last_number``) the
     last number. Returns ``(None, "none")`` when nothing is found.
     """
+    if text:
+        cut = text.rfind("</think>")
+        if cut >= 0:
+            text = text[cut + len("</think>") :]
     if not text or not text.strip():
         return None, "none"
     boxed = _last_box(text)

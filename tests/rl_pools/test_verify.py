@@ -430,3 +430,19 @@ def test_equation_rule_flips_no_real_grade(pools_dir):
         if (row["status"] == "correct") != oracle:
             flips.append((row["extracted"], ref, row["status"], row["reason"]))
     assert flips == []
+
+
+def test_a_box_inside_the_thinking_is_not_the_final_answer():
+    # extraction took the last \boxed{} of the whole response, so a guess boxed while thinking
+    # beat the final answer written after </think> without a box (rollouts grade whole
+    # responses; the math_accuracy reward already cut the thinking off)
+    answers = [
+        r"<think>maybe \boxed{4}? no.</think> The answer is 5.",
+        r"<think>so \boxed{5}</think>",  # thinking closed, nothing after it
+        r"<think>so \boxed{4}</think> Hence \boxed{5}.",
+        r"no thinking tags, \boxed{5}",
+    ]
+    assert extract_answer(answers[0]) == ("5", "answer_is")
+    assert extract_answer(answers[1]) == (None, "none")
+    got = verify_batch(answers, ["5"] * 4, timeout_s=20).column("status").to_pylist()
+    assert got == ["correct", "no_answer", "correct", "correct"]
