@@ -19,7 +19,6 @@ import hashlib
 import json
 import math
 import os
-import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from curation.generation import (
     make_backend,
 )
 from rl_pools import prompts as prompt_templates
+from rl_pools.answers import extract_code, thinking_unclosed
 from rl_pools.passcounts import counts_table
 from rl_pools.validate import require_columns
 
@@ -49,8 +49,10 @@ from rl_pools.validate import require_columns
 # math-verify compares the right-hand side; see rl_pools.verify._equation_for_a_value), and
 # the answer is read after the last </think> only (a \boxed{} while thinking is no answer)
 GRADER_VERSION = "sluice-rollout-grade/3"
-# code grading has not changed since /2: its samples are not graded again (sandbox runs)
-CODE_GRADER_VERSION = "sluice-rollout-grade/2"
+# code /3: the code run is rl_pools.answers.extract_code's, the one the trainer's reward runs:
+# the last Python (or untagged) block after the thinking, none when the thinking never closed
+# (/2 took the last block anywhere, a python-tagged one preferred, another language's if alone)
+CODE_GRADER_VERSION = "sluice-rollout-grade/3"
 
 ROLLOUT_SCHEMA = pa.schema(
     [
@@ -172,20 +174,6 @@ class RolloutResult:
 # Grading
 # ------------------------------------------------------------------------------------------
 
-_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.S)
-
-
-def extract_code(text: str | None) -> str | None:
-    """The last fenced code block (a ``python`` one preferred), or None."""
-    if not text:
-        return None
-    blocks = _FENCE_RE.findall(text)
-    if not blocks:
-        return None
-    py = [b for lang, b in blocks if lang.lower() in ("python", "py", "python3")]
-    code = (py or [b for _, b in blocks])[-1]
-    return code if code.strip() else None
-
 
 def grade_math(responses: list[str | None], answers: list[str], cfg: RolloutConfig):
     from rl_pools.verify import MathVerifier, VerifyConfig
@@ -239,8 +227,10 @@ def grade_code(responses: list[str | None], rows: list[dict[str, Any]], cfg: Rol
     for i, (resp, row) in enumerate(zip(responses, rows, strict=True)):
         code = extract_code(resp)
         if code is None:
-            out[i] = {"status": "no_code", "reason": "no fenced code block in the response",
-                      "extracted": None, "correct": False}  # fmt: skip
+            why = ("the thinking never closed (<think> without </think>): no final code"
+                   if thinking_unclosed(resp) else
+                   "no fenced Python code block after the thinking")  # fmt: skip
+            out[i] = {"status": "no_code", "reason": why, "extracted": None, "correct": False}
             continue
         pre = test_preamble(row.get("metadata"))
         jobs.append(((pre + "\n" + code) if pre else code, row.get("tests") or []))

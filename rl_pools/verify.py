@@ -181,10 +181,9 @@ def extract_answer(text: str | None, *, allow_last_number: bool = True) -> tuple
     "final answer is ...", "Answer: ..." or "#### ..." line; else (flagged ``last_number``) the
     last number. Returns ``(None, "none")`` when nothing is found.
     """
-    if text:
-        cut = text.rfind("</think>")
-        if cut >= 0:
-            text = text[cut + len("</think>") :]
+    from rl_pools.answers import answer_part
+
+    text = answer_part(text)
     if not text or not text.strip():
         return None, "none"
     boxed = _last_box(text)

@@ -49,7 +49,7 @@ BUILTIN_REWARDS = ("format", "math_accuracy", "code_pass_rate", "length_penalty"
 _REWARD_OPTIONS: dict[str, tuple[str, ...]] = {
     "format": ("assume_open_think",),
     "math_accuracy": ("assume_open_think",),
-    "code_pass_rate": ("mode", "workers"),
+    "code_pass_rate": ("mode", "workers", "assume_open_think"),
     "length_penalty": ("cache", "cache_fraction"),
 }
 # the built-in reward that scores the correctness of each domain's rows (the others give None)
@@ -202,7 +202,7 @@ class RewardConfig:
                     hint=did_you_mean(key, known) if known else f"{self.name} takes no options",
                 )
         opts = self.options
-        if self.name in ("format", "math_accuracy") and "assume_open_think" in opts:
+        if "assume_open_think" in opts:
             if not isinstance(opts["assume_open_think"], bool):
                 raise ConfigError(
                     f"{where}: options.assume_open_think must be true or false, "

@@ -8,7 +8,8 @@
   needs an explicit final answer. correct -> 1.0,
   incorrect / no_answer -> 0.0, timeout / error -> ``None`` (counted and logged, never a silent
   0; TRL leaves a None out of that reward's mean and its weighted sum). Code rows: ``None``.
-* ``code_pass_rate``: the last fenced Python block runs against the row's ``tests`` in
+* ``code_pass_rate``: the code :func:`rl_pools.answers.extract_code` finds (the last Python
+  block after the thinking, the one the rollout grader runs) runs against the row's ``tests`` in
   :func:`rl_pools.sandbox.run_tests`; ``mode = "all"`` gives 1.0 only when every test passes,
   ``"fraction"`` the share of tests passed. No code block -> 0.0; a ``sandbox_error`` -> None
   (counted). Math rows: ``None``.
@@ -30,11 +31,11 @@ from collections.abc import Callable
 from typing import Any
 
 from curation.errors import ConfigError
+from rl_pools.answers import answer_part, extract_code
 
 log = logging.getLogger("sluice.training.rewards")
 
 _THINK_RE = re.compile(r"^\s*<think>(?P<think>.*?)</think>\s*(?P<answer>\S.*)$", re.DOTALL)
-_CODE_RE = re.compile(r"```(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 
 
 def completion_text(completion: Any) -> str:
@@ -56,16 +57,14 @@ def _prompt_text(prompt: Any) -> str:
     return ""
 
 
-def answer_part(text: str) -> str:
-    """The text after the last ``</think>`` (the whole text when there is none)."""
-    i = text.rfind("</think>")
-    return text[i + len("</think>") :] if i >= 0 else text
-
-
-def extract_code(text: str) -> str | None:
-    """The last fenced code block of the answer part, or None."""
-    blocks = _CODE_RE.findall(answer_part(text))
-    return blocks[-1] if blocks else None
+def _opened(prompt: Any, text: str, assume_open_think: bool) -> str:
+    """``text`` with the ``<think>`` that the chat template opened (``assume_open_think``, or a
+    prompt ending in ``<think>``) put back, so that a completion cut off inside its thinking
+    reads as one."""
+    opened = assume_open_think or _prompt_text(prompt).rstrip().endswith("<think>")
+    if opened and not text.lstrip().startswith("<think>"):
+        return "<think>" + text
+    return text
 
 
 class Reward:
@@ -97,10 +96,7 @@ class FormatReward(Reward):
         out: list[float | None] = []
         batch: Counter[str] = Counter()
         for p, c in zip(prompts, completions, strict=True):
-            text = completion_text(c)
-            opened = self.assume_open_think or _prompt_text(p).rstrip().endswith("<think>")
-            if opened and not text.lstrip().startswith("<think>"):
-                text = "<think>" + text
+            text = _opened(p, completion_text(c), self.assume_open_think)
             ok = _THINK_RE.match(text) is not None
             batch["ok" if ok else "bad_format"] += 1
             out.append(1.0 if ok else 0.0)
@@ -157,13 +153,11 @@ class MathAccuracyReward(Reward):
         out: list[float | None] = [None] * n
         batch: Counter[str] = Counter()
         if idx:
-            full = [completion_text(completions[i]) for i in idx]
-            for k, i in enumerate(idx):  # the template opened <think>: the completion is inside
-                opened = self.assume_open_think or _prompt_text(prompts[i]).rstrip().endswith(
-                    "<think>"
-                )
-                if opened and "<think>" not in full[k]:
-                    full[k] = "<think>" + full[k]
+            # the template opened <think>: the completion is inside
+            full = [
+                _opened(prompts[i], completion_text(completions[i]), self.assume_open_think)
+                for i in idx
+            ]
             # cut off at the stage's budget: the completion's length in tokens
             lengths = completion_lengths
             if lengths is None and completion_ids is not None:
@@ -199,7 +193,8 @@ class MathAccuracyReward(Reward):
 
 
 class CodePassRateReward(Reward):
-    """Test pass rate in the sandbox (all-or-nothing or fraction)."""
+    """Test pass rate in the sandbox (all-or-nothing or fraction) of the code
+    :func:`rl_pools.answers.extract_code` finds: the one the rollout grader runs."""
 
     def __init__(
         self,
@@ -207,8 +202,10 @@ class CodePassRateReward(Reward):
         mode: str = "all",
         sandbox_options: dict[str, Any] | None = None,
         workers: int = 2,
+        assume_open_think: bool = False,
     ) -> None:
         super().__init__(name)
+        self.assume_open_think = assume_open_think
         from rl_pools.sandbox import SandboxConfig
 
         opts = dict(sandbox_options or {})
@@ -241,7 +238,9 @@ class CodePassRateReward(Reward):
         for i in range(n):
             if domain[i] != "code":
                 continue
-            code = extract_code(completion_text(completions[i]))
+            code = extract_code(
+                _opened(prompts[i], completion_text(completions[i]), self.assume_open_think)
+            )
             if code is None:
                 batch["no_code"] += 1
                 out[i] = 0.0
@@ -334,13 +333,7 @@ def build_rewards(
         elif rc.name == "format":
             out.append(FormatReward(rc.name, bool(opts.get("assume_open_think", False))))
         elif rc.name == "math_accuracy":
-            # whether the chat template opens <think>: its own option, else the format reward's
-            fmt = next((c for c in configs if c.name == "format" and c.function is None), None)
-            open_think = opts.get(
-                "assume_open_think",
-                bool(fmt is not None and dict(fmt.options).get("assume_open_think", False)),
-            )
-            out.append(MathAccuracyReward(rc.name, verify, bool(open_think)))
+            out.append(MathAccuracyReward(rc.name, verify, _open_think(rc, configs)))
         elif rc.name == "code_pass_rate":
             out.append(
                 CodePassRateReward(
@@ -348,6 +341,7 @@ def build_rewards(
                     mode=opts.get("mode", "all"),
                     sandbox_options=sandbox,
                     workers=int(opts.get("workers", 2)),
+                    assume_open_think=_open_think(rc, configs),
                 )
             )
         elif rc.name == "length_penalty":
@@ -359,6 +353,14 @@ def build_rewards(
                 )
             )
     return out
+
+
+def _open_think(rc: Any, configs: list[Any]) -> bool:
+    """Whether the chat template opens ``<think>``: the reward's own option, else the format
+    reward's."""
+    fmt = next((c for c in configs if c.name == "format" and c.function is None), None)
+    default = bool(fmt is not None and dict(fmt.options).get("assume_open_think", False))
+    return bool(dict(rc.options).get("assume_open_think", default))
 
 
 def reward_counts(funcs: list[Any]) -> dict[str, dict[str, int]]:
@@ -377,10 +379,8 @@ __all__ = [
     "LengthPenaltyReward",
     "MathAccuracyReward",
     "Reward",
-    "answer_part",
     "build_rewards",
     "close_rewards",
     "completion_text",
-    "extract_code",
     "reward_counts",
 ]

@@ -129,6 +129,8 @@ def _overrides(
     fmt = next((r for r in config.rewards if r.name == "format"), None)
     if fmt is not None and fmt.options.get("assume_open_think"):
         kw["assume_open_think"] = True
+    if code is not None and "assume_open_think" in code.options:  # as math_accuracy's below
+        kw["code_open_think"] = bool(code.options["assume_open_think"])
     acc = next((r for r in config.rewards if r.name == "math_accuracy"), None)
     if acc is not None:
         if "assume_open_think" in acc.options:  # its own, else the format reward's (as TRL)

@@ -76,6 +76,7 @@ def compute_score(
     sandbox: dict[str, Any] | None = None,
     math_open_think: bool | None = None,
     budget: dict[str, Any] | None = None,
+    code_open_think: bool | None = None,
     **_: Any,
 ) -> dict[str, Any]:
     """Weighted sum of the config's rewards for one response (verl's custom reward API).
@@ -111,7 +112,11 @@ def compute_score(
         tests = info.get("tests")
         if tests is None:
             tests = json.loads(ground_truth).get("sluice_tests", [])
-        v = _reward("code_pass_rate", mode=code_mode, sandbox_options=sandbox or None)(
+        # as the TRL run: code written in thinking that never closed is a draft, not the answer
+        open_think = assume_open_think if code_open_think is None else code_open_think
+        code_reward = _reward("code_pass_rate", mode=code_mode, sandbox_options=sandbox or None,
+                              assume_open_think=bool(open_think))  # fmt: skip
+        v = code_reward(
             [""], [solution_str], domain=["code"], tests=[tests],
             test_preamble=[info.get("test_preamble") or ""],
         )[0]  # fmt: skip

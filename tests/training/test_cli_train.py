@@ -556,6 +556,33 @@ def test_verl_export_passes_the_tokenizer_to_the_length_penalty(tmp_path):
     assert "tokenizer:org/model" in kw or "tokenizer:'org/model'" in kw
 
 
+def test_verl_code_reward_reads_the_code_the_run_reads(pool_catalog, tmp_path):
+    """The exported code reward runs the code the TRL run's code_pass_rate runs: with a chat
+    template that opens <think>, a response cut off in its thinking has no final code."""
+    from training import verl_reward
+    from training.config import TrainConfig
+    from training.verl import _overrides
+
+    row = pool_catalog["catalog"].load(pool_catalog["code"]).to_pylist()[0]
+    draft = f"plan\n```python\nfrom typing import *\n{row['solutions'][0]}\n```\nhmm"
+    info = {"domain": "code", "tests": row["tests"]}
+    w = {"code_pass_rate": 1.0}
+    assert verl_reward.compute_score("s", draft, "", info, weights=w)["code_pass_rate"] == 1.0
+    for kw in ({"assume_open_think": True}, {"code_open_think": True}):
+        got = verl_reward.compute_score("s", draft, "", info, weights=w, **kw)
+        assert got["code_pass_rate"] == 0.0, kw
+    cfg = TrainConfig.from_dict(
+        {
+            "name": "t",
+            "model": {"name_or_path": "org/model"},
+            "rewards": [{"name": "code_pass_rate", "options": {"assume_open_think": True}}],
+            "stages": [{"name": "s", "pools": ["p@latest"], "epochs": 1}],
+        }
+    )
+    ov = _overrides(cfg, cfg.stages[0], tmp_path / "d", "$MODEL", tmp_path / "r.py")
+    assert "code_open_think:true" in next(o for o in ov if "reward_kwargs=" in o)
+
+
 def test_export_verl_rerun_leaves_exactly_the_new_export(
     tiny_model, pool_catalog, tmp_path, capsys
 ):

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from rl_pools.answers import extract_code
 from training.rewards import (
     CodePassRateReward,
     FormatReward,
     LengthPenaltyReward,
     MathAccuracyReward,
     build_rewards,
-    extract_code,
 )
 
 
