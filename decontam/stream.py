@@ -303,7 +303,9 @@ class _FileFacts:
 
         try:
             if count:
-                self._rows = sum(chunk.count(b"\n") for chunk in file_chunks(self.path))
+                from curation.readers import count_jsonl_rows
+
+                self._rows = count_jsonl_rows(self.path)  # blank lines are not rows
                 self._counted.set()
             h = hashlib.sha256()
             for chunk in file_chunks(self.path):
@@ -380,7 +382,7 @@ def _open_source(
         inp = InputData(pa.table({}), None, src, _file_stem(path.name), None, "")
         kind = kind_of(path)
         rows = pq.ParquetFile(path).metadata.num_rows if kind == "parquet" else None
-        # newlines count the rows of a plain JSON Lines file (one fast pass over its bytes)
+        # the rows of a plain JSON Lines file: its non-blank lines (one fast pass over its bytes)
         count = kind == "jsonl" and not path.name.endswith(".gz")
         if facts is None or facts.path != path:
             facts = _FileFacts(path, count)

@@ -400,3 +400,35 @@ def test_a_damaged_save_to_disk_folder_is_one_input_error(tmp_path, pools_dir, d
     with pytest.raises(InputError, match="damaged, truncated") as exc:
         list(read_batches(str(tmp_path / "hf")))
     assert exc.value.file == str(tmp_path / "hf")
+
+
+@pytest.mark.parametrize("chunk", [7, 1 << 24])
+def test_jsonl_row_count_is_the_rows_the_reader_reads(tmp_path, chunk):
+    """The up-front row count (progress totals, shard sizes) skips the blank lines the reader
+    skips (empty, whitespace-only, CRLF-only), and counts a last line without a newline; a small
+    chunk size puts chunk boundaries inside lines and between the two bytes of a CRLF."""
+    from curation.readers import count_jsonl_rows
+
+    lines = [
+        b'\xef\xbb\xbf{"a": 1}\n',
+        b"\n",
+        b'{"a": 2}\r\n',
+        b"\r\n",
+        b"   \t\n",
+        b'{"a": "x y"}\n',
+        b"\n\n\n",
+        b"not json\n",  # an error is a row read (a reject), not a blank line
+        b'{"a": 3}',
+    ]
+    path = tmp_path / "gaps.jsonl"
+    path.write_bytes(b"".join(lines))
+    rows, _, errors, _ = _collect(str(path))
+    read = len(rows) + len(errors)
+    assert read == 5
+    assert count_jsonl_rows(path, chunk_size=chunk) == read
+    blank_first = tmp_path / "blank_first.jsonl"
+    blank_first.write_bytes(b"\n \n" + b'{"a": 1}\n' * 3 + b"\n")
+    assert count_jsonl_rows(blank_first, chunk_size=chunk) == 3
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"\n\n")
+    assert count_jsonl_rows(empty, chunk_size=chunk) == 0

@@ -721,3 +721,18 @@ def test_chats_whose_contents_take_both_forms_are_scanned_and_a_bad_one_named(po
         run_decontamination(str(src), text_fields=["messages"], id_field="uid", config=cfg,
                             out_dir=tmp_path / "o2")  # fmt: skip
     assert (e.value.row, e.value.field) == (401, "messages")
+
+
+def test_streamed_progress_total_skips_blank_lines(tmp_path):
+    """The total of a streamed JSON Lines input's progress (and of its shards) is the rows the
+    reader yields: blank lines between rows and at the end are not rows (they were counted, so
+    the bar never reached 100% and the ETA ran long)."""
+    from decontam.stream import _open_source
+
+    src = tmp_path / "gaps.jsonl"
+    rows = [json.dumps({"uid": f"r{i}", "text": f"text {i}"}) for i in range(10)]
+    src.write_text("\n\n".join(rows) + "\n\n\n")
+    opened = _open_source(str(src), catalog=None, batch_rows=4)
+    read = sum(len(t) for t, _ in opened.tables)
+    assert read == 10
+    assert opened.rows == read
