@@ -451,8 +451,14 @@ def fitted_detectors(
     decontam: dict[str, Any], benchmarks_dir: str | None, data_root: str | None = None
 ) -> tuple[Any, Any, list]:
     """(DecontamConfig, BenchmarkSet, fitted detectors), cached per process: fitting is the
-    costly part and every shard of a run shares it. Detector caches live under ``data_root``."""
-    key = json.dumps([decontam, benchmarks_dir, data_root], sort_keys=True, default=str)
+    costly part and every shard of a run shares it. Detector caches live under ``data_root``.
+
+    The cache is keyed on the benchmark files' content (:func:`benchmark_files_fingerprint`),
+    not only their folder: a long-running worker whose benchmark copy changed loads it again,
+    through the loader's pinned-hash checks, instead of serving detectors fitted on the old
+    files."""
+    content = benchmark_files_fingerprint(benchmarks_dir)
+    key = json.dumps([decontam, benchmarks_dir, content, data_root], sort_keys=True, default=str)
     if key not in _FITTED:
         from decontam.run import DecontamConfig, build_detectors, load_benchmark_set
 
@@ -464,6 +470,32 @@ def fitted_detectors(
 
 
 _FITTED: dict[str, tuple[Any, Any, list]] = {}
+
+
+def benchmark_files_fingerprint(benchmarks_dir: str | None) -> str:
+    """The content of the files a benchmark load reads: the mirror folder (``benchmarks_dir``,
+    else the configured one) and the user definitions in ``$SLUICE_DATA_ROOT/benchmarks``.
+    Hashed (:func:`content_fingerprint`) only when a file's path, size or mtime_ns differs from
+    the last call's, so an unchanged folder costs a directory walk, not a read."""
+    from curation.settings import benchmarks_dir as resolve
+    from decontam.benchmarks import user_definition_dir
+
+    folders = [str(d) for d in (resolve(benchmarks_dir), user_definition_dir()) if d]
+    stats = []
+    for d in folders:
+        for f in sorted(Path(d).rglob("*")):
+            if f.is_file():
+                st = f.stat()
+                stats.append((str(f), st.st_size, st.st_mtime_ns))
+    sig = json.dumps([folders, stats])
+    if sig not in _CONTENT:
+        if len(_CONTENT) >= 8:  # a worker that sees many folders: bounded
+            _CONTENT.clear()
+        _CONTENT[sig] = _hash(*(content_fingerprint(d) for d in folders)) if folders else "hub"
+    return _CONTENT[sig]
+
+
+_CONTENT: dict[str, str] = {}
 
 
 # -- helpers the flows share ------------------------------------------------------------------

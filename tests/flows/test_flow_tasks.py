@@ -309,3 +309,38 @@ def test_code_fingerprint_follows_every_library_file_the_stages_read(tmp_path, m
         assert t.code_fingerprint() == before
     finally:
         t.code_fingerprint.cache_clear()
+
+
+def test_fitted_detectors_follow_the_benchmark_files_content(tmp_path, benchmarks_dir, monkeypatch):
+    """The per-process fit cache is keyed on the benchmark files' content: a long-running worker
+    whose benchmark copy changes loads (and checks) it again instead of serving detectors
+    fitted on the old files; an unchanged folder is not hashed again on every call."""
+    import os
+    import shutil
+
+    import flows.tasks as tasks
+    from curation.errors import IntegrityError
+
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    shutil.copy(benchmarks_dir / "aime24.jsonl", bench / "aime24.jsonl")
+    dc = {**_decontam(), "benchmarks": ["aime24"], "include_variants": False}
+    root = str(tmp_path / "root")
+    first = tasks.fitted_detectors(dc, str(bench), root)
+    hashed = []
+    real = tasks.content_fingerprint
+    monkeypatch.setattr(tasks, "content_fingerprint", lambda p: hashed.append(p) or real(p))
+    assert tasks.fitted_detectors(dc, str(bench), root) is first
+    assert hashed == []  # same paths, sizes and mtimes: no file read again
+    # the copy changes in place (one item's text): the next call loads it, and the loader's
+    # pinned hashes refuse it (the stale cache served the old detectors without a word)
+    f = bench / "aime24.jsonl"
+    lines = f.read_text(encoding="utf-8").splitlines(keepends=True)
+    f.write_text("".join(lines[:-1]) + lines[-1].replace("a", "b", 1), encoding="utf-8")
+    with pytest.raises(IntegrityError):
+        tasks.fitted_detectors(dc, str(bench), root)
+    # the original bytes back (a new mtime): the same content fits again, equal to the first
+    shutil.copy(benchmarks_dir / "aime24.jsonl", f)
+    os.utime(f, ns=(1, 1))
+    again = tasks.fitted_detectors(dc, str(bench), root)
+    assert again[1].infos == first[1].infos
