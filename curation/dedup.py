@@ -5,11 +5,23 @@ two rows are exact duplicates when their normalized problem text and domain agre
 source, ids or order. Inside a pool the first occurrence is kept and every later one is written
 to a ``duplicates`` table as evidence (never dropped silently). Near-duplicates (MinHash) live in
 :mod:`curation.minhash`.
+
+Two rows with one uid may still disagree on what grades the problem: DeepCoder's LeetCode test
+split holds "Maximum Strong Pair XOR I" and "II" with the same statement and different test
+cases. Such a duplicate is a *conflict*: the fields of :data:`CONFLICT_FIELDS` (answer, tests,
+starter code; an SFT sample's final answer and verdict) are compared with the kept row's, and
+the ones that differ are named in the duplicates table's ``conflict`` column. What ingest does
+with a conflict is :data:`ON_CONFLICT`: ``keep_first`` (the default: keep the first row, flag
+the later one) or ``drop`` (reject both: no row of that problem is trusted to grade it).
+Solutions are not compared: pools keep several correct ones for one problem.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -22,9 +34,45 @@ DUPLICATES_SCHEMA = pa.schema(
         pa.field("duplicate_source_id", pa.string()),
         pa.field("duplicate_file", pa.string()),
         pa.field("duplicate_row", pa.int64()),
+        # the CONFLICT_FIELDS in which this row differs from the kept one, comma-separated
+        # (null: none, a plain duplicate); added in duplicates/2
+        pa.field("conflict", pa.string()),
     ],
-    metadata={b"sluice.schema": b"duplicates/1"},
+    metadata={b"sluice.schema": b"duplicates/2"},
 )
+
+# Fields a duplicate must agree on with the kept row, by record schema (the uid covers the
+# problem text, or an SFT sample's prompt and response).
+CONFLICT_FIELDS: dict[str, tuple[str, ...]] = {
+    "problem": ("answer", "tests", "starter_code"),
+    "sft_sample": ("final_answer", "verification"),
+}
+# What ingest does with a conflicting duplicate (``--on-conflict``)
+ON_CONFLICT = ("keep_first", "drop")
+_DIGEST = 8  # bytes per compared field
+
+
+def check_on_conflict(value: Any) -> str:
+    """``value`` if it is one of :data:`ON_CONFLICT`, else a :class:`ConfigError`."""
+    if value not in ON_CONFLICT:
+        from curation.errors import ConfigError
+
+        raise ConfigError(
+            f"on_conflict (--on-conflict) must be one of {', '.join(ON_CONFLICT)}, got {value!r}",
+            hint="keep_first keeps the first row and flags the conflict; drop rejects both",
+        )
+    return value
+
+
+def field_digests(rec: dict[str, Any], fields: tuple[str, ...]) -> bytes:
+    """8 bytes of BLAKE2b per field of ``rec`` (its canonical JSON): what a later duplicate's
+    fields are compared with, without keeping the kept row's values in memory."""
+    out = b""
+    for f in fields:
+        blob = json.dumps(rec.get(f), sort_keys=True, ensure_ascii=False, default=str)
+        out += hashlib.blake2b(blob.encode(), digest_size=_DIGEST).digest()
+    return out
+
 
 CROSS_DUPLICATES_SCHEMA = pa.schema(
     [
@@ -48,15 +96,19 @@ class Location:
 
 
 class ExactDeduper:
-    """Keeps the first occurrence of each uid; reports where a later duplicate's original is.
+    """Keeps the first occurrence of each uid; reports where a later duplicate's original is,
+    and (with ``fields``) in which of them a later duplicate differs from it.
 
-    A dict of 24-hex-char uids to small (file index, row, source id) tuples; file names are
-    interned in a list. With the ingest's source-id index this costs ~250 MB per million unique
-    rows (tests/benchmarks/bench_ingest.py: a 1M-row ingest peaks at ~535 MiB RSS in total).
+    A dict of 24-hex-char uids to small (file index, row, source id, field digests) tuples;
+    file names are interned in a list. With the ingest's source-id index this costs ~250 MB per
+    million unique rows, plus ~65 MB for the field digests (24 bytes of digests in a bytes object)
+    (tests/benchmarks/bench_ingest.py: a 1M-row ingest peaks at ~535 MiB RSS in total before
+    the digests).
     """
 
-    def __init__(self) -> None:
-        self._seen: dict[str, tuple[int, int, str | None]] = {}
+    def __init__(self, fields: tuple[str, ...] = ()) -> None:
+        self.fields = tuple(fields)
+        self._seen: dict[str, tuple[int, int, str | None, bytes]] = {}
         self._files: list[str] = []
         self._file_idx: dict[str, int] = {}
 
@@ -66,8 +118,9 @@ class ExactDeduper:
     def __contains__(self, uid: str) -> bool:
         return uid in self._seen
 
-    def add(self, uid: str, loc: Location) -> Location | None:
-        """Register ``uid`` at ``loc``; return the kept location if it was already seen."""
+    def add(self, uid: str, loc: Location, digests: bytes = b"") -> Location | None:
+        """Register ``uid`` at ``loc`` (with its :func:`field_digests`); return the kept
+        location if it was already seen."""
         prev = self._seen.get(uid)
         if prev is not None:
             return Location(self._files[prev[0]], prev[1], prev[2])
@@ -75,15 +128,27 @@ class ExactDeduper:
         if idx is None:
             idx = self._file_idx[loc.file] = len(self._files)
             self._files.append(loc.file)
-        self._seen[uid] = (idx, loc.row, loc.source_id)
+        self._seen[uid] = (idx, loc.row, loc.source_id, digests)
         return None
+
+    def differing(self, uid: str, digests: bytes) -> list[str]:
+        """The fields in which a duplicate with ``digests`` differs from the kept row of
+        ``uid`` (empty: none, or no digests kept)."""
+        kept = self._seen[uid][3]
+        if not kept or not digests:
+            return []
+        return [
+            f
+            for i, f in enumerate(self.fields)
+            if kept[i * _DIGEST : (i + 1) * _DIGEST] != digests[i * _DIGEST : (i + 1) * _DIGEST]
+        ]
 
     def discard(self, uid: str) -> None:
         """Forget ``uid`` (its kept row was rejected after registration)."""
         self._seen.pop(uid, None)
 
 
-def duplicate_row(uid: str, kept: Location, dup: Location) -> dict:
+def duplicate_row(uid: str, kept: Location, dup: Location, conflict: list[str] = ()) -> dict:
     """One row of :data:`DUPLICATES_SCHEMA`."""
     return {
         "uid": uid,
@@ -93,6 +158,7 @@ def duplicate_row(uid: str, kept: Location, dup: Location) -> dict:
         "duplicate_source_id": dup.source_id,
         "duplicate_file": dup.file,
         "duplicate_row": dup.row,
+        "conflict": ",".join(conflict) or None,
     }
 
 

@@ -7,7 +7,9 @@ Three datasets are published for every ingest of ``name``:
 * ``name.rejects``: every row that could not be used, with file, row, field, reason and a raw
   excerpt (:data:`REJECTS_SCHEMA`);
 * ``name.duplicates``: every exact duplicate with the location of the row that was kept
-  (:data:`curation.dedup.DUPLICATES_SCHEMA`).
+  (:data:`curation.dedup.DUPLICATES_SCHEMA`), and the fields in which it conflicts with it
+  (same problem, other answer or tests: see :mod:`curation.dedup`; ``on_conflict`` says
+  whether the first row is kept or both are rejected).
 
 Accounting identity, checked before anything is published and recorded in the version metadata:
 ``read = accepted + duplicates + rejected``. Memory stays flat: rows are streamed in chunks,
@@ -26,7 +28,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from curation.dedup import DUPLICATES_SCHEMA, ExactDeduper, Location, duplicate_row
+from curation.dedup import (
+    CONFLICT_FIELDS,
+    DUPLICATES_SCHEMA,
+    ExactDeduper,
+    Location,
+    check_on_conflict,
+    duplicate_row,
+    field_digests,
+)
 from curation.errors import ConfigError, InputError, IntegrityError, writing_to
 from curation.fieldmaps import FieldError, FieldMap, available_maps, load_map
 from curation.normalize import NORMALIZER_VERSION
@@ -45,6 +55,7 @@ INGEST_VERSION = "ingest/1"
 # the datasets an ingest of NAME publishes beside it: no ingest may be called by one of them
 RESERVED_SUFFIXES = (".rejects", ".duplicates", ".near_duplicates")
 DEFAULT_MAX_ROW_BYTES = 1_000_000  # of problem (or prompt+response) text, UTF-8
+MAX_CONFLICT_EXAMPLES = 20  # conflicts listed in the counts (all are in the evidence tables)
 
 REJECTS_SCHEMA = pa.schema(
     [
@@ -60,13 +71,23 @@ REJECTS_SCHEMA = pa.schema(
 
 @dataclass
 class IngestCounts:
-    """Row accounting of one ingest: ``read = accepted + duplicates + rejected``."""
+    """Row accounting of one ingest: ``read = accepted + duplicates + rejected``.
+
+    ``conflicts`` counts the later rows of a problem whose answer/tests/starter code (see
+    :data:`curation.dedup.CONFLICT_FIELDS`) differ from the first row's: with ``on_conflict``
+    ``keep_first`` they are among the ``duplicates`` (flagged), with ``drop`` among the
+    ``rejected``, with the first row. ``conflict_fields`` counts them by differing field and
+    ``conflict_examples`` lists the first few."""
 
     read: int = 0
     accepted: int = 0
     duplicates: int = 0
     rejected: int = 0
     reject_reasons: dict[str, int] = field(default_factory=dict)
+    conflicts: int = 0
+    conflict_fields: dict[str, int] = field(default_factory=dict)
+    conflict_examples: list[dict[str, Any]] = field(default_factory=list)
+    on_conflict: str = "keep_first"
 
     @property
     def balanced(self) -> bool:
@@ -220,7 +241,8 @@ class _Sink:
             self.writer.write_table(pa.Table.from_pylist(rows, schema=self.schema))
 
     def close(self) -> None:
-        self.writer.close()
+        if self.writer.is_open:
+            self.writer.close()
 
 
 def _label(file: str, spec: SourceSpec) -> str:
@@ -260,12 +282,17 @@ def ingest_to_files(
     limit: int | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     on_rows: Callable[[int, int | None], None] | None = None,
+    on_conflict: str = "keep_first",
 ) -> IngestFiles:
     """Stream ``source`` through ``fmap`` into accepted/rejects/duplicates Parquet files.
 
     ``on_rows(rows_read, bytes_read)`` is called after every chunk (``bytes_read`` is None when
-    the reader cannot tell, e.g. Parquet or Hub sources)."""
+    the reader cannot tell, e.g. Parquet or Hub sources). ``on_conflict``: what to do with a
+    duplicate whose answer/tests differ from the kept row's (:data:`curation.dedup.ON_CONFLICT`):
+    ``keep_first`` keeps the first and flags the later one in the duplicates file, ``drop``
+    rejects both (the first row's reject is written after the others)."""
     _check_limits(max_row_bytes, limit)
+    check_on_conflict(on_conflict)
     spec = parse_source(source) if isinstance(source, str) else source
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -274,9 +301,12 @@ def ingest_to_files(
     acc = _Sink(out / "accepted.parquet", schema)
     rej = _Sink(out / "rejects.parquet", REJECTS_SCHEMA)
     dup = _Sink(out / "duplicates.parquet", DUPLICATES_SCHEMA)
-    counts = IngestCounts()
+    counts = IngestCounts(on_conflict=on_conflict)
     reasons: Counter[str] = Counter()
-    dedup = ExactDeduper()
+    conflict_fields: Counter[str] = Counter()
+    dedup = ExactDeduper(CONFLICT_FIELDS["problem" if fmap.schema == "problem" else "sft_sample"])
+    # on_conflict drop: uid -> (the first row's location, the later row's, the fields that differ)
+    dropped: dict[str, tuple[Location, Location, list[str]]] = {}
     # source ids are the pool's own row ids: unique per file (a folder groups pools that may each
     # number their rows from 0, as TTRL's AIME/AMC/MATH files do)
     seen_ids: dict[tuple[str, str], str] = {}
@@ -346,9 +376,31 @@ def ingest_to_files(
                     continue
                 uid = fmap.uid(rec)
                 sid = rec.get("source_id")
-                kept = dedup.add(uid, Location(label, rowno, sid))
+                here = Location(label, rowno, sid)
+                digests = field_digests(rec, dedup.fields)
+                kept = dedup.add(uid, here, digests)
                 if kept is not None:
-                    dups.append(duplicate_row(uid, kept, Location(label, rowno, sid)))
+                    differ = dedup.differing(uid, digests)
+                    if differ:
+                        counts.conflicts += 1
+                        conflict_fields.update(differ)
+                        if len(counts.conflict_examples) < MAX_CONFLICT_EXAMPLES:
+                            counts.conflict_examples.append(
+                                _conflict_example(uid, kept, here, differ)
+                            )
+                    if differ and on_conflict == "drop":
+                        dropped.setdefault(uid, (kept, here, differ))
+                        rejects.append(
+                            {
+                                "file": label,
+                                "row": rowno,
+                                "field": ",".join(differ),
+                                "reason": _conflict_reason(kept, differ),
+                                "excerpt": excerpt(item),
+                            }
+                        )
+                        continue
+                    dups.append(duplicate_row(uid, kept, here, differ))
                     continue
                 if sid is not None:
                     first = seen_ids.get((label, sid))
@@ -390,6 +442,13 @@ def ingest_to_files(
                 )
             if limit is not None and counts.read >= limit:
                 break
+        if dropped:
+            acc.close()
+            gone = _drop_rows(acc.path, schema, dropped)
+            counts.accepted -= len(gone)
+            counts.rejected += len(gone)
+            reasons.update(f"{r['field']}: {_reason_kind(r['reason'])}" for r in gone)
+            rej.write(gone)
     finally:
         acc.close()
         rej.close()
@@ -398,9 +457,59 @@ def ingest_to_files(
         label, sp = next(iter(unseen.items()))
         raise fmap.missing_path_error(label, sp, sample, f"{spec.location} ({counts.read} read)")
     counts.reject_reasons = dict(reasons.most_common())
+    counts.conflict_fields = dict(conflict_fields.most_common())
     if not counts.balanced:  # pragma: no cover - a bug guard, never expected
         raise IntegrityError(f"ingest accounting does not add up: {counts.identity()}")
     return IngestFiles(acc.path, rej.path, dup.path, counts, schema, fmap, spec, files)
+
+
+def _conflict_example(uid: str, kept: Location, dup: Location, differ: list[str]) -> dict:
+    return {
+        "uid": uid,
+        "kept": f"{kept.file}:{kept.row}",
+        "kept_source_id": kept.source_id,
+        "duplicate": f"{dup.file}:{dup.row}",
+        "duplicate_source_id": dup.source_id,
+        "fields": differ,
+    }
+
+
+def _conflict_reason(other: Location, differ: list[str]) -> str:
+    sid = f" (source_id {other.source_id!r})" if other.source_id is not None else ""
+    return (
+        f"conflicting duplicate: same problem as {other.file}:{other.row}{sid} with different "
+        f"{', '.join(differ)} (on_conflict drop rejects both)"
+    )
+
+
+def _drop_rows(
+    path: Path, schema: pa.Schema, dropped: dict[str, tuple[Location, Location, list[str]]]
+) -> list[dict]:
+    """Rewrite the accepted file without the first rows of ``dropped``'s uids (streamed, one
+    batch at a time); return their rejects. A first row that was rejected on its own meanwhile
+    is not in the file, and gets no second reject."""
+    import pyarrow.compute as pc
+
+    tmp = path.with_name(path.name + ".tmp")
+    uids = pa.array(list(dropped), pa.string())
+    gone: list[dict] = []
+    with pq.ParquetWriter(tmp, schema, compression="zstd") as out:
+        for b in pq.ParquetFile(path).iter_batches():
+            hit = pc.is_in(b.column("uid"), value_set=uids)
+            for r in b.filter(hit).to_pylist():
+                first, later, differ = dropped[r["uid"]]
+                gone.append(
+                    {
+                        "file": first.file,
+                        "row": first.row,
+                        "field": ",".join(differ),
+                        "reason": _conflict_reason(later, differ),
+                        "excerpt": excerpt({k: v for k, v in r.items() if k != "metadata"}),
+                    }
+                )
+            out.write_batch(b.filter(pc.invert(hit)))
+    tmp.replace(path)
+    return gone
 
 
 def _reason_kind(reason: str) -> str:
@@ -462,12 +571,17 @@ def ingest(
     batch_size: int = DEFAULT_BATCH_SIZE,
     near_dup_threshold: float | None = None,
     allow_empty: bool = False,
+    on_conflict: str = "keep_first",
 ) -> IngestResult:
     """Ingest ``source`` with ``field_map`` (a shipped map name, a .toml path, or ``"auto"``)
     and publish ``name``, ``name.rejects`` and ``name.duplicates`` to ``catalog``.
 
     With ``near_dup_threshold`` (e.g. 0.8), MinHash near-duplicate clusters of the accepted rows
     are also published as ``name.near_duplicates`` (evidence; no row is dropped).
+
+    ``on_conflict`` (``keep_first`` or ``drop``): what to do with a duplicate whose answer, tests
+    or starter code differ from the kept row's; either way the conflicts are counted in
+    ``counts["conflicts"]`` and named in the evidence (see :mod:`curation.dedup`).
 
     A source that yields no usable row (empty, or every row rejected or a duplicate) is an
     :class:`InputError` naming the most common reject reason, and nothing is published, unless
@@ -476,6 +590,7 @@ def ingest(
 
     t0 = time.perf_counter()
     _check_limits(max_row_bytes, limit)
+    check_on_conflict(on_conflict)
     if near_dup_threshold is not None and not 0.0 < near_dup_threshold <= 1.0:
         raise ConfigError(
             f"near_dup_threshold (--near-dups) must be a number in (0, 1], got {near_dup_threshold}",
@@ -497,10 +612,18 @@ def ingest(
     # collected by the next one; the three (four) datasets are committed together or not at all.
     with cat.staging("ingest") as staging, writing_to(f"the data root {cat.root}"):
         if progress:
-            files = _with_progress(spec, fmap, staging, max_row_bytes, limit, batch_size)
+            files = _with_progress(
+                spec, fmap, staging, max_row_bytes, limit, batch_size, on_conflict
+            )
         else:
             files = ingest_to_files(
-                spec, fmap, staging, max_row_bytes=max_row_bytes, limit=limit, batch_size=batch_size
+                spec,
+                fmap,
+                staging,
+                max_row_bytes=max_row_bytes,
+                limit=limit,
+                batch_size=batch_size,
+                on_conflict=on_conflict,
             )
         c = files.counts
         if c.accepted == 0 and not allow_empty:
@@ -517,6 +640,7 @@ def ingest(
             "field_map": fmap.name,
             "max_row_bytes": max_row_bytes,
             "limit": limit,
+            "on_conflict": on_conflict,
         }
         if near_dup_threshold is not None:
             config["near_dup_threshold"] = near_dup_threshold
@@ -542,7 +666,7 @@ def ingest(
             str(files.duplicates),
             step="ingest.duplicates",
             config=config,
-            metadata={**base_md, "schema": "duplicates/1"},
+            metadata={**base_md, "schema": schema_version(DUPLICATES_SCHEMA)},
             schema=DUPLICATES_SCHEMA,
         )
         near_v = None
@@ -608,7 +732,9 @@ def source_bytes(spec: SourceSpec) -> int | None:
     return None
 
 
-def _with_progress(spec, fmap, staging, max_row_bytes, limit, batch_size) -> IngestFiles:
+def _with_progress(
+    spec, fmap, staging, max_row_bytes, limit, batch_size, on_conflict="keep_first"
+) -> IngestFiles:
     """Run :func:`ingest_to_files` under a rich progress bar (bytes when known, else rows)."""
     from rich.progress import (
         BarColumn,
@@ -647,4 +773,5 @@ def _with_progress(spec, fmap, staging, max_row_bytes, limit, batch_size) -> Ing
             limit=limit,
             batch_size=batch_size,
             on_rows=update,
+            on_conflict=on_conflict,
         )

@@ -50,6 +50,12 @@ def ingest_command(
         "--allow-empty",
         help="Publish even when no row is usable (default: that is an error).",
     ),
+    on_conflict: str = typer.Option(
+        "keep_first",
+        "--on-conflict",
+        help="A duplicate problem whose answer, tests or starter code differ: keep_first (keep "
+        "the first row, flag the later one in NAME.duplicates) or drop (reject both).",
+    ),
 ) -> None:
     """Ingest SOURCE with a field map: publish NAME, NAME.rejects and NAME.duplicates."""
     from rich.console import Console
@@ -93,6 +99,7 @@ def ingest_command(
         limit=limit,
         near_dup_threshold=near_dups,
         allow_empty=allow_empty,
+        on_conflict=on_conflict,
     )
     c = res.counts
     # sources, reasons and refs quote the data: printed as text, never as rich markup
@@ -109,6 +116,27 @@ def ingest_command(
     console.print(t)
     for reason, n in list(c["reject_reasons"].items())[:10]:
         console.print(f"  rejected {n:,} x {escape(reason)}", highlight=False)
+    if c.get("conflicts"):
+        by_field = ", ".join(f"{f} {n:,}" for f, n in c["conflict_fields"].items())
+        what = (
+            "the first row of each is kept, the later one flagged in " + res.duplicates_ref
+            if c["on_conflict"] == "keep_first"
+            else "both rows of each are rejected (--on-conflict drop)"
+        )
+        console.print(
+            escape(
+                f"  conflicts: {c['conflicts']:,} duplicate(s) of a kept problem with another "
+                f"answer/tests ({by_field}); {what}"
+            ),
+            highlight=False,
+            soft_wrap=True,
+        )
+        for e in c["conflict_examples"][:5]:
+            console.print(
+                escape(f"    {e['kept']} vs {e['duplicate']}: different {', '.join(e['fields'])}"),
+                highlight=False,
+                soft_wrap=True,
+            )
     console.print(f"{c['identity']}  ({res.seconds:.1f} s)", highlight=False)
     if res.earlier_record:
         e = res.earlier_record

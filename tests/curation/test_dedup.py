@@ -6,8 +6,10 @@ import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from curation.dedup import ExactDeduper, Location, cross_duplicates
+from curation.errors import ConfigError
 from curation.fieldmaps import load_map
 from curation.ingest import ingest_to_files
 from curation.normalize import problem_uid
@@ -50,6 +52,7 @@ def test_ingest_writes_duplicate_evidence_and_uids_do_not_depend_on_order(tmp_pa
             "duplicate_source_id": "c",
             "duplicate_file": "fwd.jsonl",
             "duplicate_row": 3,
+            "conflict": None,
         },
         {
             "uid": uid,
@@ -59,6 +62,7 @@ def test_ingest_writes_duplicate_evidence_and_uids_do_not_depend_on_order(tmp_pa
             "duplicate_source_id": "d",
             "duplicate_file": "fwd.jsonl",
             "duplicate_row": 4,
+            "conflict": None,
         },
     ]
     uids_a = set(pq.read_table(a.accepted).column("uid").to_pylist())
@@ -66,6 +70,66 @@ def test_ingest_writes_duplicate_evidence_and_uids_do_not_depend_on_order(tmp_pa
     assert uids_a == uids_b  # order and source file do not change uids
     kept_b = pq.read_table(b.accepted).to_pylist()
     assert {r["source_id"] for r in kept_b} == {"d", "b"}  # reversed order keeps the other first
+
+
+def _conflict_pool(tmp_path):
+    rows = [
+        {"id": "a", "problem": "What is 2 + 2?", "answer": "4"},
+        {"id": "b", "problem": "What is 3 + 3?", "answer": "6"},
+        {"id": "c", "problem": "What  is 2 + 2?", "answer": "5"},  # same problem, other answer
+        {"id": "d", "problem": "What is 2 + 2?", "answer": "4"},  # a plain duplicate of a
+    ]
+    src = tmp_path / "pool.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return src
+
+
+def test_a_duplicate_with_another_answer_is_a_counted_and_named_conflict(tmp_path):
+    src = _conflict_pool(tmp_path)
+    res = ingest_to_files(str(src), load_map("generic_math"), tmp_path / "out")
+    c = res.counts
+    assert (c.read, c.accepted, c.duplicates, c.rejected) == (4, 2, 2, 0) and c.balanced
+    assert (c.conflicts, c.conflict_fields, c.on_conflict) == (1, {"answer": 1}, "keep_first")
+    uid = problem_uid("math", "What is 2 + 2?")
+    assert c.conflict_examples == [
+        {
+            "uid": uid,
+            "kept": "pool.jsonl:1",
+            "kept_source_id": "a",
+            "duplicate": "pool.jsonl:3",
+            "duplicate_source_id": "c",
+            "fields": ["answer"],
+        }
+    ]
+    dups = pq.read_table(res.duplicates)
+    assert dups.schema.metadata[b"sluice.schema"] == b"duplicates/2"
+    assert [(r["duplicate_source_id"], r["conflict"]) for r in dups.to_pylist()] == [
+        ("c", "answer"),
+        ("d", None),
+    ]
+    kept = pq.read_table(res.accepted).to_pylist()
+    assert [(r["source_id"], r["answer"]) for r in kept] == [("a", "4"), ("b", "6")]
+
+
+def test_on_conflict_drop_rejects_both_rows_and_the_counts_add_up(tmp_path):
+    src = _conflict_pool(tmp_path)
+    res = ingest_to_files(str(src), load_map("generic_math"), tmp_path / "out", on_conflict="drop")
+    c = res.counts
+    # a is rejected with c; d stays a plain duplicate (of a row that is now a reject)
+    assert (c.read, c.accepted, c.duplicates, c.rejected) == (4, 1, 1, 2) and c.balanced
+    assert c.conflicts == 1 and c.reject_reasons == {"answer: conflicting duplicate": 2}
+    assert [r["source_id"] for r in pq.read_table(res.accepted).to_pylist()] == ["b"]
+    rej = pq.read_table(res.rejects).to_pylist()
+    assert [(r["file"], r["row"], r["field"]) for r in rej] == [
+        ("pool.jsonl", 3, "answer"),
+        ("pool.jsonl", 1, "answer"),
+    ]
+    assert "same problem as pool.jsonl:1 (source_id 'a') with different answer" in rej[0]["reason"]
+    assert "same problem as pool.jsonl:3 (source_id 'c')" in rej[1]["reason"]
+    dups = pq.read_table(res.duplicates).to_pylist()
+    assert [(r["duplicate_source_id"], r["conflict"]) for r in dups] == [("d", None)]
+    with pytest.raises(ConfigError, match="on_conflict .* must be one of keep_first, drop"):
+        ingest_to_files(str(src), load_map("generic_math"), tmp_path / "x", on_conflict="first")
 
 
 def test_cross_duplicates_pairs_rows_by_uid():

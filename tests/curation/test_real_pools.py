@@ -166,6 +166,27 @@ def test_deepcoder_leetcode_test_split_has_15_verbatim_duplicates(ingested, pool
     assert acc.num_rows == 185
 
 
+def test_deepcoder_strong_pair_xor_i_and_ii_are_a_test_conflict(ingested, pools_dir):
+    """ "Maximum Strong Pair XOR I" and "II" share their statement (one uid) but not their tests:
+    the one conflict of the split (its 14 other duplicates differ at most in the reference
+    solutions, which are not compared). Oracle: the raw rows' tests."""
+    res, _, _, dup = ingested("deepcoder_leetcode", "code_deepcoder_test_leetcode.jsonl")
+    raw = [json.loads(ln) for ln in (pools_dir / "code_deepcoder_test_leetcode.jsonl").open()]
+    c = res.counts
+    assert (c.conflicts, c.conflict_fields) == (1, {"tests": 1})
+    flagged = [r for r in dup.to_pylist() if r["conflict"]]
+    assert [(r["kept_row"], r["duplicate_row"], r["conflict"]) for r in flagged] == [
+        (50, 53, "tests")
+    ]
+    a, b = raw[49], raw[52]
+    assert a["problem"] == b["problem"] and "maximumStrongPairXor" in a["problem"]
+    assert a["tests"] != b["tests"]
+    others = [r for r in dup.to_pylist() if not r["conflict"]]
+    assert all(
+        raw[r["kept_row"] - 1]["tests"] == raw[r["duplicate_row"] - 1]["tests"] for r in others
+    )
+
+
 def test_deepscaler_math_rejects_rows_without_answers(ingested):
     res, _, rej, _ = ingested("deepscaler_math", "math_deepscaler_math_train.jsonl")
     rows = rej.to_pylist()

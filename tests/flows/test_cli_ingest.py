@@ -105,6 +105,7 @@ def test_bad_numeric_options_name_the_cli_flag(tmp_path):
         (["--near-dups", "nan"], "near_dup_threshold (--near-dups) must be a number in (0, 1]"),
         (["--near-dups", "0"], "near_dup_threshold (--near-dups) must be a number in (0, 1]"),
         (["--near-dups", "1.5"], "near_dup_threshold (--near-dups) must be a number in (0, 1]"),
+        (["--on-conflict", "first"], "on_conflict (--on-conflict) must be one of keep_first, drop"),
     ]
     for extra, needle in cases:
         err = _ingest_err(tmp_path, *extra)
@@ -119,3 +120,29 @@ def test_limit_zero_is_refused_naming_limit(tmp_path):
     assert "--allow-empty" not in err, err
     err = _ingest_err(tmp_path, "--limit", "0", "--allow-empty")
     assert "limit (--limit) must be a whole number >= 1, got 0" in err, err
+
+
+def test_ingest_names_the_conflicts_it_kept_or_dropped(tmp_path, data_root, pools_dir):
+    """DeepCoder's LeetCode test split: "Maximum Strong Pair XOR I" and "II" share a statement
+    but not their tests; the ingest kept the first and said nothing."""
+    src = str(pools_dir / "code_deepcoder_test_leetcode.jsonl")
+    args = ["ingest", src, "--map", "deepcoder_leetcode", "--root", str(data_root)]
+    keep = CliRunner().invoke(app, [*args, "--name", "dc"], env={"COLUMNS": "200"})
+    assert keep.exit_code == 0, keep.output
+    assert "conflicts: 1 duplicate(s) of a kept problem with another answer/tests (tests 1)" in (
+        keep.output
+    )
+    assert "code_deepcoder_test_leetcode.jsonl:50 vs code_deepcoder_test_leetcode.jsonl:53" in (
+        keep.output
+    )
+    drop = CliRunner().invoke(
+        app, [*args, "--name", "dc-strict", "--on-conflict", "drop"], env={"COLUMNS": "200"}
+    )
+    assert drop.exit_code == 0, drop.output
+    assert "read 200 = accepted 184 + duplicates 14 + rejected 2" in drop.output
+    assert "both rows of each are rejected" in drop.output
+    cat = Catalog(str(data_root))
+    ref = drop.output.strip().splitlines()[-1]
+    v = cat.resolve(ref)
+    assert v.num_rows == 184 and v.config["on_conflict"] == "drop"
+    assert v.metadata["counts"]["conflicts"] == 1
