@@ -3,7 +3,10 @@
 Every dataset Sluice produces (ingested pools, decontaminated splits, SFT sets) is published
 here under a name. A *version* is identified by the content: the SHA-256 of the table's
 canonical Arrow IPC stream (see :func:`content_hash`), so the same rows and schema give the
-same version id on every run and machine, and publishing them again is a no-op.
+same version id on every run and machine, and publishing them again adds no version: a version's
+record (step, config, metadata, lineage) is its first publication's and never changes. A later
+publication of the same content with another step or config is recorded as a publication event
+of that version (:meth:`Catalog.publications`), so the second provenance is never lost.
 
 On disk, under the data root (``settings.data_root()``, a local folder or any fsspec URL)::
 
@@ -575,6 +578,10 @@ _DDL = [
         name VARCHAR NOT NULL,
         version VARCHAR NOT NULL,
         published_at VARCHAR NOT NULL)""",
+    # a publication's own step and config, when they are not the version's record (NULL: they
+    # are); added to catalogs created before them
+    "ALTER TABLE publications ADD COLUMN IF NOT EXISTS step VARCHAR",
+    "ALTER TABLE publications ADD COLUMN IF NOT EXISTS config_json VARCHAR",
 ]
 
 _SELECT = """
@@ -856,8 +863,40 @@ class Catalog:
             return self._resolve(con, ref)
 
     def show(self, ref: str) -> dict[str, Any]:
-        """All recorded metadata of a version, JSON-ready."""
-        return self.resolve(ref).to_dict()
+        """All recorded metadata of a version, JSON-ready (with its :meth:`publications`)."""
+        with self._connect(write=False) as con:
+            v = self._resolve(con, ref)
+            return {**v.to_dict(), "publications": self._publications(con, v)}
+
+    def publications(self, ref: str) -> list[dict[str, Any]]:
+        """Every publication of a version, oldest first: ``seq``, ``published_at`` and the
+        ``step`` and ``config`` it was published with; ``new_config`` is true where those are
+        not the version's record (the same content published again by another step or with
+        another config: the version keeps its first record, the publication keeps its own)."""
+        with self._connect(write=False) as con:
+            return self._publications(con, self._resolve(con, ref))
+
+    def _publications(self, con: Any, v: DatasetVersion) -> list[dict[str, Any]]:
+        if con is None:
+            return []
+        cols = [d[0] for d in con.execute("SELECT * FROM publications LIMIT 0").description]
+        # a catalog no writer has opened since publications got their own config: none has one
+        own = "step, config_json" if "config_json" in cols else "NULL, NULL"
+        rows = con.execute(
+            f"SELECT seq, published_at, {own} FROM publications "
+            "WHERE name = ? AND version = ? ORDER BY seq",
+            [v.name, v.version],
+        ).fetchall()
+        return [
+            {
+                "seq": int(seq),
+                "published_at": at,
+                "step": v.step if cfg is None else step,
+                "config": v.config if cfg is None else json.loads(cfg),
+                "new_config": cfg is not None,
+            }
+            for seq, at, step, cfg in rows
+        ]
 
     def path(self, ref: str) -> str:
         """The Parquet file of a version (local path or URL), for polars/duckdb queries."""
@@ -1321,11 +1360,31 @@ class Catalog:
                     now,
                 ],
             )
-        if not existing or (latest and latest[0] != s.version):
-            seq = con.execute("SELECT coalesce(max(seq), 0) + 1 FROM publications").fetchone()[0]
-            con.execute(
-                "INSERT INTO publications VALUES (?, ?, ?, ?)", [seq, s.name, s.version, now]
-            )
+        # a publication's step and config are recorded when they are not the version's record
+        own = None
+        if existing:
+            record = con.execute(
+                "SELECT step, config_json FROM versions WHERE name = ? AND version = ?",
+                [s.name, s.version],
+            ).fetchone()
+            if (s.step, _json(s.config)) != (record[0], record[1]):
+                own = (s.step, _json(s.config))
+        if existing and latest and latest[0] == s.version:
+            # the latest content again: a publication only when its step or config differ from
+            # the ones this version's latest publication was made with (else a no-op)
+            last = con.execute(
+                "SELECT step, config_json FROM publications WHERE name = ? AND version = ? "
+                "ORDER BY seq DESC LIMIT 1",
+                [s.name, s.version],
+            ).fetchone()
+            if (tuple(last) if last and last[1] is not None else None) == own:
+                return
+        seq = con.execute("SELECT coalesce(max(seq), 0) + 1 FROM publications").fetchone()[0]
+        con.execute(
+            "INSERT INTO publications (seq, name, version, published_at, step, config_json) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            [seq, s.name, s.version, now, *(own or (None, None))],
+        )
 
     # ---- manifests and rebuild -----------------------------------------------------------
 
@@ -1345,8 +1404,8 @@ class Catalog:
         cols = [d[0] for d in con.description]
         rec = dict(zip(cols, row, strict=True))
         pubs = con.execute(
-            "SELECT seq, published_at FROM publications WHERE name = ? AND version = ? "
-            "ORDER BY seq",
+            "SELECT seq, published_at, step, config_json FROM publications "
+            "WHERE name = ? AND version = ? ORDER BY seq",
             [name, version],
         ).fetchall()
         rel = self._manifest_rel(rec["content_hash"], name)
@@ -1369,7 +1428,13 @@ class Catalog:
             "metadata": json.loads(rec["metadata_json"]),
             "object_path": rec["object_path"],
             "created_at": rec["created_at"],
-            "publications": [[int(q), t] for q, t in pubs],
+            "publications": [[int(q), t] for q, t, _, _ in pubs],
+            # the publications made with another step or config than the version's record
+            "publication_configs": {
+                str(q): {"step": st, "config": json.loads(c)}
+                for q, _, st, c in pubs
+                if c is not None
+            },
             "group": group,
         }
         self._put_small(rel, _json(manifest).encode())
@@ -1438,6 +1503,14 @@ class Catalog:
             for x in m["publications"]
         ):
             return "field 'publications' must be a non-empty list of [seq, time] pairs"
+        pc = m.get("publication_configs", {})
+        if not isinstance(pc, dict) or not all(
+            isinstance(x, dict)
+            and isinstance(x.get("step"), str)
+            and isinstance(x.get("config"), dict)
+            for x in pc.values()
+        ):
+            return "field 'publication_configs' must map a seq to {step, config}"
         if m["object_path"] != self._object_rel(m["content_hash"]):
             return (
                 f"field 'object_path' must be {self._object_rel(m['content_hash'])!r} "
@@ -1501,9 +1574,17 @@ class Catalog:
                     m["created_at"],
                 ],
             )  # fmt: skip
-            pubs += [(q, t, m["name"], m["version"]) for q, t in m["publications"]]
-        for seq, (_, t, name, version) in enumerate(sorted(pubs), start=1):
-            con.execute("INSERT INTO publications VALUES (?, ?, ?, ?)", [seq, name, version, t])
+            own = m.get("publication_configs", {})
+            for q, t in m["publications"]:
+                c = own.get(str(q))
+                extra = (c["step"], _json(c["config"])) if c else (None, None)
+                pubs.append((q, t, m["name"], m["version"], *extra))
+        for seq, (_, t, name, version, step, cfg) in enumerate(sorted(pubs), start=1):
+            con.execute(
+                "INSERT INTO publications (seq, name, version, published_at, step, config_json) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [seq, name, version, t, step, cfg],
+            )
         con.execute(
             "INSERT INTO catalog_info VALUES ('schema_version', ?), ('manifests', '1')",
             [str(CATALOG_SCHEMA_VERSION)],

@@ -88,9 +88,11 @@ def show(
     """Show everything recorded about a version: lineage, config, code version, schema."""
     from rich.table import Table
 
-    v = _catalog(root).resolve(ref)
+    cat = _catalog(root)
+    v = cat.resolve(ref)
+    pubs = cat.publications(v.ref)
     if as_json:
-        _echo_json(v.to_dict())
+        _echo_json({**v.to_dict(), "publications": pubs})
         return
     con = _console()
     t = Table(show_header=False, title=v.ref)
@@ -101,6 +103,19 @@ def show(
     t.add_row("parents", "\n".join(v.parents) or "-")
     t.add_row("created_at", v.created_at)
     t.add_row("published_at", v.published_at)
+    if len(pubs) > 1:  # the same content published again; with another step/config, which
+        t.add_row(
+            "publications",
+            "\n".join(
+                f"#{p['seq']} {p['published_at']}"
+                + (
+                    f" step {p['step']!r} config {json.dumps(p['config'], sort_keys=True, default=str)}"
+                    if p["new_config"]
+                    else " (the version's step and config)"
+                )
+                for p in pubs
+            ),
+        )
     t.add_row("code_version", json.dumps(v.code_version, sort_keys=True))
     t.add_row("config", json.dumps(v.config, indent=1, sort_keys=True, default=str))
     t.add_row("metadata", json.dumps(v.metadata, indent=1, sort_keys=True, default=str))

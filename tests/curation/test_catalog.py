@@ -181,11 +181,51 @@ def test_publish_same_content_twice_is_idempotent(data_root):
     v1 = cat.publish("pool", t, step="ingest")
     # Same rows, different chunking and different step: content decides the version.
     v2 = cat.publish("pool", t.to_batches(max_chunksize=50), step="other", schema=t.schema)
-    assert v2 == v1
+    # the version's record is its first publication's (versions are immutable)
+    assert {**v2.to_dict(), "published_at": None} == {**v1.to_dict(), "published_at": None}
     assert _db_count(cat, "SELECT count(*) FROM versions") == 1
-    assert _db_count(cat, "SELECT count(*) FROM publications") == 1
+    # the second publication came with another step: recorded as a publication of the version
+    assert [p["step"] for p in cat.publications("pool")] == ["ingest", "other"]
+    cat.publish("pool", t, step="other")  # the same again: nothing new to record
+    assert _db_count(cat, "SELECT count(*) FROM publications") == 2
     assert len(_objects(data_root)) == 1
     assert cat.garbage() == []
+
+
+def test_publishing_identical_content_again_records_its_config(data_root):
+    """The catalog kept only the first config of a content: a second publish with another
+    config (or provenance) left no trace. The version stays immutable; the publication that
+    brought another step or config is recorded, shown, kept in the manifest and rebuilt."""
+    cat = Catalog(data_root)
+    t = make_problems(40)
+    v1 = cat.publish("pool", t, step="ingest", config={"source": "a.jsonl"})
+    v2 = cat.publish("pool", t, step="ingest", config={"source": "mirror/a.jsonl"})
+    assert v2.ref == v1.ref and v2.config == {"source": "a.jsonl"} and v2 == cat.resolve("pool")
+    assert v2.created_at == v1.created_at and v2.published_at > v1.published_at
+    pubs = cat.publications("pool")
+    assert [(p["seq"], p["step"], p["config"], p["new_config"]) for p in pubs] == [
+        (1, "ingest", {"source": "a.jsonl"}, False),
+        (2, "ingest", {"source": "mirror/a.jsonl"}, True),
+    ]
+    assert pubs[1]["published_at"] == cat.resolve("pool").published_at
+    cat.publish("pool", t, step="ingest", config={"source": "mirror/a.jsonl"})  # same: no-op
+    assert cat.publications(v1.ref) == pubs
+    # another content in between, then the first config's content again: latest again, and
+    # this publication's config (the version's own) is the one recorded for it
+    cat.publish("pool", make_problems(5), step="ingest", config={"source": "b.jsonl"})
+    cat.publish("pool", t, step="ingest", config={"source": "a.jsonl"})
+    assert cat.resolve("pool").version == v1.version
+    assert [(p["config"], p["new_config"]) for p in cat.publications(v1.ref)] == [
+        ({"source": "a.jsonl"}, False),
+        ({"source": "mirror/a.jsonl"}, True),
+        ({"source": "a.jsonl"}, False),
+    ]
+    shown = cat.show("pool")["publications"]
+    assert shown == cat.publications("pool")
+    before = cat.publications(v1.ref)
+    cat.db_path.unlink()
+    cat.rebuild()
+    assert cat.publications(v1.ref) == before
 
 
 def test_objects_are_shared_between_names_with_the_same_content(data_root):

@@ -41,7 +41,8 @@ def test_list_and_show_json_match_the_catalog(published):
     cat, v_raw, v_clean = published
     listed = json.loads(_run("list", "--json"))
     assert [d["ref"] for d in listed] == [v_clean.ref, v_raw.ref]
-    assert json.loads(_run("show", "clean", "--json")) == v_clean.to_dict()
+    assert json.loads(_run("show", "clean", "--json")) == cat.show("clean")
+    assert cat.show("clean") == {**v_clean.to_dict(), "publications": cat.publications("clean")}
     shown = json.loads(_run("show", f"raw@{v_raw.version[:6]}", "--json"))
     assert shown["metadata"] == {"rows_read": 12, "rows_rejected": 2}
     # A second version: `list NAME` shows all versions, newest first.
@@ -63,6 +64,24 @@ def test_tables_name_the_versions(published):
     assert "-3" in out and "+2" in out
     assert _run("path", "clean").strip() == v_clean.path
     assert "ok: " + v_clean.ref in _run("verify", "clean")
+
+
+def test_show_names_a_publication_of_the_same_content_with_another_config(published):
+    """Publishing identical content again with another config changed nothing visible: the
+    version keeps its first record, and `show` now lists the publication that brought another."""
+    cat, v_raw, _ = published
+    raw = cat.load(v_raw.ref)
+    again = cat.publish("raw", raw, step="ingest", config={"source": "mirror/raw.jsonl"})
+    assert again.ref == v_raw.ref and again.config == {}
+    out = _run("show", "raw", env={"COLUMNS": "250"})
+    assert "#1 " in out and "(the version's step and config)" in out
+    seq = cat.publications("raw")[-1]["seq"]  # numbered across the catalog
+    assert f"#{seq} " in out and '"mirror/raw.jsonl"' in out
+    shown = json.loads(_run("show", "raw", "--json"))
+    assert [(p["config"], p["new_config"]) for p in shown["publications"]] == [
+        ({}, False),
+        ({"source": "mirror/raw.jsonl"}, True),
+    ]
 
 
 def test_diff_and_lineage_json(published):
