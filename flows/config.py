@@ -189,6 +189,13 @@ class PoolConfig:
         metadata={"help": "fields scanned for contamination"},
     )
     id_field: str | None = field(default="uid", metadata={"help": "row id field"})
+    on_conflict: str = field(
+        default="keep_first",
+        metadata={
+            "help": "a duplicate problem whose answer, tests or starter code differ: keep_first "
+            "(keep the first row, flag the later one) or drop (reject both); see docs/ingest.md"
+        },
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _POOL_NAME.match(self.name):
@@ -212,6 +219,14 @@ class PoolConfig:
         if not self.text_fields:
             raise ConfigError(f"pool {self.name!r}: text_fields must name at least one field")
         self.text_fields = list(dict.fromkeys(self.text_fields))  # a field named twice scans once
+        from curation.dedup import ON_CONFLICT  # (pyarrow: not at import, for a fast --help)
+
+        if self.on_conflict not in ON_CONFLICT:
+            raise ConfigError(
+                f"pool {self.name!r}: on_conflict must be one of {', '.join(ON_CONFLICT)}, got "
+                f"{self.on_conflict!r}",
+                hint="keep_first keeps the first row and flags the conflict; drop rejects both",
+            )
         if self.id_field is not None and not isinstance(self.id_field, str):
             raise ConfigError(
                 f"pool {self.name!r}: id_field must be a string, got {self.id_field!r}"

@@ -69,7 +69,13 @@ class PoolsFailed(SluiceError):
 
 def _curate_pool(cfg: Any, pool: Any, root: str, decontam: dict, ray_address: str | None):
     """One pool through ingest -> decontaminate -> report; its results."""
-    ing = ingest_flow(source=pool.source, name=pool.name, field_map=pool.map, data_root=root)
+    ing = ingest_flow(
+        source=pool.source,
+        name=pool.name,
+        field_map=pool.map,
+        data_root=root,
+        on_conflict=pool.on_conflict,
+    )
     dec = decontaminate_flow(
         input_ref=ing["ref"],
         text_fields=pool.text_fields,

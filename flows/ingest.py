@@ -15,16 +15,30 @@ def ingest_flow(
     name: str,
     field_map: str = "auto",
     data_root: str | None = None,
+    on_conflict: str = "keep_first",
 ) -> dict[str, Any]:
     """Ingest ``source`` as dataset ``name`` with ``field_map`` (a map name or file). Returns the ingest summary
-    (``ref`` = ``name@version``, counts, rejects)."""
+    (``ref`` = ``name@version``, counts, rejects). ``on_conflict``: what to do with a duplicate
+    problem whose answer/tests differ (``keep_first`` or ``drop``, see docs/ingest.md)."""
     from curation.settings import data_root as resolve_root
 
     root = resolve_root(data_root)
-    pool = {"name": name, "source": source, "map": field_map}
+    pool = pool_params(name, source, field_map, on_conflict)
     summary = cached_or_rerun(ingest_pool, root, _ingest_outputs_exist, pool=pool, data_root=root)
     publish_ingest_artifact(summary)
     return summary
+
+
+def pool_params(name: str, source: str, field_map: str, on_conflict: str) -> dict[str, Any]:
+    """The ``pool`` parameter of :func:`~flows.tasks.ingest_pool` (part of its cache key):
+    ``on_conflict`` only when it is not the default, so pools that keep it have the keys
+    they had before the setting existed."""
+    from curation.dedup import check_on_conflict
+
+    pool = {"name": name, "source": source, "map": field_map}
+    if check_on_conflict(on_conflict) != "keep_first":
+        pool["on_conflict"] = on_conflict
+    return pool
 
 
 def _ingest_outputs_exist(summary: dict[str, Any], root: str) -> bool:

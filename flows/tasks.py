@@ -278,6 +278,7 @@ def ingest_pool(pool: dict[str, Any], data_root: str) -> dict[str, Any]:
         field_map=pool.get("map", "auto"),
         name=pool["name"],
         catalog=Catalog(data_root),
+        on_conflict=pool.get("on_conflict", "keep_first"),
     )
     out = jsonable(res)
     if not isinstance(out, dict):

@@ -99,3 +99,39 @@ def test_an_unknown_detector_option_is_refused_at_load(tmp_path, pools_dir):
     assert "did you mean 'n'?" in str(exc.value) and str(p) in str(exc.value)
     p.write_text(head + 'names = ["ngram"]\noptions = { ngram = { n = 13 } }\n')
     assert load_config(p).decontam_config().detector_configs == {"ngram": {"n": 13}}
+
+
+def test_a_pool_chooses_what_its_ingest_does_with_conflicting_duplicates(tmp_path, pools_dir):
+    """`on_conflict` of a [[pools]] entry reaches the ingest (the CLI's --on-conflict); a value
+    that is not a choice is one ConfigError naming the pool and the choices, at load."""
+    import pytest
+
+    from curation.errors import ConfigError
+    from flows.config import load_config
+    from flows.ingest import pool_params
+    from flows.tasks import ingest_pool
+
+    src = pools_dir / "code_deepcoder_test_leetcode.jsonl"
+    pool = f'[[pools]]\nname = "dc"\nsource = "{src}"\nmap = "deepcoder_leetcode"\n'
+    p = tmp_path / "p.toml"
+    p.write_text(pool + 'on_conflict = "first"\n')
+    with pytest.raises(ConfigError) as exc:
+        load_config(p)
+    assert "pool 'dc': on_conflict must be one of keep_first, drop" in str(exc.value)
+    p.write_text(pool + 'on_conflict = "drop"\n')
+    cfg = load_config(p)
+    (dc,) = cfg.pools
+    assert dc.on_conflict == "drop"
+    out = ingest_pool.fn(pool_params(dc.name, dc.source, dc.map, dc.on_conflict), str(tmp_path))
+    assert out["counts"]["conflicts"] == 1 and out["counts"]["on_conflict"] == "drop"
+    assert (out["counts"]["accepted"], out["counts"]["rejected"]) == (184, 2)
+    # the default leaves the ingest's task parameters (and so its cache key) as they were
+    keep = load_config(_write(tmp_path / "k.toml", pool)).pools[0]
+    assert keep.on_conflict == "keep_first"
+    params = pool_params(keep.name, keep.source, keep.map, keep.on_conflict)
+    assert params == {"name": "dc", "source": str(src), "map": "deepcoder_leetcode"}
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
