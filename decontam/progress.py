@@ -2,13 +2,16 @@
 
 A nightly job's log is not a terminal: there, every ``interval`` seconds (and at the end) one
 line goes to stderr with the rows done, rows/s and the ETA, so a stalled or slow run shows in
-the log instead of printing nothing for ten minutes. Hand-written because rich's bar has no
-plain-log mode.
+the log instead of printing nothing for ten minutes. A background thread writes the line when
+no batch finished within the interval: rows advance only per batch (50,000 rows, minutes under
+the default detectors), and lines written only on an advance left a one-batch run silent until
+its end. Hand-written because rich's bar has no plain-log mode.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import TextIO
 
@@ -42,6 +45,9 @@ class ScanProgress:
         self._logged = 0  # ``done`` at the last line written
         self._start = self._last = 0.0
         self._rich = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
 
     def __enter__(self) -> ScanProgress:
         self._start = self._last = time.monotonic()
@@ -65,17 +71,31 @@ class ScanProgress:
             )
             self._rich.__enter__()
             self._task = self._rich.add_task(f"scanning {self.what}", total=self.total)
+        elif self.interval > 0:
+            self._beat = threading.Thread(target=self._heartbeat, name="scan-progress", daemon=True)
+            self._beat.start()
         return self
 
+    def _heartbeat(self) -> None:
+        """A line whenever ``interval`` seconds passed without one (a batch still scanning)."""
+        while not self._stop.wait(self.interval):
+            with self._lock:
+                now = time.monotonic()
+                if now - self._last >= self.interval:
+                    self._last = now
+                    self._log(now)
+
     def advance(self, n: int) -> None:
-        self.done += n
         if self._rich is not None:
+            self.done += n
             self._rich.advance(self._task, n)
             return
-        now = time.monotonic()
-        if now - self._last >= self.interval:
-            self._last = now
-            self._log(now)
+        with self._lock:
+            self.done += n
+            now = time.monotonic()
+            if now - self._last >= self.interval:
+                self._last = now
+                self._log(now)
 
     def line(self, now: float | None = None) -> str:
         """The log line for the current state."""
@@ -97,6 +117,9 @@ class ScanProgress:
         print(self.line(now), file=self.stream, flush=True)
 
     def __exit__(self, *exc) -> None:
+        if self._beat is not None:
+            self._stop.set()
+            self._beat.join()
         if self._rich is not None:
             self._rich.__exit__(*exc)
         elif exc[0] is None and self.done and self.done != self._logged:
