@@ -69,6 +69,33 @@ def test_cli_contract_flags_every_ttrl_aime24_row(pools_dir, tmp_path):
     assert ex.num_rows == 30 and "sluice_reasons" in ex.column_names
 
 
+def _readme_columns(after: str) -> list[str]:
+    """The column list README.md gives in backticks right after ``after``."""
+    import re
+
+    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    text = readme[readme.index(after) + len(after) :]
+    return [c.strip() for c in re.search(r"`([^`]+)`", text).group(1).split(",")]
+
+
+def test_readme_names_every_column_of_matches_and_decisions(pools_dir, tmp_path):
+    # README listed matches.parquet without benchmark_variant and decisions.parquet as
+    # (sample_uid, contaminated, reasons) only: a reader of the files met six more columns
+    out = tmp_path / "run"
+    r = _sluice(
+        "decontam", "run", str(pools_dir / "math_ttrl_aime24_as_train.jsonl"),
+        "--text-field", "prompt", "--id-field", "id", "--benchmarks", "aime24",
+        "--detectors", "ngram", "--out", str(out), env_root=tmp_path / "root",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert _readme_columns("`DIR/matches.parquet` (one row per piece of evidence:") == (
+        pq.read_schema(out / "matches.parquet").names
+    )
+    assert _readme_columns("`DIR/decisions.parquet` (one row per input row:") == (
+        pq.read_schema(out / "decisions.parquet").names
+    )
+
+
 def test_clean_pool_exits_zero_and_flags_nothing(pools_dir, tmp_path):
     src = _head(pools_dir / "math_gsm8k_train.jsonl", tmp_path / "gsm8k_head.jsonl", 200)
     out = tmp_path / "run"
