@@ -892,3 +892,19 @@ def test_report_json_records_the_hash_of_its_evidence_file(report_dir):
     data = (report_dir / "evidence.parquet").read_bytes()
     assert ev["sha256"] == hashlib.sha256(data).hexdigest()
     assert ev["total"] == pq.read_table(report_dir / "evidence.parquet").num_rows
+
+
+def test_docs_python_snippet_runs(run_dir, tmp_path, monkeypatch):
+    # docs/reports.md "From Python" called paths.html.as_uri() on the relative path it had just
+    # passed: ValueError "relative path can't be expressed as a file URI"
+    import shutil
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "reports.md").read_text()
+    (block,) = re.findall(r"## From Python\n\n```python\n(.*?)```", text, flags=re.S)
+    shutil.copytree(run_dir, tmp_path / "runs" / "gsm8k")
+    shutil.copytree(run_dir, tmp_path / "runs" / "gsm8k-old")
+    monkeypatch.chdir(tmp_path)
+    ns: dict = {}
+    exec(compile(block, "docs/reports.md", "exec"), ns)
+    assert ns["summary_md"] and ns["paths"].html.is_file()
+    assert (tmp_path / "reports" / "gsm8k-diff" / "diff.json").is_file()
