@@ -11,8 +11,8 @@ server, same prompts (the server start, the wait and ``vllm bench serve`` are sh
 What Sluice's side runs is the whole `sluice sft generate` library path: the prompts of a pool
 version from the catalog (through the math template), the sample store, the ``<think>`` split
 and the ``NAME.sft_raw`` publish; then ``sluice sft build`` on the result (verification,
-filters, response decontamination), timed separately. Both sides send ``ignore_eos`` so every
-request produces exactly ``max_tokens``.
+filters, response decontamination), timed separately, with every response kept. Both sides send
+``ignore_eos`` so every request produces exactly ``max_tokens``.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def main() -> None:
     from curation.ingest import ingest
     from curation.settings import shared_dir
     from rl_pools.prompts import messages
-    from sft_generation.config import TeacherConfig
+    from sft_generation.config import FilterConfig, TeacherConfig
     from sft_generation.runs import build_from_ref, generate_from_pool
 
     sd = shared_dir()
@@ -82,7 +82,12 @@ def main() -> None:
             print(f"sluice / vllm bench: requests/s {ours['requests_per_s'] / base['requests_per_s']:.3f}, "
                   f"output tokens/s {ours['output_tokens_per_s'] / base['output_tokens_per_s']:.3f}")  # fmt: skip
         t0 = time.perf_counter()
-        b = build_from_ref(res.raw_ref, out_dir=work / "build", catalog=cat)
+        # ignore_eos runs every response to max_tokens (finish_reason "length"): the default
+        # filters drop them all as truncated and the build publishes nothing (an InputError).
+        # Keep every response, so verification, the filters and the response decontamination
+        # are timed on all of them.
+        keep_all = FilterConfig(keep_policy="all", drop_truncated=False, check_format=False)
+        b = build_from_ref(res.raw_ref, out_dir=work / "build", filters=keep_all, catalog=cat)
         print("sluice sft build:", json.dumps({"seconds": round(time.perf_counter() - t0, 1),
               "kept": b.counts["kept"], "verification": b.counts["verification"]}))  # fmt: skip
         try:  # GPU memory as the driver sees it
