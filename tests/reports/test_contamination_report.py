@@ -907,4 +907,5 @@ def test_docs_python_snippet_runs(run_dir, tmp_path, monkeypatch):
     ns: dict = {}
     exec(compile(block, "docs/reports.md", "exec"), ns)
     assert ns["summary_md"] and ns["paths"].html.is_file()
-    assert (tmp_path / "reports" / "gsm8k-diff" / "diff.json").is_file()
+    assert (tmp_path / "out" / "reports" / "gsm8k-diff" / "diff.json").is_file()
+    assert not (tmp_path / "reports").exists()  # run in a checkout, that is the reports/ package
