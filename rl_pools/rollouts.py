@@ -321,6 +321,7 @@ def run_rollouts(
     statuses: Counter[str] = Counter()
     writer = None
     written = 0
+    gbar = rbar = None
     try:
         with SampleStore(store_dir) as store, _Grader(config) as grader:
             _remove_killed_runs_files(store_dir)
@@ -372,6 +373,9 @@ def run_rollouts(
                 hint="check the model, its chat template and max_tokens; nothing was published",
             )
     except BaseException:
+        for bar in (gbar, rbar):  # their log lines end with the run
+            if bar is not None:
+                bar.stop()
         if writer is not None:
             writer.close()
         out_path.unlink(missing_ok=True)

@@ -1,5 +1,8 @@
 """Progress for long runs: a tqdm bar (rate and ETA) on a terminal, else a log line every few
-seconds (``done/total, samples/s, ETA``), so a job under a scheduler still shows it is alive."""
+seconds (``done/total, samples/s, ETA``), so a job under a scheduler still shows it is alive.
+Without a terminal a background thread writes the line when no sample came back within the
+interval (an hf batch, a long reasoning trace): lines written only on an update left a log
+silent for minutes. ``close()`` (or ``stop()`` for a run that failed) ends it."""
 
 from __future__ import annotations
 
@@ -33,10 +36,24 @@ class Progress:
         self._lock = threading.Lock()
         use_bar = self.stream.isatty() if bar is None else bar
         self._bar = None
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
         if use_bar:
             from tqdm import tqdm
 
             self._bar = tqdm(total=total, desc=desc, unit=unit, file=self.stream, smoothing=0.1)
+        elif interval_s > 0:
+            self._beat = threading.Thread(target=self._heartbeat, name="progress", daemon=True)
+            self._beat.start()
+
+    def _heartbeat(self) -> None:
+        """A line whenever ``interval_s`` passed without one (no sample came back)."""
+        while not self._stop.wait(self.interval_s):
+            with self._lock:
+                now = time.monotonic()
+                if now - self._last >= self.interval_s:
+                    self._last = now
+                    print(self.line(), file=self.stream, flush=True)
 
     def line(self) -> str:
         el = max(time.monotonic() - self._t0, 1e-9)
@@ -64,7 +81,14 @@ class Progress:
                 self._last = now
                 print(self.line(), file=self.stream, flush=True)
 
+    def stop(self) -> None:
+        """No more lines (the heartbeat ends); ``close`` also writes the final one."""
+        self._stop.set()
+        if self._beat is not None and self._beat is not threading.current_thread():
+            self._beat.join()
+
     def close(self) -> None:
+        self.stop()
         if self._bar is not None:
             self._bar.close()
         elif self.total:

@@ -29,3 +29,28 @@ def test_log_lines_report_samples_tokens_and_eta(tmp_path):
     m = re.match(r"generate m: 6/6 samples, [\d.]+ samples/s, (\d+) tokens/s, ETA 0s", lines[-1])
     assert m and int(m.group(1)) > 0, lines[-1]
     assert bar.tokens == sum(len(s.text.split()) for s in st.index().values())
+
+
+def test_a_line_every_interval_also_while_no_sample_finishes():
+    # a line was written only when samples came back: an hf batch or a long reasoning trace
+    # left a log silent for minutes, though the docs promise a line every 5 s
+    import time
+
+    stream = io.StringIO()
+    bar = Progress(10, "generate m", interval_s=0.05, stream=stream, bar=False)
+    deadline = time.monotonic() + 5.0
+    while stream.getvalue().count("\n") < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    bar.close()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) >= 3, lines
+    assert lines[0].startswith("generate m: 0/10 samples, ")
+    assert lines[-1].endswith("(done)")
+    n = len(lines)
+    time.sleep(0.2)  # nothing after close
+    assert len(stream.getvalue().splitlines()) == n
+    quiet = io.StringIO()
+    stopped = Progress(10, "grade", interval_s=0.05, stream=quiet, bar=False)
+    stopped.stop()  # a run that failed: no more lines, and no "(done)"
+    time.sleep(0.2)
+    assert "(done)" not in quiet.getvalue() and quiet.getvalue().count("\n") <= 1
