@@ -389,6 +389,61 @@ def test_run_with_a_bad_benchmark_fails_before_prefect_starts(aime_head, tmp_pat
     assert not root.exists()  # no Prefect home, no catalog, nothing ingested
 
 
+def test_run_whose_pool_fails_inside_the_flow_prints_no_traceback(aime_head, tmp_path):
+    """A pool that passes the checks before the server but whose every row is rejected fails
+    inside the flow: Prefect's run loggers say so in one line each, without the engine's
+    traceback (80 lines of Prefect frames for an explained error), and the CLI's one error
+    line names the file and the reject."""
+    root = tmp_path / "root"
+    bad = tmp_path / "bad.jsonl"
+    rows = [{"uid": f"u{i}", "problem": " ", "answer": "1"} for i in range(3)]
+    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = tmp_path / "pipeline.toml"
+    cfg.write_text(
+        f'data_root = "{root}"\n\n[benchmarks]\nnames = ["aime24"]\n\n'
+        '[detectors]\nnames = ["ngram"]\n\n'
+        f'[[pools]]\nname = "bad"\nsource = "{bad}"\nmap = "auto"\n'
+        'text_fields = ["problem"]\nid_field = "uid"\n'
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    p = subprocess.run(
+        [SLUICE, "run", str(cfg)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert "pools failed" in _one_error_line(p)  # exit 2, no "Traceback", one error: line
+    tail = p.stderr[p.stderr.index("error:") :]
+    assert str(bad) in tail and "empty text" in tail, tail
+    assert "Encountered exception during execution: InputError" in p.stderr  # still logged
+
+
+def test_run_logger_keeps_the_traceback_of_a_bug():
+    """The filter drops tracebacks of explained errors only: anything else is a bug."""
+    import logging
+
+    from curation.errors import InputError
+    from flows.prefect_logs import ExplainedErrorFilter
+
+    def record(exc: BaseException) -> logging.LogRecord:
+        try:
+            raise exc
+        except BaseException:
+            return logging.LogRecord("prefect.flow_runs", logging.ERROR, __file__, 1, "failed",
+                                     None, sys.exc_info())  # fmt: skip
+
+    f = ExplainedErrorFilter()
+    explained = record(InputError("x.jsonl: row 2, field 'problem': empty text"))
+    assert f.filter(explained) and explained.exc_info is None
+    try:
+        try:
+            raise InputError("bad row")
+        except InputError as exc:
+            raise RuntimeError("wrapped") from exc
+    except RuntimeError as exc:
+        wrapped = record(exc)
+    assert f.filter(wrapped) and wrapped.exc_info is None  # raised from an explained error
+    bug = record(KeyError("problem"))
+    assert f.filter(bug) and bug.exc_info is not None
+
+
 def test_run_names_every_pool_that_cannot_run_before_prefect_starts(aime_head, tmp_path):
     """A missing source, an unknown map, a text field the map does not produce and a text
     field given as a string: one error naming each pool, before the server, nothing
