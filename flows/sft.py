@@ -164,6 +164,7 @@ def sft_build(raw_ref: str, cfg: dict[str, Any], out_dir: str, data_root: str) -
     return {
         "responses_ref": res.responses_ref,
         "grid": res.grid,
+        "warnings": res.warnings,
         "counts": res.counts,
         "report": res.manifest.get("report", {}).get("html"),
         "out_dir": str(out_dir),

@@ -73,6 +73,7 @@ def build_sft_report(
         "funnel": funnel,
         "drop_examples": [{"reason": k, "n": v} for k, v in reasons],
         "grid": manifest["grid"],
+        "grid_warnings": manifest.get("warnings") or [],
         "outputs": manifest["outputs"],
         "contaminated": f["dropped"].get("contaminated", 0),
         "decontam": None,

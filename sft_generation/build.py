@@ -55,6 +55,7 @@ class SFTBuildResult:
     grid: list[dict[str, Any]]
     counts: dict[str, Any]
     manifest: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # the grid's (grid_warnings)
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -287,6 +288,43 @@ def scaling_grid(
     return cells
 
 
+def _cell_name(c: Mapping[str, Any]) -> str:
+    if c["prompts"] is None:
+        return "all"
+    return f"p{c['prompts']}.r{c['responses_per_prompt']}"
+
+
+def grid_warnings(cells: list[dict[str, Any]]) -> list[str]:
+    """What a scaling study would misread in ``cells``, one sentence each (and each cell's
+    ``same_rows_as``: the first cell holding exactly its rows, or None).
+
+    * a cell asking for more prompts than have a kept response holds them all: plotted at the
+      count it asked for, its point says more data than it has;
+    * two cells holding the same rows (more prompts than available, or more responses per
+      prompt than any prompt kept) are one point twice, whatever their names say.
+    """
+    out: list[str] = []
+    first: dict[tuple[int, ...], str] = {}
+    for c in cells:
+        name = _cell_name(c)
+        if c["prompts"] is not None and c["prompts"] > c["prompts_available"]:
+            out.append(
+                f"grid cell {name} asks for {c['prompts']} prompts; {c['prompts_available']} "
+                f"have a kept response, so it holds those {c['prompts_available']} "
+                f"({c['rows']} rows): generate responses for more prompts, or drop the cell"
+            )
+        key = tuple(c["indices"])
+        c["same_rows_as"] = first.get(key)
+        if c["same_rows_as"] is not None:
+            out.append(
+                f"grid cells {c['same_rows_as']} and {name} hold the same {c['rows']} rows: "
+                "one point of the scaling study, not two"
+            )
+        else:
+            first[key] = name
+    return out
+
+
 def _with_build_config(schema: pa.Schema, config: Mapping[str, Any]) -> pa.Schema:
     """``schema`` with the build's config in its metadata (``sluice.sft_build``)."""
     blob = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
@@ -412,6 +450,7 @@ def build_sft(
             }
         ]
     )
+    warnings = grid_warnings(cells) if grid_p else []
     if report.kept == 0:  # an empty SFT set is a mistake (filters too strict), not a result
         drops = ", ".join(f"{f} {n}" for f, n in report.dropped.items() if n)
         raise InputError(
@@ -440,11 +479,7 @@ def build_sft(
         )
         staged = [rv]
         for c in cells:
-            suffix = (
-                f"p{c['prompts']}.r{c['responses_per_prompt']}"
-                if c["prompts"] is not None
-                else "all"
-            )
+            suffix = _cell_name(c)
             cell_cfg = {**run_cfg, "cell": {k: c[k] for k in ("prompts", "responses_per_prompt")}}
             staged.append(
                 cat.stage(
@@ -486,6 +521,7 @@ def build_sft(
         "config": run_cfg,
         "counts": counts,
         "grid": grid,
+        "warnings": warnings,
         "outputs": {"responses": responses_ref},
         "response_decontam": str(decontam_dir[0]) if decontam_dir else None,
         "response_lengths": lengths,
@@ -495,7 +531,7 @@ def build_sft(
     os.replace(mtmp, out / "run.json")
     if not decontam_dir:
         _remove_stale_decontam(out)
-    return SFTBuildResult(out, responses_ref, grid, counts, manifest)
+    return SFTBuildResult(out, responses_ref, grid, counts, manifest, warnings)
 
 
 def _remove_stale_decontam(out: Path) -> None:
@@ -524,5 +560,6 @@ __all__ = [
     "SFTBuildResult",
     "build_sft",
     "rows_from_sft_samples",
+    "grid_warnings",
     "scaling_grid",
 ]

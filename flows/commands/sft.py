@@ -197,6 +197,8 @@ def build(
         )
     _say(f"published: {res.responses_ref}")
     _say(f"report: {res.manifest.get('report', {}).get('html')}")
+    for w in res.warnings:
+        typer.echo(f"warning: {w}", err=True)
 
 
 @app.command("export")
@@ -279,6 +281,8 @@ def run_cmd(
     for g in res["grid"]:
         _say(f"  {g.get('ref')}: {g['rows']} rows")
     _say(f"report: {res['report']}")
+    for w in res.get("warnings") or []:
+        typer.echo(f"warning: {w}", err=True)
 
 
 @app.command("serve")

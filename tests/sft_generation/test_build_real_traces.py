@@ -307,6 +307,47 @@ def test_several_traces_of_one_prompt_keep_their_own_uids(pools_dir, data_root, 
     assert len(set(out["uid"].to_pylist())) == out.num_rows == 8
 
 
+def test_grid_cells_a_scaling_study_would_misread_are_named(pools_dir, data_root, tmp_path, capsys):
+    """`sft build --prompts 2,4,10 --responses 1,2,3` on 4 prompts with 2 kept traces each:
+    p10 holds the 4 prompts there are, and p4/p10, r2/r3 are the same rows under other names.
+    Each is said (CLI warning lines, run.json, the report's grid), not left for a scaling plot
+    to misread; every cell is still published."""
+    from flows.cli import main
+
+    raw = [json.loads(line) for line in open(pools_dir / TRACES)]
+    ok = [r for r in raw if "</think>" in r["solutions"][0]["solution"]][:4]
+    rows_out = []
+    for r in ok:
+        again = json.loads(json.dumps(r))
+        sol = again["solutions"][0]["solution"]
+        cut = sol.index("</think>")
+        again["solutions"][0]["solution"] = sol[:cut] + " Checked again.\n" + sol[cut:]
+        rows_out += [r, again]
+    src = tmp_path / "two.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows_out))
+    cat = Catalog(data_root)
+    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="two", catalog=cat).ref
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        main(["sft", "build", ref, "--out", str(out), "--no-decontam", "--keep", "all",
+              "--prompts", "2,4,10", "--responses", "1,2,3", "--near-dup", "0",
+              "--root", str(data_root)])  # fmt: skip
+    assert e.value.code in (0, None)
+    err = capsys.readouterr().err
+    warnings = [ln for ln in err.splitlines() if ln.startswith("warning: ")]
+    assert any("grid cell p10.r1 asks for 10 prompts; 4 have a kept response" in w
+               for w in warnings), err  # fmt: skip
+    assert any("grid cells p4.r1 and p10.r1 hold the same 4 rows" in w for w in warnings), err
+    assert any("grid cells p2.r2 and p2.r3 hold the same 4 rows" in w for w in warnings), err
+    manifest = json.loads((out / "run.json").read_text())
+    assert manifest["warnings"] == [w.removeprefix("warning: ") for w in warnings]
+    same = {(g["prompts"], g["responses_per_prompt"]): g["same_rows_as"] for g in manifest["grid"]}
+    assert same[(2, 1)] is None and same[(10, 3)] == "p4.r2" and same[(4, 3)] == "p4.r2"
+    assert all(g["ref"] for g in manifest["grid"]) and len(manifest["grid"]) == 9
+    html = next(out.glob("**/sft_report.html")).read_text()
+    assert "hold the same 4 rows" in html and "asks for 10 prompts" in html
+
+
 def test_a_bad_name_is_refused_before_grading(pools_dir, data_root, tmp_path, capsys):
     """`sluice sft build TRACES --name "my set"` graded (and, on a code pool, ran every program
     in the sandbox) before publishing 'my set.sft_responses' failed; a name whose grid cells
