@@ -400,12 +400,20 @@ def _read_json(path: Path, batch_size: int) -> Iterator[RowBatch]:
         yield batch
 
 
-def _read_parquet(path: Path, batch_size: int) -> Iterator[RowBatch]:
+def parquet_file(path: str | Path):
+    """``pyarrow.parquet.ParquetFile(path)`` for reading an input: a damaged file (truncated,
+    a corrupt footer, not Parquet at all) is the :func:`damage_names` error naming it, not
+    Arrow's traceback. Every reader of a user's Parquet file opens it here."""
     import pyarrow.parquet as pq
 
+    with damage_names(path, lambda: 0):
+        return pq.ParquetFile(path)
+
+
+def _read_parquet(path: Path, batch_size: int) -> Iterator[RowBatch]:
     label = str(path)
     row = 0
-    for rb in pq.ParquetFile(path).iter_batches(batch_size=batch_size):
+    for rb in parquet_file(path).iter_batches(batch_size=batch_size):
         rows = rb.to_pylist()
         yield RowBatch(label, rows, list(range(row + 1, row + len(rows) + 1)))
         row += len(rows)
@@ -597,9 +605,8 @@ def iter_tables(source: str | Path, *, batch_size: int = DEFAULT_BATCH_SIZE):
     with damage_names(p, lambda: row):
         if kind_of(p) == "parquet":
             import pyarrow as pa
-            import pyarrow.parquet as pq
 
-            for rb in pq.ParquetFile(p).iter_batches(batch_size=batch_size):
+            for rb in parquet_file(p).iter_batches(batch_size=batch_size):
                 table = _without_views(pa.Table.from_batches([rb]))
                 yield table, list(range(row + 1, row + rb.num_rows + 1))
                 row += rb.num_rows

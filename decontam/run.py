@@ -180,8 +180,8 @@ class RunResult:
 
 
 def _read_rows(path: Path) -> pa.Table:
-    """A JSON Lines / JSON file as a table, through :func:`curation.readers.read_table` (the
-    project's one reader). Unlike ingest (which turns bad rows into rejects), a decontamination
+    """A JSON Lines / JSON / Parquet file as a table, through
+    :func:`curation.readers.read_table` (the project's one reader). Unlike ingest (which turns bad rows into rejects), a decontamination
     input with a bad row is refused: scanning must not silently skip data. A column of mixed
     types keeps its first non-string row in its metadata, so scanning it as text is refused
     (not guessed)."""
@@ -246,7 +246,7 @@ def read_input(input: str, *, catalog=None) -> InputData:
     kind, where = _resolve_input(input, catalog)
     if kind == "file":
         p = where
-        table = pq.read_table(p) if p.suffix == ".parquet" else _read_rows(p)
+        table = _read_rows(p)  # Parquet too: read_table names a damaged file
         return InputData(table, None, str(p.resolve()), _file_stem(p.name), None, _file_hash(p))
     cat, v = where
     return InputData(

@@ -373,7 +373,7 @@ def _open_source(
     through :meth:`~curation.catalog.Catalog.scan`, whose file is checked against its recorded
     hash here (before detectors are fitted or anything is scanned). ``facts``: the file's
     :class:`_FileFacts` from an earlier opening of the same input (not counted again)."""
-    from curation.readers import iter_tables, kind_of
+    from curation.readers import iter_tables, kind_of, parquet_file
 
     kind, where = _resolve_input(input, catalog)
     if kind == "file":
@@ -381,7 +381,7 @@ def _open_source(
         src = str(path.resolve())
         inp = InputData(pa.table({}), None, src, _file_stem(path.name), None, "")
         kind = kind_of(path)
-        rows = pq.ParquetFile(path).metadata.num_rows if kind == "parquet" else None
+        rows = parquet_file(path).metadata.num_rows if kind == "parquet" else None
         # the rows of a plain JSON Lines file: its non-blank lines (one fast pass over its bytes)
         count = kind == "jsonl" and not path.name.endswith(".gz")
         if facts is None or facts.path != path:

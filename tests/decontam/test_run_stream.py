@@ -736,3 +736,20 @@ def test_streamed_progress_total_skips_blank_lines(tmp_path):
     read = sum(len(t) for t, _ in opened.tables)
     assert read == 10
     assert opened.rows == read
+
+
+def test_a_damaged_parquet_input_is_one_error_naming_the_file(pools_dir, tmp_path):
+    """A truncated Parquet file (or a non-Parquet one under a .parquet name) was an ArrowInvalid
+    traceback from the row count taken when the input is opened; now the reader's one error
+    naming the file, and no run folder."""
+    import pyarrow as pa
+
+    rows = [json.loads(line) for line in open(_pool(pools_dir, tmp_path / "pool.jsonl"))][:50]
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), good)
+    cut = tmp_path / "cut.parquet"
+    cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    with pytest.raises(InputError, match="damaged, truncated") as e:
+        _run(cut, tmp_path / "out", tmp_path / "r", stream_rows=400, detectors=("ngram",))
+    assert e.value.file == str(cut)
+    assert not (tmp_path / "out").exists()
