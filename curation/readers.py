@@ -403,11 +403,27 @@ def _read_json(path: Path, batch_size: int) -> Iterator[RowBatch]:
 def parquet_file(path: str | Path):
     """``pyarrow.parquet.ParquetFile(path)`` for reading an input: a damaged file (truncated,
     a corrupt footer, not Parquet at all) is the :func:`damage_names` error naming it, not
-    Arrow's traceback. Every reader of a user's Parquet file opens it here."""
+    Arrow's traceback, and a column name held by two columns (Arrow writes such files; a row
+    read as a dict keeps only the last) is an :class:`InputError` naming it. Every reader of a
+    user's Parquet file opens it here."""
+    import collections
+
     import pyarrow.parquet as pq
 
     with damage_names(path, lambda: 0):
-        return pq.ParquetFile(path)
+        pf = pq.ParquetFile(path)
+    counts = collections.Counter(pf.schema_arrow.names)
+    twice = [name for name, n in counts.items() if n > 1]
+    if twice:
+        raise InputError(
+            f"column {twice[0]!r} appears {counts[twice[0]]} times"
+            + (f" (and {', '.join(map(repr, twice[1:]))})" if twice[1:] else "")
+            + "; a row can hold only one value per column",
+            file=str(path),
+            field=twice[0],
+            hint="rename or drop the extra columns and write the file again",
+        )
+    return pf
 
 
 def _read_parquet(path: Path, batch_size: int) -> Iterator[RowBatch]:
@@ -586,10 +602,9 @@ def read_table(source: str | Path):
     :func:`rows_to_table`); strict like :func:`iter_records`."""
     p = Path(source)
     if p.exists() and kind_of(p) == "parquet":
-        import pyarrow.parquet as pq
-
+        pf = parquet_file(p)
         with damage_names(p, lambda: 0):
-            return _without_views(pq.read_table(p))
+            return _without_views(pf.read())
     return rows_to_table(read_records(p))
 
 

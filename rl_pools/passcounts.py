@@ -263,7 +263,7 @@ def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]
     Values stay as the file wrote them (CSV: text), so each is checked on its own row."""
     import csv
 
-    import pyarrow.parquet as pq
+    from curation.readers import read_table
 
     if path.is_dir():
         raise InputError(f"--file {path} is a folder; a counts table file is expected",
@@ -273,10 +273,7 @@ def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]
     suf = path.suffix.lower()
     rows: list[tuple[int, dict[str, Any]]] = []
     if suf == ".parquet":
-        try:
-            t = pq.read_table(path)
-        except (OSError, pa.ArrowException) as exc:
-            raise InputError(f"not a readable Parquet file: {exc}", file=str(path)) from exc
+        t = read_table(path)  # a damaged file, a column name twice: one error naming the file
         cols = t.column_names
         rows = list(enumerate(t.to_pylist(), 1))
     elif suf == ".csv":

@@ -432,3 +432,30 @@ def test_jsonl_row_count_is_the_rows_the_reader_reads(tmp_path, chunk):
     empty = tmp_path / "empty.jsonl"
     empty.write_bytes(b"\n\n")
     assert count_jsonl_rows(empty, chunk_size=chunk) == 0
+
+
+def test_a_parquet_file_with_a_column_name_twice_is_refused(tmp_path, pools_dir):
+    """Two columns of one name (Arrow writes them): ingest kept the second silently as the
+    row's value (the first column's text was gone, exit 0), a decontamination run was a
+    KeyError traceback. Now every reader refuses the file, naming it and the column."""
+    from curation.errors import InputError
+    from curation.readers import iter_records, iter_tables, read_table
+
+    with open(pools_dir / "math_gsm8k_train.jsonl") as f:
+        rows = [json.loads(next(f)) for _ in range(3)]
+    t = pa.Table.from_arrays(
+        [pa.array([r["question"] for r in rows]), pa.array([r["answer"] for r in rows]),
+         pa.array(["other"] * 3)],
+        names=["question", "answer", "question"],
+    )  # fmt: skip
+    p = tmp_path / "dup.parquet"
+    pq.write_table(t, p)
+    for read in (
+        lambda p: _collect(str(p)),
+        lambda p: list(iter_tables(p)),
+        lambda p: list(iter_records(p)),
+        read_table,
+    ):
+        with pytest.raises(InputError, match="column 'question' appears 2 times") as exc:
+            read(p)
+        assert (exc.value.file, exc.value.field) == (str(p), "question")
