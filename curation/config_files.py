@@ -24,7 +24,13 @@ def read_config_file(
     p = Path(path).expanduser()
     if not p.is_file():
         raise NotFoundError(f"config file {str(p)!r} not found", hint=hint)
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"config file {str(p)!r}: invalid UTF-8 at byte {exc.start}",
+            hint="save the file as UTF-8",
+        ) from None
     if expand_env:
         text = os.path.expandvars(text)
     suffix = p.suffix.lower()
