@@ -262,8 +262,9 @@ def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]
     line of a .jsonl / .csv file (a CSV header is line 1), the 1-based row of a Parquet file.
     Values stay as the file wrote them (CSV: text), so each is checked on its own row."""
     import csv
+    import io
 
-    from curation.readers import read_table
+    from curation.readers import iter_records, read_table
 
     if path.is_dir():
         raise InputError(f"--file {path} is a folder; a counts table file is expected",
@@ -277,27 +278,23 @@ def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]
         cols = t.column_names
         rows = list(enumerate(t.to_pylist(), 1))
     elif suf == ".csv":
-        with open(path, encoding="utf-8-sig", newline="") as f:
+        data = path.read_bytes()
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:  # named like the JSON reader: line, byte in it
+            line_start = data.rfind(b"\n", 0, exc.start) + 1
+            raise InputError(f"invalid UTF-8 at byte {exc.start - line_start}", file=str(path),
+                             row=data[: exc.start].count(b"\n") + 1,
+                             hint="save the table as UTF-8") from None  # fmt: skip
+        with io.StringIO(text, newline="") as f:
             reader = csv.DictReader(f)
             cols = list(reader.fieldnames or [])
             for r in reader:
                 rows.append((reader.line_num, {k: (v if v != "" else None) for k, v in r.items()}))
     elif suf in (".jsonl", ".json"):
-        seen: set[str] = set()
-        with open(path, encoding="utf-8-sig") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    r = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise InputError(f"not JSON: {exc}", file=str(path), row=n) from exc
-                if not isinstance(r, dict):
-                    raise InputError(f"expected a JSON object, got {type(r).__name__}",
-                                     file=str(path), row=n)  # fmt: skip
-                seen.update(r)
-                rows.append((n, r))
-        cols = sorted(seen)
+        # the one reader: a bad line (malformed, not an object, not UTF-8) names its line
+        rows = list(iter_records(path))
+        cols = sorted({k for _, r in rows for k in r})
     else:
         raise InputError(f"unsupported file type {suf!r}", file=str(path),
                          hint="use .parquet, .csv or .jsonl")  # fmt: skip

@@ -248,3 +248,21 @@ def test_a_domain_cell_that_is_not_math_or_code_is_an_error(qwen, tmp_path):
     assert (e.value.file, e.value.row, e.value.field) == (str(p), 3, "domain")
     rows[2]["domain"] = "math"
     assert len(read_table_rows(_jsonl(tmp_path, rows, name="ok.jsonl"))) == len(rows)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_a_table_that_is_not_utf8_names_the_row(qwen, tmp_path, suffix):
+    """A counts table with a Latin-1 byte (a problem text saved by another tool) was a
+    UnicodeDecodeError traceback; now one InputError naming the file and the row (the line)."""
+    if suffix == ".jsonl":
+        lines = [json.dumps(r).encode() for r in qwen[:3]]
+        head = b""
+    else:
+        head = b"problem,model,k,passed\n"
+        lines = [f'"{r["problem"]}",qwen,8,{r["passed"]}'.encode() for r in qwen[:3]]
+    lines[2] = lines[2].replace(b"qwen", "qwén".encode("latin-1"))
+    p = tmp_path / f"counts{suffix}"
+    p.write_bytes(head + b"\n".join(lines) + b"\n")
+    with pytest.raises(InputError, match="invalid UTF-8") as e:
+        import_table(p)
+    assert (e.value.file, e.value.row) == (str(p), 3 if suffix == ".jsonl" else 4)
