@@ -316,6 +316,9 @@ def _number(v: Any) -> Any:
     return v
 
 
+_INT64_MAX = 2**63 - 1
+
+
 def _count(v: Any, path: Path, row: int, name: str) -> int | None:
     """A whole number from a JSON/Parquet number or CSV text; None when missing."""
     n = _number(v)
@@ -325,6 +328,9 @@ def _count(v: Any, path: Path, row: int, name: str) -> int | None:
             or n != int(n)):  # fmt: skip
         raise InputError(f"{name} must be a whole number, got {v!r}", file=str(path), row=row,
                          field=name)  # fmt: skip
+    if abs(n) > _INT64_MAX:  # the counts table's int64 column cannot hold it
+        raise InputError(f"{name} must be at most 2**63 - 1, got {v!r}", file=str(path),
+                         row=row, field=name)  # fmt: skip
     return int(n)
 
 
