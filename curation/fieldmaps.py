@@ -403,6 +403,8 @@ def _text(v: Any) -> str | None:
 
 
 def _case(kind: str, inp: Any, out: Any, ep: str | None) -> dict[str, Any]:
+    if kind == "stdin" and out is None:  # no program can pass it: a broken case, not a test
+        raise FieldError("tests", "a stdin/stdout test case has no expected output (null)")
     return {"kind": kind, "input": _text(inp), "output": _text(out), "entry_point": ep}
 
 
@@ -430,7 +432,9 @@ def convert_tests(value: Any, fmt: str = "auto", entry_point: str | None = None)
         value = parsed
     if isinstance(value, list):
         out: list[dict] = []
-        for item in value:
+        for i, item in enumerate(value, start=1):
+            if item is None:  # dropped, the row would be graded on fewer tests than it has
+                raise FieldError("tests", f"test case {i} is null")
             if isinstance(item, dict) and "input" in item and not isinstance(item["input"], list):
                 kind = item.get("testtype") or ("functional" if fmt == "functional" else "stdin")
                 out.append(_case(kind, item["input"], item.get("output"), entry_point))

@@ -523,3 +523,24 @@ def test_auto_map_knows_a_parquet_copy_of_a_pool_by_its_name(tmp_path, pools_dir
         rows = [json.loads(x) for x in (pools_dir / f"{pool}.jsonl").open().readlines()[:20]]
         pq.write_table(pa.Table.from_pylist(rows), tmp_path / f"{pool}.parquet")
         assert select_map("auto", str(tmp_path / f"{pool}.parquet")).name == expected
+
+
+def test_a_null_test_case_is_a_reject_not_dropped(tmp_path, pools_dir):
+    """Real Codeforces rows whose tests list holds a null, or a stdin case whose expected
+    output is null: the null case was dropped silently (the row published with fewer tests)
+    and the case without output was published as one no program can pass. Now each is a
+    reject naming the row and the field; the untouched rows are accepted."""
+    with open(pools_dir / "code_deepcoder_test_codeforces.jsonl") as f:
+        rows = [json.loads(next(f)) for _ in range(3)]
+    rows[0]["tests"].insert(1, None)
+    rows[1]["tests"][0]["output"] = None
+    src = tmp_path / "cf.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    res = ingest_to_files(str(src), load_map("deepcoder_codeforces"), tmp_path / "out")
+    import pyarrow.parquet as pq
+
+    rejects = pq.read_table(res.rejects).to_pylist()
+    assert [(r["row"], r["field"]) for r in rejects] == [(1, "tests"), (2, "tests")]
+    assert "test case 2 is null" in rejects[0]["reason"]
+    assert "no expected output" in rejects[1]["reason"]
+    assert res.counts.accepted == 1 and res.counts.balanced
