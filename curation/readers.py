@@ -283,14 +283,80 @@ def _holds_float(value: Any) -> bool:
 
 
 _BOM = b"\xef\xbb\xbf"
+# where a JSON key ends: every key is a string followed by ':' (so is '":' inside a string value)
+_KEY_END = re.compile(rb'"\s*:')
 
 
-def _parse_line(line: bytes) -> tuple[Any, str | None, str]:
-    """Parse one JSON line: (value, None, "") or (None, reason, field)."""
+def _key_count(value: Any) -> int:
+    """How many keys the objects in ``value`` hold, nested ones included."""
+    if isinstance(value, dict):
+        return len(value) + sum(
+            _key_count(v) for v in value.values() if isinstance(v, (dict, list))
+        )
+    if isinstance(value, list):
+        return sum(_key_count(v) for v in value if isinstance(v, (dict, list)))
+    return 0
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(k)
+        out[k] = v
+    return out
+
+
+def _duplicate_key(text: bytes, value: Any) -> str | None:
+    """The first key that an object in ``text`` (parsed: ``value``) holds twice, or None.
+    The parsers keep the last value of a repeated key, so the other would be lost without a
+    word. Fast path: when the text has no more key ends than ``value`` has keys, no key was
+    repeated; only then (a '":' inside a string, or a repeat) is the text parsed again."""
+    if len(_KEY_END.findall(text)) == _key_count(value):
+        return None
+    try:
+        json.loads(text, object_pairs_hook=_no_duplicates)
+    except _DuplicateKey as exc:
+        return exc.key
+    return None
+
+
+def _duplicate_items(data: bytes) -> dict[int, str]:
+    """``{1-based item: key}`` for the items of a JSON array ``data`` (valid JSON) that hold a
+    key twice."""
+    ws = re.compile(r"[ \t\n\r]*")
+    text = data.decode("utf-8")
+    strict, plain = json.JSONDecoder(object_pairs_hook=_no_duplicates), json.JSONDecoder()
+    out: dict[int, str] = {}
+    pos, i = ws.match(text, text.index("[") + 1).end(), 0
+    while text[pos] != "]":
+        i += 1
+        try:
+            _, pos = strict.raw_decode(text, pos)
+        except _DuplicateKey as exc:
+            out[i] = exc.key
+            _, pos = plain.raw_decode(text, pos)
+        pos = ws.match(text, pos).end()
+        if text[pos] == ",":
+            pos = ws.match(text, pos + 1).end()
+    return out
+
+
+def _parse_line(line: bytes, *, check_keys: bool = True) -> tuple[Any, str | None, str]:
+    """Parse one JSON line: (value, None, "") or (None, reason, field). ``check_keys``: a key
+    held twice by one object is a bad line (field: the key)."""
     try:
         value = _loads(line)
         if _loads is not json.loads and _LONG_DIGITS.search(line) and _holds_float(value):
             value = json.loads(line)
+        if check_keys and (key := _duplicate_key(line, value)) is not None:
+            return None, _twice(key), key
         return value, None, ""
     except _JSONError as exc:
         try:
@@ -298,6 +364,13 @@ def _parse_line(line: bytes) -> tuple[Any, str | None, str]:
         except UnicodeDecodeError as uexc:
             return None, f"invalid UTF-8 at byte {uexc.start}", "<line>"
         return None, f"malformed JSON: {exc}", "<line>"
+
+
+def _twice(key: str) -> str:
+    return (
+        f"key {key!r} appears twice in one object: a row holds one value per key (the "
+        "file's other value would be lost); keep one"
+    )
 
 
 def _add_line(batch: RowBatch, lineno: int, line: bytes) -> bool:
@@ -374,13 +447,16 @@ def _read_json(path: Path, batch_size: int) -> Iterator[RowBatch]:
     label = str(path)
     with _open_binary(path) as fh:
         data = fh.read().removeprefix(_BOM)
-    value, reason, fld = _parse_line(data)
+    value, reason, fld = _parse_line(data, check_keys=False)
     if reason is not None:
         yield RowBatch(label, errors=[ReadError(label, 1, fld, reason, excerpt(data))])
         return
+    twice = _duplicate_items(data) if _duplicate_key(data, value) is not None else {}
     batch = RowBatch(label)
     for i, item in enumerate(value, start=1):
-        if isinstance(item, dict):
+        if i in twice:
+            batch.errors.append(ReadError(label, i, twice[i], _twice(twice[i]), excerpt(item)))
+        elif isinstance(item, dict):
             batch.rows.append(item)
             batch.row_numbers.append(i)
         else:

@@ -192,7 +192,9 @@ def test_arrow_jsonl_falls_back_where_arrow_would_differ(tmp_path):
         path = tmp_path / f"{name}.jsonl"
         path.write_bytes(data)
         for batch_size in (1, 2, 10):
-            if name == "two_objects_one_line":  # Arrow reads 3 rows; for Sluice row 1 is bad
+            # two objects: Arrow reads 3 rows; a key twice: Arrow refuses it. For Sluice both
+            # make row 1 a bad row
+            if name in ("two_objects_one_line", "dup"):
                 with pytest.raises(InputError) as exc:
                     list(iter_tables(path, batch_size=batch_size))
                 assert exc.value.row == 1
@@ -459,3 +461,34 @@ def test_a_parquet_file_with_a_column_name_twice_is_refused(tmp_path, pools_dir)
         with pytest.raises(InputError, match="column 'question' appears 2 times") as exc:
             read(p)
         assert (exc.value.file, exc.value.field) == (str(p), "question")
+
+
+def test_a_json_object_with_a_key_twice_is_a_bad_row_naming_the_key(tmp_path, pools_dir):
+    """A real GSM8K line written with "question" twice: the parsers keep the last value, so
+    ingest published the second text as the problem and a decontamination run scanned only it
+    (the first text never checked), both silently. Now the line is a read error naming the
+    key (a reject for ingest, one error for the strict readers), in JSON Lines and in a JSON
+    array alike; a key inside a string value (stringified tests) is not a key."""
+    from curation.errors import InputError
+    from curation.readers import iter_records, iter_tables
+
+    with open(pools_dir / "math_gsm8k_train.jsonl", "rb") as f:
+        lines = [next(f) for _ in range(3)]
+    lines[1] = lines[1].replace(b'{"question": ', b'{"question": "another text", "question": ', 1)
+    p = tmp_path / "dup.jsonl"
+    p.write_bytes(b"".join(lines))
+    rows, numbers, errors, _ = _collect(str(p))
+    assert numbers == [1, 3] and [(e.row, e.field) for e in errors] == [(2, "question")]
+    assert "key 'question' appears twice" in errors[0].reason
+    for read in (lambda p: list(iter_tables(p)), lambda p: list(iter_records(p))):
+        with pytest.raises(InputError, match="key 'question' appears twice") as exc:
+            read(p)
+        assert (exc.value.row, exc.value.field) == (2, "question")
+    arr = tmp_path / "dup.json"
+    arr.write_bytes(b"[" + b",\n".join(line.rstrip() for line in lines) + b"]")
+    rows, numbers, errors, _ = _collect(str(arr))
+    assert numbers == [1, 3] and [(e.row, e.field) for e in errors] == [(2, "question")]
+    nested = tmp_path / "nested.jsonl"
+    nested.write_bytes(b'{"q": "x", "tests": "{\\"a\\": 1, \\"a\\": 2}", "m": {"k": 1, "k": 2}}\n')
+    errors = _collect(str(nested))[2]
+    assert [(e.row, e.field) for e in errors] == [(1, "k")]
