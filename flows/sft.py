@@ -99,8 +99,8 @@ def load_sft_config(path: str | os.PathLike) -> dict[str, Any]:
             f"{gen['model']!r} differ",
             hint="name the teacher once (either table); it is the model that is sampled",
         )
-    GenerationConfig(**gen)
-    TeacherConfig(**teacher)
+    _typed(GenerationConfig, gen, f"{p} [sft.generation]")
+    _typed(TeacherConfig, teacher, f"{p} [sft.teacher]")
     FilterConfig.from_dict(cfg.get("filters") or {}, where=f"{p} [sft.filters]")
     # paths are relative to the file's folder, as in the pipeline config (they were relative to
     # wherever the command ran, so a served flow wrote elsewhere than the same config run by hand)
@@ -110,6 +110,21 @@ def load_sft_config(path: str | os.PathLike) -> dict[str, Any]:
         if key in cfg:
             cfg[key] = resolve_path(cfg[key], p.resolve().parent)
     return cfg
+
+
+def _typed(klass: type, values: dict[str, Any], where: str) -> Any:
+    """``klass(**values)`` for one table of the file: an unknown key (a TypeError traceback)
+    or a bad value is one error naming the file and the table (``where``)."""
+    import dataclasses
+
+    allowed = sorted(f.name for f in dataclasses.fields(klass))
+    for k in values:
+        if k not in allowed:
+            raise ConfigError(f"{where}: unknown key {k!r}", hint=did_you_mean(k, allowed))
+    try:
+        return klass(**values)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc.message}", hint=exc.hint) from None
 
 
 def _build_key(ctx: Any, params: dict[str, Any]) -> str:

@@ -131,3 +131,35 @@ def test_sft_config_paths_are_relative_to_the_config_file(tmp_path, monkeypatch)
     assert cfg["out"] == str(conf / "runs" / "sft")
     assert cfg["data_root"] == str(tmp_path / "root")
     assert cfg["benchmarks_dir"] == "/srv/b"
+
+
+@pytest.mark.parametrize(
+    ("table", "line", "msg"),
+    [
+        ("generation", "bogus = 1", "[sft.generation]: unknown key 'bogus'"),
+        ("teacher", "temprature = 0.6", "[sft.teacher]: unknown key 'temprature'"),
+        ("generation", 'concurrency = "lots"', "[sft.generation]: concurrency"),
+        ("teacher", "temperature = nan", "[sft.teacher]: temperature"),
+    ],
+)
+def test_a_bad_teacher_or_generation_key_names_the_file_and_table(
+    tmp_path, capsys, table, line, msg
+):
+    """An unknown [sft.generation] or [sft.teacher] key was a TypeError traceback
+    ("GenerationConfig.__init__() got an unexpected keyword argument"), and a bad value's
+    error named neither the file nor the table ("concurrency (--concurrency) must be ...").
+    Each is one line naming both, like [sft.filters]."""
+    from flows.cli import main
+
+    cfg = tmp_path / "sft.toml"
+    tables = {"teacher": 'model = "m"', "generation": 'base_url = "http://127.0.0.1:9/v1"'}
+    tables[table] += f"\n{line}"
+    cfg.write_text(
+        '[sft]\npool = "amc@latest"\n'
+        + "".join(f"[sft.{t}]\n{body}\n" for t, body in tables.items())
+    )
+    with pytest.raises(SystemExit) as e:
+        main(["sft", "run", str(cfg), "--data-root", str(tmp_path / "root")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and f"{cfg} {msg}" in " ".join(err.split()), err
+    assert "Traceback" not in err and not (tmp_path / "root").exists(), err
