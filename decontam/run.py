@@ -128,6 +128,7 @@ class DecontamConfig:
     )
 
     def __post_init__(self) -> None:
+        self._check_types()
         if isinstance(self.policy, dict):
             self.policy = PolicyConfig.from_dict(self.policy)
         self.policy.check_detectors()
@@ -145,6 +146,32 @@ class DecontamConfig:
             raise ConfigError("stream_rows must be >= 0 (0 reads the input whole)")
         for name in self.detectors:
             detector_class(name)  # validates the name, with a did-you-mean
+
+    def _check_types(self) -> None:
+        """Each field holds its kind of value (a config file is read as written: "false" is
+        true to Python, "aime24" a list of letters, "x" < 0 a TypeError)."""
+        for name in ("benchmarks", "detectors"):
+            v = getattr(self, name)
+            if not isinstance(v, list | tuple) or not all(isinstance(x, str) for x in v):
+                raise ConfigError(
+                    f"{name} must be a list of names, got {v!r}",
+                    hint=f'e.g. {name} = ["{(ALL_BENCHMARKS if name == "benchmarks" else DEFAULT_DETECTORS)[0]}"]',
+                )
+        for name in ("batch_size", "workers", "stream_rows"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ConfigError(f"{name} must be a whole number, got {v!r}")
+        for name in ("include_variants", "use_cache"):
+            v = getattr(self, name)
+            if not isinstance(v, bool):
+                raise ConfigError(f"{name} must be true or false, got {v!r}")
+        dc = self.detector_configs
+        if not isinstance(dc, dict) or not all(isinstance(v, dict) for v in dc.values()):
+            raise ConfigError(
+                f"detector_configs must be a table of tables {{detector: {{option: value}}}}, "
+                f"got {dc!r}",
+                hint="e.g. detector_configs = { minhash = { num_perm = 128 } }",
+            )
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -1425,4 +1452,7 @@ def load_config_file(path: str | Path) -> DecontamConfig:
             f"{p}: unknown decontam config key {sorted(unknown)[0]!r}",
             hint=f"allowed: {', '.join(sorted(allowed))}",
         )
-    return DecontamConfig(**data)
+    try:
+        return DecontamConfig(**data)
+    except ConfigError as exc:  # the file and the key, not only the key
+        raise ConfigError(f"{p}: {exc.message}", hint=exc.hint) from None

@@ -739,3 +739,32 @@ def test_a_chat_message_without_content_is_refused_not_read_as_empty(pools_dir, 
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))
     got = prepare_text_table(read_table(p), ["messages"], "id", source=str(p))
     assert got["text"].to_pylist() == [f"{prompts[0]}\n", f"{prompts[2]}\n"]
+
+
+@pytest.mark.parametrize(
+    ("line", "msg"),
+    [
+        ('stream_rows = "x"', "stream_rows must be a whole number, got 'x'"),  # was a TypeError
+        ('benchmarks = "aime24"', "benchmarks must be a list of names, got 'aime24'"),  # 'a'
+        ('detectors = "ngram"', "detectors must be a list of names, got 'ngram'"),  # 'n'
+        ('include_variants = "false"', "include_variants must be true or false, got 'false'"),
+        ('use_cache = "no"', "use_cache must be true or false, got 'no'"),
+        ("batch_size = 1.5", "batch_size must be a whole number, got 1.5"),
+        ("detector_configs = 5", "detector_configs must be a table"),
+    ],
+)
+def test_a_decontam_config_value_of_the_wrong_type_names_the_file_and_key(tmp_path, line, msg):
+    """`sluice decontam run --config`: `include_variants = "false"` was taken as true (a
+    non-empty string; run.json recorded "false" while the variants were scanned), a string of
+    benchmarks or detectors was read letter by letter ("unknown benchmark 'a'"), and a
+    string stream_rows was a TypeError traceback. Each is one error naming the file and key."""
+    from curation.errors import ConfigError
+    from decontam.run import load_config_file
+
+    p = tmp_path / "decontam.toml"
+    base = {"detectors": '["ngram"]', "benchmarks": '["aime24"]'}
+    key = line.split(" = ")[0]
+    p.write_text("".join(f"{k} = {v}\n" for k, v in base.items() if k != key) + line + "\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config_file(p)
+    assert str(exc.value).startswith(f"{p}: {msg}"), str(exc.value)
