@@ -368,17 +368,26 @@ def _stage_dataset(config: TrainConfig, stage: Any, catalog: Any, run_dir: Path)
     return uniq
 
 
-def _grpo_args(config: TrainConfig, stage: Any, temperature: float, out: Path, seed: int) -> Any:
-    import torch
+def check_trl_table(trl: dict[str, Any]) -> None:
+    """The ``[trl]`` table names GRPOConfig fields only, each with a value of its type: checked
+    alike by the run and the verl export of one config (the export took a typo'd name for a
+    setting it does not carry over, and a quoted number was a ValueError traceback)."""
     from trl import GRPOConfig
 
     known = {f.name for f in dataclasses.fields(GRPOConfig)}
-    for k in config.trl:
+    for k in trl:
         if k not in known:
             from curation.errors import did_you_mean
 
             raise ConfigError(f"[trl] {k!r} is not a GRPOConfig field", hint=did_you_mean(k, known))
-    _check_trl_values(config.trl, GRPOConfig)
+    _check_trl_values(trl, GRPOConfig)
+
+
+def _grpo_args(config: TrainConfig, stage: Any, temperature: float, out: Path, seed: int) -> Any:
+    import torch
+    from trl import GRPOConfig
+
+    check_trl_table(config.trl)
     if config.trl.get("use_vllm"):
         import importlib.util
 

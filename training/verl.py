@@ -277,8 +277,9 @@ def export_verl(
 ) -> dict[str, Any]:
     """Write the verl export of ``config`` into ``out_dir``; return what was written."""
     from curation.catalog import Catalog, code_version
-    from training.grpo import _stage_dataset, resolve_pools
+    from training.grpo import _stage_dataset, check_trl_table, resolve_pools
 
+    check_trl_table(config.trl)
     for s in config.stages:
         if s.temperature == "auto":
             raise ConfigError(

@@ -717,3 +717,26 @@ def test_verl_length_penalty_equals_the_runs_when_the_cache_exceeds_the_budget(
             length_penalty={"max_len": max_len, "cache": cache},
         )["length_penalty"]  # fmt: skip
         assert got == want, (n, got, want)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('learning_rate = "fast"', "[trl] learning_rate must be a float, got 'fast'"),
+        ("learning_rat = 2e-6", "[trl] 'learning_rat' is not a GRPOConfig field"),
+    ],
+)
+def test_export_verl_checks_trl_values_as_the_run_does(
+    tiny_model, pool_catalog, tmp_path, capsys, line, message
+):
+    """`sluice train grpo` refuses a [trl] value of the wrong type or a name GRPOConfig does
+    not have; `export-verl` of the same config was a ValueError traceback for the first and,
+    for the typo, wrote the recipe with verl's default learning rate under a warning. Both
+    commands now refuse the config alike, before anything is written."""
+    cfg = _write_config(tmp_path / "t.toml", tiny_model, pool_catalog["math"])
+    cfg.write_text(cfg.read_text() + line + "\n")
+    out = tmp_path / "verl"
+    assert _main(_export_verl_argv(cfg, out, pool_catalog)) == 2
+    err = capsys.readouterr().err
+    assert message in " ".join(err.split()) and "Traceback" not in err, err
+    assert not out.exists()
