@@ -22,6 +22,11 @@ def read_config_file(
     """The contents of a ``.toml`` / ``.yaml`` / ``.yml`` file. ``expand_env``: ``${VAR}`` is
     replaced from the environment first. ``hint``: how to get a file, for a missing one."""
     p = Path(path).expanduser()
+    if p.is_dir():
+        raise ConfigError(
+            f"config file {str(p)!r} is a folder, not a config file",
+            hint="give the path of the .toml or .yaml file in it",
+        )
     if not p.is_file():
         raise NotFoundError(f"config file {str(p)!r} not found", hint=hint)
     try:

@@ -27,3 +27,14 @@ def test_a_config_that_is_not_utf8_is_one_error_naming_file_and_byte(tmp_path, s
     with pytest.raises(ConfigError, match=f"invalid UTF-8 at byte {at} ") as exc:
         read_config_file(p)
     assert str(p) in str(exc.value)
+
+
+def test_a_config_path_that_is_a_folder_says_so(tmp_path):
+    """`sluice run configs/` (a folder) said "config file 'configs' not found" while it is
+    right there; now it says the path is a folder."""
+    from curation.errors import NotFoundError
+
+    (tmp_path / "pipeline.toml").mkdir()
+    with pytest.raises(ConfigError, match=r"is a folder, not a config file") as exc:
+        read_config_file(tmp_path / "pipeline.toml")
+    assert not isinstance(exc.value, NotFoundError)
