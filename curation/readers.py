@@ -766,8 +766,11 @@ def _arrow_rows(lines: list[bytes]):
         table = pj.read_json(io.BytesIO(data), read_options=read)
         if table.num_rows != len(lines):
             return None
-        if any(_floating(f.type) for f in table.schema) and _LONG_DIGITS.search(data):
+        floats = [c for c, f in zip(table.columns, table.schema, strict=True) if _floating(f.type)]
+        if floats and _LONG_DIGITS.search(data):
             return None  # an integer beyond 64 bits that Arrow read as a float (see above)
+        if any(_non_finite(c) for c in floats):
+            return None  # NaN / Infinity, which are not JSON: the per-row path names the row
         temporal = [f.name for f in table.schema if _temporal(f.type)]
         if any(_temporal(f.type, nested=True) for f in table.schema if f.name not in temporal):
             return None
@@ -792,6 +795,23 @@ def _floating(t) -> bool:
         return any(_floating(t.field(i).type) for i in range(t.num_fields))
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         return _floating(t.value_type)
+    return False
+
+
+def _non_finite(arr) -> bool:
+    """Whether a float column (or a float inside its lists and structs) holds NaN or +-inf."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(arr, pa.ChunkedArray):
+        return any(_non_finite(c) for c in arr.chunks)
+    t = arr.type
+    if pa.types.is_floating(t):
+        return bool(pc.any(pc.invert(pc.is_finite(arr))).as_py())
+    if pa.types.is_struct(t):
+        return any(_non_finite(arr.field(i)) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _non_finite(arr.flatten())
     return False
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -492,3 +493,26 @@ def test_a_json_object_with_a_key_twice_is_a_bad_row_naming_the_key(tmp_path, po
     nested.write_bytes(b'{"q": "x", "tests": "{\\"a\\": 1, \\"a\\": 2}", "m": {"k": 1, "k": 2}}\n')
     errors = _collect(str(nested))[2]
     assert [(e.row, e.field) for e in errors] == [(1, "k")]
+
+
+def test_nan_and_infinity_are_bad_rows_on_the_arrow_path_too(tmp_path, pools_dir):
+    """NaN and Infinity are not JSON: the per-row reader refuses the line, but Arrow's JSON
+    reader takes them as floats, so a chunk it parsed whole let them through (a decontamination
+    input with `"difficulty": NaN` scanned, and published with --publish-as) while the same
+    line in a chunk that fell back was an error. Both paths now refuse it, naming the row."""
+    from curation.errors import InputError
+    from curation.readers import iter_tables
+
+    with open(pools_dir / "math_deepscaler_sample2k_verl.jsonl", "rb") as f:
+        lines = [next(f) for _ in range(4)]
+    for bad in (b"NaN", b"-Infinity"):
+        edited = list(lines)
+        # a top-level float column ("nll") and a float inside a struct column ("extra_info")
+        for field in (b'"nll": ', b'"difficulty": '):
+            edited[2] = re.sub(field + rb"[0-9.]+", field + bad, lines[2], count=1)
+            assert edited[2] != lines[2]
+            p = tmp_path / "pool.jsonl"
+            p.write_bytes(b"".join(edited))
+            with pytest.raises(InputError, match="malformed JSON") as exc:
+                list(iter_tables(p))
+            assert exc.value.row == 3
