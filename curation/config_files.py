@@ -53,12 +53,24 @@ def read_config_file(
 
             raw = yaml.safe_load(text)
     except Exception as exc:  # tomllib / yaml errors carry the line number
-        raise ConfigError(f"config file {str(p)!r} is not valid {suffix[1:]}: {exc}") from exc
+        raise ConfigError(
+            f"config file {str(p)!r} is not valid {suffix[1:]}: {_one_line(exc)}"
+        ) from None
     if raw is None:
         return {}
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {str(p)!r} must hold a table/mapping at the top")
     return raw
+
+
+def _one_line(exc: Exception) -> str:
+    """A parser's error on one line: PyYAML's spans several (context, a mark naming
+    "<unicode string>", a caret line); its problem and 1-based line and column are kept."""
+    problem = getattr(exc, "problem", None)
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    if problem and mark is not None:
+        return f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return " ".join(str(exc).split())
 
 
 def resolve_path(value: str, base: Path, *, other: Callable[[str], bool] | None = None) -> str:

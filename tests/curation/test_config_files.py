@@ -38,3 +38,15 @@ def test_a_config_path_that_is_a_folder_says_so(tmp_path):
     with pytest.raises(ConfigError, match=r"is a folder, not a config file") as exc:
         read_config_file(tmp_path / "pipeline.toml")
     assert not isinstance(exc.value, NotFoundError)
+
+
+def test_a_yaml_config_that_does_not_parse_is_one_line_with_its_place(tmp_path):
+    """A YAML syntax error printed PyYAML's five-line message (context, the "<unicode string>"
+    mark, a caret line); now one line with the problem, the line and the column."""
+    p = tmp_path / "pipeline.yaml"
+    p.write_text("data_root: .sluice\npools: [1,\n")
+    with pytest.raises(ConfigError) as exc:
+        read_config_file(p)
+    msg = str(exc.value)
+    assert "\n" not in msg and "<unicode string>" not in msg, msg
+    assert msg.startswith(f"config file {str(p)!r} is not valid yaml: ") and "(line 3" in msg
