@@ -391,9 +391,6 @@ def _add_line(batch: RowBatch, lineno: int, line: bytes) -> bool:
     return True
 
 
-_BLANK_HINTS = (b"\n\n", b"\n ", b"\n\t", b"\n\r", b"\n\x0b", b"\n\x0c")
-
-
 def count_jsonl_rows(path: str | Path, *, chunk_size: int = 1 << 24) -> int:
     """The rows :func:`read_batches` reads from a plain (uncompressed) JSON Lines file, counted
     without parsing: every line with more than whitespace (``_add_line``'s rule; a first line's
@@ -401,6 +398,8 @@ def count_jsonl_rows(path: str | Path, *, chunk_size: int = 1 << 24) -> int:
     rows read, as rejects). Progress totals and shard sizes use it: a newline count took blank
     lines for rows. One pass in ``chunk_size`` pieces; a chunk is only split into lines when it
     may hold a blank one."""
+    import numpy as np
+
     n, tail, first = 0, b"", True
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(chunk_size), b""):
@@ -408,11 +407,17 @@ def count_jsonl_rows(path: str | Path, *, chunk_size: int = 1 << 24) -> int:
             if first and len(data) >= len(_BOM):
                 data, first = data.removeprefix(_BOM), False
             cut = data.rfind(b"\n") + 1
-            body, tail = data[:cut], data[cut:]
-            if body[:1].isspace() or any(h in body for h in _BLANK_HINTS):
-                n += sum(1 for line in body.split(b"\n")[:-1] if line.strip())
+            body, tail = memoryview(data)[:cut], data[cut:]  # a view: no copy of the chunk
+            # the bytes that start a line: a blank line starts with whitespace (or is empty:
+            # a newline). numpy, not ``bytes in`` per hint: six two-byte searches ran at about
+            # 1 GB/s each and held the GIL (this runs beside the scan), 12x the newline count
+            arr = np.frombuffer(body, dtype=np.uint8)
+            newline = arr == 10
+            starts = arr[1:][newline[:-1]]
+            if bytes(body[:1]).isspace() or bool((starts <= 32).any()):
+                n += sum(1 for line in data[:cut].split(b"\n")[:-1] if line.strip())
             else:
-                n += body.count(b"\n")
+                n += int(np.count_nonzero(newline))
     if first:
         tail = tail.removeprefix(_BOM)
     return n + (1 if tail.strip() else 0)
