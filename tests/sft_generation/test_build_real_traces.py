@@ -274,11 +274,9 @@ def test_marco_o1_traces_keep_the_thinking_and_answer_their_map_splits(pools_dir
     assert f["rows_in"] == res.counts["kept"] + sum(f["dropped"].values()) == 125
 
 
-def test_several_traces_of_one_prompt_keep_their_own_uids(pools_dir, data_root, tmp_path):
-    """Two traces of one problem imported together (every thought-anchors trace has seed 0)
-    got the same response uid: the build stopped at response decontamination with 'duplicate
-    id' in a temp file of its own, and with --no-decontam it published 8 rows under 4 uids.
-    Each trace keeps its own uid; the grid takes both responses of a prompt."""
+def _two_traces_each(pools_dir, tmp_path):
+    """4 real R1 traces that close their thinking, each with a second trace of its prompt (one
+    more sentence before </think>): a JSONL file of 8 traces of 4 prompts."""
     raw = [json.loads(line) for line in open(pools_dir / TRACES)]
     ok = [r for r in raw if "</think>" in r["solutions"][0]["solution"]][:4]
     rows_out = []
@@ -292,6 +290,15 @@ def test_several_traces_of_one_prompt_keep_their_own_uids(pools_dir, data_root, 
         rows_out += [r, again]
     src = tmp_path / "two.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows_out))
+    return src
+
+
+def test_several_traces_of_one_prompt_keep_their_own_uids(pools_dir, data_root, tmp_path):
+    """Two traces of one problem imported together (every thought-anchors trace has seed 0)
+    got the same response uid: the build stopped at response decontamination with 'duplicate
+    id' in a temp file of its own, and with --no-decontam it published 8 rows under 4 uids.
+    Each trace keeps its own uid; the grid takes both responses of a prompt."""
+    src = _two_traces_each(pools_dir, tmp_path)
     cat = Catalog(data_root)
     ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="two", catalog=cat).ref
     rows = rows_from_sft_samples(cat.load(ref), source=ref)
@@ -314,17 +321,7 @@ def test_grid_cells_a_scaling_study_would_misread_are_named(pools_dir, data_root
     to misread; every cell is still published."""
     from flows.cli import main
 
-    raw = [json.loads(line) for line in open(pools_dir / TRACES)]
-    ok = [r for r in raw if "</think>" in r["solutions"][0]["solution"]][:4]
-    rows_out = []
-    for r in ok:
-        again = json.loads(json.dumps(r))
-        sol = again["solutions"][0]["solution"]
-        cut = sol.index("</think>")
-        again["solutions"][0]["solution"] = sol[:cut] + " Checked again.\n" + sol[cut:]
-        rows_out += [r, again]
-    src = tmp_path / "two.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in rows_out))
+    src = _two_traces_each(pools_dir, tmp_path)
     cat = Catalog(data_root)
     ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="two", catalog=cat).ref
     out = tmp_path / "run"

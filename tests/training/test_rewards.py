@@ -69,14 +69,22 @@ def test_math_accuracy_through_the_verifier_on_real_rows(pool_catalog):
     assert logged["rewards/math_accuracy/error"] == 1.0
 
 
+def _cut_and_done(pool_catalog) -> tuple[str, str, str]:
+    """A real numeric answer, as a cut-off completion's stray last number, and as a final box."""
+    rows = pool_catalog["catalog"].load(pool_catalog["math"]).to_pylist()
+    a = next(r["answer"] for r in rows if r["answer"].strip().isdigit())
+    return (
+        a,
+        f"let me see, so far the value is {a}",
+        f"<think>work</think> the value is \\boxed{{{a}}}",
+    )
+
+
 def test_math_accuracy_wants_a_final_answer(pool_catalog):
     # thinking that never closed, and a completion cut off at the stage's budget whose only
     # "answer" is the last number of its reasoning, have no final answer: they scored 1.0 when
     # that stray number (or a \\boxed{} inside the thinking) was the reference
-    rows = pool_catalog["catalog"].load(pool_catalog["math"]).to_pylist()
-    a = next(r["answer"] for r in rows if r["answer"].strip().isdigit())
-    cut = f"let me see, so far the value is {a}"
-    done = f"<think>work</think> the value is \\boxed{{{a}}}"
+    a, cut, done = _cut_and_done(pool_catalog)
     r = MathAccuracyReward("math_accuracy", max_len=8)
     try:
         got = r(
@@ -107,10 +115,7 @@ def test_math_accuracy_wants_a_final_answer(pool_catalog):
 def test_math_accuracy_takes_the_completion_length_without_token_ids(pool_catalog):
     # whether a completion was cut at the budget needs only its length: the verl adapter, which
     # has only the text, passed a fake completion_ids=[range(n)] to say so
-    rows = pool_catalog["catalog"].load(pool_catalog["math"]).to_pylist()
-    a = next(r["answer"] for r in rows if r["answer"].strip().isdigit())
-    cut = f"let me see, so far the value is {a}"
-    done = f"<think>work</think> the value is \\boxed{{{a}}}"
+    a, cut, done = _cut_and_done(pool_catalog)
     r = MathAccuracyReward("math_accuracy", max_len=8)
     try:
         got = r(["q"] * 4, [_chat(cut), _chat(cut), _chat(done), _chat(cut)],
