@@ -15,6 +15,8 @@ import threading
 import time
 from typing import TextIO
 
+from curation.heartbeat import LineClock
+
 
 def _duration(s: float) -> str:
     s = int(round(s))
@@ -43,14 +45,13 @@ class ScanProgress:
         self.bar = self.stream.isatty() if bar is None else bar
         self.done = 0
         self._logged = 0  # ``done`` at the last line written
-        self._start = self._last = 0.0
+        self._start = 0.0
         self._rich = None
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._beat: threading.Thread | None = None
+        self._clock: LineClock | None = None
 
     def __enter__(self) -> ScanProgress:
-        self._start = self._last = time.monotonic()
+        self._start = time.monotonic()
         if self.bar:
             from rich.console import Console
             from rich.progress import (
@@ -71,19 +72,10 @@ class ScanProgress:
             )
             self._rich.__enter__()
             self._task = self._rich.add_task(f"scanning {self.what}", total=self.total)
-        elif self.interval > 0:
-            self._beat = threading.Thread(target=self._heartbeat, name="scan-progress", daemon=True)
-            self._beat.start()
+        else:  # a line on advances, and while a batch is still scanning
+            self._clock = LineClock(self.interval, self._log, "scan-progress")
+            self._lock = self._clock.lock
         return self
-
-    def _heartbeat(self) -> None:
-        """A line whenever ``interval`` seconds passed without one (a batch still scanning)."""
-        while not self._stop.wait(self.interval):
-            with self._lock:
-                now = time.monotonic()
-                if now - self._last >= self.interval:
-                    self._last = now
-                    self._log(now)
 
     def advance(self, n: int) -> None:
         if self._rich is not None:
@@ -92,10 +84,8 @@ class ScanProgress:
             return
         with self._lock:
             self.done += n
-            now = time.monotonic()
-            if now - self._last >= self.interval:
-                self._last = now
-                self._log(now)
+            if self._clock is not None:
+                self._clock.tick()
 
     def line(self, now: float | None = None) -> str:
         """The log line for the current state."""
@@ -117,9 +107,8 @@ class ScanProgress:
         print(self.line(now), file=self.stream, flush=True)
 
     def __exit__(self, *exc) -> None:
-        if self._beat is not None:
-            self._stop.set()
-            self._beat.join()
+        if self._clock is not None:
+            self._clock.stop()
         if self._rich is not None:
             self._rich.__exit__(*exc)
         elif exc[0] is None and self.done and self.done != self._logged:

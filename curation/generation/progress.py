@@ -12,6 +12,8 @@ import threading
 import time
 from typing import TextIO
 
+from curation.heartbeat import LineClock
+
 log = logging.getLogger("sluice.progress")
 
 
@@ -32,28 +34,20 @@ class Progress:
         self.interval_s = interval_s
         self.stream = stream or sys.stderr
         self._t0 = time.monotonic()
-        self._last = self._t0
         self._lock = threading.Lock()
         use_bar = self.stream.isatty() if bar is None else bar
         self._bar = None
-        self._stop = threading.Event()
-        self._beat: threading.Thread | None = None
+        self._clock: LineClock | None = None
         if use_bar:
             from tqdm import tqdm
 
             self._bar = tqdm(total=total, desc=desc, unit=unit, file=self.stream, smoothing=0.1)
-        elif interval_s > 0:
-            self._beat = threading.Thread(target=self._heartbeat, name="progress", daemon=True)
-            self._beat.start()
+        else:  # a line on updates, and while no sample comes back
+            self._clock = LineClock(interval_s, self._write, "progress")
+            self._lock = self._clock.lock
 
-    def _heartbeat(self) -> None:
-        """A line whenever ``interval_s`` passed without one (no sample came back)."""
-        while not self._stop.wait(self.interval_s):
-            with self._lock:
-                now = time.monotonic()
-                if now - self._last >= self.interval_s:
-                    self._last = now
-                    print(self.line(), file=self.stream, flush=True)
+    def _write(self, now: float) -> None:
+        print(self.line(), file=self.stream, flush=True)
 
     def line(self) -> str:
         el = max(time.monotonic() - self._t0, 1e-9)
@@ -76,16 +70,13 @@ class Progress:
                     self._bar.set_postfix_str(f"{self.tokens / el:.0f} tokens/s", refresh=False)
                 self._bar.update(n)
                 return
-            now = time.monotonic()
-            if now - self._last >= self.interval_s:
-                self._last = now
-                print(self.line(), file=self.stream, flush=True)
+            if self._clock is not None:
+                self._clock.tick()
 
     def stop(self) -> None:
         """No more lines (the heartbeat ends); ``close`` also writes the final one."""
-        self._stop.set()
-        if self._beat is not None and self._beat is not threading.current_thread():
-            self._beat.join()
+        if self._clock is not None:
+            self._clock.stop()
 
     def close(self) -> None:
         self.stop()

@@ -1,0 +1,48 @@
+"""When a progress log writes its next line, for the plain-log modes of the progress reporters
+(``curation.generation.progress``, ``decontam.progress``): on an update once ``interval``
+seconds passed since the last line, and from a background thread when no update came within
+the interval (a batch or a long generation still running), so a log is never silent for
+minutes. Hand-written: tqdm and rich have no plain-log mode."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+
+class LineClock:
+    """Calls ``write(now)`` at most once per ``interval`` seconds (``interval <= 0``: on every
+    tick, and no thread); ``lock`` guards the caller's counters and the line (hold it around
+    :meth:`tick`)."""
+
+    def __init__(self, interval: float, write: Callable[[float], None], name: str) -> None:
+        self.interval, self._write = interval, write
+        self.lock = threading.Lock()
+        self._last = time.monotonic()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if interval > 0:
+            self._thread = threading.Thread(target=self._beat, name=name, daemon=True)
+            self._thread.start()
+
+    def tick(self) -> None:
+        """Write a line if ``interval`` passed since the last one (call with :attr:`lock`)."""
+        now = time.monotonic()
+        if now - self._last >= self.interval:
+            self._last = now
+            self._write(now)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval):
+            with self.lock:
+                self.tick()
+
+    def stop(self) -> None:
+        """No more lines; joins the thread (unless called from it)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+
+__all__ = ["LineClock"]
