@@ -115,7 +115,7 @@ def check_rl_params(model: str, out_dir: str, generation: dict[str, Any] | None 
                     sampling: dict[str, Any] | None = None, k: int = 16,
                     preset: str = "skywork-or1", selection: dict[str, Any] | None = None,
                     curriculum: str | None = None, validation: dict[str, Any] | None = None,
-                    **_: Any) -> None:  # fmt: skip
+                    think_opened_by_template: bool = False, **_: Any) -> None:  # fmt: skip
     """Build every stage's config from the flow's parameters, so a bad option is one error
     before the server starts and before any model call (each task builds its own later)."""
     from curation.errors import ConfigError
@@ -125,7 +125,7 @@ def check_rl_params(model: str, out_dir: str, generation: dict[str, Any] | None 
     from rl_pools.tiers import SelectionConfig
     from rl_pools.validate import PoolValidationConfig
 
-    RolloutConfig(k=k)
+    RolloutConfig(k=k, think_opened_by_template=think_opened_by_template)
     PoolValidationConfig(**(validation or {}))
     GenerationConfig(**{"backend": "openai", **(generation or {}), "model": model})
     SamplingParams.from_dict(sampling or {})
@@ -165,17 +165,19 @@ def rl_pool_flow(
     store: str | None = None,
     contamination_report: str | None = None,
     data_root: str | None = None,
+    think_opened_by_template: bool = False,
 ) -> dict[str, Any]:
     """Build the RL pool of ``pool_ref`` (a decontaminated version) for ``model``.
 
     ``generation``: GenerationConfig fields (backend, base_url, ...; ``model`` is filled in);
     ``sampling``: SamplingParams fields; ``selection``: SelectionConfig fields beside
-    ``preset``. Returns every published ref and the output paths."""
+    ``preset``; ``think_opened_by_template``: the model's chat template opens ``<think>`` (R1
+    distills; see ``RolloutConfig``). Returns every published ref and the output paths."""
     from curation.settings import data_root as resolve_root
 
     # a bad option fails before anything runs
     check_rl_params(model, out_dir, generation, sampling, k, preset, selection, curriculum,
-                    validation)  # fmt: skip
+                    validation, think_opened_by_template)  # fmt: skip
     root = resolve_root(data_root)
     cat = _cat(root)
     exact = cat.resolve(pool_ref).ref  # caches key on the content-addressed version
@@ -184,12 +186,15 @@ def rl_pool_flow(
         from rl_pools.build import _slug
 
         store = str(Path(root) / "rollouts" / "samples" / _slug(model))
+    rollout: dict[str, Any] = {"k": k}
+    if think_opened_by_template:  # absent otherwise: the cache keys of earlier runs still hold
+        rollout["think_opened_by_template"] = True
     v = cached_or_rerun(validate_task, root, lambda o, r: catalog_has(r, o["ref"]),
                         pool_ref=exact, validation=validation or {}, data_root=root)  # fmt: skip
     ro = cached_or_rerun(rollouts_task, root,
                          lambda o, r: catalog_has(r, o["rollouts_ref"], o["passcounts_ref"]),
                          pool_ref=v["ref"], generation=gen, sampling=sampling or {},
-                         rollout={"k": k}, store=store, data_root=root)  # fmt: skip
+                         rollout=rollout, store=store, data_root=root)  # fmt: skip
     sel = {"preset": preset, **(selection or {})}
     # select on the counts this run produced: the counts dataset may hold the same model under
     # other sampling settings (an earlier run with another --max-tokens) or verifier versions;

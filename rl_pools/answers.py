@@ -42,6 +42,16 @@ def answer_part(text: str | None) -> str:
     return text[i + len(_THINK_CLOSE) :] if i >= 0 else text
 
 
+def open_thinking(text: str | None) -> str | None:
+    """``text`` with the ``<think>`` a chat template opened in the prompt put back in front (R1
+    distills' templates end the prompt with ``<think>``, so their completions start inside the
+    thinking), so that a completion cut off while thinking reads as one. Text that already
+    starts with ``<think>``, and empty text, stay as they are."""
+    if not text or text.lstrip().startswith(_THINK_OPEN):
+        return text
+    return _THINK_OPEN + text
+
+
 def extract_code(text: str | None) -> str | None:
     """The last Python (or untagged) fenced block of the answer part, or None (none, only blank
     ones, or the thinking never closed)."""
@@ -54,4 +64,4 @@ def extract_code(text: str | None) -> str | None:
     return code if code and code.strip() else None
 
 
-__all__ = ["PYTHON_TAGS", "answer_part", "extract_code", "thinking_unclosed"]
+__all__ = ["PYTHON_TAGS", "answer_part", "extract_code", "open_thinking", "thinking_unclosed"]

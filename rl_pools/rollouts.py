@@ -39,7 +39,7 @@ from curation.generation import (
     make_backend,
 )
 from rl_pools import prompts as prompt_templates
-from rl_pools.answers import extract_code, thinking_unclosed
+from rl_pools.answers import extract_code, open_thinking, thinking_unclosed
 from rl_pools.passcounts import counts_table
 from rl_pools.validate import require_columns
 
@@ -115,8 +115,21 @@ class RolloutConfig:
     chunk_prompts: int = field(
         default=1024, metadata={"help": "prompts generated and graded per step (bounds memory)"}
     )
+    think_opened_by_template: bool = field(
+        default=False,
+        metadata={
+            "help": "the model's chat template opens <think> in the prompt (R1 distills do): a "
+            "response without </think> is thinking that never closed, so it has no answer and "
+            "no code (a \\boxed{} or a code block in it is a draft)"
+        },
+    )
 
     def __post_init__(self) -> None:
+        if not isinstance(self.think_opened_by_template, bool):
+            raise ConfigError(
+                "think_opened_by_template must be true or false, "
+                f"got {self.think_opened_by_template!r}"
+            )
         if self.k < 1:
             raise ConfigError(f"--k must be at least 1, got {self.k}", hint="pass --k 16 (or 8)")
         prompt_templates.check_template(self.math_template)
@@ -153,6 +166,7 @@ class RolloutResult:
     grades_reused: int = 0
     statuses: dict[str, int] = field(default_factory=dict)
     samples: int = 0
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def rollouts(self) -> pa.Table:
@@ -167,6 +181,7 @@ class RolloutResult:
             "graded": self.graded,
             "grades_reused": self.grades_reused,
             "statuses": dict(sorted(self.statuses.items())),
+            **({"warnings": list(self.warnings)} if self.warnings else {}),
         }
 
 
@@ -319,6 +334,7 @@ def run_rollouts(
     errors: list[str] = []
     counts: dict[tuple[str, str], dict[str, Any]] = {}
     statuses: Counter[str] = Counter()
+    thinking: Counter[str] = Counter()
     writer = None
     written = 0
     gbar = rbar = None
@@ -338,7 +354,7 @@ def run_rollouts(
                 if rbar is not None:
                     rbar.update(len(chunk) * k)
                 out = _rows_of(chunk, samples, grades, params, ph, backend.model_id, tmpl, k,
-                               counts, statuses)  # fmt: skip
+                               counts, statuses, config.think_opened_by_template, thinking)  # fmt: skip
                 writer.write_table(pa.Table.from_pylist(out, schema=ROLLOUT_SCHEMA))
                 written += len(out)
 
@@ -383,8 +399,22 @@ def run_rollouts(
     finally:
         if own_backend:
             backend.close()
+    warnings = []
+    if (
+        not config.think_opened_by_template
+        and thinking["opened_by_template"]
+        and thinking["no_close"]
+    ):
+        warnings.append(
+            f"{thinking['opened_by_template']} samples close a <think> that the prompt opened "
+            f"(</think> without <think>), so {gen.model!r}'s chat template opens the thinking; "
+            f"{thinking['no_close']} samples have no </think> and were graded on their whole "
+            "text, drafts written while thinking included: rerun with "
+            "--think-opened-by-template (only the grades are redone)"
+        )
     return RolloutResult(out_path, counts_table(counts.values()), st["generated"], st["reused"],
-                         st["graded"], st["grades_reused"], dict(statuses), written)  # fmt: skip
+                         st["graded"], st["grades_reused"], dict(statuses), written,
+                         warnings)  # fmt: skip
 
 
 def _remove_killed_runs_files(store_dir: Path) -> None:
@@ -445,6 +475,24 @@ class _Pipeline:
             raise self.error
 
 
+def graded_text(sample: Any, opened: bool) -> str | None:
+    """The text the graders read: the sample's text, with the ``<think>`` that the chat template
+    opened put back when ``opened`` (``RolloutConfig.think_opened_by_template``). A server with a
+    reasoning parser already split the thinking off (``sample.reasoning``): its text is the
+    answer alone and stays as it is."""
+    if opened and not getattr(sample, "reasoning", None):
+        return open_thinking(sample.text)
+    return sample.text
+
+
+def _template_opened(text: str | None) -> bool:
+    """A ``</think>`` with no ``<think>`` before it: the prompt opened the thinking."""
+    if not text:
+        return False
+    i = text.find("</think>")
+    return i >= 0 and "<think>" not in text[:i]
+
+
 class _Grader:
     """Grades chunks of samples; keeps one math-verify worker pool for the whole run."""
 
@@ -473,11 +521,12 @@ class _Grader:
 
     def grade(self, rows, samples, log: _GradeLog) -> tuple[dict[str, dict[str, Any]], int]:
         """Grades of every sample of ``rows`` (from the log, or computed and appended to it)."""
+        opened = self.config.think_opened_by_template
         todo: list[tuple[int, int]] = []
         for p, row in enumerate(rows):
             vv = verifier_version(row["domain"])
             for s in samples[p]:
-                if _grade_key(s.key, vv, row) not in log.grades:
+                if _grade_key(s.key, vv, row, opened) not in log.grades:
                     todo.append((p, s.sample_index))
         step = self.config.grade_chunk
         for start in range(0, len(todo), step):
@@ -487,34 +536,36 @@ class _Grader:
             new: list[dict[str, Any]] = []
             if mp:
                 gs = self._math(
-                    [samples[p][i].text for p, i in mp],
+                    [graded_text(samples[p][i], opened) for p, i in mp],
                     [rows[p]["answer"] for p, _ in mp],
                     [samples[p][i].finish_reason for p, i in mp],
                 )
-                new += [_grade_rec(samples[p][i].key, rows[p], g) for (p, i), g in zip(mp, gs, strict=True)]  # fmt: skip
+                new += [_grade_rec(samples[p][i].key, rows[p], g, opened) for (p, i), g in zip(mp, gs, strict=True)]  # fmt: skip
             if cp:
-                gs = grade_code(
-                    [samples[p][i].text for p, i in cp], [rows[p] for p, _ in cp], self.config
-                )
-                new += [_grade_rec(samples[p][i].key, rows[p], g) for (p, i), g in zip(cp, gs, strict=True)]  # fmt: skip
+                gs = grade_code([graded_text(samples[p][i], opened) for p, i in cp],
+                                [rows[p] for p, _ in cp], self.config)  # fmt: skip
+                new += [_grade_rec(samples[p][i].key, rows[p], g, opened) for (p, i), g in zip(cp, gs, strict=True)]  # fmt: skip
             log.append(new)
         return log.grades, len(todo)
 
 
-def _grade_key(sample_key: str, vv: str, row: dict[str, Any]) -> str:
-    # the reference (answer / tests) is part of the key: a fixed answer is graded again
+def _grade_key(sample_key: str, vv: str, row: dict[str, Any], opened: bool = False) -> str:
+    # the reference (answer / tests) is part of the key: a fixed answer is graded again; so is
+    # reading the text as opened by the template (the grades of the other reading stay valid)
     ref = (
         row.get("answer")
         if row["domain"] == "math"
         else json.dumps(row.get("tests"), sort_keys=True)
     )
-    h = hashlib.sha256(f"{sample_key}\x1f{vv}\x1f{ref}".encode()).hexdigest()
-    return h
+    body = f"{sample_key}\x1f{vv}\x1f{ref}" + ("\x1fthink-opened-by-template" if opened else "")
+    return hashlib.sha256(body.encode()).hexdigest()
 
 
-def _grade_rec(sample_key: str, row: dict[str, Any], g: dict[str, Any]) -> dict[str, Any]:
+def _grade_rec(
+    sample_key: str, row: dict[str, Any], g: dict[str, Any], opened: bool = False
+) -> dict[str, Any]:
     vv = verifier_version(row["domain"])
-    return {"key": _grade_key(sample_key, vv, row), "sample_key": sample_key, **g}
+    return {"key": _grade_key(sample_key, vv, row, opened), "sample_key": sample_key, **g}
 
 
 def setting_hash(params: SamplingParams, gen: GenerationConfig, config: RolloutConfig) -> str:
@@ -541,14 +592,20 @@ def setting_hash(params: SamplingParams, gen: GenerationConfig, config: RolloutC
 
 
 def _rows_of(rows, samples, grades, params: SamplingParams, ph: str, model: str, tmpl, k, counts,
-             statuses):  # fmt: skip
+             statuses, opened: bool = False, thinking: Counter | None = None):  # fmt: skip
     out = []
     pk = params.key()
     for p, row in enumerate(rows):
         vv = verifier_version(row["domain"])
         passed = invalid = 0
         for s in samples[p]:
-            g = grades[_grade_key(s.key, vv, row)]
+            g = grades[_grade_key(s.key, vv, row, opened)]
+            if thinking is not None and s.text and not s.reasoning:
+                # what says whether the template opened <think> (see RolloutResult.warnings)
+                if _template_opened(s.text):
+                    thinking["opened_by_template"] += 1
+                elif "</think>" not in s.text:
+                    thinking["no_close"] += 1
             statuses[g["status"]] += 1
             if g["correct"] is None:
                 invalid += 1

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from curation.errors import ConfigError
-from rl_pools.answers import answer_part, extract_code
+from rl_pools.answers import answer_part, extract_code, open_thinking
 
 log = logging.getLogger("sluice.training.rewards")
 
@@ -61,9 +61,8 @@ def _opened(prompt: Any, text: str, assume_open_think: bool) -> str:
     """``text`` with the ``<think>`` that the chat template opened (``assume_open_think``, or a
     prompt ending in ``<think>``) put back, so that a completion cut off inside its thinking
     reads as one."""
-    opened = assume_open_think or _prompt_text(prompt).rstrip().endswith("<think>")
-    if opened and not text.lstrip().startswith("<think>"):
-        return "<think>" + text
+    if assume_open_think or _prompt_text(prompt).rstrip().endswith("<think>"):
+        return open_thinking(text) or ""
     return text
 
 

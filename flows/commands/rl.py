@@ -74,6 +74,12 @@ def rollouts(
     verify_workers: int | None = typer.Option(None, "--verify-workers", help="default: cores"),
     sandbox_workers: int | None = typer.Option(None, "--sandbox-workers", help="default: cores"),
     chunk_prompts: int = typer.Option(1024, "--chunk-prompts", help="prompts per step"),
+    think_opened_by_template: bool = typer.Option(
+        False,
+        "--think-opened-by-template",
+        help="the model's chat template opens <think> (R1 distills): a response without "
+        "</think> has no answer and no code",
+    ),
 ) -> None:
     """Sample K responses per prompt, grade each (math-verify / sandbox), publish BASE.rollouts
     and merge the pass counts into BASE.passcounts. Resumable: rerun after a crash."""
@@ -88,7 +94,7 @@ def rollouts(
     if sandbox_workers is not None:
         extra["sandbox_workers"] = sandbox_workers
     rcfg = RolloutConfig(
-        k=k, chunk_prompts=chunk_prompts, **extra
+        k=k, chunk_prompts=chunk_prompts, think_opened_by_template=think_opened_by_template, **extra
     )  # checks --k first: no model call for a bad k
     gen = GenerationConfig(backend=backend, model=model, mode=mode, base_url=base_url,
                            concurrency=concurrency, timeout_s=timeout, max_retries=max_retries,
@@ -96,7 +102,10 @@ def rollouts(
                            tokenizer=tokenizer)  # fmt: skip
     warn_ignored(ctx, gen)
     params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed)
-    _echo(rollouts_ref(pool, gen, params, rcfg, store))
+    out = rollouts_ref(pool, gen, params, rcfg, store)
+    _echo(out)
+    for w in out.get("warnings") or []:
+        typer.echo(f"warning: {w}", err=True)
 
 
 @app.command("import-counts")
@@ -354,6 +363,12 @@ def run(
     temperature: float = typer.Option(1.0, "--temperature"),
     max_tokens: int = typer.Option(4096, "--max-tokens"),
     seed: int = typer.Option(0, "--seed"),
+    think_opened_by_template: bool = typer.Option(
+        False,
+        "--think-opened-by-template",
+        help="the model's chat template opens <think> (R1 distills): a response without "
+        "</think> has no answer and no code",
+    ),
     cron: str | None = typer.Option(None, "--cron", help="serve on this schedule instead"),
 ) -> None:
     """The whole RL pool flow (validate, rollouts, select, exports, report) as a Prefect flow;
@@ -362,6 +377,8 @@ def run(
               "preset": preset, "curriculum": curriculum,
               "generation": {"backend": backend, "base_url": base_url},
               "sampling": {"temperature": temperature, "max_tokens": max_tokens, "seed": seed}}  # fmt: skip
+    if think_opened_by_template:  # absent otherwise: the flow's cache keys stay as they were
+        params["think_opened_by_template"] = True
     from flows.rl_pool import check_rl_params
 
     check_rl_params(**params)  # every option, before the Prefect server starts
@@ -376,5 +393,5 @@ def run(
 
     res = rl_pool_flow(**params)
     _echo({"ref": res["select"]["ref"], "report": res["report"]["html"], **res["exports"]})
-    for w in res["select"].get("warnings") or []:
+    for w in [*(res["rollouts"].get("warnings") or []), *(res["select"].get("warnings") or [])]:
         typer.echo(f"warning: {w}", err=True)

@@ -93,3 +93,13 @@ def test_code_reward_reads_a_completion_the_template_opened_thinking_for(code_ro
     assert opened(["q"], comp, domain=["code"], tests=tests, test_preamble=pre) == [0.0]
     plain = CodePassRateReward("code_pass_rate")
     assert plain(["q"], comp, domain=["code"], tests=tests, test_preamble=pre) == [1.0]
+
+
+def test_open_thinking_puts_back_the_template_opened_think():
+    from rl_pools.answers import open_thinking
+
+    cut = "Let me see. \\boxed{15} Wait, check again"
+    assert thinking_unclosed(open_thinking(cut)) and not thinking_unclosed(cut)
+    assert open_thinking("draft</think> \\boxed{15}") == "<think>draft</think> \\boxed{15}"
+    assert open_thinking("  <think>x</think>y") == "  <think>x</think>y"  # already open: as is
+    assert open_thinking("") == "" and open_thinking(None) is None

@@ -420,3 +420,101 @@ def test_rollouts_and_their_counts_are_published_together(math_ref, data_root, t
     cv = cat.resolve(out["passcounts_ref"])
     assert out["rollouts_ref"] in cv.parents and math_ref in cv.parents
     assert not list((tmp_path / "store").glob(".rollouts-*"))
+
+
+R1_TRACES = "sft_r1distill_math_traces_thoughtanchors.jsonl"
+
+
+def test_r1_template_opened_thinking_cut_after_a_boxed_draft_is_no_answer(data_root, pools_dir,
+                                                                          tmp_path):  # fmt: skip
+    """An R1 distill's chat template opens <think> in the prompt, so its completions hold
+    `</think>` but no `<think>`. One cut off at the token limit while thinking held no
+    `<think>` either, and was graded on its whole text: a `\\boxed{}` drawn while thinking
+    (63 of the 144 closed real traces draw one) counted as the answer and passed. With
+    --think-opened-by-template it is thinking that never closed (no_answer); without it the
+    run names the evidence and the option. Real thought-anchors traces and answers."""
+    import re
+
+    from curation.ingest import ingest
+
+    m = tmp_path / "ta.toml"
+    m.write_text('[map]\ndomain = "math"\nsource = "ta"\nrequired = ["answer"]\n'
+                 '[fields]\nproblem = "problem"\nanswer = "gt_answer"\n')  # fmt: skip
+    ingest(str(pools_dir / R1_TRACES), field_map=str(m), name="ta", limit=30)
+    ref = Catalog().resolve("ta@latest").ref
+    src = [json.loads(line) for line in open(pools_dir / R1_TRACES, encoding="utf-8")][:30]
+    completion = {r["problem"].strip(): r["solutions"][0]["solution"].split("<think>\n", 1)[1]
+                  for r in src}  # fmt: skip
+    cut_at: dict[str, int] = {}  # problem -> end of the first \boxed{} drawn while thinking
+    for p, c in completion.items():
+        box = re.search(r"\\boxed\{[^{}]*\}", c.split("</think>")[0]) if "</think>" in c else None
+        if box:
+            cut_at[p] = box.end()
+    assert len(cut_at) >= 5
+
+    def responder(text, body):
+        p = next(q for q in completion if q in text)
+        if p in cut_at and body["seed"] % 2 == 0:  # cut at the token limit after the draft
+            return completion[p][: cut_at[p]] + " Wait, let me check that again." + " hmm" * 9000
+        return completion[p]
+
+    params = SamplingParams(temperature=0.7, top_p=0.92, max_tokens=8000, seed=5)
+    with StandInServer(responder) as srv:
+        plain = rollouts_ref(ref, _gen(srv.url, model="r1-distill"), params,
+                             RolloutConfig(k=4, verify_workers=2), tmp_path / "s",
+                             progress=False)  # fmt: skip
+        opened = rollouts_ref(ref, _gen(srv.url, model="r1-distill"), params,
+                              RolloutConfig(k=4, verify_workers=2, think_opened_by_template=True),
+                              tmp_path / "s", progress=False)  # fmt: skip
+        assert opened["generated"] == 0 and opened["graded"] == opened["samples"]  # grades only
+    by_key = {r["sample_key"]: r for r in Catalog().load(plain["rollouts_ref"]).to_pylist()}
+    now = Catalog().load(opened["rollouts_ref"]).to_pylist()
+    cut = [r for r in now if r["finish_reason"] == "length"]
+    assert cut and all("</think>" not in r["response"] for r in cut)
+    assert any(by_key[r["sample_key"]]["correct"] for r in cut)  # the draft passed before
+    for r in cut:
+        assert r["grade_status"] == "no_answer" and r["correct"] is False, r
+        assert "thinking never closed" in r["grade_reason"]
+    closed = [r for r in now if r["finish_reason"] == "stop"]
+    assert closed and all("</think>" in r["response"] for r in closed)
+    for r in closed:  # a closed trace is graded as before
+        before = by_key[r["sample_key"]]
+        assert (r["grade_status"], r["correct"]) == (before["grade_status"], before["correct"])
+    (w,) = plain["warnings"]
+    assert f"{len(cut)} samples have no </think>" in w and "--think-opened-by-template" in w
+    assert "warnings" not in opened
+
+
+def test_r1_template_opened_code_draft_is_not_run(data_root, pools_dir, tmp_path):
+    """The code grader ran the last Python block of a response whose thinking the template
+    opened and that never closed: a draft. With --think-opened-by-template it is no_code, and
+    the code after `</think>` is still run. Real LeetCodeDataset rows and solutions."""
+    ref = ingest_real(pools_dir, "code_leetcodedataset_v0.2.0_train.jsonl", "codepool",
+                      "leetcodedataset", 3)  # fmt: skip
+    rows = Catalog().load(ref).to_pylist()
+    by_problem = {r["problem"][:200]: r for r in rows}
+
+    def responder(text, body):
+        r = next(v for p, v in by_problem.items() if p in text)
+        draft = f"Let me try this first.\n```python\n{r['solutions'][0]}\n```\n"
+        if body["seed"] % 2 == 0:  # stopped while still thinking
+            return draft + "Hmm, but is that fast enough? Let me reconsider"
+        return draft + "That works.\n</think>\n\n" + draft
+
+    with StandInServer(responder) as srv:
+        plain = rollouts_ref(ref, _gen(srv.url), PARAMS, RolloutConfig(k=4, sandbox_workers=2),
+                             tmp_path / "s", progress=False)  # fmt: skip
+        opened = rollouts_ref(ref, _gen(srv.url), PARAMS,
+                              RolloutConfig(k=4, sandbox_workers=2, think_opened_by_template=True),
+                              tmp_path / "s", progress=False)  # fmt: skip
+    before = {r["sample_key"]: r for r in Catalog().load(plain["rollouts_ref"]).to_pylist()}
+    now = Catalog().load(opened["rollouts_ref"]).to_pylist()
+    unclosed = [r for r in now if "</think>" not in r["response"]]
+    assert unclosed and len(unclosed) < len(now)
+    assert all(before[r["sample_key"]]["grade_status"] == "passed" for r in unclosed)
+    for r in now:
+        if r in unclosed:
+            assert r["grade_status"] == "no_code" and "never closed" in r["grade_reason"], r
+        else:
+            assert r["grade_status"] == "passed", r
+    assert "--think-opened-by-template" in plain["warnings"][0]
