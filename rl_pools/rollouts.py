@@ -15,6 +15,7 @@ status ``timeout`` kept.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -167,6 +168,9 @@ class RolloutResult:
     statuses: dict[str, int] = field(default_factory=dict)
     samples: int = 0
     warnings: list[str] = field(default_factory=list)
+    # who said the chat template opens <think>: "option", "template" (the rendered prompt ends
+    # with it), or None (responses read as they are)
+    think_opened_by: str | None = None
 
     @property
     def rollouts(self) -> pa.Table:
@@ -181,6 +185,7 @@ class RolloutResult:
             "graded": self.graded,
             "grades_reused": self.grades_reused,
             "statuses": dict(sorted(self.statuses.items())),
+            **({"think_opened_by": self.think_opened_by} if self.think_opened_by else {}),
             **({"warnings": list(self.warnings)} if self.warnings else {}),
         }
 
@@ -327,6 +332,16 @@ def run_rollouts(
     store_dir = Path(store_dir)
     own_backend = backend is None
     backend = backend or make_backend(gen)
+    opened_by = "option" if config.think_opened_by_template else None
+    if opened_by is None:  # a template Sluice renders says itself whether it opens <think>
+        first = rows[0]
+        render = getattr(backend, "rendered_prompt", None)
+        shown = (
+            render(prompt_templates.messages(first, tmpl.get(first["domain"]))) if render else None
+        )
+        if isinstance(shown, str) and shown.rstrip().endswith("<think>"):
+            config = dataclasses.replace(config, think_opened_by_template=True)
+            opened_by = "template"
     k, total = config.k, len(rows) * config.k
     show = progress is not False
     out_path = store_dir / f".rollouts-{os.getpid()}-{time.time_ns()}.parquet"
@@ -414,7 +429,7 @@ def run_rollouts(
         )
     return RolloutResult(out_path, counts_table(counts.values()), st["generated"], st["reused"],
                          st["graded"], st["grades_reused"], dict(statuses), written,
-                         warnings)  # fmt: skip
+                         warnings, opened_by)  # fmt: skip
 
 
 def _remove_killed_runs_files(store_dir: Path) -> None:

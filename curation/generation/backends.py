@@ -106,6 +106,12 @@ class Backend:
         """
         return None
 
+    def rendered_prompt(self, prompt: Prompt) -> str | None:
+        """The text the model is given for ``prompt`` when this backend renders it (the HF
+        backend; completions mode), or None when the server renders it (chat mode over HTTP).
+        Callers read what the template adds, such as an opening ``<think>``."""
+        return None
+
     def run(self, requests: Sequence[Request], params: SamplingParams, sink: Sink) -> None:
         raise NotImplementedError
 
@@ -203,6 +209,10 @@ class OpenAIBackend(Backend):
         if isinstance(prompt, str):
             return prompt
         return render_chat(self._template_tokenizer(), prompt)
+
+    def rendered_prompt(self, prompt: Prompt) -> str | None:
+        rendered = self._render(prompt)
+        return rendered if isinstance(rendered, str) else None
 
     def payload(self, prompt: Prompt, params: SamplingParams, seed: int | None) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -395,6 +405,11 @@ class HFBackend(Backend):
         if self._tid is None:
             self._tid = _template_hash(self._tok)
         return self._tid
+
+    def rendered_prompt(self, prompt: Prompt) -> str | None:
+        if self._tok is None:  # the tokenizer alone, as template_id
+            self._tok = _load_tokenizer(self.config.tokenizer or self.config.model)
+        return self._text(prompt)
 
     def _text(self, prompt: Prompt) -> str:
         prompt = _with_system(prompt, self.config.system_prompt)

@@ -482,7 +482,27 @@ def test_r1_template_opened_thinking_cut_after_a_boxed_draft_is_no_answer(data_r
         assert (r["grade_status"], r["correct"]) == (before["grade_status"], before["correct"])
     (w,) = plain["warnings"]
     assert f"{len(cut)} samples have no </think>" in w and "--think-opened-by-template" in w
-    assert "warnings" not in opened
+    assert "warnings" not in opened and opened["think_opened_by"] == "option"
+
+    # a template Sluice renders (completions mode) says itself that it opens <think>
+    from generation_helpers import tiny_tokenizer
+    from transformers import AutoTokenizer
+
+    tiny_tokenizer(tmp_path / "tok")
+    tok = AutoTokenizer.from_pretrained(str(tmp_path / "tok"))
+    tok.chat_template = ("{% for m in messages %}<|User|>{{ m['content'] }}{% endfor %}"
+                         "{% if add_generation_prompt %}<|Assistant|><think>\n{% endif %}")  # fmt: skip
+    tok.save_pretrained(str(tmp_path / "tok"))
+    with StandInServer(responder) as srv:
+        auto = rollouts_ref(ref, _gen(srv.url, model="r1-distill", mode="completions",
+                                      tokenizer=str(tmp_path / "tok")), params,
+                            RolloutConfig(k=4, verify_workers=2), tmp_path / "s",
+                            progress=False)  # fmt: skip
+        assert all(p["body"]["prompt"].endswith("<think>\n") for p in srv.posts())
+    assert auto["think_opened_by"] == "template" and "warnings" not in auto
+    rows = Catalog().load(auto["rollouts_ref"]).to_pylist()
+    cut = [r for r in rows if r["finish_reason"] == "length"]
+    assert cut and all("thinking never closed" in r["grade_reason"] for r in cut)
 
 
 def test_r1_template_opened_code_draft_is_not_run(data_root, pools_dir, tmp_path):
