@@ -189,7 +189,8 @@ def push_to_hub(table: pa.Table, repo_id: str, *, fmt: str = "trl", dry_run: boo
                 private: bool = True, token: str | None = None) -> dict[str, Any]:  # fmt: skip
     """Push the exported pool to the Hub as a dataset. ``dry_run`` (the default) touches no
     network: it writes ``data/train-00000-of-00001.parquet`` and ``README.md`` under
-    ``out_dir`` exactly as they would be uploaded, and returns the plan."""
+    ``out_dir/OWNER__NAME`` (``out_dir`` None: a new temporary folder, never the working folder)
+    exactly as they would be uploaded, and returns the plan (``folder``: where they are)."""
     from curation.hub import push_to_hub as hub_push
 
     if fmt not in ("trl", "verl"):
@@ -201,7 +202,11 @@ def push_to_hub(table: pa.Table, repo_id: str, *, fmt: str = "trl", dry_run: boo
                        config=json.dumps(config or {}, sort_keys=True))  # fmt: skip
     plan = {"repo_id": repo_id, "format": fmt, "rows": t.num_rows, "private": private,
             "columns": t.column_names, "dry_run": dry_run}  # fmt: skip
-    out = Path(out_dir or "hub-dry-run") / repo_id.replace("/", "__")
+    if out_dir is None and dry_run:
+        import tempfile
+
+        out_dir = tempfile.mkdtemp(prefix="sluice-hub-dry-run-")
+    out = Path(out_dir or ".").resolve() / repo_id.replace("/", "__")
     # the one Hub publisher (curation.hub): shards, card, and a dry run that stages them
     res = hub_push({"train": t}, repo_id, card=card, dry_run=dry_run, staging_dir=out,
                    private=private, token=token)  # fmt: skip

@@ -308,7 +308,9 @@ def push(
     repo: str = typer.Option(..., "--repo", help="owner/name on the Hub"),
     fmt: str = typer.Option("trl", "--format", help="trl | verl"),
     dry_run: bool = typer.Option(True, "--dry-run/--no-dry-run", help="write locally only"),
-    out: Path = typer.Option(Path("hub-dry-run"), "--out", help="dry-run folder"),
+    out: Path | None = typer.Option(
+        None, "--out", help="dry-run folder (default: a new temporary folder, printed)"
+    ),
 ) -> None:
     """push_to_hub the exported pool (a dry run by default: files written locally)."""
     from curation.catalog import Catalog
@@ -318,8 +320,11 @@ def push(
     from rl_pools.build import selected_pool
 
     v = selected_pool(cat, pool, "rl push")
-    _echo(push_to_hub(cat.load(v.ref), repo, fmt=fmt, dry_run=dry_run, out_dir=out, ref=v.ref,
-                      config=v.config.get("selection")))  # fmt: skip
+    plan = push_to_hub(cat.load(v.ref), repo, fmt=fmt, dry_run=dry_run, out_dir=out, ref=v.ref,
+                       config=v.config.get("selection"))  # fmt: skip
+    _echo(plan)
+    if dry_run:
+        typer.echo(f"dry run: nothing pushed; the files are in {plan['folder']}", err=True)
 
 
 @app.command("report")

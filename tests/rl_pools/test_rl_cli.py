@@ -344,3 +344,38 @@ def test_select_publishes_the_pool_its_drops_and_stages_together(pools_dir, data
         v = cat.resolve(st["ref"])
         assert v.parents == (rl.ref,) and v.step == "rl.curriculum" and v.num_rows == st["rows"]
         assert cat.resolve(f"qwen.rl.stage{st['stage']}@latest").ref == st["ref"]
+
+
+def _main_ok(args):
+    """`sluice ARGS` in this process; it must exit 0 (typer's standalone mode always exits)."""
+    import pytest
+
+    from flows.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    assert e.value.code == 0
+
+
+def test_push_dry_run_without_out_writes_nothing_in_the_working_folder(
+    pools_dir, data_root, tmp_path, monkeypatch, capsys
+):
+    """`rl push` (a dry run by default) without --out wrote `hub-dry-run/` into the working
+    folder. Now it stages into a fresh temporary folder and says where, in the plan and on
+    stderr; `--out` still chooses the folder."""
+    _qwen_counts(pools_dir, tmp_path, n=30)
+    _main_ok(["rl", "select", "qwen@latest", "--model", "qwen-math", "--preset", "srpo"])
+    capsys.readouterr()
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    _main_ok(["rl", "push", "qwen.rl@latest", "--repo", "me/q"])
+    out = capsys.readouterr()
+    assert list(cwd.iterdir()) == []
+    folder = json.loads(out.out)["folder"]
+    assert os.path.isabs(folder) and not folder.startswith(str(cwd)), folder
+    assert os.path.isfile(os.path.join(folder, "README.md"))
+    assert f"dry run: nothing pushed; the files are in {folder}" in out.err, out.err
+    _main_ok(["rl", "push", "qwen.rl@latest", "--repo", "me/q", "--out", str(tmp_path / "hub")])
+    assert json.loads(capsys.readouterr().out)["folder"] == str(tmp_path / "hub" / "me__q")
+    assert list(cwd.iterdir()) == []
