@@ -21,7 +21,8 @@ Run where a GPU is lent (nothing is downloaded):
     python scripts/gpu_embedding.py --pool POOL.jsonl --windows 20000 --out DIR
     python scripts/gpu_embedding.py --self-check     # CPU: a few windows, no GPU checks
 
-``DIR/gpu_embedding.json`` gets the figures.
+``DIR/gpu_embedding.json`` gets the figures (without ``--out``: a new temporary folder, never the
+working folder); the last line names the file.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def main() -> None:
     ap.add_argument("--model")
     ap.add_argument("--shape-of", help="folder with MiniLM-L6's config.json and tokenizer")
     ap.add_argument("--batches", default="256,1024", help="batch sizes tried after auto's")
-    ap.add_argument("--out", type=Path, default=Path("."))
+    ap.add_argument("--out", type=Path, help="folder for gpu_embedding.json (default: a temp dir)")
     ap.add_argument("--self-check", action="store_true", help="CPU smoke check, few windows")
     args = ap.parse_args()
     import numpy as np
@@ -144,9 +145,12 @@ def main() -> None:
         if gpu:
             report["peak_gpu_mib"] = round(torch.cuda.max_memory_allocated() / 2**20)
         report["vectors_finite"] = bool(np.isfinite(vecs).all())
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "gpu_embedding.json").write_text(json.dumps(report, indent=2) + "\n")
+    out = args.out or Path(tempfile.mkdtemp(prefix="sluice-gpu-embedding-"))
+    out.mkdir(parents=True, exist_ok=True)
+    written = (out / "gpu_embedding.json").resolve()
+    written.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
+    print(f"figures written to {written}")
 
 
 if __name__ == "__main__":
