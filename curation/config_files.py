@@ -6,8 +6,9 @@ error messages, and a parse error keeps the parser's own line number.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,26 @@ def read_config_file(
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {str(p)!r} must hold a table/mapping at the top")
     return raw
+
+
+@contextlib.contextmanager
+def naming_config_file(path: str | os.PathLike | None) -> Iterator[None]:
+    """A :class:`ConfigError` raised inside the block (reading the file, checking its values)
+    names the file: ``config file 'PATH': <what is wrong> (<the fix>)``; so does a dataclass's
+    ``TypeError`` for a value of the wrong shape. ``path`` None: errors pass as they are (no
+    file was given). Wrap only what comes from the file: an option's mistake is the option's."""
+    if path is None:
+        yield
+        return
+    where = f"config file {str(Path(path).expanduser())!r}"
+    try:
+        yield
+    except ConfigError as exc:
+        if exc.message.startswith(where):  # read_config_file's own errors name it already
+            raise
+        raise ConfigError(f"{where}: {exc.message}", hint=exc.hint) from None
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def _one_line(exc: Exception) -> str:

@@ -493,16 +493,12 @@ _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
 
 def load_config(path: str | os.PathLike) -> PipelineConfig:
     """Read a pipeline config from a ``.toml``, ``.yaml`` or ``.yml`` file."""
-    from curation.config_files import read_config_file
+    from curation.config_files import naming_config_file, read_config_file
 
     p = Path(path).expanduser()
     raw = read_config_file(p, hint="run `sluice demo` for a sample")
-    try:
+    with naming_config_file(p):  # a wrong value type for a dataclass, too
         return PipelineConfig.from_dict(raw or {}, base_dir=p.resolve().parent)
-    except ConfigError as exc:
-        raise ConfigError(f"config file {str(p)!r}: {exc.message}", hint=exc.hint) from exc
-    except TypeError as exc:  # wrong value types for a dataclass
-        raise ConfigError(f"config file {str(p)!r}: {exc}") from exc
 
 
 def prefect_env_defaults(data_root: str) -> None:

@@ -104,13 +104,16 @@ class TierConfig:
             raise ConfigError(f"[tiers] names must differ from each other: {list(self.names)}")
         if len(self.names) != len(self.bands) + 1:
             raise ConfigError(
-                f"{len(self.bands)} tier cut points need {len(self.bands) + 1} names, "
-                f"got {len(self.names)}"
+                f"[tiers] names: {len(self.bands)} tier cut points (bands) need "
+                f"{len(self.bands) + 1} names, got {len(self.names)}",
+                hint="one name per band, hardest first",
             )
         if list(self.bands) != sorted(self.bands) or any(not 0 < b < 1 for b in self.bands):
-            raise ConfigError(f"tier cut points must be increasing, inside (0, 1): {self.bands}")
+            raise ConfigError(f"tier cut points ([tiers] bands / --bands) must be increasing, "
+                              f"inside (0, 1): {list(self.bands)}",
+                              hint="e.g. bands = [0.33, 0.67]")  # fmt: skip
         if {UNSOLVED, SOLVED, UNGRADED} & set(self.names):
-            raise ConfigError("band names must differ from unsolved / solved / ungraded")
+            raise ConfigError("[tiers] names must differ from unsolved / solved / ungraded")
         v = self.min_valid_share
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
             raise ConfigError(f"[tiers] min_valid_share must be a number in (0, 1], got {v!r}",

@@ -594,16 +594,11 @@ class TrainConfig:
 
 def load_train_config(path: str | os.PathLike) -> TrainConfig:
     """Read a train config from ``.toml``, ``.yaml`` or ``.yml``; ``${VAR}`` is expanded."""
-    from curation.config_files import read_config_file
+    from curation.config_files import naming_config_file, read_config_file
 
     p = Path(path)
-    raw = read_config_file(p, expand_env=True)
-    try:
-        cfg = TrainConfig.from_dict(raw or {})
-    except ConfigError as exc:
-        raise ConfigError(f"config file {str(p)!r}: {exc.message}", hint=exc.hint) from exc
-    except TypeError as exc:
-        raise ConfigError(f"config file {str(p)!r}: {exc}") from exc
+    with naming_config_file(p):
+        cfg = TrainConfig.from_dict(read_config_file(p, expand_env=True) or {})
     cfg.model.name_or_path = _model_path(cfg.model.name_or_path, p.parent)
     return cfg
 

@@ -207,22 +207,32 @@ def select(
         help="the counts' verifier version; several comma-separated for a mixed math + code pool "
         "(one per domain)",
     ),
-    seed: int = typer.Option(0, "--seed", help="seed of the deterministic downsampling"),
+    seed: int | None = typer.Option(
+        None, "--seed", help="seed of the deterministic downsampling (default: the file's, or 0)"
+    ),
 ) -> None:
     """Assign tiers from one model's pass counts, apply the keep rules (drop counts per step),
     publish BASE.rl (and BASE.rl.stageN for a curriculum)."""
-    from curation.config_files import read_config_file
+    from curation.config_files import naming_config_file, read_config_file
     from curation.errors import ConfigError, did_you_mean
     from rl_pools.build import select_ref
     from rl_pools.curriculum import CurriculumConfig
     from rl_pools.tiers import SelectionConfig, TierConfig
 
-    file_cfg = read_config_file(config) if config else {}
-    sections = ("selection", "tiers", "curriculum")
-    for k in file_cfg:
-        if k not in sections:
-            raise ConfigError(f"config file {config}: unknown section [{k}]",
-                              hint=did_you_mean(k, list(sections)))  # fmt: skip
+    with naming_config_file(config):  # the file alone must be valid; its errors name it
+        file_cfg = read_config_file(config) if config else {}
+        sections = ("selection", "tiers", "curriculum")
+        for k in file_cfg:
+            if k not in sections:
+                raise ConfigError(f"unknown section [{k}]", hint=did_you_mean(k, list(sections)))
+        if "tiers" in _table(file_cfg, "selection"):  # the [tiers] table below would replace it
+            raise ConfigError("[selection] tiers: the tier settings are their own table",
+                              hint="write them as a [tiers] table (bands, names, "
+                              "min_valid_share)")  # fmt: skip
+        file_tiers = TierConfig.from_dict(_table(file_cfg, "tiers"))
+        SelectionConfig.from_dict({**_table(file_cfg, "selection"), "tiers": file_tiers})
+        cur = file_cfg.get("curriculum")
+        file_cur = CurriculumConfig.from_dict(cur) if cur is not None else None
     tiers = dict(_table(file_cfg, "tiers"))
     if bands is not None:
         try:
@@ -238,9 +248,10 @@ def select(
         preset=preset, balance_tiers=balance_tiers or None,
         balance_sources=balance_sources or None, cap_per_source=cap_per_source, seed=seed,
     )  # fmt: skip
-    cur = file_cfg.get("curriculum")
-    cur_cfg = CurriculumConfig(preset=curriculum) if curriculum else (
-        CurriculumConfig.from_dict(cur) if cur is not None else None)  # fmt: skip
+    cur_cfg = CurriculumConfig(preset=curriculum) if curriculum else file_cur
+    if file_cur is not None and cur_cfg is file_cur and file_cur.by == "tier":
+        with naming_config_file(config):  # the file's stages name tiers these bands have
+            file_cur.check_values(sel_cfg.tiers.all_tiers())
     res = select_ref(pool, model, sel_cfg, counts_ref=counts, params_hash=params_hash,
                      verifier_version=verifier_version, curriculum=cur_cfg)  # fmt: skip
     _echo(res)

@@ -379,3 +379,73 @@ def test_push_dry_run_without_out_writes_nothing_in_the_working_folder(
     _main_ok(["rl", "push", "qwen.rl@latest", "--repo", "me/q", "--out", str(tmp_path / "hub")])
     assert json.loads(capsys.readouterr().out)["folder"] == str(tmp_path / "hub" / "me__q")
     assert list(cwd.iterdir()) == []
+
+
+def test_select_config_file_errors_name_the_file(pools_dir, data_root, tmp_path, capsys):
+    """A value of `rl select --config FILE` that is wrong (unknown key, wrong type, bad value)
+    said what was wrong but not in which file (`unknown key 'step' in [selection]`); only a
+    parse error and an unknown section named it. Now each is one line naming the file, the key
+    and the fix; a mistake in an option still names the option, not the file."""
+    import pytest
+
+    from flows.cli import main
+
+    cat = _qwen_counts(pools_dir, tmp_path)
+    before = cat.datasets()
+    cases = (
+        ("sel.toml", "[selection\npreset = 1", "is not valid toml", "line 1"),
+        ("sel.yaml", "selection: [", "is not valid yaml", "line 2"),
+        ("sel.toml", "[selection]\nstep = []", "unknown key 'step' in [selection]", "'steps'"),
+        ("sel.yaml", "selection:\n  preset: srpoo", "unknown keep-rule preset 'srpoo'", "'srpo'"),
+        ("sel.toml", '[selection]\nseed = "x"\npreset = "srpo"', "[selection] seed", "'x'"),
+        ("sel.toml", '[selection]\nbalance_tiers = "yes"', "[selection] balance_tiers", "'yes'"),
+        ("sel.toml", '[selection]\nsteps = [{op = "cap", by = "source", max = "x"}]',
+         "steps entry 1 (cap): max must be a whole number", "'x'"),
+        ("sel.toml", "[selection]\nsteps = [{opp = 1}]", "steps entry 1", "op"),
+        ("sel.toml", "selection = 3", "[selection] must be a table", "3"),
+        # was silently replaced by the [tiers] table (or the default bands)
+        ("sel.toml", "[selection]\ntiers = {bands = [0.5]}", "[selection] tiers", "[tiers] table"),
+        ("sel.toml", "[tiers]\nband = [0.5]", "unknown key 'band' in [tiers]", "'bands'"),
+        ("sel.toml", '[tiers]\nbands = [0.5, 0.2]\nnames = ["a", "b", "c"]',
+         "[tiers] bands", "increasing"),
+        ("sel.toml", '[tiers]\nbands = [0.5]', "[tiers] names", "2 names"),
+        ("sel.toml", '[tiers]\nmin_valid_share = "x"', "[tiers] min_valid_share", "'x'"),
+        ("sel.toml", '[curriculum]\nbyy = "tier"', "unknown key 'byy' in [curriculum]", "'by'"),
+        ("sel.toml", '[selection]\npreset = "srpo"\n[curriculum]\nby = "tier"\n'
+         'stages = [["easy"], ["bogus"]]', "[curriculum] stage 2: unknown tier 'bogus'", "hard"),
+        ("sel.toml", "curriculum = 3", "[curriculum] must be a table", "3"),
+    )  # fmt: skip
+    for name, text, msg, fix in cases:
+        cfg = tmp_path / name
+        cfg.write_text(text + "\n")
+        with pytest.raises(SystemExit) as e:
+            main(["rl", "select", "qwen@latest", "--model", "qwen-math", "--config", str(cfg)])
+        err = capsys.readouterr().err
+        assert e.value.code == 2, (text, err)
+        assert f"config file '{cfg}'" in err and msg in err and fix in err, (text, err)
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    # an option's mistake is the option's, not the file's
+    cfg = tmp_path / "ok.toml"
+    cfg.write_text('[selection]\npreset = "srpo"\n')
+    with pytest.raises(SystemExit) as e:
+        main(["rl", "select", "qwen@latest", "--model", "qwen-math", "--config", str(cfg),
+              "--preset", "skyworks"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "unknown keep-rule preset 'skyworks'" in err, err
+    assert "config file" not in err, err
+    assert cat.datasets() == before
+
+
+def test_select_config_seed_is_used_unless_seed_is_given(pools_dir, data_root, tmp_path, capsys):
+    """`--seed` defaulted to 0 and always overrode the file's `[selection] seed`: a file with
+    seed = 7 downsampled with seed 0 (and `seed = "x"` passed). The file's seed now holds unless
+    --seed is typed."""
+    _qwen_counts(pools_dir, tmp_path, n=100)
+    cfg = tmp_path / "sel.toml"
+    cfg.write_text('[selection]\npreset = "srpo"\nbalance_tiers = true\nseed = 7\n')
+    for extra, seed in (([], 7), (["--seed", "3"], 3)):
+        _main_ok(["rl", "select", "qwen@latest", "--model", "qwen-math", "--config", str(cfg),
+                  *extra])  # fmt: skip
+        capsys.readouterr()
+        v = Catalog().resolve("qwen.rl@latest")
+        assert v.config["selection"]["seed"] == seed, v.config
