@@ -88,7 +88,11 @@ def load_sft_config(path: str | os.PathLike) -> dict[str, Any]:
         raise ConfigError(f"{p}: [sft.grid] give both prompts and responses, or neither")
     if "name" in cfg:
         cells = [f".sft.p{a}.r{b}" for a in grid_p for b in grid_r] or [".sft.all"]
-        check_output_names(cfg["name"], [".sft_raw", ".sft_responses", *cells])
+        try:
+            check_output_names(cfg["name"], [".sft_raw", ".sft_responses", *cells],
+                               option="[sft] name")  # fmt: skip
+        except ConfigError as exc:
+            raise ConfigError(f"{p}: {exc.message}", hint=exc.hint) from None
     gen = dict(cfg.get("generation") or {})
     teacher = dict(cfg.get("teacher") or {})
     if "model" not in gen and "model" in teacher:
@@ -101,7 +105,7 @@ def load_sft_config(path: str | os.PathLike) -> dict[str, Any]:
         )
     _typed(GenerationConfig, gen, f"{p} [sft.generation]")
     _typed(TeacherConfig, teacher, f"{p} [sft.teacher]")
-    FilterConfig.from_dict(cfg.get("filters") or {}, where=f"{p} [sft.filters]")
+    _typed(FilterConfig, cfg.get("filters") or {}, f"{p} [sft.filters]")
     # paths are relative to the file's folder, as in the pipeline config (they were relative to
     # wherever the command ran, so a served flow wrote elsewhere than the same config run by hand)
     from curation.config_files import resolve_path

@@ -57,10 +57,13 @@ def _check_types(obj: Any, *, finite: bool = True) -> None:
             raise ConfigError(f"{f.name} must be {want}, got {v!r}")
 
 
-def check_output_names(name: Any, suffixes: list[str] | tuple[str, ...]) -> None:
+def check_output_names(
+    name: Any, suffixes: list[str] | tuple[str, ...], *, option: str = "--name"
+) -> None:
     """Refuse a catalog name before any work when ``name + suffix`` cannot name a dataset (the
     SFT stage publishes ``NAME.sft_raw``, ``NAME.sft_responses``, ``NAME.sft.pP.rR``; a bad
-    name used to fail only at the publish, after the model calls or the grading)."""
+    name used to fail only at the publish, after the model calls or the grading). ``option``:
+    where the name was given (``--name``, a config file's ``[sft] name``)."""
     from curation.catalog import check_name
 
     suffix = max(suffixes, key=len)
@@ -68,7 +71,7 @@ def check_output_names(name: Any, suffixes: list[str] | tuple[str, ...]) -> None
         check_name(name, suffix=suffix)
     except ConfigError as exc:
         raise ConfigError(
-            f"--name: {exc.message} (the stage publishes {name}{suffix})",
+            f"{option}: {exc.message} (the stage publishes {name}{suffix})",
             hint=(exc.hint or "") + "; nothing was done",
         ) from None
 

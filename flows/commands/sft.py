@@ -124,7 +124,10 @@ def build(
     config_file: str | None = typer.Option(
         None,
         "--config",
-        help=escape("TOML with an [sft.filters] table (filter options given here win)"),
+        help=escape(
+            "TOML/YAML with an [sft.filters] table (an `sft run` config works as it is); "
+            "filter options given here win"
+        ),
     ),
     name: str | None = typer.Option(None, "--name", help="catalog name (default: the input's)"),
     benchmarks_dir: str | None = typer.Option(None, "--benchmarks-dir"),
@@ -151,22 +154,31 @@ def build(
         "rebalance_bins": ("rebalance_bins", rebalance_bins),
     }
     if config_file:
-        from curation.config_files import read_config_file
+        from curation.config_files import naming_config_file, read_config_file
         from curation.errors import ConfigError
 
-        data = read_config_file(config_file)
-        filters = data.get("sft", data)
-        filters = filters.get("filters", {}) if isinstance(filters, dict) else filters
-        if not isinstance(filters, dict):
-            raise ConfigError(f"{config_file}: [sft.filters] must be a table, got {filters!r}")
-        FilterConfig.from_dict(filters, where=config_file)  # the file alone must be valid
+        with naming_config_file(config_file):  # the file alone must be valid; errors name it
+            data = read_config_file(config_file)
+            table = data.get("sft", data)  # an `sft run` config, or [filters] at the top
+            if not isinstance(table, dict):
+                raise ConfigError(f"[sft] must be a table, got {table!r}")
+            if "filters" not in table:  # a typo ([sft.filter]) was read as no filters at all
+                raise ConfigError(
+                    "no [sft.filters] table",
+                    hint="write the filter settings under [sft.filters] (an `sft run` config "
+                    "works as it is)",
+                )
+            filters = table["filters"]
+            if not isinstance(filters, dict):
+                raise ConfigError(f"[sft.filters] must be a table, got {filters!r}")
+            FilterConfig.from_dict(filters, where="[sft.filters]")
         given = {  # options typed on the command line override the file (were ignored)
             key: value
             for opt, (key, value) in options.items()
             # by name: typer ships its own copy of click's ParameterSource
             if getattr(ctx.get_parameter_source(opt), "name", None) == "COMMANDLINE"
         }
-        cfg = FilterConfig.from_dict({**filters, **given}, where=config_file)
+        cfg = FilterConfig.from_dict({**filters, **given}, where="[sft.filters]")
     else:
         cfg = FilterConfig(**dict(options.values()))
     res = build_from_ref(

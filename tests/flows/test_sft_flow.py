@@ -163,3 +163,35 @@ def test_a_bad_teacher_or_generation_key_names_the_file_and_table(
     err = capsys.readouterr().err
     assert e.value.code == 2 and f"{cfg} {msg}" in " ".join(err.split()), err
     assert "Traceback" not in err and not (tmp_path / "root").exists(), err
+
+
+@pytest.mark.parametrize(
+    ("line", "msg"),
+    [
+        ('[sft.filters]\nkeep_policy = "verifed"', "[sft.filters]: unknown keep_policy 'verifed'"),
+        ('[sft.filters]\nmin_response_chars = "x"', "[sft.filters]: min_response_chars"),
+        ("[sft.filters]\nnear_dup_threshold = 2", "[sft.filters]: near_dup_threshold"),
+        ('[sft]\nname = "bad name!"', "[sft] name: invalid dataset name 'bad name!'"),
+    ],
+)
+def test_a_bad_filters_value_or_name_names_the_file(tmp_path, capsys, line, msg):
+    """A bad [sft.filters] value ("unknown keep_policy 'verifed'") named neither the file nor
+    the table, and a bad [sft] name was called `--name` (an option `sft run` does not have)."""
+    from flows.cli import main
+
+    cfg = tmp_path / "sft.toml"
+    text = (
+        '[sft]\npool = "amc@latest"\n[sft.teacher]\nmodel = "m"\n'
+        '[sft.generation]\nbase_url = "http://127.0.0.1:9/v1"\n'
+    )
+    if line.startswith("[sft]\n"):
+        text = text.replace("[sft]\n", line + "\n", 1)
+    else:
+        text += line + "\n"
+    cfg.write_text(text)
+    with pytest.raises(SystemExit) as e:
+        main(["sft", "run", str(cfg), "--data-root", str(tmp_path / "root")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and str(cfg) in err and msg in " ".join(err.split()), err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert not (tmp_path / "root").exists(), err

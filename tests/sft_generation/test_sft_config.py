@@ -55,3 +55,32 @@ def test_right_types_pass():
                      near_dup_threshold=1, max_response_chars=None)  # fmt: skip
     assert f.rebalance_ratio == 2 and f.near_dup_threshold == 1
     assert TeacherConfig(temperature=1, seed=3).seed == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "msg"),
+    [
+        ('[sft.filters]\nkeep_policy = "verifed"', "unknown keep_policy 'verifed'"),
+        ('[sft.filters]\nmin_response_chars = "x"', "min_response_chars must be a whole number"),
+        ("[sft.filters]\nrebalance_bins = 1", "rebalance_bins must be >= 2"),
+        ("[sft.filters]\nkeep_polcy = 1", "unknown key 'keep_polcy'"),
+        ("[sft]\nfilters = 3", "[sft.filters] must be a table"),
+        ("[sft.filters\nx = 1", "is not valid toml"),
+        # these were read as no filters at all: the build ran with the defaults, without a word
+        ('[sft.filter]\nkeep_policy = "all"', "no [sft.filters] table"),
+        ('keep_policy = "all"', "no [sft.filters] table"),
+    ],
+)
+def test_build_config_file_errors_name_the_file(tmp_path, data_root, capsys, text, msg):
+    """`sluice sft build --config F`: a bad [sft.filters] value named neither the file nor the
+    table, and a file without that table (a typo such as [sft.filter]) was taken as no filters."""
+    from flows.cli import main
+
+    cfg = tmp_path / "filters.toml"
+    cfg.write_text(text + "\n")
+    with pytest.raises(SystemExit) as e:
+        main(["sft", "build", "nothing@latest", "--out", str(tmp_path / "run"),
+              "--config", str(cfg)])  # fmt: skip
+    err = " ".join(capsys.readouterr().err.split())
+    assert e.value.code == 2 and f"config file '{cfg}'" in err and msg in err, err
+    assert "Traceback" not in err and not (tmp_path / "run").exists(), err
