@@ -14,6 +14,19 @@ def _catalog(root: str | None):
     return Catalog(root) if root else None
 
 
+def _load_checked(config: str):
+    """The train config of a run or an export, with its ``[trl]`` table checked against
+    GRPOConfig: every error of the file names it, before any pool or model is looked at."""
+    from curation.config_files import naming_config_file
+    from training.config import load_train_config
+    from training.grpo import check_trl_table
+
+    cfg = load_train_config(config)
+    with naming_config_file(config):
+        check_trl_table(cfg.trl)
+    return cfg
+
+
 @app.command("grpo")
 def grpo(
     config: str = typer.Argument(..., help="train config (.toml / .yaml)"),
@@ -41,10 +54,9 @@ def grpo(
 
     from rich.console import Console
 
-    from training.config import load_train_config
     from training.grpo import check_run, run_grpo
 
-    cfg = load_train_config(config)
+    cfg = _load_checked(config)
     if check:
         info = check_run(cfg, out or None, catalog=_catalog(root), allow_uncleaned=allow_uncleaned)
         typer.echo(json.dumps(info, indent=2, default=str))
@@ -174,11 +186,10 @@ def export_verl(
     `verl.trainer.main_ppo` run per stage (successive runs)."""
     from rich.console import Console
 
-    from training.config import load_train_config
     from training.verl import export_verl as do_export
 
     res = do_export(
-        load_train_config(config), out, catalog=_catalog(root), allow_uncleaned=allow_uncleaned
+        _load_checked(config), out, catalog=_catalog(root), allow_uncleaned=allow_uncleaned
     )
     console = Console(stderr=True)
     console.print(f"verl export: {res['run_script']} ({len(res['stages'])} stages)")

@@ -740,3 +740,26 @@ def test_export_verl_checks_trl_values_as_the_run_does(
     err = capsys.readouterr().err
     assert message in " ".join(err.split()) and "Traceback" not in err, err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["grpo", "export-verl"])
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('learning_rate = "fast"', "[trl] learning_rate must be a float, got 'fast'"),
+        ("learning_rat = 2e-6", "[trl] 'learning_rat' is not a GRPOConfig field"),
+    ],
+)
+def test_trl_table_errors_name_the_config_file(tmp_path, capsys, command, line, message):
+    """A [trl] mistake was the only config error that did not name the file (`[trl]
+    learning_rate must be a float`), and it came only after the pools were resolved: a config
+    with a missing pool and a bad [trl] value named the pool first. Now the [trl] table is
+    checked with the rest of the file, before any pool, and its error names the file."""
+    cfg = _write_config(tmp_path / "t.toml", tmp_path / "no-model", "nowhere@latest")
+    cfg.write_text(cfg.read_text() + line + "\n")
+    argv = ["train", command, str(cfg), "--root", str(tmp_path / "root")]
+    argv += ["--check"] if command == "grpo" else ["--out", str(tmp_path / "verl")]
+    assert _main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"config file '{cfg}': {message}" in " ".join(err.split()), err
+    assert "Traceback" not in err and not (tmp_path / "verl").exists(), err
