@@ -71,13 +71,14 @@ def grpo(
     for s in res.manifest["stages"]:
         kept = s["epochs"][-1]["kept"] if s["epochs"] else s["prompts"]
         console.print(
-            f"stage {s['name']}: {s['steps']} steps, T={s['temperature']:g}, "
+            f"stage {escape(s['name'])}: {s['steps']} steps, T={s['temperature']:g}, "
             f"max_completion_length={s['max_completion_length']}, prompts {s['prompts']} -> "
-            f"{kept} kept ({s['stopped']})"
+            f"{kept} kept ({s['stopped']})",
+            soft_wrap=True,  # one line per stage in a log too (rich wrapped it at 80 columns)
         )
-    console.print(f"run directory: {res.run_dir}")
+    console.print(f"run directory: {escape(str(res.run_dir))}", soft_wrap=True)
     if res.checkpoint_ref:
-        console.print(f"published: {res.checkpoint_ref}")
+        console.print(f"published: {res.checkpoint_ref}", soft_wrap=True)
 
 
 @app.command("entropy-sweep")
@@ -192,7 +193,10 @@ def export_verl(
         _load_checked(config), out, catalog=_catalog(root), allow_uncleaned=allow_uncleaned
     )
     console = Console(stderr=True)
-    console.print(f"verl export: {res['run_script']} ({len(res['stages'])} stages)")
+    console.print(
+        f"verl export: {escape(str(res['run_script']))} ({len(res['stages'])} stages)",
+        soft_wrap=True,
+    )
     for what in res["not_carried_over"]:  # this config's settings verl will not see
         console.print(f"warning: not carried over to verl: {escape(what)}", soft_wrap=True)
     for p in res["not_written_here"]:

@@ -56,11 +56,17 @@ def _main(argv):
     return e.value.code
 
 
-def test_train_grpo_cli_writes_the_run_and_publishes(tiny_model, pool_catalog, tmp_path):
+def test_train_grpo_cli_writes_the_run_and_publishes(tiny_model, pool_catalog, tmp_path, capsys):
     cfg = _write_config(tmp_path / "t.toml", tiny_model, pool_catalog["math"], max_prompts=4)
     root = str(pool_catalog["root"])
     out = tmp_path / "run"
     assert _main(["train", "grpo", str(cfg), "--out", str(out), "--root", root]) in (0, None)
+    # one line per stage, whatever the width: rich wrapped it at 80 columns in a log
+    # ("... max_completion_length=4, prompts" / "4 -> 4 kept (1 epoch(s) done)")
+    lines = capsys.readouterr().err.splitlines()
+    assert any(x.startswith("stage math: 2 steps") and x.endswith("4 -> 4 kept (1 epoch(s) done)")
+               for x in lines), [x for x in lines if "stage" in x or "done" in x]  # fmt: skip
+    assert f"run directory: {out}" in lines, lines
     man = json.loads((out / "run.json").read_text())
     assert man["checkpoint_ref"].startswith("cli-tiny.checkpoint@")
     assert man["stages"][0]["prompts"] == 4 and man["stages"][0]["steps"] == 2
