@@ -610,11 +610,27 @@ def _strict_batches(p: Path, batch_size: int) -> Iterator[RowBatch]:
         )
     for batch in read_batches(str(p), batch_size=batch_size):
         if batch.errors:
-            e = batch.errors[0]
-            raise InputError(
-                e.reason, file=e.file, row=e.row, field=None if e.field == "<line>" else e.field
-            )
+            before = _rows_before_error(batch)
+            if before.rows:
+                yield before
+            raise _read_error(batch.errors[0])
         yield batch
+
+
+def _rows_before_error(batch: RowBatch) -> RowBatch:
+    """The rows of ``batch`` that come before its first read error, in a batch of their own. A
+    strict reader hands them out before it raises, so its caller checks them first: the error
+    the user sees is the file's first bad row, whatever the fault (a number in a text field at
+    row 4 before a malformed line at row 5), not the first unreadable one."""
+    first = batch.errors[0].row
+    n = next((i for i, r in enumerate(batch.row_numbers) if r > first), len(batch.row_numbers))
+    return RowBatch(batch.file, batch.rows[:n], batch.row_numbers[:n])
+
+
+def _read_error(e: ReadError) -> InputError:
+    return InputError(
+        e.reason, file=e.file, row=e.row, field=None if e.field == "<line>" else e.field
+    )
 
 
 def read_records(source: str | Path) -> list[dict[str, Any]]:
@@ -724,8 +740,6 @@ def _jsonl_tables(p: Path, batch_size: int):
     other chunk goes through the per-row path, which keeps mixed columns and names a bad row."""
     import itertools
 
-    from curation.errors import InputError
-
     last = 0  # line number of the chunk's last line
     with _open_binary(p) as fh, damage_names(p, lambda: last):
         while lines := list(itertools.islice(fh, batch_size)):
@@ -739,10 +753,11 @@ def _jsonl_tables(p: Path, batch_size: int):
             batch = RowBatch(str(p))
             for lineno, line in enumerate(lines, start=first):
                 _add_line(batch, lineno, line)
-            if batch.errors:
-                e = batch.errors[0]
-                field = None if e.field == "<line>" else e.field
-                raise InputError(e.reason, file=e.file, row=e.row, field=field)
+            if batch.errors:  # the rows before the bad one first (see _rows_before_error)
+                before = _rows_before_error(batch)
+                if before.rows:
+                    yield rows_to_table(before.rows, before.row_numbers), before.row_numbers
+                raise _read_error(batch.errors[0])
             if batch.rows:
                 yield rows_to_table(batch.rows, batch.row_numbers), batch.row_numbers
 

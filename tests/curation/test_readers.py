@@ -516,3 +516,30 @@ def test_nan_and_infinity_are_bad_rows_on_the_arrow_path_too(tmp_path, pools_dir
             with pytest.raises(InputError, match="malformed JSON") as exc:
                 list(iter_tables(p))
             assert exc.value.row == 3
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_strict_readers_hand_out_the_rows_before_a_bad_row_first(pools_dir, tmp_path, suffix):
+    """A strict reader raised on a bad line before handing out the rows of its batch that come
+    before it, so a caller's check of those rows (a text field holding a number at row 4) never
+    ran, and the error named the bad line (row 5) instead of the file's first bad row. Now every
+    row before the bad one is handed out first, then the bad line raises."""
+    from curation.errors import InputError
+    from curation.readers import iter_records, iter_tables
+
+    lines = (pools_dir / "math_ttrl_aime24_as_train.jsonl").read_text().splitlines()[:8]
+    lines[4] = '{"id": "x", "prompt": '
+    src = tmp_path / f"pool{suffix}"
+    src.write_text("\n".join(lines) + "\n")
+    for batch_size in (3, 100):
+        seen: list[int] = []
+        with pytest.raises(InputError, match=r"row 5: malformed JSON"):
+            for _, numbers in iter_tables(src, batch_size=batch_size):
+                seen += list(numbers)
+        assert seen == [1, 2, 3, 4], batch_size
+        seen = []
+        with pytest.raises(InputError, match=r"row 5: malformed JSON"):
+            for row, _ in iter_records(src, batch_size=batch_size):
+                seen.append(row)
+        assert seen == [1, 2, 3, 4], batch_size

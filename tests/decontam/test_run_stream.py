@@ -753,3 +753,22 @@ def test_a_damaged_parquet_input_is_one_error_naming_the_file(pools_dir, tmp_pat
         _run(cut, tmp_path / "out", tmp_path / "r", stream_rows=400, detectors=("ngram",))
     assert e.value.file == str(cut)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("stream_rows", [3, 50_000])
+def test_the_first_bad_row_is_named_whatever_its_fault(pools_dir, tmp_path, stream_rows):
+    """Row 4 holds a number in the text field, row 5 is not JSON: the run named row 5 (the
+    reader raised on the bad line before the rows of its batch were checked). The first bad
+    row in file order is named, with its field."""
+    lines = (pools_dir / "math_ttrl_aime24_as_train.jsonl").read_text().splitlines()[:8]
+    row4 = json.loads(lines[3])
+    lines[3] = json.dumps({**row4, "prompt": 7})
+    lines[4] = '{"id": "x", "prompt": '
+    src = tmp_path / "pool.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    cfg = DecontamConfig(benchmarks=["aime24"], detectors=["ngram"], stream_rows=stream_rows)
+    with pytest.raises(InputError) as e:
+        run_decontamination(str(src), text_fields=["prompt"], id_field="id", config=cfg,
+                            out_dir=tmp_path / "o", data_root=str(tmp_path / "root"),
+                            publish=False)  # fmt: skip
+    assert (e.value.file, e.value.row, e.value.field) == (str(src.resolve()), 4, "prompt")
