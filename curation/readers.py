@@ -638,7 +638,8 @@ def read_records(source: str | Path) -> list[dict[str, Any]]:
     return [r for _, r in iter_records(source)]
 
 
-# field metadata of a mixed-type column: JSON ``[row, type name]`` of its first non-string value
+# field metadata of a mixed-type column: JSON ``[row, type name, column kind]`` of its first
+# value that is not of the column's kind (:func:`odd_kind`)
 FIRST_NON_TEXT_ROW = b"sluice.first_non_text_row"
 # field metadata of a column of structured values (lists, objects) that Arrow cannot type as one
 # (a chat whose message contents are text in one row and a list of parts in another): every
@@ -646,11 +647,30 @@ FIRST_NON_TEXT_ROW = b"sluice.first_non_text_row"
 JSON_VALUES = b"sluice.json_values"
 
 
+def value_kind(value: Any) -> str:
+    """The kind of a JSON value, by its Python type name (``str``, ``list``, ``int``...)."""
+    return type(value).__name__
+
+
+def odd_kind(values: list[Any]) -> tuple[int, str]:
+    """``(index, column kind)`` of the first value of ``values`` that is not of the column's
+    kind: the kind of its first text or list (a chat), else of its first value. A chat column
+    with one string at row 5 is odd at row 5 (not at its first chat), a number before the first
+    text is odd itself. ``values`` must hold a non-null value of another kind."""
+    kind = next(
+        (value_kind(v) for v in values if isinstance(v, (str, list))),
+        next(value_kind(v) for v in values if v is not None),
+    )
+    i = next(i for i, v in enumerate(values) if v is not None and value_kind(v) != kind)
+    return i, kind
+
+
 def rows_to_table(rows: list[dict[str, Any]], row_numbers: list[int] | None = None):
     """A pyarrow table of ``rows``: the columns are the union of every row's keys (not the first
     row's only), and a column whose values have mixed types keeps every value, non-strings as
-    JSON text, with its first non-string row (``row_numbers[i]``, else ``i + 1``) in the field's
-    :data:`FIRST_NON_TEXT_ROW` metadata, so a caller that needs text can refuse that row; a column
+    JSON text, with its first value of another kind than the column's (:func:`odd_kind`; row
+    ``row_numbers[i]``, else ``i + 1``) in the field's :data:`FIRST_NON_TEXT_ROW` metadata, so a
+    caller that needs one kind of text can refuse that row; a column
     of structured values only (no string) that Arrow cannot type as one is their JSON texts,
     marked :data:`JSON_VALUES`, so a caller decodes each and judges it on its own row."""
     import pyarrow as pa
@@ -671,9 +691,9 @@ def rows_to_table(rows: list[dict[str, Any]], row_numbers: list[int] | None = No
                 fields.append(pa.field(k, pa.string(), metadata={JSON_VALUES: b"1"}))
                 arrays.append(arr)
                 continue
-            i = next(i for i, v in enumerate(values) if v is not None and not isinstance(v, str))
+            i, kind = odd_kind(values)
             row = row_numbers[i] if row_numbers is not None else i + 1
-            note = json.dumps([row, type(values[i]).__name__]).encode()
+            note = json.dumps([row, type(values[i]).__name__, kind]).encode()
             fields.append(pa.field(k, pa.string(), metadata={FIRST_NON_TEXT_ROW: note}))
         arrays.append(arr)
     if not arrays:

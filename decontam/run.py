@@ -382,6 +382,22 @@ def _as_text(value: Any) -> str | None:
     raise TypeError(type(value).__name__)
 
 
+def mixed_kinds_error(source: str, row: int, field: str, kind: str, column_kind: str | None):
+    """The error for a text field whose ``row`` holds a value of ``kind``, other rows of the
+    column values of ``column_kind`` (None: not known)."""
+    others = f"values of type {column_kind}" if column_kind else "another kind (such as text)"
+    return InputError(
+        f"mixed types: this row holds a value of type {kind}, other rows of the column hold "
+        f"{others}; "
+        "a text field must hold one kind in every row: all text, or all chats / lists of strings",
+        file=source,
+        row=row,
+        field=field,
+        hint="make that row's value the same kind as the others, or choose text fields with "
+        "--text-field",
+    )
+
+
 def sample_uids(
     table: pa.Table,
     id_field: str | None,
@@ -473,6 +489,65 @@ def column_hint(name: str, schema: pa.Schema) -> str:
     return did_you_mean(name, schema.names)
 
 
+def _field_texts(
+    table: pa.Table, f: str, uids: pa.Array, source: str, row_numbers: Sequence[int] | None
+) -> pa.Table:
+    """Text field ``f`` of ``table`` as a :data:`TEXT_TABLE_SCHEMA` table (empty texts
+    skipped); a row that holds no text (a number, mixed kinds) is an :class:`InputError`."""
+    note = (table.schema.field(f).metadata or {}).get(_NON_TEXT)
+    if note:  # a mixed column that _read_rows stringified
+        row, kind, *others = json.loads(note)
+        raise mixed_kinds_error(source, row, f, kind, others[0] if others else None)
+    col = table[f]
+    # structured values of two shapes (a chat whose contents are text in one row and a list
+    # of parts in another) arrive as their JSON texts: decoded, each judged on its own row
+    structured = bool((table.schema.field(f).metadata or {}).get(_JSON_VALUES))
+    if not structured and (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        # plain text, column-wise: the rows holding a non-blank text, in order
+        import numpy as np
+
+        from decontam.normalize import nonblank
+
+        keep = pa.array(np.flatnonzero(nonblank(col)))
+        return pa.table(
+            {
+                "sample_uid": uids.take(keep),
+                "field": pa.array([f] * len(keep), pa.string()),
+                "text": col.take(keep).cast(pa.string()),
+            },
+            schema=TEXT_TABLE_SCHEMA,
+        )
+    out_uid, out_field, out_text = [], [], []
+    values = col.to_pylist()
+    if structured:
+        values = [None if v is None else json.loads(v) for v in values]
+    for i, (uid, v) in enumerate(zip(uids.to_pylist(), values, strict=True)):
+        row = row_numbers[i] if row_numbers is not None else i + 1
+        try:
+            t = _as_text(v)
+        except TypeError as exc:
+            raise InputError(
+                f"wrong type: expected text (or a chat / list of strings), got {exc}",
+                file=source,
+                row=row,
+                field=f,
+                hint="fix that row, or choose text fields with --text-field",
+            ) from None
+        if t is None or not t.strip():
+            continue
+        out_uid.append(uid)
+        out_field.append(f)
+        out_text.append(t)
+    return pa.table(
+        {"sample_uid": out_uid, "field": out_field, "text": out_text}, schema=TEXT_TABLE_SCHEMA
+    )
+
+
+def first_row_error(errors: list[InputError]) -> InputError:
+    """Of the errors several checks raised over the same rows, the one of the first row."""
+    return min(errors, key=lambda e: (e.row is None, e.row or 0))
+
+
 def prepare_text_table(
     table: pa.Table,
     text_fields: Sequence[str],
@@ -496,74 +571,23 @@ def prepare_text_table(
             f"text field {missing[0]!r} is not a column of {source}",
             hint=column_hint(missing[0], table.schema),
         )
+    errors: list[InputError] = []  # each check's first bad row: the first of them is named
     if uids is None:
-        uids = sample_uids(table, id_field, source=source, row_numbers=row_numbers)
+        try:
+            uids = sample_uids(table, id_field, source=source, row_numbers=row_numbers)
+        except InputError as exc:
+            errors.append(exc)
+            uids = pa.array([""] * table.num_rows, pa.string())  # the texts are checked still
     if isinstance(uids, pa.ChunkedArray):
         uids = uids.combine_chunks()
     pieces = []
     for f in text_fields:
-        note = (table.schema.field(f).metadata or {}).get(_NON_TEXT)
-        if note:  # a mixed column that _read_rows stringified
-            row, kind = json.loads(note)
-            raise InputError(
-                f"mixed types: this row holds a value of type {kind}, other rows of the column another kind "
-                "(such as text); a text field must hold one kind in every row: all text, or all "
-                "chats / lists of strings",
-                file=source,
-                row=row,
-                field=f,
-                hint="make that row's value the same kind as the others, or choose text fields "
-                "with --text-field",
-            )
-        col = table[f]
-        # structured values of two shapes (a chat whose contents are text in one row and a list
-        # of parts in another) arrive as their JSON texts: decoded, each judged on its own row
-        structured = bool((table.schema.field(f).metadata or {}).get(_JSON_VALUES))
-        if not structured and (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
-            # plain text, column-wise: the rows holding a non-blank text, in order
-            import numpy as np
-
-            from decontam.normalize import nonblank
-
-            keep = pa.array(np.flatnonzero(nonblank(col)))
-            pieces.append(
-                pa.table(
-                    {
-                        "sample_uid": uids.take(keep),
-                        "field": pa.array([f] * len(keep), pa.string()),
-                        "text": col.take(keep).cast(pa.string()),
-                    },
-                    schema=TEXT_TABLE_SCHEMA,
-                )
-            )
-            continue
-        out_uid, out_field, out_text = [], [], []
-        values = col.to_pylist()
-        if structured:
-            values = [None if v is None else json.loads(v) for v in values]
-        for i, (uid, v) in enumerate(zip(uids.to_pylist(), values, strict=True)):
-            row = row_numbers[i] if row_numbers is not None else i + 1
-            try:
-                t = _as_text(v)
-            except TypeError as exc:
-                raise InputError(
-                    f"wrong type: expected text (or a chat / list of strings), got {exc}",
-                    file=source,
-                    row=row,
-                    field=f,
-                    hint="fix that row, or choose text fields with --text-field",
-                ) from None
-            if t is None or not t.strip():
-                continue
-            out_uid.append(uid)
-            out_field.append(f)
-            out_text.append(t)
-        pieces.append(
-            pa.table(
-                {"sample_uid": out_uid, "field": out_field, "text": out_text},
-                schema=TEXT_TABLE_SCHEMA,
-            )
-        )
+        try:
+            pieces.append(_field_texts(table, f, uids, source, row_numbers))
+        except InputError as exc:
+            errors.append(exc)
+    if errors:
+        raise first_row_error(errors)
     if not pieces:
         return TEXT_TABLE_SCHEMA.empty_table()
     return pa.concat_tables(pieces).combine_chunks()

@@ -53,8 +53,10 @@ from decontam.run import (
     cached_scan,
     column_hint,
     file_chunks,
+    first_row_error,
     ingest_accounting,
     load_benchmark_set,
+    mixed_kinds_error,
     prepare_text_table,
     rows_without_text,
     sample_uids,
@@ -78,33 +80,55 @@ def _py_kind(t: pa.DataType) -> str:
     return str(t)
 
 
+def _batch_kind(f: pa.Field, col: pa.ChunkedArray, i: int) -> tuple[str, list | None]:
+    """The kind of a batch's column ``f`` (:func:`curation.readers.odd_kind`'s column kind;
+    ``i``: its first non-null value) and, for a column of mixed types, the reader's note
+    ``[odd row, its type, column kind]``."""
+    md = f.metadata or {}
+    if _NON_TEXT in md:
+        note = json.loads(md[_NON_TEXT])
+        return (note[2] if len(note) > 2 else "str"), note
+    if _JSON_VALUES in md:
+        return type(json.loads(col[i].as_py())).__name__, None
+    if pa.types.is_string(f.type) or pa.types.is_large_string(f.type):
+        return "str", None
+    return _py_kind(f.type), None
+
+
+def _odd_row(batches: list[tuple[int, str, list | None]]) -> list | None:
+    """The note :func:`curation.readers.rows_to_table` writes for a whole column, from its
+    batches' ``(first non-null row, kind, note)``: the first row not of the column's kind."""
+    ref = next((k for _, k, _ in batches if k in ("str", "list")), batches[0][1])
+    for row, kind, note in batches:
+        if kind != ref:  # the batch's first value is the first of another kind
+            return [row, note[1] if note and note[0] == row else kind, ref]
+        if note:
+            return [note[0], note[1], ref]
+    return None
+
+
 class _Columns:
     """The columns of a streamed input, batch by batch. A JSON Lines batch infers its own types
     (a column may be missing, all-null or int in one batch and text in another): the union is
     what reading the file whole gives (:func:`curation.readers.rows_to_table`): every column in
     order of first appearance, types promoted (null -> any, int -> double), and a column whose
-    types cannot meet kept as text (non-strings as JSON) with its first non-text row noted.
-    Parquet and catalog inputs have one schema: then this is that schema."""
+    types cannot meet kept as text (non-strings as JSON) with its first row of another kind than
+    the column's noted. Parquet and catalog inputs have one schema: then this is that schema."""
 
     def __init__(self, schemas: Sequence[pa.Schema] = ()) -> None:
         self.schemas: list[pa.Schema] = list(schemas)
-        self.first_non_text: dict[str, list] = {}
+        # column -> (first non-null row, kind, mixed-type note) of each batch that changed schema
+        self.kinds: dict[str, list[tuple[int, str, list | None]]] = {}
 
     def add(self, tbl: pa.Table, rows: Sequence[int]) -> None:
         if self.schemas and tbl.schema.equals(self.schemas[-1], check_metadata=True):
-            return
+            return  # the same kinds as the batch before
         self.schemas.append(tbl.schema)
         for f in tbl.schema:
-            if f.name in self.first_non_text:
-                continue  # batches come in order: the first one found is the file's first
-            note = (f.metadata or {}).get(_NON_TEXT)
-            if note:
-                self.first_non_text[f.name] = json.loads(note)
-            elif not (pa.types.is_string(f.type) or pa.types.is_large_string(f.type)):
-                col = tbl[f.name]
-                if col.null_count < len(col):
-                    i = pc.index(pc.is_valid(col), True).as_py()
-                    self.first_non_text[f.name] = [rows[i], _py_kind(f.type)]
+            col = tbl[f.name]
+            if col.null_count < len(col):
+                i = pc.index(pc.is_valid(col), True).as_py()
+                self.kinds.setdefault(f.name, []).append((rows[i], *_batch_kind(f, col, i)))
 
     def union(self) -> tuple[pa.Schema, frozenset[str]]:
         """(the schema of the whole input, the columns kept as JSON text)."""
@@ -139,8 +163,9 @@ class _Columns:
             ):  # some batches hold plain text: the column's values are not all JSON
                 md = {k: v for k, v in md.items() if k != _JSON_VALUES} or None
             mixed = name in as_json or any(_NON_TEXT in (f.metadata or {}) for f in fs)
-            if mixed and name in self.first_non_text:
-                md = {**(md or {}), _NON_TEXT: json.dumps(self.first_non_text[name]).encode()}
+            odd = _odd_row(self.kinds[name]) if mixed and name in self.kinds else None
+            if odd is not None:
+                md = {**(md or {}), _NON_TEXT: json.dumps(odd).encode()}
             fields.append(pa.field(name, t, metadata=md))
         return pa.schema(fields, metadata=first.metadata), frozenset(as_json)
 
@@ -446,6 +471,27 @@ class _Prepared:
         self.src, self.text_fields, self.id_field = src, text_fields, id_field
         self.timings = timings
         self.by_uid = id_field is None and not row_ids
+        self.kinds: dict[str, str] = {}  # text field -> the kind of its values (earlier batches)
+
+    def _check_kinds(self, tbl: pa.Table, rows: Sequence[int]) -> list[InputError]:
+        """An error for each text field whose values in this batch are of another kind than
+        in the batches before (plain text there, chats here): each batch is typed on its own,
+        so :func:`prepare_text_table` sees one kind in each. The first row of the other kind is
+        the batch's first value (its kind is the batch's: :func:`curation.readers.odd_kind`)."""
+        errors = []
+        for f in self.text_fields:
+            if f not in tbl.column_names:
+                continue
+            col = tbl[f]
+            if col.null_count == len(col):
+                continue
+            i = pc.index(pc.is_valid(col), True).as_py()
+            kind, note = _batch_kind(tbl.schema.field(f), col, i)
+            have = self.kinds.setdefault(f, kind)
+            if kind != have:  # the batch's first value is of its kind, or the noted odd one
+                first = note[1] if note and note[0] == rows[i] else kind
+                errors.append(mixed_kinds_error(self.src.label, rows[i], f, first, have))
+        return errors
 
     def __iter__(self):
         src, text_fields, id_field = self.src, self.text_fields, self.id_field
@@ -466,8 +512,13 @@ class _Prepared:
                         scan_tbl = scan_tbl.append_column(f, pa.nulls(len(tbl), pa.string()))
             if gone and src.json_rows:
                 raise _missing_field(gone[0], id_field, tbl, rows, source, json_rows=True)
+            errors: list[InputError] = []  # each check's first bad row: the first is named
             if id_field is not None:
-                uids = sample_uids(tbl, id_field, source=source, row_numbers=rows)
+                try:
+                    uids = sample_uids(tbl, id_field, source=source, row_numbers=rows)
+                except InputError as exc:
+                    errors.append(exc)
+                    uids = pa.array([""] * len(tbl), pa.string())  # the texts are checked still
             else:
                 if offset == 0 and "uid" not in cols:
                     self.by_uid = False
@@ -477,9 +528,15 @@ class _Prepared:
                     uids = pc.cast(tbl["uid"], pa.string()).combine_chunks()
                 else:
                     uids = pa.array([f"row-{offset + i}" for i in range(1, len(tbl) + 1)])
-            texts = prepare_text_table(
-                scan_tbl, text_fields, id_field, source=source, row_numbers=rows, uids=uids
-            )
+            errors += self._check_kinds(tbl, rows)
+            try:
+                texts = prepare_text_table(
+                    scan_tbl, text_fields, id_field, source=source, row_numbers=rows, uids=uids
+                )
+            except InputError as exc:
+                errors.append(exc)
+            if errors:
+                raise first_row_error(errors)
             offset += len(tbl)
             yield tbl, rows, texts, uids
             t_read = time.perf_counter()

@@ -772,3 +772,66 @@ def test_the_first_bad_row_is_named_whatever_its_fault(pools_dir, tmp_path, stre
                             out_dir=tmp_path / "o", data_root=str(tmp_path / "root"),
                             publish=False)  # fmt: skip
     assert (e.value.file, e.value.row, e.value.field) == (str(src.resolve()), 4, "prompt")
+
+
+def _chat(text: str) -> list[dict]:
+    return [{"role": "user", "content": text}]
+
+
+@pytest.mark.parametrize("stream_rows", [0, 3, 50_000])
+@pytest.mark.parametrize(
+    ("kinds", "bad_row"),
+    [
+        ("ttctt", 3),  # text rows, a chat at row 3
+        ("cccctccc", 5),  # chats, a plain string at row 5 (was named at row 1)
+        ("tttccccc", 4),  # text, then chats from row 4 (across batches of 3: was accepted)
+        ("ccccctt", 6),  # chats, then text from row 6 (a batch of 3 starting with text)
+        ("ntctt", 1),  # a number at row 1 before text: the number is the bad row
+        ("ttnct", 3),  # a number before a chat: the number comes first
+    ],
+)
+def test_a_text_field_of_mixed_kinds_names_its_first_odd_row(
+    pools_dir, tmp_path, kinds, bad_row, stream_rows
+):
+    """A text field holding plain strings in some rows and chat message lists in others named
+    the first non-string row (row 1 of a chat column with one string at row 5), or, when each
+    batch held one kind, nothing at all. The first row whose kind is not the column's (the kind
+    of its first text or chat) is named, with the field, on every read path."""
+    lines = (pools_dir / "math_ttrl_aime24_as_train.jsonl").read_text().splitlines()
+    rows = []
+    for k, line in zip(kinds, lines, strict=False):
+        r = json.loads(line)
+        rows.append({**r, "prompt": {"t": r["prompt"], "c": _chat(r["prompt"]), "n": 7}[k]})
+    src = tmp_path / "pool.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = DecontamConfig(benchmarks=["aime24"], detectors=["ngram"], stream_rows=stream_rows)
+    with pytest.raises(InputError) as e:
+        run_decontamination(str(src), text_fields=["prompt"], id_field="id", config=cfg,
+                            out_dir=tmp_path / "o", data_root=str(tmp_path / "root"),
+                            publish=False)  # fmt: skip
+    assert (Path(e.value.file).name, e.value.row, e.value.field) == (
+        "pool.jsonl",
+        bad_row,
+        "prompt",
+    )
+
+
+@pytest.mark.parametrize("stream_rows", [0, 50_000])
+def test_the_first_bad_row_is_named_across_fields_and_ids(pools_dir, tmp_path, stream_rows):
+    """Each check named its own first bad row, and the first check to fail won: a chat among
+    plain prompts at row 5 was named before a number in the second text field at row 3, and
+    a missing id at row 6 before both (ids are checked first in a batch). The first bad row
+    of the file is named, whichever check finds it."""
+    lines = (pools_dir / "math_ttrl_aime24_as_train.jsonl").read_text().splitlines()[:8]
+    rows = [{**json.loads(x), "hint": f"hint {i}"} for i, x in enumerate(lines)]
+    rows[4]["prompt"] = _chat(rows[4]["prompt"])
+    rows[2]["hint"] = 3
+    rows[5]["id"] = None
+    src = tmp_path / "pool.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = DecontamConfig(benchmarks=["aime24"], detectors=["ngram"], stream_rows=stream_rows)
+    with pytest.raises(InputError) as e:
+        run_decontamination(str(src), text_fields=["prompt", "hint"], id_field="id", config=cfg,
+                            out_dir=tmp_path / "o", data_root=str(tmp_path / "root"),
+                            publish=False)  # fmt: skip
+    assert (e.value.row, e.value.field) == (3, "hint")
