@@ -66,7 +66,7 @@ class PolicyConfig:
                 f"policy thresholds must be a table {{detector: score}}, got {self.thresholds!r}"
             )
         for name, t in self.thresholds.items():
-            _check_score(t, f"policy threshold for {name!r}")
+            check_score(t, f"policy thresholds.{name}")
         if isinstance(self.evidence_only, str) or not isinstance(self.evidence_only, list | tuple):
             raise ConfigError(
                 f"policy evidence_only must be a list of detectors, got {self.evidence_only!r}"
@@ -81,7 +81,7 @@ class PolicyConfig:
             if not rule:
                 raise ConfigError(f"policy rule {i} is empty: give at least one detector: score")
             for name, m in rule.items():
-                _check_score(m, f"policy rule {i} score for {name!r}")
+                check_score(m, f"policy rules[{i}].{name}")
 
     def check_detectors(self) -> PolicyConfig:
         """Refuse a detector name that is not registered (:data:`decontam.registry.DETECTORS`),
@@ -174,13 +174,22 @@ def _check_detector(name: Any, where: str) -> None:
         )
 
 
-def _check_score(value: Any, what: str) -> None:
-    """A threshold or rule score: a finite number >= 0 (above 1 is allowed: a threshold no
-    score reaches, e.g. 1.01 = "never flags alone", or a 0-100 scale such as fuzzy's)."""
+def check_score(value: Any, key: str) -> None:
+    """A decision threshold or rule score: a number in [0, 1], the range every detector scores
+    in. Above 1 is refused: such a threshold never fires, so its detector would be off without
+    a word (``evidence_only`` is how a detector is kept from flagging on its own). ``key``:
+    where the value was given (``policy thresholds.ngram``), named in the error."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{what} must be a number, got {value!r}")
-    if not math.isfinite(float(value)) or value < 0:
-        raise ConfigError(f"{what} must be a finite number >= 0, got {value!r}")
+        raise ConfigError(
+            f"{key} must be a number in [0, 1], got {value!r} ({type(value).__name__})",
+            hint="detector scores lie in [0, 1]; e.g. 0.7",
+        )
+    if not (math.isfinite(float(value)) and 0 <= value <= 1):
+        raise ConfigError(
+            f"{key} = {value!r} is out of range: allowed is a number in [0, 1] (detector scores "
+            "lie in [0, 1]: a threshold above 1 never flags)",
+            hint="to keep a detector from flagging on its own, list it under evidence_only",
+        )
 
 
 def decide(

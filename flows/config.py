@@ -171,9 +171,10 @@ class DetectorsConfig:
                         f"[detectors] options.{name}: unknown setting {key!r}",
                         hint=did_you_mean(key, known),
                     )
+        from decontam.policy import check_score
+
         for name, thr in self.thresholds.items():
-            if not isinstance(thr, int | float):
-                raise ConfigError(f"[detectors] thresholds.{name} must be a number, got {thr!r}")
+            check_score(thr, f"[detectors] thresholds.{name}")
 
 
 @dataclass

@@ -42,11 +42,11 @@ def test_policy_threshold_overrides_detector_threshold_without_rescanning():
 
 
 def test_evidence_only_detectors_never_flag_alone_but_join_rules():
-    m = matches_from_rows([_m("a", "embedding", 0.85, 0.8), _m("a", "fuzzy", 70.0, 90.0)])
+    m = matches_from_rows([_m("a", "embedding", 0.85, 0.8), _m("a", "fuzzy", 0.70, 0.90)])
     pol = PolicyConfig(evidence_only=["embedding", "fuzzy"])
     assert decide(m, ["a"], pol)["contaminated"].to_pylist() == [False]
     pol = PolicyConfig(
-        evidence_only=["embedding", "fuzzy"], rules=[{"embedding": 0.8, "fuzzy": 60}]
+        evidence_only=["embedding", "fuzzy"], rules=[{"embedding": 0.8, "fuzzy": 0.6}]
     )
     d = decide(m, ["a"], pol).to_pylist()[0]
     assert d["contaminated"] and d["reasons"][0].startswith(
@@ -58,10 +58,10 @@ def test_rules_need_all_conditions_on_the_same_benchmark_item():
     m = matches_from_rows(
         [
             _m("a", "embedding", 0.9, 1.0, item="2024-I-1"),
-            _m("a", "fuzzy", 95, 100, item="2024-I-2"),
+            _m("a", "fuzzy", 0.95, 1.0, item="2024-I-2"),
         ]
     )
-    pol = PolicyConfig(rules=[{"embedding": 0.8, "fuzzy": 60}])
+    pol = PolicyConfig(rules=[{"embedding": 0.8, "fuzzy": 0.6}])
     assert decide(m, ["a"], pol)["contaminated"].to_pylist() == [False]
 
 
@@ -177,18 +177,50 @@ def test_policy_file_naming_an_unknown_detector_is_refused_with_did_you_mean(
         PolicyConfig.from_file(p, over_default=True)
 
 
-@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -0.1, "0.5", True])
-def test_policy_scores_must_be_finite_non_negative_numbers(bad):
-    with pytest.raises(ConfigError, match="threshold for 'ngram' must be"):
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -0.1, 1.5, 60, "0.5", True, None])
+def test_policy_scores_must_be_numbers_in_the_score_range(bad):
+    with pytest.raises(ConfigError, match=r"policy thresholds\.ngram .*a number in \[0, 1\]"):
         PolicyConfig(thresholds={"ngram": bad})
-    with pytest.raises(ConfigError, match="rule 0 score for 'fuzzy' must be"):
+    with pytest.raises(ConfigError, match=r"policy rules\[0\]\.fuzzy .*a number in \[0, 1\]"):
         PolicyConfig(rules=[{"fuzzy": bad}])
 
 
-def test_policy_scores_above_one_stay_allowed():
-    # 1.01: "never flags alone"; fuzzy scores on a 0-100 scale
-    pol = PolicyConfig(thresholds={"ngram": 1.01}, rules=[{"embedding": 0.8, "fuzzy": 60}])
-    assert pol.threshold("ngram") == 1.01
+@pytest.mark.parametrize("suffix", [".json", ".toml"])
+def test_a_threshold_above_one_is_refused_naming_the_file_the_key_and_the_range(tmp_path, suffix):
+    """Scores lie in [0, 1]: ``threshold = 1.5`` could never fire, so the detector was
+    silently off. A policy file, a decontam config file and a pipeline file refuse it, naming
+    the file, the key and the allowed range."""
+    from decontam.run import load_config_file
+    from flows.config import load_config
+
+    pol = tmp_path / f"policy{suffix}"
+    pol.write_text(
+        json.dumps({"thresholds": {"ngram": 1.5}})
+        if suffix == ".json"
+        else "[thresholds]\nngram = 1.5\n"
+    )
+    with pytest.raises(ConfigError) as e:
+        PolicyConfig.from_file(pol, over_default=True)
+    assert str(e.value).startswith(
+        f"policy file {pol}: policy thresholds.ngram = 1.5 is out of range: allowed is a number "
+        "in [0, 1]"
+    )
+    assert "evidence_only" in str(e.value)  # how to keep a detector from flagging alone
+    cfg = tmp_path / f"decontam{suffix}"
+    cfg.write_text(
+        json.dumps({"policy": {"rules": [{"embedding": 0.8, "fuzzy": 60}]}})
+        if suffix == ".json"
+        else "[[policy.rules]]\nembedding = 0.8\nfuzzy = 60\n"
+    )
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(cfg))}: policy rules\[0\]\.fuzzy = 60 "
+                       r"is out of range: allowed is a number in \[0, 1\]"):  # fmt: skip
+        load_config_file(cfg)
+    pipe = tmp_path / "pipeline.toml"
+    pipe.write_text("[detectors]\nthresholds = { minhash = -0.2 }\n")
+    with pytest.raises(ConfigError, match=rf"^config file '{re.escape(str(pipe))}': \[detectors\] "
+                       r"thresholds\.minhash = -0\.2 is out of range: allowed is a number in "
+                       r"\[0, 1\]"):  # fmt: skip
+        load_config(pipe)
 
 
 def test_run_config_refuses_a_policy_naming_an_unknown_detector():

@@ -251,10 +251,10 @@ def test_per_detector_counts_follow_the_policy_thresholds(pools_dir, tmp_path):
         text_fields=["prompt"], id_field="id", data_root=str(tmp_path / "root"), publish=False
     )
     strict = DecontamConfig(
-        benchmarks=["aime24"], detectors=["ngram"], policy=PolicyConfig(thresholds={"ngram": 1.01})
+        benchmarks=["aime24"], detectors=["ngram"], policy=PolicyConfig(evidence_only=["ngram"])
     )
     res = run_decontamination(str(src), out_dir=tmp_path / "strict", config=strict, **kw)
-    # an impossible threshold: the detector recorded evidence, but flagged (and removed) nothing
+    # evidence only: the detector recorded evidence, but flagged (and removed) nothing
     assert res.counts["matches"] > 0
     assert res.counts["flagged_by_detector"] == {"ngram": 0} and res.counts["contaminated"] == 0
 

@@ -704,7 +704,8 @@ def test_rule_decisions_name_their_rule_and_evidence_only_detectors_say_so(pools
     src = tmp_path / "five.jsonl"
     lines = (pools_dir / "math_ttrl_aime24_as_train.jsonl").read_text().splitlines()[:5]
     src.write_text("\n".join(lines) + "\n")
-    policy = PolicyConfig(evidence_only=["minhash"], thresholds={"ngram": 1.01},
+    # both evidence only (a threshold above 1, which kept ngram from flagging alone, is refused)
+    policy = PolicyConfig(evidence_only=["minhash", "ngram"],
                           rules=[{"ngram": 0.5, "minhash": 0.5}])  # fmt: skip
     cfg = DecontamConfig(benchmarks=["aime24"], detectors=["ngram", "minhash"], policy=policy)
     run_decontamination(
@@ -716,7 +717,7 @@ def test_rule_decisions_name_their_rule_and_evidence_only_detectors_say_so(pools
     assert {r["reason"]: r["samples"] for r in s["reasons"]} == {"rule: minhash + ngram": 5}
     assert {d["detector"]: d["evidence_only"] for d in s["by_detector"]} == {
         "minhash": True,
-        "ngram": False,
+        "ngram": True,
     }
     md = (tmp_path / "report" / "report.md").read_text()
     assert "| rule: minhash + ngram | 5 |" in md
