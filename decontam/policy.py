@@ -30,6 +30,8 @@ from decontam.base import DECISION_SCHEMA
 from decontam.registry import DETECTORS
 
 POLICY_VERSION = "policy/1"
+# every policy version this Sluice reads (a file's ``version``; none: the current one)
+POLICY_VERSIONS = (POLICY_VERSION,)
 
 
 _RULE_TERM = re.compile(r"(\w+)=[\d.]+>=")
@@ -126,6 +128,13 @@ class PolicyConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PolicyConfig:
+        version = d.get("version", POLICY_VERSION)
+        if version not in POLICY_VERSIONS:  # another version's keys may mean something else
+            raise ConfigError(
+                f"policy version {version!r} is not known to this Sluice",
+                hint=f"known versions: {', '.join(POLICY_VERSIONS)}; write one of them as "
+                "`version`, or leave it out for the current one",
+            )
         d = {k: v for k, v in d.items() if k not in ("version", "name", "calibration")}
         unknown = set(d) - {"thresholds", "evidence_only", "rules"}
         if unknown:

@@ -230,3 +230,28 @@ def test_run_config_refuses_a_policy_naming_an_unknown_detector():
         DecontamConfig(policy=PolicyConfig(rules=[{"embeding": 0.5}]))
     with pytest.raises(ConfigError, match="thresholds names unknown detector 'ngarm'"):
         DecontamConfig(policy={"thresholds": {"ngarm": 0.05}})
+
+
+@pytest.mark.parametrize("version", ["policy/2", "policy/0", "1", 1])
+def test_a_policy_of_a_version_sluice_does_not_know_is_refused(tmp_path, version):
+    """A policy file (or a decontam config's policy) naming a version Sluice does not know was
+    read as if it were policy/1. It is refused, listing the known versions."""
+    from decontam.policy import POLICY_VERSIONS
+    from decontam.run import load_config_file
+
+    assert PolicyConfig.from_dict({"version": "policy/1", "thresholds": {"ngram": 0.5}})
+    pol = tmp_path / "policy.json"
+    pol.write_text(json.dumps({"version": version, "thresholds": {"ngram": 0.5}}))
+    known = ", ".join(POLICY_VERSIONS)
+    with pytest.raises(ConfigError) as e:
+        PolicyConfig.from_file(pol, over_default=True)
+    assert str(e.value).startswith(
+        f"policy file {pol}: policy version {version!r} is not known to this Sluice"
+    )
+    assert f"known versions: {known}" in str(e.value)
+    cfg = tmp_path / "decontam.json"
+    cfg.write_text(json.dumps({"policy": {"version": version, "thresholds": {"ngram": 0.5}}}))
+    with pytest.raises(
+        ConfigError, match=rf"^{re.escape(str(cfg))}: policy version .*known versions"
+    ):
+        load_config_file(cfg)
