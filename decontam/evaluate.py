@@ -351,17 +351,46 @@ def make_detectors(cfg: EvalConfig) -> tuple[list[Any], list[str]]:
     return dets, notes
 
 
-def run_detectors(dets: list[Any], benchmarks: Any, texts: pa.Table, progress=None) -> pa.Table:
+def run_detectors(
+    dets: list[Any],
+    benchmarks: Any,
+    texts: pa.Table,
+    progress=None,
+    *,
+    show_progress: bool = False,
+    batch_size: int = 2000,
+) -> pa.Table:
+    """Every detector fitted and scored over ``texts``, ``batch_size`` texts at a time (a
+    detector's scores do not depend on batching: :mod:`decontam.base`). ``progress``: called
+    with each stage's name; ``show_progress``: the scan's progress as ``decontam run`` shows
+    it (:class:`decontam.progress.ScanProgress`: a bar on a terminal, else a log line every
+    few seconds with the rows scored, rows/s and the ETA)."""
+    import contextlib
+
     from decontam.base import empty_matches
 
     out = []
-    for d in dets:
-        if progress:
-            progress(f"fit {d.name}")
-        d.fit(benchmarks)
-        if progress:
-            progress(f"score {d.name}")
-        out.append(d.score(texts))
+    with contextlib.ExitStack() as stack:
+        advance = None
+        if show_progress and dets:
+            from decontam.progress import ScanProgress
+
+            n = texts.num_rows
+            label = f"evaluate ({n:,} rows x {len(dets)} detectors)"
+            advance = stack.enter_context(
+                ScanProgress(n * len(dets), what="rows", label=label)
+            ).advance
+        for d in dets:
+            if progress:
+                progress(f"fit {d.name}")
+            d.fit(benchmarks)
+            if progress:
+                progress(f"score {d.name}")
+            for start in range(0, texts.num_rows, batch_size):
+                batch = texts.slice(start, batch_size)
+                out.append(d.score(batch))
+                if advance:
+                    advance(batch.num_rows)
     return pa.concat_tables(out) if out else empty_matches()
 
 
@@ -1086,13 +1115,16 @@ def evaluate(
     negatives: list[str | Path] | None = None,
     negatives_limit: int | None = None,
     progress=None,
+    show_progress: bool = False,
 ) -> dict[str, Any]:
     """Run the detectors over a labelled file and measure them. Returns a result dict with the
     metrics plus the ``matches``, ``scores`` and ``sweep`` tables; ``judge_ceiling`` adds what a
     perfect LLM judge could reach on top (:func:`judge_ceiling_metrics`); ``cv_folds`` (>= 2)
     adds the grouped cross-validation of the calibration (:func:`cross_validate`) beside the
     in-sample calibration; ``negatives`` (pool files) are scored in the same pass and reported
-    apart (:func:`negatives_report`), so the dev-set figures stay comparable."""
+    apart (:func:`negatives_report`), so the dev-set figures stay comparable. ``progress``:
+    called with each stage's name; ``show_progress``: the detectors' scan shows its progress
+    (:func:`run_detectors`)."""
     from decontam.policy import PolicyConfig, decide
 
     cfg = config or EvalConfig()
@@ -1145,7 +1177,13 @@ def evaluate(
     if clash:
         raise InputError(f"negatives row uid {sorted(clash)[0]!r} is also a label uid")
     texts = text_table(labels)
-    matches = run_detectors(dets, benchmarks, text_table(labels + neg_rows), progress=progress)
+    matches = run_detectors(
+        dets,
+        benchmarks,
+        text_table(labels + neg_rows),
+        progress=progress,
+        show_progress=show_progress,
+    )
     if neg_rows:
         is_neg = pc.is_in(matches.column("sample_uid"), pa.array([r["uid"] for r in neg_rows]))
         neg_matches = matches.filter(is_neg)

@@ -151,18 +151,21 @@ def register(decontam_app: typer.Typer) -> None:
                 hint="give comma-separated clean pool files (JSONL), or leave the option out",
             )
         pol = PolicyConfig.from_file(policy, over_default=True) if policy else None
-        with console.status("evaluating") as status:
-            result = evaluate(
-                labels,
-                cfg,
-                policy=pol,
-                calibrate_thresholds=calibrate,
-                judge_ceiling=judge_ceiling,
-                cv_folds=cv_folds,
-                negatives=neg_files or None,
-                negatives_limit=negatives_limit,
-                progress=lambda msg: status.update(msg),
-            )
+        # the detectors' scan shows its progress as `decontam run`'s does (a bar on a terminal,
+        # else a log line every few seconds); each stage is a line of its own (a spinner
+        # would be a second live display beside the bar, and says nothing in a log)
+        result = evaluate(
+            labels,
+            cfg,
+            policy=pol,
+            calibrate_thresholds=calibrate,
+            judge_ceiling=judge_ceiling,
+            cv_folds=cv_folds,
+            negatives=neg_files or None,
+            negatives_limit=negatives_limit,
+            progress=lambda msg: console.print(f"evaluate: {msg}", highlight=False),
+            show_progress=True,
+        )
         paths = write_outputs(result, out)
         comb = result["combined"]
         typer.echo(
