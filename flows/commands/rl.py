@@ -325,8 +325,11 @@ def push(
 ) -> None:
     """push_to_hub the exported pool (a dry run by default: files written locally)."""
     from curation.catalog import Catalog
+    from curation.hub import check_staging_folder
     from rl_pools.export import push_to_hub
 
+    if out is not None:  # the files are staged in a folder under --out: refused before any work
+        check_staging_folder(out)
     cat = Catalog()
     from rl_pools.build import selected_pool
 

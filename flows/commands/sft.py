@@ -238,6 +238,10 @@ def export(
             hint="add --push-to-hub OWNER/NAME, or drop --dry-run to write the export; "
             "nothing was written",
         )
+    if push_to_hub:  # the upload is staged in the folder --out: refused before any work
+        from curation.hub import check_staging_folder
+
+        check_staging_folder(out)
     cat = Catalog(root)
     v = cat.resolve(ref)
     table = cat.load(v.ref)

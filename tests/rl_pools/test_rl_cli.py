@@ -449,3 +449,26 @@ def test_select_config_seed_is_used_unless_seed_is_given(pools_dir, data_root, t
         capsys.readouterr()
         v = Catalog().resolve("qwen.rl@latest")
         assert v.config["selection"]["seed"] == seed, v.config
+
+
+def test_push_out_named_like_a_file_is_refused(pools_dir, data_root, tmp_path, capsys):
+    """`rl push --out staged.parquet` staged into a folder named staged.parquet/ (`rl export
+    --format trl` refuses such a path): the files are staged in a folder, so a .parquet --out or
+    an existing file is one line naming --out and the fix, nothing written."""
+    import pytest
+
+    from flows.cli import main
+
+    _qwen_counts(pools_dir, tmp_path, n=30)
+    _main_ok(["rl", "select", "qwen@latest", "--model", "qwen-math", "--preset", "srpo"])
+    a_file = tmp_path / "exists.txt"
+    a_file.write_text("keep")
+    for out in (tmp_path / "staged.parquet", a_file):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as e:
+            main(["rl", "push", "qwen.rl@latest", "--repo", "me/q", "--out", str(out)])
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert "Traceback" not in err and len(err.splitlines()) == 1, err
+        assert f"--out {out}" in err and "folder" in err, err
+    assert not (tmp_path / "staged.parquet").exists() and a_file.read_text() == "keep"

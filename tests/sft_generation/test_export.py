@@ -207,3 +207,50 @@ def test_an_r1_distill_student_keeps_the_thinking_only_with_assistant_only_loss(
         seen[only] = tok.decode(trainer.train_dataset[1]["input_ids"])
     assert "1 plus 1 is 2." not in seen[False] and "\\boxed{2}" in seen[False]
     assert "1 plus 1 is 2." in seen[True] and "\\boxed{2}" in seen[True]
+
+
+def _few_set(pools_dir, data_root, tmp_path) -> str:
+    """An SFT set built from 4 real R1 traces (no decontamination): its grid version's ref."""
+    from curation.catalog import Catalog
+    from curation.ingest import ingest
+    from sft_generation.build import build_sft, rows_from_sft_samples
+    from sft_generation.config import FilterConfig
+
+    traces = pools_dir / "sft_r1distill_math_traces_thoughtanchors.jsonl"
+    src = tmp_path / "few.jsonl"
+    with open(traces, encoding="utf-8") as f:
+        src.write_text("".join(line for _, line in zip(range(4), f, strict=False)))
+    cat = Catalog(data_root)
+    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="few", catalog=cat).ref
+    rows = rows_from_sft_samples(cat.load(ref), source=ref)
+    res = build_sft(rows, name="few", out_dir=tmp_path / "run", catalog=cat,
+                    filters=FilterConfig(decontaminate=False))  # fmt: skip
+    return res.grid[0]["ref"]
+
+
+@pytest.mark.shared_data
+def test_a_hub_staging_out_named_like_a_file_is_refused(pools_dir, data_root, tmp_path, capsys):
+    """`sft export SET --push-to-hub X --dry-run --out staged.parquet` staged the upload into a
+    FOLDER named staged.parquet/ (like `rl export --format trl`, which refuses it). A Hub upload
+    is staged in a folder: a .parquet --out, or an existing file, is one line naming --out and
+    the fix, and nothing is written."""
+    from flows.cli import main
+
+    ref = _few_set(pools_dir, data_root, tmp_path)
+    capsys.readouterr()
+    a_file = tmp_path / "exists.txt"
+    a_file.write_text("keep")
+    for out in (tmp_path / "staged.parquet", a_file):
+        with pytest.raises(SystemExit) as exc:
+            main(["sft", "export", ref, "--push-to-hub", "me/few", "--dry-run", "--out", str(out),
+                  "--root", str(data_root)])  # fmt: skip
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert "Traceback" not in err and len(err.splitlines()) == 1, err
+        assert f"--out {out}" in err and "folder" in err, err
+    assert not (tmp_path / "staged.parquet").exists() and a_file.read_text() == "keep"
+    with pytest.raises(SystemExit) as exc:
+        main(["sft", "export", ref, "--push-to-hub", "me/few", "--dry-run", "--out",
+              str(tmp_path / "staged"), "--root", str(data_root)])  # fmt: skip
+    assert exc.value.code == 0
+    assert (tmp_path / "staged" / "data" / "train-00000-of-00001.parquet").is_file()
