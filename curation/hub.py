@@ -24,7 +24,7 @@ class HubPush:
     dry_run: bool
     splits: dict[str, int]  # split -> rows
     features: dict[str, str]
-    staged: Path | None  # the local folder of a dry run
+    staged: Path | None  # the local folder the files were staged in (a dry run's, or --out)
     card: str
     files: list[str] = field(default_factory=list)
 
@@ -89,7 +89,10 @@ def push_to_hub(
 ) -> HubPush:
     """Push ``splits`` (split name -> table) to ``repo_id`` with ``card`` as README.md.
 
-    ``dry_run`` (the default) writes the shards and the card to ``staging_dir`` instead.
+    The shards and the card are staged in ``staging_dir`` when it is given (with
+    ``push_plan.json``); ``dry_run`` (the default) stops there and sends nothing, and needs
+    ``staging_dir``. A real push stages first too, so ``--out`` keeps a copy of what was sent
+    (it was ignored).
     """
     from datasets import Dataset, DatasetDict
 
@@ -100,12 +103,12 @@ def push_to_hub(
     dd = DatasetDict({k: Dataset(v) for k, v in splits.items()})
     feats = {k: str(v) for k, v in next(iter(dd.values())).features.items()}
     sizes = {k: len(v) for k, v in dd.items()}
-    if dry_run:
-        if staging_dir is None:
-            raise ConfigError("a dry run needs a staging folder", hint="pass --out DIR")
+    if dry_run and staging_dir is None:
+        raise ConfigError("a dry run needs a staging folder", hint="pass --out DIR")
+    out, files = None, []
+    if staging_dir is not None:
         out = Path(staging_dir)
         (out / "data").mkdir(parents=True, exist_ok=True)
-        files = []
         for name, ds in dd.items():
             p = out / "data" / f"{name}-00000-of-00001.parquet"
             ds.to_parquet(str(p))
@@ -114,6 +117,7 @@ def push_to_hub(
         files.append("README.md")
         plan = {"repo_id": repo_id, "private": private, "splits": sizes, "files": files}
         (out / "push_plan.json").write_text(json.dumps(plan, indent=2, sort_keys=True))
+    if dry_run:
         return HubPush(repo_id, True, sizes, feats, out, card, files)
     try:  # pragma: no cover - needs the network and a token
         dd.push_to_hub(repo_id, private=private, token=token)
@@ -126,8 +130,10 @@ def push_to_hub(
             repo_type="dataset",
         )
     except Exception as exc:  # pragma: no cover - network
+        staged = f"; the files are staged in {out}" if out is not None else ""
         raise SluiceError(
             f"push to {repo_id} failed: {exc}",
-            hint="check HF_TOKEN and the network, or use --dry-run to stage the files locally",
+            hint="check HF_TOKEN and the network, or use --dry-run to stage the files locally"
+            + staged,
         ) from exc
-    return HubPush(repo_id, False, sizes, feats, None, card)
+    return HubPush(repo_id, False, sizes, feats, out, card, files)

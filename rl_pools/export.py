@@ -190,7 +190,9 @@ def push_to_hub(table: pa.Table, repo_id: str, *, fmt: str = "trl", dry_run: boo
     """Push the exported pool to the Hub as a dataset. ``dry_run`` (the default) touches no
     network: it writes ``data/train-00000-of-00001.parquet`` and ``README.md`` under
     ``out_dir/OWNER__NAME`` (``out_dir`` None: a new temporary folder, never the working folder)
-    exactly as they would be uploaded, and returns the plan (``folder``: where they are)."""
+    exactly as they would be uploaded, and returns the plan (``folder``: where they are). A
+    real push (``dry_run=False``) stages them under ``out_dir`` too when it is given, then
+    uploads; without ``out_dir`` it writes nothing locally."""
     from curation.hub import push_to_hub as hub_push
 
     if fmt not in ("trl", "verl"):
@@ -206,11 +208,12 @@ def push_to_hub(table: pa.Table, repo_id: str, *, fmt: str = "trl", dry_run: boo
         import tempfile
 
         out_dir = tempfile.mkdtemp(prefix="sluice-hub-dry-run-")
-    out = Path(out_dir or ".").resolve() / repo_id.replace("/", "__")
+    # a real push stages in out_dir too when one is given (a local copy of what is sent)
+    out = Path(out_dir).resolve() / repo_id.replace("/", "__") if out_dir is not None else None
     # the one Hub publisher (curation.hub): shards, card, and a dry run that stages them
     res = hub_push({"train": t}, repo_id, card=card, dry_run=dry_run, staging_dir=out,
                    private=private, token=token)  # fmt: skip
-    if dry_run:
+    if out is not None:
         plan["files"] = sorted(f for f in res.files if f != "push_plan.json")
         plan["folder"] = str(out)
     return plan

@@ -320,7 +320,10 @@ def push(
     fmt: str = typer.Option("trl", "--format", help="trl | verl"),
     dry_run: bool = typer.Option(True, "--dry-run/--no-dry-run", help="write locally only"),
     out: Path | None = typer.Option(
-        None, "--out", help="dry-run folder (default: a new temporary folder, printed)"
+        None,
+        "--out",
+        help="folder the files are staged in, as OUT/OWNER__NAME (dry run default: a new "
+        "temporary folder, printed; --no-dry-run: a local copy of what is pushed, none without)",
     ),
 ) -> None:
     """push_to_hub the exported pool (a dry run by default: files written locally)."""
@@ -339,6 +342,8 @@ def push(
     _echo(plan)
     if dry_run:
         typer.echo(f"dry run: nothing pushed; the files are in {plan['folder']}", err=True)
+    elif "folder" in plan:
+        typer.echo(f"pushed {repo}; a copy of the files is in {plan['folder']}", err=True)
 
 
 @app.command("report")

@@ -12,7 +12,8 @@ app = typer.Typer(no_args_is_help=True, help="R1-distilled SFT sets: generate, b
 def _say(msg: str) -> None:
     from rich.console import Console
 
-    Console(stderr=True).print(msg, highlight=False)
+    # soft_wrap: one line per message in a log (rich wrapped at 80 columns, breaking paths)
+    Console(stderr=True).print(msg, highlight=False, soft_wrap=True)
 
 
 @app.command("generate")
@@ -220,7 +221,10 @@ def export(
     reasoning: str = typer.Option("inline", "--reasoning", help="inline | split"),
     push_to_hub: str | None = typer.Option(None, "--push-to-hub", help="OWNER/NAME on the Hub"),
     dry_run: bool = typer.Option(
-        False, "--dry-run", help="with --push-to-hub: stage the Hub upload under --out"
+        False,
+        "--dry-run",
+        help="with --push-to-hub: stage the Hub upload in the folder --out, push nothing "
+        "(without --dry-run it is staged there too, then pushed)",
     ),
     root: str | None = typer.Option(None, "--root", help="data root"),
 ) -> None:
@@ -271,7 +275,11 @@ def export(
             dry_run=dry_run,
             staging_dir=out,
         )
-        _say(("staged (dry run) in " + str(res.staged)) if res.dry_run else f"pushed {push_to_hub}")
+        _say(
+            f"staged (dry run) in {res.staged}"
+            if res.dry_run
+            else f"pushed {push_to_hub}; a copy of the files is in {res.staged}"
+        )
         return
     path = export_trl(table, out, reasoning=reasoning, source=v.ref)
     _say(f"wrote {path} ({table.num_rows} conversations, reasoning {reasoning})")

@@ -472,3 +472,45 @@ def test_push_out_named_like_a_file_is_refused(pools_dir, data_root, tmp_path, c
         assert "Traceback" not in err and len(err.splitlines()) == 1, err
         assert f"--out {out}" in err and "folder" in err, err
     assert not (tmp_path / "staged.parquet").exists() and a_file.read_text() == "keep"
+
+
+def _offline_hub(monkeypatch) -> list:
+    """The two network calls of a real push recorded instead of sent (what is tested is what
+    Sluice writes before them, not the Hub)."""
+    import datasets
+    import huggingface_hub
+
+    sent: list = []
+    monkeypatch.setattr(datasets.DatasetDict, "push_to_hub",
+                        lambda self, repo_id, **kw: sent.append(("data", repo_id, len(self["train"]))))  # fmt: skip
+    monkeypatch.setattr(huggingface_hub.HfApi, "upload_file",
+                        lambda self, **kw: sent.append((kw["path_in_repo"], kw["repo_id"])))  # fmt: skip
+    return sent
+
+
+def test_real_push_stages_its_files_in_out(pools_dir, data_root, tmp_path, monkeypatch, capsys):
+    """`rl push --no-dry-run --out DIR` ignored --out without a word (the files went to the Hub
+    only). Like `sft export --push-to-hub`, --out now keeps a local copy of what is pushed
+    (DIR/OWNER__NAME, as a dry run stages it), written before the upload and named; without
+    --out a real push writes nothing locally."""
+    _qwen_counts(pools_dir, tmp_path, n=30)
+    _main_ok(["rl", "select", "qwen@latest", "--model", "qwen-math", "--preset", "srpo"])
+    sent = _offline_hub(monkeypatch)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    capsys.readouterr()
+    _main_ok(["rl", "push", "qwen.rl@latest", "--repo", "me/q", "--no-dry-run", "--out",
+              str(tmp_path / "hub")])  # fmt: skip
+    out = capsys.readouterr()
+    plan = json.loads(out.out)
+    folder = tmp_path / "hub" / "me__q"
+    assert plan["folder"] == str(folder) and not plan["dry_run"], plan
+    assert (folder / "data" / "train-00000-of-00001.parquet").is_file()
+    assert (folder / "README.md").is_file()
+    assert sent == [("data", "me/q", plan["rows"]), ("README.md", "me/q")]
+    assert f"pushed me/q; a copy of the files is in {folder}" in out.err, out.err
+    sent.clear()
+    _main_ok(["rl", "push", "qwen.rl@latest", "--repo", "me/q", "--no-dry-run"])
+    plan = json.loads(capsys.readouterr().out)
+    assert "folder" not in plan and len(sent) == 2 and list(cwd.iterdir()) == []

@@ -254,3 +254,32 @@ def test_a_hub_staging_out_named_like_a_file_is_refused(pools_dir, data_root, tm
               str(tmp_path / "staged"), "--root", str(data_root)])  # fmt: skip
     assert exc.value.code == 0
     assert (tmp_path / "staged" / "data" / "train-00000-of-00001.parquet").is_file()
+
+
+@pytest.mark.shared_data
+def test_a_real_push_keeps_its_staged_copy_in_out(pools_dir, data_root, tmp_path, monkeypatch,
+                                                  capsys):  # fmt: skip
+    """`sft export SET --push-to-hub X --out DIR` (no --dry-run) required --out and then ignored
+    it: nothing was written there. It now stages the upload in DIR, as --dry-run does, before
+    pushing it, and says so (the Hub calls are recorded, not sent)."""
+    import datasets
+    import huggingface_hub
+
+    from flows.cli import main
+
+    ref = _few_set(pools_dir, data_root, tmp_path)
+    sent: list = []
+    monkeypatch.setattr(datasets.DatasetDict, "push_to_hub",
+                        lambda self, repo_id, **kw: sent.append(repo_id))  # fmt: skip
+    monkeypatch.setattr(huggingface_hub.HfApi, "upload_file",
+                        lambda self, **kw: sent.append(kw["path_in_repo"]))  # fmt: skip
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(["sft", "export", ref, "--push-to-hub", "me/few", "--out", str(tmp_path / "copy"),
+              "--root", str(data_root)])  # fmt: skip
+    assert exc.value.code == 0
+    assert sent == ["me/few", "README.md"]
+    assert (tmp_path / "copy" / "data" / "train-00000-of-00001.parquet").is_file()
+    assert "lineage" in (tmp_path / "copy" / "README.md").read_text().lower()
+    err = capsys.readouterr().err
+    assert f"pushed me/few; a copy of the files is in {tmp_path / 'copy'}" in err, err
