@@ -2,7 +2,8 @@
 (``curation.generation.progress``, ``decontam.progress``): on an update once ``interval``
 seconds passed since the last line, and from a background thread when no update came within
 the interval (a batch or a long generation still running), so a log is never silent for
-minutes. Hand-written: tqdm and rich have no plain-log mode."""
+minutes. Hand-written: tqdm and rich have no plain-log mode. Also the wording every progress
+log uses for items a rerun took from its store (:func:`reused_note`, :func:`all_reused_line`)."""
 
 from __future__ import annotations
 
@@ -45,4 +46,16 @@ class LineClock:
             self._thread.join()
 
 
-__all__ = ["LineClock"]
+def reused_note(reused: int) -> str:
+    """What a progress line adds for the items served from a store or cache: they count as
+    done, and say so (a rerun's ``4/6`` read as two missing)."""
+    return f" ({reused:,} reused from the store)" if reused else ""
+
+
+def all_reused_line(label: str, total: int, unit: str, new: str) -> str:
+    """The final line of a run whose every item came from the store: ``0/N ..., ETA ?
+    (done)`` read like a failure. ``new``: what the run would have done (``generated``)."""
+    return f"{label}: all {total:,} {unit}s served from the store (reused), nothing {new}"
+
+
+__all__ = ["LineClock", "all_reused_line", "reused_note"]

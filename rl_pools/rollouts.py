@@ -357,7 +357,7 @@ def run_rollouts(
         with SampleStore(store_dir) as store, _Grader(config) as grader:
             _remove_killed_runs_files(store_dir)
             gbar = Progress(total, f"rollouts {gen.model}") if show else None
-            rbar = Progress(total, "grade") if show else None
+            rbar = Progress(total, "grade", new="graded") if show else None
             log = _GradeLog(store_dir / "grades.jsonl")
             writer = pq.ParquetWriter(out_path, ROLLOUT_SCHEMA)
 
@@ -366,8 +366,9 @@ def run_rollouts(
                 grades, n_graded = grader.grade(chunk, samples, log)
                 st["graded"] += n_graded
                 st["grades_reused"] += len(chunk) * k - n_graded
-                if rbar is not None:
-                    rbar.update(len(chunk) * k)
+                if rbar is not None:  # grades found in the log are reused, not graded
+                    rbar.reuse(len(chunk) * k - n_graded)
+                    rbar.update(n_graded)
                 out = _rows_of(chunk, samples, grades, params, ph, backend.model_id, tmpl, k,
                                counts, statuses, config.think_opened_by_template, thinking)  # fmt: skip
                 writer.write_table(pa.Table.from_pylist(out, schema=ROLLOUT_SCHEMA))

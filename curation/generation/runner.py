@@ -71,6 +71,8 @@ def generate(
             requests.append(Request(_with_system(p, cfg.system_prompt), h, missing))
     todo = sum(len(r.indices) for r in requests)
     generated = 0
+    if isinstance(progress, Progress):  # a caller's bar over all samples: reused ones are done
+        progress.reuse(reused)
     if todo:
         backend.check()
         own = progress is True or progress is None

@@ -54,3 +54,31 @@ def test_a_line_every_interval_also_while_no_sample_finishes():
     stopped.stop()  # a run that failed: no more lines, and no "(done)"
     time.sleep(0.2)
     assert "(done)" not in quiet.getvalue() and quiet.getvalue().count("\n") <= 1
+
+
+def test_a_rerun_says_its_samples_came_from_the_store(tmp_path):
+    """A rerun whose every sample was in the store ended on `rollouts m: 0/6 samples, 0.00
+    samples/s, ETA ? (done)`, which reads like a failure, and a partial rerun on `4/6` as if two
+    samples were missing. Reused samples count as done, and the final line says what came from
+    the store."""
+    stream = io.StringIO()
+    with StandInServer() as srv, SampleStore(tmp_path / "s") as st:
+        b = make_backend(GenerationConfig(model="m", base_url=srv.url))
+        p = SamplingParams(max_tokens=16)
+        generate(["a", "b"], 2, p, b, st, progress=False)
+        posts = len(srv.posts())
+        part = Progress(6, "rollouts m", interval_s=0.0, stream=stream, bar=False)
+        generate(["a", "b", "c"], 2, p, b, st, progress=part)
+        part.close()
+        assert len(srv.posts()) - posts == 2  # only c's two samples were asked for
+        last = stream.getvalue().splitlines()[-1]
+        assert re.match(r"rollouts m: 6/6 samples \(4 reused from the store\), [\d.]+ samples/s",
+                        last) and last.endswith("(done)"), last  # fmt: skip
+        stream = io.StringIO()
+        again = Progress(6, "rollouts m", interval_s=0.0, stream=stream, bar=False)
+        generate(["a", "b", "c"], 2, p, b, st, progress=again)
+        again.close()
+    lines = stream.getvalue().splitlines()
+    done = "rollouts m: all 6 samples served from the store (reused), nothing generated"
+    assert lines[-1] == done, lines
+    assert not any("ETA ?" in x for x in lines), lines

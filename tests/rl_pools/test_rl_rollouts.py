@@ -538,3 +538,21 @@ def test_r1_template_opened_code_draft_is_not_run(data_root, pools_dir, tmp_path
         else:
             assert r["grade_status"] == "passed", r
     assert "--think-opened-by-template" in plain["warnings"][0]
+
+
+def test_a_rerun_says_every_sample_and_grade_was_reused(math_ref, tmp_path, capsys):
+    """`rl rollouts` rerun on a complete store ended on `rollouts M: 0/16 samples, 0.00
+    samples/s, ETA ? (done)` (nothing was generated, which reads like a failure). Its final
+    lines now say every sample and every grade came from the store."""
+    oracle = MathOracle(Catalog().load(math_ref))
+    cfg = RolloutConfig(k=2, verify_workers=1)
+    with StandInServer(oracle) as srv:
+        first = rollouts_ref(math_ref, _gen(srv.url), PARAMS, cfg, tmp_path / "s")
+        capsys.readouterr()
+        again = rollouts_ref(math_ref, _gen(srv.url), PARAMS, cfg, tmp_path / "s")
+    assert first["generated"] == 16 and again["reused"] == 16 and again["generated"] == 0
+    lines = capsys.readouterr().err.splitlines()
+    done = "rollouts stand-in-7b: all 16 samples served from the store (reused), nothing generated"
+    assert done in lines, lines
+    assert "grade: all 16 samples served from the store (reused), nothing graded" in lines, lines
+    assert not any("ETA ?" in x for x in lines), lines
