@@ -259,11 +259,9 @@ def import_skywork(pool: pa.Table, *, k: int = 16, origin: str = "skywork_model_
 
 def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
     """(columns, [(row, record)]) of a counts table. Rows are numbered as a user finds them: the
-    line of a .jsonl / .csv file (a CSV header is line 1), the 1-based row of a Parquet file.
-    Values stay as the file wrote them (CSV: text), so each is checked on its own row."""
-    import csv
-    import io
-
+    line of a .jsonl / .csv file (a CSV header is line 1; a record whose quoted text spans lines
+    is named by its first line), the 1-based row of a Parquet file. Values stay as the file
+    wrote them (CSV: text), so each is checked on its own row."""
     from curation.readers import iter_records, read_table
 
     if path.is_dir():
@@ -283,14 +281,20 @@ def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]
             text = data.decode("utf-8-sig")
         except UnicodeDecodeError as exc:  # named like the JSON reader: line, byte in it
             line_start = data.rfind(b"\n", 0, exc.start) + 1
-            raise InputError(f"invalid UTF-8 at byte {exc.start - line_start}", file=str(path),
-                             row=data[: exc.start].count(b"\n") + 1,
+            line = data[: exc.start].count(b"\n") + 1
+            # the row is the line its record starts on (a quoted text may span lines)
+            records = _csv_records(data.decode("utf-8-sig", errors="replace"))
+            row = next((first for first, last, _ in records if first <= line <= last), line)
+            raise InputError(f"invalid UTF-8 at byte {exc.start - line_start} of line {line}",
+                             file=str(path), row=row,
                              hint="save the table as UTF-8") from None  # fmt: skip
-        with io.StringIO(text, newline="") as f:
-            reader = csv.DictReader(f)
-            cols = list(reader.fieldnames or [])
-            for r in reader:
-                rows.append((reader.line_num, {k: (v if v != "" else None) for k, v in r.items()}))
+        records = _csv_records(text)
+        cols = records[0][2] if records else []
+        for first, _, values in records[1:]:
+            # as csv.DictReader read them: a short row's missing cells are empty, extra ones
+            # (more than the header names) are not read
+            cells = dict(zip(cols, values + [""] * (len(cols) - len(values)), strict=False))
+            rows.append((first, {k: (v if v != "" else None) for k, v in cells.items()}))
     elif suf in (".jsonl", ".json"):
         # the one reader: a bad line (malformed, not an object, not UTF-8) names its line
         rows = list(iter_records(path))
@@ -302,6 +306,24 @@ def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]
         raise InputError("the file has no rows", file=str(path),
                          hint="one row per (uid | problem, model) with k + passed or pass_rate")  # fmt: skip
     return cols, rows
+
+
+def _csv_records(text: str) -> list[tuple[int, int, list[str]]]:
+    """(first line, last line, values) of each record of a CSV text, the header first; blank
+    lines skipped. A quoted value may span lines: the record is named by its first line (csv's
+    ``line_num`` is the last one read)."""
+    import csv
+    import io
+
+    out = []
+    with io.StringIO(text, newline="") as f:
+        reader = csv.reader(f)
+        last = 0
+        for values in reader:
+            first, last = last + 1, reader.line_num
+            if values:
+                out.append((first, last, values))
+    return out
 
 
 def _number(v: Any) -> Any:

@@ -267,3 +267,35 @@ def test_a_table_that_is_not_utf8_names_the_row(qwen, tmp_path, suffix):
     with pytest.raises(InputError, match="invalid UTF-8") as e:
         import_table(p)
     assert (e.value.file, e.value.row) == (str(p), 3 if suffix == ".jsonl" else 4)
+
+
+def test_a_csv_record_over_several_lines_is_named_by_its_first_line(qwen, tmp_path):
+    """A problem text with line breaks is one quoted CSV record over several lines; an error in
+    it named the record's LAST line (csv's line_num after reading it), where the user finds the
+    end of the problem text, not the row. Rows are named like every other line-based table
+    (JSONL, CSV rows before): the file line where the record starts (the header is line 1)."""
+    head = "problem,model,k,passed\n"
+    text = qwen[1]["problem"].replace(" ", "\n", 2)  # three lines
+    rows = [f'"{qwen[0]["problem"]}",qwen,8,{qwen[0]["passed"]}',  # line 2
+            f'"{text}",qwen,eight,{qwen[1]["passed"]}',  # lines 3-5
+            f'"{qwen[2]["problem"]}",qwen,8,{qwen[2]["passed"]}']  # line 6  # fmt: skip
+    p = tmp_path / "c.csv"
+    p.write_text(head + "\n".join(rows) + "\n")
+    with pytest.raises(InputError, match=r"row 3, field 'k': k must be a whole number") as e:
+        import_table(p)
+    assert e.value.row == 3
+    rows[1] = rows[1].replace(",eight,", ",8,")
+    rows[2] = rows[2].replace(",8,", ",0,")
+    p.write_text(head + "\n".join(rows) + "\n")
+    with pytest.raises(InputError, match=r"row 6, field 'k'"):
+        import_table(p)
+    rows[2] = rows[2].replace(",0,", ",8,")
+    # a byte that is not UTF-8 on the record's last line names the record's first line too
+    bad = [r.encode() for r in rows]
+    bad[1] = bad[1].replace(b"qwen", b"qw\xe9n")  # latin-1, on line 5
+    p.write_bytes(head.encode() + b"\n".join(bad) + b"\n")
+    with pytest.raises(InputError, match="invalid UTF-8") as e:
+        import_table(p)
+    assert e.value.row == 3
+    p.write_text(head + "\n".join(rows) + "\n")
+    assert [n for n, _ in read_table_rows(p)] == [2, 3, 6]
