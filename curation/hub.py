@@ -8,7 +8,10 @@ how it is tested offline.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +62,24 @@ def check_staging_folder(out: str | Path, *, option: str = "--out") -> None:
         )  # fmt: skip
 
 
+@contextlib.contextmanager
+def quiet_datasets() -> Iterator[None]:
+    """datasets' progress bars (``Creating parquet from Arrow format``, the upload's) off for
+    the block, then back as they were: a command prints its own lines only, and a library user's
+    setting is kept. datasets offers no context manager of its own (only the global switch)."""
+    from datasets.utils import logging as ds_logging
+
+    was = ds_logging.is_progress_bar_enabled()
+    with warnings.catch_warnings():  # HF_DATASETS_DISABLE_PROGRESS_BARS=0 wins, without a word
+        warnings.simplefilter("ignore")
+        ds_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            ds_logging.enable_progress_bar()
+
+
 def dataset_card(repo_id: str, *, title: str, lineage: list[str], body: str = "") -> str:
     """A dataset card (README.md) that names every catalog version the data came from."""
     lines = [
@@ -101,10 +122,23 @@ def push_to_hub(
     if not splits:
         raise ConfigError("nothing to push: no splits")
     dd = DatasetDict({k: Dataset(v) for k, v in splits.items()})
-    feats = {k: str(v) for k, v in next(iter(dd.values())).features.items()}
-    sizes = {k: len(v) for k, v in dd.items()}
     if dry_run and staging_dir is None:
         raise ConfigError("a dry run needs a staging folder", hint="pass --out DIR")
+    with quiet_datasets():  # Sluice's own lines only
+        return _push(dd, repo_id, card, dry_run, staging_dir, private, token)
+
+
+def _push(
+    dd: Any,
+    repo_id: str,
+    card: str,
+    dry_run: bool,
+    staging_dir: str | Path | None,
+    private: bool,
+    token: str | None,
+) -> HubPush:
+    feats = {k: str(v) for k, v in next(iter(dd.values())).features.items()}
+    sizes = {k: len(v) for k, v in dd.items()}
     out, files = None, []
     if staging_dir is not None:
         out = Path(staging_dir)
@@ -119,7 +153,7 @@ def push_to_hub(
         (out / "push_plan.json").write_text(json.dumps(plan, indent=2, sort_keys=True))
     if dry_run:
         return HubPush(repo_id, True, sizes, feats, out, card, files)
-    try:  # pragma: no cover - needs the network and a token
+    try:  # needs the network and a token (tests record these two calls instead)
         dd.push_to_hub(repo_id, private=private, token=token)
         from huggingface_hub import HfApi
 

@@ -510,6 +510,7 @@ def test_real_push_stages_its_files_in_out(pools_dir, data_root, tmp_path, monke
     assert (folder / "README.md").is_file()
     assert sent == [("data", "me/q", plan["rows"]), ("README.md", "me/q")]
     assert f"pushed me/q; a copy of the files is in {folder}" in out.err, out.err
+    assert "Creating parquet" not in out.err, out.err  # Sluice's lines only, no datasets bar
     sent.clear()
     _main_ok(["rl", "push", "qwen.rl@latest", "--repo", "me/q", "--no-dry-run"])
     plan = json.loads(capsys.readouterr().out)

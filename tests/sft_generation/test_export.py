@@ -283,3 +283,4 @@ def test_a_real_push_keeps_its_staged_copy_in_out(pools_dir, data_root, tmp_path
     assert "lineage" in (tmp_path / "copy" / "README.md").read_text().lower()
     err = capsys.readouterr().err
     assert f"pushed me/few; a copy of the files is in {tmp_path / 'copy'}" in err, err
+    assert "Creating parquet" not in err, err  # Sluice's lines only, no datasets bar
