@@ -42,6 +42,12 @@ def answer_part(text: str | None) -> str:
     return text[i + len(_THINK_CLOSE) :] if i >= 0 else text
 
 
+def prompt_opens_thinking(rendered_prompt: str | None) -> bool:
+    """Whether a prompt rendered by a chat template ends inside an opened ``<think>`` (the
+    templates of R1 distills do), so the completion starts inside the thinking."""
+    return bool(rendered_prompt) and rendered_prompt.rstrip().endswith(_THINK_OPEN)
+
+
 def open_thinking(text: str | None) -> str | None:
     """``text`` with the ``<think>`` a chat template opened in the prompt put back in front (R1
     distills' templates end the prompt with ``<think>``, so their completions start inside the
@@ -64,4 +70,11 @@ def extract_code(text: str | None) -> str | None:
     return code if code and code.strip() else None
 
 
-__all__ = ["PYTHON_TAGS", "answer_part", "extract_code", "open_thinking", "thinking_unclosed"]
+__all__ = [
+    "PYTHON_TAGS",
+    "answer_part",
+    "extract_code",
+    "open_thinking",
+    "prompt_opens_thinking",
+    "thinking_unclosed",
+]

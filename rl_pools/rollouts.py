@@ -40,7 +40,7 @@ from curation.generation import (
     make_backend,
 )
 from rl_pools import prompts as prompt_templates
-from rl_pools.answers import extract_code, open_thinking, thinking_unclosed
+from rl_pools.answers import extract_code, open_thinking, prompt_opens_thinking, thinking_unclosed
 from rl_pools.passcounts import counts_table
 from rl_pools.validate import require_columns
 
@@ -339,7 +339,7 @@ def run_rollouts(
         shown = (
             render(prompt_templates.messages(first, tmpl.get(first["domain"]))) if render else None
         )
-        if isinstance(shown, str) and shown.rstrip().endswith("<think>"):
+        if isinstance(shown, str) and prompt_opens_thinking(shown):
             config = dataclasses.replace(config, think_opened_by_template=True)
             opened_by = "template"
     k, total = config.k, len(rows) * config.k

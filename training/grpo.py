@@ -483,7 +483,7 @@ def check_model(mc: Any) -> dict[str, Any]:
     _check_model_folder(mc)
     try:
         conf = AutoConfig.from_pretrained(mc.name_or_path, revision=mc.revision)
-        AutoTokenizer.from_pretrained(mc.name_or_path, revision=mc.revision)
+        tok = AutoTokenizer.from_pretrained(mc.name_or_path, revision=mc.revision)
     except OSError as exc:
         raise ConfigError(
             f"cannot load model {mc.name_or_path!r}: {str(exc).splitlines()[0]}",
@@ -498,10 +498,13 @@ def check_model(mc: Any) -> dict[str, Any]:
             "(*.safetensors or pytorch_model*.bin)",
             hint="[model] name_or_path: give the folder save_pretrained wrote",
         )
+    from training.rewards import template_opens_think
+
     return {
         "name_or_path": mc.name_or_path,
         "revision": mc.revision,
         "model_type": getattr(conf, "model_type", None),
+        "template_opens_think": template_opens_think(tok),
     }
 
 
@@ -861,7 +864,13 @@ def run_grpo(
 
     import torch
 
-    from training.rewards import build_rewards, close_rewards, reward_counts
+    from training.rewards import (
+        build_rewards,
+        close_rewards,
+        reward_counts,
+        template_opens_think,
+        think_opened_by,
+    )
 
     started = datetime.now(UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
@@ -877,7 +886,23 @@ def run_grpo(
         log.info("resuming %s after stage %s", run_dir, done[-1]["name"])
     else:
         model, tok = load_model(resolved.model)
-    rewards = build_rewards(resolved.rewards, verify=resolved.verify, sandbox=resolved.sandbox)
+    # an R1 distill's template opens <think>: its completions start inside the thinking, and
+    # the rewards read them so unless the config says otherwise (assume_open_think)
+    opens = template_opens_think(tok)
+    opened_by = think_opened_by(resolved.rewards, opens)
+    if "template" in opened_by.values():
+        log.info(
+            "the chat template of %s opens <think>: %s read completions as starting inside "
+            "the thinking (set assume_open_think = false to read them as they are)",
+            resolved.model.name_or_path,
+            ", ".join(k for k, v in opened_by.items() if v == "template"),
+        )
+    rewards = build_rewards(
+        resolved.rewards,
+        verify=resolved.verify,
+        sandbox=resolved.sandbox,
+        template_opens_think=opens,
+    )
     rnames = [r.name for r in resolved.rewards]
     state = RunState(
         threshold=resolved.resampling.threshold,
@@ -938,6 +963,7 @@ def run_grpo(
         "consumed": [p.to_dict() for p in pools],
         "stages": stage_records,
         "reward_counts": _sum_counts([r["reward_counts"] for r in stage_records]),
+        "think_opened_by": opened_by,
         "resumed_after_stages": [d["name"] for d in done],
         "base_model": {**dataclasses.asdict(resolved.model), "commit": base_commit},
         "checkpoint": str(checkpoint_dir) if checkpoint_dir else None,

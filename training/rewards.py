@@ -322,17 +322,24 @@ def build_rewards(
     *,
     verify: dict[str, Any] | None = None,
     sandbox: dict[str, Any] | None = None,
+    template_opens_think: bool = False,
 ) -> list[Callable[..., list[float | None]]]:
-    """One callable per ``[[rewards]]`` entry, in config order (weights follow the same order)."""
+    """One callable per ``[[rewards]]`` entry, in config order (weights follow the same order).
+    ``template_opens_think``: the model's chat template opens ``<think>`` (see
+    :func:`template_opens_think`); the default of every ``assume_open_think`` not given."""
     out: list[Callable[..., list[float | None]]] = []
     for rc in configs:
         opts = dict(rc.options)
         if rc.function is not None:
             out.append(_custom(rc.name, rc.function))
         elif rc.name == "format":
-            out.append(FormatReward(rc.name, bool(opts.get("assume_open_think", False))))
+            out.append(
+                FormatReward(rc.name, bool(opts.get("assume_open_think", template_opens_think)))
+            )
         elif rc.name == "math_accuracy":
-            out.append(MathAccuracyReward(rc.name, verify, _open_think(rc, configs)))
+            out.append(
+                MathAccuracyReward(rc.name, verify, _open_think(rc, configs, template_opens_think))
+            )
         elif rc.name == "code_pass_rate":
             out.append(
                 CodePassRateReward(
@@ -340,7 +347,7 @@ def build_rewards(
                     mode=opts.get("mode", "all"),
                     sandbox_options=sandbox,
                     workers=int(opts.get("workers", 2)),
-                    assume_open_think=_open_think(rc, configs),
+                    assume_open_think=_open_think(rc, configs, template_opens_think),
                 )
             )
         elif rc.name == "length_penalty":
@@ -354,12 +361,49 @@ def build_rewards(
     return out
 
 
-def _open_think(rc: Any, configs: list[Any]) -> bool:
+def _open_think(rc: Any, configs: list[Any], template: bool = False) -> bool:
     """Whether the chat template opens ``<think>``: the reward's own option, else the format
-    reward's."""
+    reward's, else what the template says (``template``)."""
     fmt = next((c for c in configs if c.name == "format" and c.function is None), None)
-    default = bool(fmt is not None and dict(fmt.options).get("assume_open_think", False))
+    default = dict(fmt.options).get("assume_open_think", template) if fmt is not None else template
     return bool(dict(rc.options).get("assume_open_think", default))
+
+
+def template_opens_think(tokenizer: Any) -> bool:
+    """Whether ``tokenizer``'s chat template ends the prompt with ``<think>`` (R1 distills'
+    do): TRL renders conversational prompts with it, so every completion starts inside the
+    thinking, without a ``<think>`` of its own. False when there is no chat template."""
+    from curation.generation.backends import render_chat
+    from rl_pools.answers import prompt_opens_thinking
+
+    if not getattr(tokenizer, "chat_template", None):
+        return False
+    try:
+        shown = render_chat(tokenizer, [{"role": "user", "content": "What is 1 + 1?"}])
+    except Exception:  # noqa: BLE001 - a template that cannot render a probe says nothing
+        return False
+    return prompt_opens_thinking(shown)
+
+
+def think_opened_by(configs: list[Any], template: bool) -> dict[str, str]:
+    """For the run record: each built-in reward that reads completions as opened by the chat
+    template, and who said so (``option`` or ``template``)."""
+    out: dict[str, str] = {}
+    for rc in configs:
+        if rc.function is not None or rc.name not in ("format", "math_accuracy", "code_pass_rate"):
+            continue
+        given = "assume_open_think" in rc.options or (
+            rc.name != "format"
+            and any(c.name == "format" and "assume_open_think" in c.options for c in configs)
+        )
+        opened = (
+            bool(rc.options.get("assume_open_think", template))
+            if rc.name == "format"
+            else _open_think(rc, configs, template)
+        )
+        if opened:
+            out[rc.name] = "option" if given else "template"
+    return out
 
 
 def reward_counts(funcs: list[Any]) -> dict[str, dict[str, int]]:
@@ -382,4 +426,6 @@ __all__ = [
     "close_rewards",
     "completion_text",
     "reward_counts",
+    "template_opens_think",
+    "think_opened_by",
 ]

@@ -105,6 +105,21 @@ def prompt_lengths(model: Any, rows: list[dict[str, Any]]) -> tuple[int, str]:
         return int(n), "utf8_bytes_upper_bound"
 
 
+def template_opens_think_of(model: Any) -> bool | None:
+    """Whether the model's chat template opens ``<think>`` (see
+    :func:`training.rewards.template_opens_think`), or None when its tokenizer cannot be loaded
+    here (offline, gated): verl renders prompts with that template."""
+    from training.rewards import template_opens_think
+
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(model.name_or_path, revision=model.revision)
+    except Exception:  # noqa: BLE001 - as prompt_lengths: no tokenizer here
+        return None
+    return template_opens_think(tok)
+
+
 def _overrides(
     config: Any,
     stage: Any,
@@ -112,6 +127,7 @@ def _overrides(
     model_path: str,
     reward: Path,
     max_prompt_length: int = 1024,
+    template_opens_think: bool = False,
 ) -> list[str]:
     trl = config.trl
     ng = int(trl.get("num_generations", 8))
@@ -127,7 +143,9 @@ def _overrides(
         "code_mode": code.options.get("mode", "all") if code else "all",
     }
     fmt = next((r for r in config.rewards if r.name == "format"), None)
-    if fmt is not None and fmt.options.get("assume_open_think"):
+    # the format reward's option, else what the template says: the default of the math and
+    # code rewards' own options, as in the TRL run (training.rewards._open_think)
+    if fmt.options.get("assume_open_think", template_opens_think) if fmt else template_opens_think:
         kw["assume_open_think"] = True
     if code is not None and "assume_open_think" in code.options:  # as math_accuracy's below
         kw["code_open_think"] = bool(code.options["assume_open_think"])
@@ -305,13 +323,17 @@ def export_verl(
         'cd "$(dirname "$0")"',
         f"MODEL={shlex.quote(resolved.model.name_or_path)}",
     ]
+    from training.rewards import think_opened_by
+
+    opens = template_opens_think_of(resolved.model)
     stages = []
     for s in resolved.stages:
         rows = _stage_dataset(resolved, s, cat, tmp_out)
         data = out / "data" / f"{s.name}.parquet"
         pq.write_table(verl_table(rows, cat, s.pools), tmp_out / "data" / data.name)
         longest, measured = prompt_lengths(resolved.model, rows)
-        ov = _overrides(resolved, s, data.resolve(), "$MODEL", reward.resolve(), longest)
+        ov = _overrides(resolved, s, data.resolve(), "$MODEL", reward.resolve(), longest,
+                        bool(opens))  # fmt: skip
         (tmp_out / "stages" / f"{s.name}.yaml").write_text(
             "# Hydra overrides for verl.trainer.main_ppo, stage " + s.name + "\n"
             + "".join(f"- {json.dumps(o)}\n" for o in ov)
@@ -341,6 +363,17 @@ def export_verl(
     (tmp_out / run_script.name).write_text("\n".join(script) + "\n")
     (tmp_out / run_script.name).chmod(0o755)
     settings = not_carried_settings(resolved)
+    warnings = []
+    opened_by = think_opened_by(resolved.rewards, bool(opens))
+    scoring = [r.name for r in resolved.rewards
+               if r.function is None and r.name in ("format", "math_accuracy", "code_pass_rate")]  # fmt: skip
+    if opens is None and scoring and not any("assume_open_think" in r.options
+                                             for r in resolved.rewards):  # fmt: skip
+        warnings.append(
+            f"the tokenizer of {resolved.model.name_or_path!r} could not be loaded here, so the "
+            "export cannot tell whether its chat template opens <think> (R1 distills' do): if "
+            "it does, set assume_open_think = true in the format reward's options"
+        )
     files = sorted(str(p.relative_to(tmp_out)) for p in tmp_out.rglob("*") if p.is_file()) + [
         "export.json"
     ]
@@ -350,6 +383,8 @@ def export_verl(
         "consumed": [p.to_dict() for p in pools],
         "code_version": code_version(),
         "stages": stages,
+        "template_opens_think": opens,
+        "think_opened_by": opened_by,
         "not_carried_over": [
             "SRPO history resampling (verl main_ppo samples every prompt each epoch)",
             "per-stage mask_truncated_completions (verl DAPO recipe: overlong buffer instead)",
@@ -381,6 +416,8 @@ def export_verl(
         "reward": str(reward),
         "not_written_here": foreign,
         "not_carried_over": settings,
+        "think_opened_by": opened_by,
+        "warnings": warnings,
     }
 
 

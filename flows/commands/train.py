@@ -197,6 +197,8 @@ def export_verl(
         f"verl export: {escape(str(res['run_script']))} ({len(res['stages'])} stages)",
         soft_wrap=True,
     )
+    for w in res.get("warnings") or []:
+        console.print(f"warning: {escape(w)}", soft_wrap=True)
     for what in res["not_carried_over"]:  # this config's settings verl will not see
         console.print(f"warning: not carried over to verl: {escape(what)}", soft_wrap=True)
     for p in res["not_written_here"]:

@@ -769,3 +769,50 @@ def test_trl_table_errors_name_the_config_file(tmp_path, capsys, command, line, 
     err = capsys.readouterr().err
     assert f"config file '{cfg}': {message}" in " ".join(err.split()), err
     assert "Traceback" not in err and not (tmp_path / "verl").exists(), err
+
+
+def test_export_verl_reads_an_r1_template_as_opening_the_thinking(
+    tiny_model, pool_catalog, tmp_path, monkeypatch
+):
+    """verl renders prompts with the model's chat template as TRL does: an R1 template that
+    opens <think> now sets the reward's assume_open_think as the TRL run's rewards take it
+    (an explicit option still wins); a tokenizer that cannot be loaded is a warning."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from training.config import load_train_config
+    from training.verl import export_verl
+
+    model = tmp_path / "r1-tiny"
+    shutil.copytree(tiny_model, model)
+    tok = AutoTokenizer.from_pretrained(str(model))
+    tok.chat_template = ("{% for m in messages %}<|User|>{{ m['content'] }}{% endfor %}"
+                         "{% if add_generation_prompt %}<|Assistant|><think>\n{% endif %}")  # fmt: skip
+    tok.save_pretrained(str(model))
+
+    def kwargs(model_dir, extra=""):
+        cfg = _write_config(tmp_path / "t.toml", model_dir, pool_catalog["math"])
+        text = cfg.read_text()
+        if extra:
+            text = text.replace('name = "format"', 'name = "format"\n' + extra)
+        cfg.write_text(text)
+        res = export_verl(load_train_config(cfg), tmp_path / "v", catalog=pool_catalog["catalog"])
+        (kw,) = [o for o in res["stages"][0]["overrides"] if "reward_kwargs=" in o]
+        return kw, res
+
+    kw, res = kwargs(model)
+    assert "assume_open_think:true" in kw and not res["warnings"]
+    assert res["think_opened_by"] == {"format": "template", "math_accuracy": "template"}
+    kw, res = kwargs(tiny_model)  # a Qwen-style template opens nothing
+    assert "assume_open_think" not in kw and res["think_opened_by"] == {}
+    kw, res = kwargs(model, "options = { assume_open_think = false }")
+    assert "assume_open_think" not in kw and res["think_opened_by"] == {}
+    def offline(*a, **kw):  # a gated or uncached Hub model on this machine
+        raise OSError("We couldn't connect to 'https://huggingface.co'")
+
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", offline)
+    kw, res = kwargs(model)
+    assert "assume_open_think" not in kw
+    (w,) = res["warnings"]
+    assert "could not be loaded" in w and "assume_open_think = true" in w

@@ -491,3 +491,36 @@ def test_same_weights_in_two_run_folders_are_two_checkpoint_versions(tmp_path):
     ]
     # the same folder registered again is the same version (idempotent)
     assert register_checkpoint(cat, tmp_path / "run-b" / "checkpoints" / "s", man) == refs[1]
+
+
+def test_an_r1_template_is_recorded_as_opening_the_thinking(tiny_model, pool_catalog, tmp_path):
+    """A model whose chat template opens <think> (R1 distills) gets rewards that read its
+    completions as starting inside the thinking, without an option; run.json says who decided
+    (the template) and `--check` shows what the template does."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from training.grpo import check_model
+
+    model = tmp_path / "r1-tiny"
+    shutil.copytree(tiny_model, model)
+    tok = AutoTokenizer.from_pretrained(str(model))
+    tok.chat_template = ("{% for m in messages %}<|User|>{{ m['content'] }}{% endfor %}"
+                         "{% if add_generation_prompt %}<|Assistant|><think>\n{% endif %}")  # fmt: skip
+    tok.save_pretrained(str(model))
+    over = {
+        "model": {"name_or_path": str(model)},
+        "rewards": [{"name": "format", "weight": 0.1}, {"name": "math_accuracy"}],
+        "resampling": {"correct_rewards": ["math_accuracy"]},
+        "stages": [{"name": "math", "pools": [pool_catalog["math"]],
+                    "max_completion_length": 4, "steps": 1}],  # fmt: skip
+    }
+    cfg = _config(tiny_model, pool_catalog, **over)
+    assert check_model(cfg.model)["template_opens_think"] is True
+    res = run_grpo(cfg, tmp_path / "r1", catalog=pool_catalog["catalog"])
+    assert res.manifest["think_opened_by"] == {"format": "template", "math_accuracy": "template"}
+    recorded = json.loads((tmp_path / "r1" / "run.json").read_text())
+    assert recorded["think_opened_by"] == res.manifest["think_opened_by"]
+    plain = check_model(_config(tiny_model, pool_catalog).model)
+    assert plain["template_opens_think"] is False

@@ -240,3 +240,59 @@ def test_code_pass_rate_gives_leetcode_rows_their_import_header(pool_catalog):
         test_preamble=[x["test_preamble"] for x in rows],
     )
     assert got == [1.0] * n, (got, dict(r.counts))
+
+
+R1_TEMPLATE = ("{% for m in messages %}<|User|>{{ m['content'] }}{% endfor %}"
+               "{% if add_generation_prompt %}<|Assistant|><think>\n{% endif %}")  # fmt: skip
+
+
+def test_an_r1_chat_template_makes_the_rewards_read_completions_as_opened(
+    tiny_model, pools_dir
+):
+    """TRL renders conversational prompts with the model's chat template; an R1 distill's ends
+    with `<think>`, so completions start inside the thinking. The rewards read them as they are
+    unless `assume_open_think` was set: every real R1 trace scored 0 on format, and one cut off
+    after a `\\boxed{}` drawn while thinking scored 1 on math. The template now says it itself
+    (`template_opens_think`); an explicit option still wins. Real thought-anchors traces."""
+    import json
+    import re
+
+    from transformers import AutoTokenizer
+
+    from training.config import RewardConfig
+    from training.rewards import template_opens_think, think_opened_by
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_model))
+    assert not template_opens_think(tok)  # a Qwen-style template opens nothing
+    tok.chat_template = R1_TEMPLATE
+    assert template_opens_think(tok)
+
+    rows = [json.loads(ln) for ln in open(pools_dir / "sft_r1distill_math_traces_thoughtanchors.jsonl",
+                                         encoding="utf-8")]  # fmt: skip
+    done, cut, answers = [], [], []
+    for r in rows:
+        comp = r["solutions"][0]["solution"].split("<think>\n", 1)[1]
+        box = re.search(r"\\boxed\{([^{}]*)\}", comp.split("</think>")[0])
+        if "</think>" in comp and box and box.group(1).strip() == r["gt_answer"].strip():
+            done.append(comp)
+            cut.append(comp[: box.end()] + " Wait, let me check")  # the budget ran out here
+            answers.append(r["gt_answer"])
+    assert len(done) >= 5
+    prompts = [[{"role": "user", "content": "Solve."}]] * len(done)
+    configs = [RewardConfig(name="format"), RewardConfig(name="math_accuracy")]
+    for opened in (False, True):
+        fmt, acc = build_rewards(configs, template_opens_think=opened)
+        try:
+            assert fmt(prompts, [_chat(c) for c in done]) == [float(opened)] * len(done)
+            got = acc(prompts, [_chat(c) for c in cut], answer=answers)
+            assert got == ([0.0] * len(cut) if opened else [1.0] * len(cut)), got
+        finally:
+            acc.close()
+    assert think_opened_by(configs, True) == {"format": "template", "math_accuracy": "template"}
+    assert think_opened_by(configs, False) == {}
+    told = [RewardConfig(name="format", options={"assume_open_think": False}),
+            RewardConfig(name="math_accuracy")]  # fmt: skip
+    fmt, acc = build_rewards(told, template_opens_think=True)
+    acc.close()
+    assert not fmt.assume_open_think and not acc.assume_open_think  # the format option wins
+    assert think_opened_by(told, True) == {}
