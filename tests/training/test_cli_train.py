@@ -808,6 +808,7 @@ def test_export_verl_reads_an_r1_template_as_opening_the_thinking(
     assert "assume_open_think" not in kw and res["think_opened_by"] == {}
     kw, res = kwargs(model, "options = { assume_open_think = false }")
     assert "assume_open_think" not in kw and res["think_opened_by"] == {}
+
     def offline(*a, **kw):  # a gated or uncached Hub model on this machine
         raise OSError("We couldn't connect to 'https://huggingface.co'")
 

@@ -513,8 +513,14 @@ def test_an_r1_template_is_recorded_as_opening_the_thinking(tiny_model, pool_cat
         "model": {"name_or_path": str(model)},
         "rewards": [{"name": "format", "weight": 0.1}, {"name": "math_accuracy"}],
         "resampling": {"correct_rewards": ["math_accuracy"]},
-        "stages": [{"name": "math", "pools": [pool_catalog["math"]],
-                    "max_completion_length": 4, "steps": 1}],  # fmt: skip
+        "stages": [
+            {
+                "name": "math",
+                "pools": [pool_catalog["math"]],
+                "max_completion_length": 4,
+                "steps": 1,
+            }
+        ],  # fmt: skip
     }
     cfg = _config(tiny_model, pool_catalog, **over)
     assert check_model(cfg.model)["template_opens_think"] is True

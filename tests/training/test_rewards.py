@@ -246,9 +246,7 @@ R1_TEMPLATE = ("{% for m in messages %}<|User|>{{ m['content'] }}{% endfor %}"
                "{% if add_generation_prompt %}<|Assistant|><think>\n{% endif %}")  # fmt: skip
 
 
-def test_an_r1_chat_template_makes_the_rewards_read_completions_as_opened(
-    tiny_model, pools_dir
-):
+def test_an_r1_chat_template_makes_the_rewards_read_completions_as_opened(tiny_model, pools_dir):
     """TRL renders conversational prompts with the model's chat template; an R1 distill's ends
     with `<think>`, so completions start inside the thinking. The rewards read them as they are
     unless `assume_open_think` was set: every real R1 trace scored 0 on format, and one cut off
