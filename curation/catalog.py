@@ -78,6 +78,8 @@ CHUNK_ROWS = 32_768
 HASH_ALGO = f"sha256/arrow-ipc-v5/chunk{CHUNK_ROWS}/v1"
 VERSION_LEN = 16  # hex characters of the content hash used as the version id
 MIN_PREFIX = 4  # shortest version prefix accepted in a ref
+HINT_VERSIONS = 10  # versions an unknown-version error names (the newest)
+HINT_NAMES = 20  # dataset names an unknown-name error names (the closest)
 PARQUET_COMPRESSION = "zstd"
 MANIFEST_FORMAT = "sluice-version-manifest/1"
 
@@ -806,7 +808,7 @@ class Catalog:
         if not rows:
             raise NotFoundError(
                 f"no dataset named {name!r} in the catalog at {self.root}",
-                hint=did_you_mean(name, self.datasets()),
+                hint=self._names_hint(name, self.datasets()),
             )
         return [self._row_to_version(r) for r in rows]
 
@@ -837,15 +839,21 @@ class Catalog:
             )
             raise NotFoundError(
                 f"no dataset named {name!r} in the catalog at {self.root}",
-                hint=did_you_mean(name, names),
+                hint=self._names_hint(name, names),
             )
         if want == "latest":
             return self._row_to_version(rows[0])
         hits = [r for r in rows if r[1] == want or r[2] == want]
         if not hits and len(want) >= MIN_PREFIX:
             hits = [r for r in rows if r[1].startswith(want)]
-        available = ", ".join(r[1] for r in rows)
         if not hits:
+            # a nightly run adds a version a night: name the newest few, not a year of them
+            available = ", ".join(r[1] for r in rows[:HINT_VERSIONS])
+            if len(rows) > HINT_VERSIONS:
+                available += (
+                    f", ... {len(rows) - HINT_VERSIONS} more "
+                    f"(sluice datasets list {name} --root {self.root})"
+                )
             raise NotFoundError(
                 f"dataset {name!r} has no version {want!r}",
                 hint=f"available versions (newest first): {available}; or use {name}@latest",
@@ -856,6 +864,11 @@ class Catalog:
                 hint="matches " + ", ".join(r[1] for r in hits) + "; give more characters",
             )
         return self._row_to_version(hits[0])
+
+    def _names_hint(self, name: str, names: list[str]) -> str:
+        return did_you_mean(
+            name, names, limit=HINT_NAMES, see_all=f"sluice datasets list --root {self.root}"
+        )
 
     def resolve(self, ref: str) -> DatasetVersion:
         """``"name"``, ``"name@latest"``, ``"name@<version or unique prefix>"`` -> the version."""

@@ -159,8 +159,18 @@ class MissingDependencyError(SluiceError, ImportError):
     """An optional dependency is not installed; the message names the extra to install."""
 
 
-def did_you_mean(name: str, available: list[str] | tuple[str, ...]) -> str:
-    """Return 'Did you mean X? Available: a, b, c' for an unknown ``name``."""
+def did_you_mean(
+    name: str,
+    available: list[str] | tuple[str, ...],
+    *,
+    limit: int | None = None,
+    see_all: str = "",
+) -> str:
+    """Return 'Did you mean X? Available: a, b, c' for an unknown ``name``.
+
+    ``limit``: name at most that many (the closest first), then how many more and ``see_all``
+    (the command that lists them all), so a catalog of hundreds of names stays one short line.
+    """
     import difflib
 
     avail = sorted(available)
@@ -168,7 +178,13 @@ def did_you_mean(name: str, available: list[str] | tuple[str, ...]) -> str:
     parts = []
     if close:
         parts.append(f"did you mean {close[0]!r}?")
-    parts.append("available: " + (", ".join(avail) if avail else "(none)"))
+    shown = avail
+    if limit is not None and len(avail) > limit:
+        near = difflib.get_close_matches(name, avail, n=limit, cutoff=0.0)
+        shown = sorted(near) + [
+            f"... {len(avail) - len(near)} more" + (f" ({see_all})" if see_all else "")
+        ]
+    parts.append("available: " + (", ".join(shown) if shown else "(none)"))
     return " ".join(parts)
 
 

@@ -367,6 +367,31 @@ def test_unknown_names_and_versions_name_the_alternatives(data_root):
     assert cat.datasets() == ["code_pool", "math_pool"]
 
 
+def test_unknown_refs_on_a_catalog_of_many_versions_are_one_short_line(data_root):
+    """A nightly run publishes a version a night: an unknown version of a name with a year of
+    versions listed every one of them in the error (one 6,000-character line for 300), and an
+    unknown name every dataset. The newest few are named, with how many more and where to see
+    them all."""
+    cat = Catalog(data_root)
+    staged = [cat.stage("nightly", pa.table({"i": [i]})) for i in range(40)]
+    staged += [cat.stage(f"pool_{j:02d}", pa.table({"j": [j]})) for j in range(40)]
+    cat.commit(staged)
+    newest_first = [v.version for v in cat.versions("nightly")]
+    with pytest.raises(NotFoundError) as exc:
+        cat.resolve("nightly@0000000000000000")
+    msg = str(exc.value)
+    assert all(v in msg for v in newest_first[:10])
+    assert not any(v in msg for v in newest_first[10:])
+    assert "30 more" in msg and "sluice datasets list nightly" in msg
+    with pytest.raises(NotFoundError) as exc:
+        cat.resolve("pool_7")
+    msg = str(exc.value)
+    assert "did you mean 'pool_" in msg
+    assert len(re.findall(r"pool_\d\d", msg)) <= 21 and "more" in msg
+    assert "sluice datasets list" in msg
+    assert len(msg) < 600, msg
+
+
 def test_ambiguous_version_prefix_is_refused(data_root):
     # Find two contents whose hashes share their first 4 hex characters (birthday search).
     seen: dict[str, int] = {}
