@@ -85,16 +85,57 @@ def serve_curate(
     data_root: str | None = None,
     ray_address: str | None = None,
 ) -> None:
-    """Create the deployment and run a runner that executes its scheduled runs (blocks)."""
-    from prefect import serve
+    """Create the deployment and run a runner that executes its scheduled runs (blocks).
 
-    serve(
-        curate_deployment(
-            config_path,
-            name=name,
-            cron=cron,
-            interval=interval,
-            data_root=data_root,
-            ray_address=ray_address,
-        )
+    Ctrl-C stops it as Prefect's runner stops on SIGTERM (runs in flight cancelled, the
+    schedule paused), then one line and ``KeyboardInterrupt`` (the CLI exits 130); a second
+    Ctrl-C stops at once. Prefect's ``serve()`` swallowed the interrupt (exit 0), and the
+    CLI's SIGINT handler, raising wherever the main thread stood inside the event loop, had
+    asyncio log each callback it broke: about 200 lines of tracebacks.
+    """
+    import asyncio
+    import signal
+    import sys
+    import threading
+
+    from prefect.runner import Runner
+
+    deployment = curate_deployment(
+        config_path,
+        name=name,
+        cron=cron,
+        interval=interval,
+        data_root=data_root,
+        ray_address=ray_address,
     )
+    runner = Runner(pause_on_shutdown=True)
+    runner.add_deployment(deployment)
+    every = f"cron {cron!r}" if cron else f"every {interval:g} s" if interval else "no schedule"
+    print(
+        f"serving deployment 'sluice-curate/{name}' ({every}); Ctrl-C stops. "
+        f"Trigger a run: prefect deployment run 'sluice-curate/{name}'",
+        flush=True,
+    )
+    interrupted: list[int] = []
+
+    def _interrupt(signum, frame):  # noqa: ARG001
+        if interrupted:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop at once
+        interrupted.append(signum)
+        print("sluice: interrupted (SIGINT, Ctrl-C)", file=sys.stderr, flush=True)
+        if not runner.started or getattr(runner, "_loop", None) is None:
+            raise KeyboardInterrupt  # not serving yet: nothing to shut down
+        runner.stopping = True  # what Prefect's own SIGTERM handler does
+        runner.execute_in_background(runner.astop)
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGINT) if main else None
+    if main and previous is not signal.SIG_IGN:  # a background job's SIGINT stays ignored
+        signal.signal(signal.SIGINT, _interrupt)
+    try:
+        asyncio.run(runner.start())
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
+    if interrupted:
+        raise KeyboardInterrupt

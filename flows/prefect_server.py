@@ -70,9 +70,15 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def temporary_server(log_dir: str | Path | None = None) -> Iterator[str | None]:
+def temporary_server(
+    log_dir: str | Path | None = None, *, schedules: bool = False
+) -> Iterator[str | None]:
     """Start a temporary Prefect server unless ``PREFECT_API_URL`` is set; yield its API URL
-    (``None`` when an existing server is used) with Prefect pointed at it."""
+    (``None`` when an existing server is used) with Prefect pointed at it.
+
+    ``schedules``: run the server's background services too (the scheduler, late runs), so the
+    schedules of deployments served against it create runs (`sluice serve`); Prefect's own
+    temporary server runs without them, and a schedule served against it never fires."""
     if os.environ.get("PREFECT_API_URL"):
         yield None
         return
@@ -86,12 +92,9 @@ def temporary_server(log_dir: str | Path | None = None) -> Iterator[str | None]:
 
     log_path = Path(log_dir or os.environ.get("PREFECT_HOME") or ".") / "temporary-server.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = {
-        **os.environ,
-        "PREFECT_UI_ENABLED": "0",
-        "PREFECT__SERVER_EPHEMERAL": "1",
-        "PREFECT__SERVER_FINAL": "1",
-    }
+    env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_FINAL": "1"}
+    if not schedules:
+        env["PREFECT__SERVER_EPHEMERAL"] = "1"  # no background services: a run needs none
     proc = None
     url = ""
     with open(log_path, "ab") as log:
@@ -107,6 +110,9 @@ def temporary_server(log_dir: str | Path | None = None) -> Iterator[str | None]:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
+                # its own session: a Ctrl-C in the terminal reaches sluice, not the server,
+                # which sluice stops once the run's last logs and states have reached it
+                start_new_session=True,
             )
             if _wait_healthy(proc, url, timeout):
                 break

@@ -74,23 +74,28 @@ def register(app: typer.Typer) -> None:
         cfg.check_pools()
         check_schedule(cron, interval)
         prefect_env_defaults(data_root or cfg.resolved_data_root())
+        from flows.deployments import serve_curate
+        from flows.prefect_server import temporary_server
+
         if not os.environ.get("PREFECT_API_URL"):
             _console().print(
-                "[yellow]PREFECT_API_URL is not set: serving against a temporary local server, "
-                "where scheduled runs do not fire (runs can still be triggered). Run `prefect "
-                "server start` and set PREFECT_API_URL=http://127.0.0.1:4200/api for the "
-                "schedule and the UI.[/]"
+                "PREFECT_API_URL is not set: serving with a temporary local Prefect server "
+                "(scheduler on, UI off) that stops with this command. Run `prefect server "
+                "start` and set PREFECT_API_URL=http://127.0.0.1:4200/api to see the runs in "
+                "the UI.",
+                highlight=False,
             )
-        from flows.deployments import serve_curate
-
-        serve_curate(
-            config,
-            name=name,
-            cron=cron,
-            interval=interval,
-            data_root=data_root,
-            ray_address=ray_address,
-        )
+        # Prefect's own temporary server runs no scheduler: a schedule served against it
+        # never fired. This one does, and dies with this process like `sluice run`'s.
+        with temporary_server(schedules=True):
+            serve_curate(
+                config,
+                name=name,
+                cron=cron,
+                interval=interval,
+                data_root=data_root,
+                ray_address=ray_address,
+            )
 
     @app.command("demo")
     def demo_cmd(

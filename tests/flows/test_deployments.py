@@ -1,0 +1,100 @@
+"""`sluice serve`: the curate flow as a deployment on a schedule, run by the real command."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from flow_helpers import write_config, write_slice
+
+SLUICE = str(Path(sys.executable).with_name("sluice"))
+
+
+def _server_children(pid: int) -> list:
+    import psutil
+
+    out = []
+    for c in psutil.Process(pid).children(recursive=True):
+        try:
+            if "prefect.server.api.server:create_app" in " ".join(c.cmdline()):
+                out.append(c)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+@pytest.mark.timeout(600)
+def test_serve_without_a_server_runs_its_schedule_and_ctrl_c_stops_it(
+    tmp_path, pools_dir, benchmarks_dir
+):
+    """`sluice serve CONFIG --interval N` without PREFECT_API_URL served against Prefect's own
+    temporary server, which runs no scheduler: the schedule never fired (the command said so
+    in a yellow line, docs/flows.md promised "every night at 03:00"). Its temporary server now
+    runs the scheduler; the first tick publishes the pool, and Ctrl-C ends the command with one
+    line, exit 130, no traceback and no server left behind."""
+    import psutil
+
+    from curation.catalog import Catalog
+
+    pool = write_slice(pools_dir / "math_ttrl_aime24_as_train.jsonl", tmp_path / "ttrl.jsonl")
+    root = tmp_path / "root"
+    cfg = write_config(
+        tmp_path / "pipeline.toml",
+        [{"name": "ttrl", "source": str(pool), "map": "ttrl"}],
+        data_root=root,
+        benchmarks=("aime24",),
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(
+        PREFECT_HOME=str(tmp_path / "prefect"),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="1",  # schedule the runs without delay
+        SLUICE_BENCHMARKS_DIR=str(benchmarks_dir),
+    )
+    log = tmp_path / "serve.log"  # a file, not a pipe: a server left behind holds no pipe open
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(
+            [SLUICE, "serve", str(cfg), "--interval", "15"],
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            # its own process group, as in a terminal, where Ctrl-C signals the whole group;
+            # SIGINT not ignored (a shell's background job would ignore it)
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+    servers: list = []
+    try:
+        deadline = time.monotonic() + 300  # a guard against hanging, not a timed assertion
+        while True:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the schedule never ran the flow"
+            if (root / "catalog.duckdb").exists() and any(
+                v.name == "ttrl.decontaminated" for v in Catalog(root).list()
+            ):
+                break
+            time.sleep(0.5)
+        servers = _server_children(proc.pid)
+        assert servers, "no temporary Prefect server found under sluice serve"
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
+        proc.wait(timeout=120)
+        out = log.read_text()
+        assert proc.returncode == 130, out[-3000:]
+        assert "interrupted (SIGINT, Ctrl-C)" in out
+        assert "Traceback" not in out, out[-3000:]
+        _, alive = psutil.wait_procs(servers, timeout=60)
+        assert alive == [], f"Prefect server(s) left running: {[p.pid for p in alive]}"
+    finally:
+        if proc.poll() is None:
+            servers = servers or _server_children(proc.pid)
+            proc.kill()
+            proc.wait()
+        for s in servers:  # never leave one behind, even when the test fails
+            with contextlib.suppress(psutil.NoSuchProcess):
+                s.kill()
