@@ -66,6 +66,7 @@ from curation.errors import (
     ConfigError,
     IntegrityError,
     NotFoundError,
+    StorageError,
     did_you_mean,
     storage_error,
     writing_to,
@@ -719,11 +720,33 @@ class Catalog:
                 else:
                     con.execute("SELECT count(*) FROM versions").fetchone()
             except duckdb.Error as exc:
-                raise storage_error(exc, str(self.db_path)) or self._damaged(exc) from None
+                raise (
+                    self._busy(exc) or storage_error(exc, str(self.db_path)) or self._damaged(exc)
+                ) from None
             try:
                 yield con
             except duckdb.Error as exc:
                 raise storage_error(exc, str(self.db_path)) or self._damaged(exc) from None
+
+    def _busy(self, exc: Exception) -> StorageError | None:
+        """DuckDB's refusal to open the file another process holds (one that opened it without
+        ``catalog.lock``: a notebook, the duckdb shell): the catalog is in use, not damaged."""
+        text = str(exc)
+        if "Could not set lock on file" not in text and "Conflicting lock" not in text:
+            return None
+        held = re.search(r"Conflicting lock is held in (\S+)(?: \(PID (\d+)\))?", text)
+        who = (
+            f" ({held.group(1)}" + (f", PID {held.group(2)})" if held.group(2) else ")")
+            if held
+            else ""
+        )
+        return StorageError(
+            f"the catalog file {self.db_path} is in use by another program{who} that opened it "
+            "without Sluice's lock (catalog.lock)",
+            hint="close that connection and retry (to query the catalog beside Sluice, attach "
+            "a copy of the file, or take catalog.lock: docs/catalog.md, 'Querying versions "
+            "directly'); the catalog itself is fine",
+        )
 
     def _damaged(self, exc: Exception) -> IntegrityError:
         first = (str(exc).strip().splitlines() or [""])[0][:200]
@@ -1642,7 +1665,11 @@ class Catalog:
             moved, why = None, None
             wal = self.db_path.with_name(self.db_path.name + ".wal")
             if self.db_path.exists():
-                why, kind = self._old_catalog_loss(new_db)
+                try:
+                    why, kind = self._old_catalog_loss(new_db)
+                except StorageError:
+                    new_db.unlink(missing_ok=True)
+                    raise
                 if why is not None:
                     moved = self.db_path.with_name(
                         f"{self.db_path.name}.{kind}-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
@@ -1685,6 +1712,9 @@ class Catalog:
         try:
             old_rows, old_pubs = content(self.db_path)
         except duckdb.Error as exc:
+            busy = self._busy(exc)
+            if busy is not None:  # a healthy file another program holds: never moved aside
+                raise busy from None
             first = (str(exc).strip().splitlines() or [""])[0][:200]
             return f"DuckDB cannot read it ({type(exc).__name__}: {first})", "damaged"
         new_rows, new_pubs = content(new_db)

@@ -29,7 +29,7 @@ from curation.catalog import (
     DatasetVersion,
     content_hash,
 )
-from curation.errors import ConfigError, IntegrityError, NotFoundError
+from curation.errors import ConfigError, IntegrityError, NotFoundError, StorageError
 from curation.records import PROBLEM_SCHEMA
 
 REPO = Path(__file__).resolve().parents[2]
@@ -889,6 +889,45 @@ def test_gc_keeps_an_object_whose_manifest_is_damaged(data_root):
     assert res["restored"] == [] and any("unreadable manifest" in s for s in res["skipped"])
     assert v.path not in cat.garbage()  # ... and its data is not garbage either
     assert not [p for p in cat.garbage() if v.version in p]
+
+
+def test_a_catalog_held_open_by_another_program_is_busy_not_damaged(data_root, tmp_path):
+    """A notebook or the duckdb shell with catalog.duckdb open (without taking catalog.lock)
+    made every command say the catalog was damaged and to run `sluice datasets rebuild`; that
+    rebuild then moved the healthy file aside as `.damaged-*`. Now: one line naming the
+    holder and the fix, the file left where it is, and all works once the holder closes it."""
+    cat = Catalog(data_root)
+    v = cat.publish("pool", make_problems(3))
+    ready = tmp_path / "holding"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, duckdb, pathlib\n"
+            f"con = duckdb.connect({str(cat.db_path)!r})\n"
+            f"pathlib.Path({str(ready)!r}).write_text('x')\n"
+            "sys.stdin.read()\n",
+        ],
+        stdin=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 60  # a guard against hanging, not a timed assertion
+        while not ready.exists():
+            assert holder.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        for call in (cat.list, lambda: cat.publish("pool", make_problems(4)), cat.rebuild):
+            with pytest.raises(StorageError) as exc:
+                call()
+            msg = str(exc.value)
+            assert "in use by another program" in msg and f"PID {holder.pid}" in msg, msg
+            assert "damaged" not in msg and "rebuild" not in msg, msg
+        assert sorted(p.name for p in cat.db_path.parent.glob("catalog.duckdb*")) == [
+            "catalog.duckdb"
+        ]
+    finally:
+        holder.communicate(b"")
+    assert [x.version for x in cat.list()] == [v.version]
+    assert cat.publish("pool", make_problems(4)).version != v.version
 
 
 def test_rerunning_rebuild_keeps_one_copy_of_the_damaged_catalog(data_root):
