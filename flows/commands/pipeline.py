@@ -65,8 +65,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve the curate flow for CONFIG as a deployment on a schedule (blocks; Ctrl-C stops).
         Point PREFECT_API_URL at a server (`prefect server start`) to see and trigger runs."""
-        import os
-
         from flows.config import load_config, prefect_env_defaults
         from flows.deployments import check_schedule
 
@@ -77,17 +75,17 @@ def register(app: typer.Typer) -> None:
         from flows.deployments import serve_curate
         from flows.prefect_server import temporary_server
 
-        if not os.environ.get("PREFECT_API_URL"):
-            _console().print(
-                "PREFECT_API_URL is not set: serving with a temporary local Prefect server "
-                "(scheduler on, UI off) that stops with this command. Run `prefect server "
-                "start` and set PREFECT_API_URL=http://127.0.0.1:4200/api to see the runs in "
-                "the UI.",
-                highlight=False,
-            )
         # Prefect's own temporary server runs no scheduler: a schedule served against it
         # never fired. This one does, and dies with this process like `sluice run`'s.
-        with temporary_server(schedules=True):
+        with temporary_server(schedules=True) as url:
+            if url is not None:
+                _console().print(
+                    "PREFECT_API_URL is not set: serving with a temporary local Prefect server "
+                    "(scheduler on, UI off) that stops with this command. Run `prefect server "
+                    "start` and set PREFECT_API_URL=http://127.0.0.1:4200/api to see the runs "
+                    "in the UI.",
+                    highlight=False,
+                )
             serve_curate(
                 config,
                 name=name,
