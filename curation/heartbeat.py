@@ -46,16 +46,17 @@ class LineClock:
             self._thread.join()
 
 
-def reused_note(reused: int) -> str:
-    """What a progress line adds for the items served from a store or cache: they count as
-    done, and say so (a rerun's ``4/6`` read as two missing)."""
-    return f" ({reused:,} reused from the store)" if reused else ""
+def reused_note(reused: int, source: str = "the store") -> str:
+    """What a progress line adds for the items served from a store or cache (``source``: ``the
+    scan cache``): they count as done, and say so (a rerun's ``4/6`` read as two missing)."""
+    return f" ({reused:,} reused from {source})" if reused else ""
 
 
-def all_reused_line(label: str, total: int, unit: str, new: str) -> str:
-    """The final line of a run whose every item came from the store: ``0/N ..., ETA ?
-    (done)`` read like a failure. ``new``: what the run would have done (``generated``)."""
-    return f"{label}: all {total:,} {unit}s served from the store (reused), nothing {new}"
+def all_reused_line(label: str, total: int, units: str, new: str, source: str = "the store") -> str:
+    """The final line of a run whose every item came from the store (or ``source``): ``0/N
+    ..., ETA ? (done)`` read like a failure. ``units``: plural (``samples``); ``new``: what the
+    run would have done (``generated``)."""
+    return f"{label}: all {total:,} {units} served from {source} (reused), nothing {new}"
 
 
 __all__ = ["LineClock", "all_reused_line", "reused_note"]

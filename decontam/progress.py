@@ -5,7 +5,11 @@ line goes to stderr with the rows done, rows/s and the ETA, so a stalled or slow
 the log instead of printing nothing for ten minutes. A background thread writes the line when
 no batch finished within the interval: rows advance only per batch (50,000 rows, minutes under
 the default detectors), and lines written only on an advance left a one-batch run silent until
-its end. Hand-written because rich's bar has no plain-log mode.
+its end. Texts (or rows) the scan cache served count as done, not in the rate or the ETA, and
+the line says how many (``(700 reused from the scan cache)``); a run the cache served whole
+ends on ``decontam: all N rows served from the scan cache (reused), nothing scanned`` (the
+wording of every progress log, :mod:`curation.heartbeat`). Hand-written because rich's bar has
+no plain-log mode.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ import threading
 import time
 from typing import TextIO
 
-from curation.heartbeat import LineClock
+from curation.heartbeat import LineClock, all_reused_line, reused_note
+
+_CACHE = "the scan cache"
 
 
 def _duration(s: float) -> str:
@@ -28,7 +34,8 @@ def _duration(s: float) -> str:
 
 
 class ScanProgress:
-    """``with ScanProgress(total, what="rows") as p: p.advance(n)``; ``total`` may be None."""
+    """``with ScanProgress(total, what="rows") as p: p.advance(n)``; ``total`` may be None.
+    ``p.advance(n, cached=k)``: ``k`` of the ``n`` were served from the scan cache."""
 
     def __init__(
         self,
@@ -44,6 +51,7 @@ class ScanProgress:
         self.stream = stream or sys.stderr
         self.bar = self.stream.isatty() if bar is None else bar
         self.done = 0
+        self.cached = 0  # of ``done``: served from the scan cache, not scanned by this run
         self._logged = 0  # ``done`` at the last line written
         self._start = 0.0
         self._rich = None
@@ -77,21 +85,31 @@ class ScanProgress:
             self._lock = self._clock.lock
         return self
 
-    def advance(self, n: int) -> None:
+    def advance(self, n: int, cached: int = 0) -> None:
+        """``n`` more done, ``cached`` of them served from the scan cache (no work)."""
         if self._rich is not None:
             self.done += n
+            self.cached += cached
+            if cached:
+                desc = f"scanning {self.what}{reused_note(self.cached, _CACHE)}"
+                self._rich.update(self._task, description=desc, refresh=False)
             self._rich.advance(self._task, n)
             return
         with self._lock:
             self.done += n
+            self.cached += cached
             if self._clock is not None:
                 self._clock.tick()
+
+    def reuse(self, n: int) -> None:
+        """``n`` more done, all served from the scan cache."""
+        self.advance(n, cached=n)
 
     def line(self, now: float | None = None) -> str:
         """The log line for the current state."""
         now = time.monotonic() if now is None else now
         el = max(now - self._start, 1e-9)
-        rate = self.done / el
+        rate = (self.done - self.cached) / el  # cached ones took no time: not in the rate
         head = f"{self.label}: {self.done:,}"
         if self.total:
             head += f" / {self.total:,} {self.what} ({100 * self.done / self.total:.0f}%)"
@@ -100,7 +118,7 @@ class ScanProgress:
         tail = f", {rate:,.0f} {self.what}/s, elapsed {_duration(el)}"
         if self.total and rate > 0 and self.done < self.total:
             tail += f", ETA {_duration((self.total - self.done) / rate)}"
-        return head + tail
+        return head + tail + reused_note(self.cached, _CACHE)
 
     def _log(self, now: float) -> None:
         self._logged = self.done
@@ -111,5 +129,11 @@ class ScanProgress:
             self._clock.stop()
         if self._rich is not None:
             self._rich.__exit__(*exc)
-        elif exc[0] is None and self.done and self.done != self._logged:
+        if exc[0] is not None:
+            return
+        if self.done and self.cached >= self.done and self.done == (self.total or self.done):
+            # nothing scanned: `0 rows/s` after a bar of jumps read like a failure
+            line = all_reused_line(self.label, self.done, self.what, "scanned", _CACHE)
+            print(line, file=self.stream, flush=True)
+        elif self._rich is None and self.done and self.done != self._logged:
             self._log(time.monotonic())  # the final state, unless its line was just written

@@ -833,9 +833,13 @@ def cached_scan(
     use_cache: bool = True,
     on_batch: Callable[[int], None] | None = None,
     cache=None,
+    on_cached: Callable[[int], None] | None = None,
 ) -> tuple[pa.Table, dict[str, int]]:
     """:func:`scan` through the per-text cache: only texts never scanned under the same
     definition are scored. Returns (matches, {"texts", "texts_scanned", "texts_cached"}).
+    ``on_batch``: called with the texts done per scanned batch, and once with the repeats of
+    texts scanned here; ``on_cached`` (else ``on_batch``): once, first, with the texts the
+    cache served (a progress counts them as done, not in its rate).
     ``cache``: the :class:`~decontam.scan_cache.ScanCache` to use (a streamed run passes one
     for all its batches, so the known texts are read once; what its batches scan is not added
     to them, so memory stays flat and the counts are the whole input's)."""
@@ -874,6 +878,9 @@ def cached_scan(
         for i in new_idx.tolist():
             first.setdefault(hashes[i], i)
         todo_idx = list(first.values())  # ascending: new_idx is
+    n_cached = len(hashes) - len(new_idx)
+    if n_cached and (on_cached or on_batch):  # first: the ETA is then the new texts' alone
+        (on_cached or on_batch)(n_cached)
     hash_arr = pa.array(hashes, pa.string())
     fresh_c = None
     if todo_idx:
@@ -886,8 +893,8 @@ def cached_scan(
             ["text_hash" if c == "sample_uid" else c for c in fresh.column_names]
         )
         cache.add(todo_hashes, fresh_c.drop_columns(["field"]), remember=not streamed)
-    if on_batch and len(texts) - len(todo_idx):
-        on_batch(len(texts) - len(todo_idx))
+    if on_batch and len(new_idx) - len(todo_idx):  # repeats of a text scanned just now
+        on_batch(len(new_idx) - len(todo_idx))
     # texts scanned just now: their matches are at hand; only the others are read back
     old = set() if every else set(hashes) - {hashes[i] for i in todo_idx}
     cached = cache.matches_for(old) if old else CACHED_MATCH_SCHEMA.empty_table()
@@ -919,7 +926,7 @@ def cached_scan(
     stats = {
         "texts": texts.num_rows,
         "texts_scanned": len(new_idx),
-        "texts_cached": texts.num_rows - len(new_idx),
+        "texts_cached": n_cached,
         "timings": timings(),
     }
     return matches, stats
@@ -1422,11 +1429,12 @@ def run_decontamination(
     import contextlib
 
     with contextlib.ExitStack() as stack:
-        on_batch = None
+        on_batch = on_cached = None
         if progress:
             from decontam.progress import ScanProgress
 
-            on_batch = stack.enter_context(ScanProgress(texts.num_rows, what="texts")).advance
+            shown = stack.enter_context(ScanProgress(texts.num_rows, what="texts"))
+            on_batch, on_cached = shown.advance, shown.reuse
         matches, stats = cached_scan(
             texts,
             dets,
@@ -1435,6 +1443,7 @@ def run_decontamination(
             batch_size=config.batch_size,
             use_cache=config.use_cache,
             on_batch=on_batch,
+            on_cached=on_cached,
         )
     stats["timings"] = _merge_timings(stats["timings"], fit)
     meta_matches = scan_metadata(inp.table, uids, dets)

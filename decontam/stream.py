@@ -553,7 +553,7 @@ def _run_streamed(
     out_dir: str | Path,
     data_root: str | None,
     command: str | None,
-    on_rows: Callable[[int], None] | None = None,
+    on_rows: Callable[[int, int], None] | None = None,
     fit: dict[str, float] | None = None,
     worker_args: dict[str, Any] | None = None,
     catalog=None,
@@ -580,7 +580,11 @@ def _run_streamed(
     ``scanned``: where the batches' matches come from when they were scanned elsewhere (the
     shards of :mod:`decontam.shards`): given the prepared batches ``(tbl, rows, texts, uids)``
     it yields ``(tbl, rows, texts, uids, matches, stats)`` for each, in order; ``scan_stats``
-    then gives the run's scan counts (texts, texts_scanned, texts_cached)."""
+    then gives the run's scan counts (texts, texts_scanned, texts_cached).
+
+    ``on_rows(rows, cached)``: called after each batch with its rows and how many of them the
+    scan cache served (the batch's share of cached texts: exact with one text a row, and a
+    batch the cache served whole is all cached), for the progress."""
     import contextlib
     import shutil
 
@@ -663,8 +667,9 @@ def _run_streamed(
                 n_texts += texts.num_rows
                 n_without_text += rows_without_text(tbl.num_rows, texts)
                 n_contam += excl.num_rows
-                if on_rows:
-                    on_rows(tbl.num_rows)
+                if on_rows:  # the batch's rows, and the share of them the scan cache served
+                    cached = tbl.num_rows * st["texts_cached"] // st["texts"] if st["texts"] else 0
+                    on_rows(tbl.num_rows, cached)
             if not n_rows:
                 raise InputError("the input has no rows", file=source)
             # an id in two batches (one batch checks its own)

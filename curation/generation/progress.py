@@ -107,7 +107,7 @@ class Progress:
             print(self.line() + " (done)", file=self.stream, flush=True)
 
     def _all_reused(self) -> str:
-        return all_reused_line(self.desc, self.total, self.unit, self.new)
+        return all_reused_line(self.desc, self.total, f"{self.unit}s", self.new)
 
     def __enter__(self) -> Progress:
         return self

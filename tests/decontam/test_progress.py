@@ -32,3 +32,38 @@ def test_the_heartbeat_does_not_repeat_a_line_an_advance_just_wrote():
     with ScanProgress(1000, what="rows", interval=3600, stream=buf) as p:
         p.advance(1000)
     assert [x.split(",")[0] for x in buf.getvalue().splitlines()] == ["decontam: 1"]
+
+
+def test_texts_from_the_scan_cache_count_as_done_not_in_the_rate():
+    """Texts the scan cache served are done without work: they count toward the total (a
+    partly cached run ended on `500 / 1,000`), not toward the speed figure or the ETA, and the
+    line says how many came from the cache (the wording of the rollouts progress)."""
+    buf = io.StringIO()
+    with ScanProgress(1000, what="texts", interval=3600, stream=buf) as p:
+        p.advance(600, cached=600)
+        p.advance(200)
+        # 200 scanned in 10 s: 20 texts/s, and 200 left take 10 s (the 600 took none)
+        line = p.line(p._start + 10)
+        assert line == (
+            "decontam: 800 / 1,000 texts (80%), 20 texts/s, elapsed 10s, ETA 10s"
+            " (600 reused from the scan cache)"
+        ), line
+        p.advance(200, cached=100)
+    last = buf.getvalue().splitlines()[-1]
+    assert last.startswith("decontam: 1,000 / 1,000 texts (100%), "), last
+    assert last.endswith(" (700 reused from the scan cache)"), last
+
+
+def test_a_run_the_scan_cache_served_whole_ends_on_a_line_saying_so():
+    """The nightly rerun of an unchanged pool scans nothing: its last line says every text
+    came from the cache, also when an advance had just written the same count (interval 0)
+    and on a terminal's bar."""
+    for interval, bar in ((0.0, False), (3600, False), (3600, True)):
+        buf = io.StringIO()
+        with ScanProgress(1530, what="rows", interval=interval, stream=buf, bar=bar) as p:
+            p.advance(1000, cached=1000)
+            p.advance(530, cached=530)
+        lines = buf.getvalue().splitlines()
+        done = "decontam: all 1,530 rows served from the scan cache (reused), nothing scanned"
+        assert lines[-1] == done, (interval, bar, lines)
+        assert not any("ETA" in x for x in lines[:-1] if x.startswith("decontam: 1,530")), lines

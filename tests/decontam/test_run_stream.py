@@ -835,3 +835,58 @@ def test_the_first_bad_row_is_named_across_fields_and_ids(pools_dir, tmp_path, s
                             out_dir=tmp_path / "o", data_root=str(tmp_path / "root"),
                             publish=False)  # fmt: skip
     assert (e.value.row, e.value.field) == (3, "hint")
+
+
+@pytest.mark.parametrize(
+    "kind,stream_rows,workers",
+    [("file", 0, 1), ("file", 400, 1), ("file", 400, 2), ("catalog", 0, 1), ("catalog", 400, 2)],
+)
+def test_progress_counts_what_the_scan_cache_served(
+    pools_dir, tmp_path, capsys, kind, stream_rows, workers
+):
+    """A rerun's texts served from the scan cache count as done in the progress and its last
+    line says how many came from the cache; a run the cache served whole ends on a line saying
+    so. The whole-table run counts texts, a streamed one rows (one text each here), in one
+    process or with scan workers, on a file and on a catalog version; run.json agrees."""
+    from curation.catalog import Catalog
+    from curation.ingest import ingest
+
+    if kind == "file":
+        rows = [json.loads(x) for x in _pool(pools_dir, tmp_path / "p.jsonl").open()]
+    else:  # ingested as a catalog version: content-derived uids, the text in `problem`
+        rows = math_rows_with_aime(pools_dir, 1500, 37)
+    cat = Catalog(tmp_path / "root")
+
+    def source(n: int) -> str:
+        src = tmp_path / f"pool-{n}.jsonl"
+        src.write_text("".join(json.dumps(r) + "\n" for r in rows[:n]))
+        if kind == "file":
+            return str(src)
+        return ingest(str(src), field_map="deepscaler_math", name=f"p{n}", catalog=cat).ref
+
+    def run(ref: str, out: str):
+        cfg = DecontamConfig(
+            benchmarks=["aime24"], detectors=["ngram"], stream_rows=stream_rows, workers=workers
+        )
+        field = "text" if kind == "file" else "problem"
+        r = run_decontamination(
+            ref, text_fields=[field], config=cfg, out_dir=tmp_path / out, catalog=cat,
+            data_root=str(tmp_path / "root"), publish=False, progress=True,
+        )  # fmt: skip
+        return r, capsys.readouterr().err.splitlines()
+
+    unit = "rows" if stream_rows else "texts"
+    r, lines = run(source(765), "o1")
+    part = r.counts["rows"]  # the catalog's ingest may drop a duplicate
+    assert r.counts["texts_cached"] == 0 and not any("reused" in x for x in lines), lines
+    assert lines[-1].startswith(f"decontam: {part:,} / {part:,} {unit} (100%), "), lines
+    full = source(len(rows))
+    r, lines = run(full, "o2")
+    n = r.counts["rows"]
+    assert r.counts["texts_cached"] == part and r.counts["texts_scanned"] == n - part
+    assert lines[-1].startswith(f"decontam: {n:,} / {n:,} {unit} (100%), "), lines
+    assert lines[-1].endswith(f" ({part:,} reused from the scan cache)"), lines
+    r, lines = run(full, "o3")
+    assert r.counts["texts_cached"] == n and r.counts["texts_scanned"] == 0
+    done = f"decontam: all {n:,} {unit} served from the scan cache (reused), nothing scanned"
+    assert lines[-1] == done, lines
