@@ -291,8 +291,15 @@ def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]
         records = _csv_records(text)
         cols = records[0][2] if records else []
         for first, _, values in records[1:]:
-            # as csv.DictReader read them: a short row's missing cells are empty, extra ones
-            # (more than the header names) are not read
+            # as csv.DictReader read them: a short row's missing cells are empty (the checks
+            # name a missing count); extra ones were dropped without a word, a count with them
+            if len(values) > len(cols):
+                raise InputError(
+                    f"{len(values)} cells, but the header names {len(cols)} "
+                    f"({', '.join(cols)})", file=str(path), row=first,
+                    hint='quote a value that holds a comma ("a, b"), or name the extra '
+                    "column(s) in the header (line 1)",
+                )  # fmt: skip
             cells = dict(zip(cols, values + [""] * (len(cols) - len(values)), strict=False))
             rows.append((first, {k: (v if v != "" else None) for k, v in cells.items()}))
     elif suf in (".jsonl", ".json"):

@@ -299,3 +299,36 @@ def test_a_csv_record_over_several_lines_is_named_by_its_first_line(qwen, tmp_pa
     assert e.value.row == 3
     p.write_text(head + "\n".join(rows) + "\n")
     assert [n for n, _ in read_table_rows(p)] == [2, 3, 6]
+
+
+def test_a_csv_row_with_more_cells_than_the_header_is_an_error(
+    qwen, pools_dir, data_root, tmp_path
+):
+    """A row with more cells than the header names (an unquoted comma in a problem text, a
+    column the header lacks) lost its extra cells without a word, and with them a counts
+    column: now one error naming the file, the row (the record's first line) and the fix."""
+    head = "problem,model,k,passed\n"
+    text = qwen[1]["problem"].replace(" ", "\n", 1)  # lines 3-4
+    rows = [f'"{qwen[0]["problem"]}",qwen,8,{qwen[0]["passed"]}',  # line 2
+            f'"{text}",qwen,8,{qwen[1]["passed"]},0.5,extra',  # lines 3-4: two cells too many
+            f'"{qwen[2]["problem"]}",qwen,8,{qwen[2]["passed"]}']  # line 5  # fmt: skip
+    p = tmp_path / "c.csv"
+    p.write_text(head + "\n".join(rows) + "\n")
+    with pytest.raises(InputError, match=r"row 3: 6 cells, but the header names 4") as e:
+        read_table_rows(p)
+    assert (e.value.file, e.value.row) == (str(p), 3)
+    assert "quote" in e.value.hint and "header" in e.value.hint, e.value.hint
+    # through the CLI: one line, no traceback
+    from curation.ingest import ingest
+
+    ingest(str(pools_dir / "math_gsm8k_train.jsonl"), field_map="gsm8k", name="g", limit=3)
+    env = {**os.environ, "SLUICE_DATA_ROOT": str(data_root)}
+    r = subprocess.run([sys.executable, "-m", "flows.cli", "rl", "import-counts", "g@latest",
+                        "--file", str(p)], env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"file {p}, row 3: 6 cells" in r.stderr, r.stderr
+    # a short row still reads its missing cells as empty (the check names them)
+    rows[1] = f'"{text}",qwen,8'
+    p.write_text(head + "\n".join(rows) + "\n")
+    with pytest.raises(InputError, match=r"row 3, field 'passed': passed is missing"):
+        import_table(p)
