@@ -42,26 +42,6 @@ class HubPush:
         }
 
 
-# names of data files, not folders: an output folder named like one (``staged.parquet/``) is a
-# slip for a file path, made silently into a folder
-_FILE_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv")
-
-
-def check_staging_folder(out: str | Path, *, option: str = "--out") -> None:
-    """Refuse ``out`` as the folder a Hub upload is staged in when it names a file: a data-file
-    suffix (``staged.parquet``), or a file that exists. Called before any work, so nothing is
-    written; ``rl export --format trl`` refuses a folder path the same way."""
-    p = Path(out)
-    named_as_file = p.suffix.lower() in _FILE_SUFFIXES
-    if named_as_file or (p.exists() and not p.is_dir()):
-        raise ConfigError(
-            f"{option} {p} is a file path; a Hub upload is staged in a folder "
-            "(data/*.parquet shards, README.md)",
-            hint=(f"give a folder, e.g. {option} {p.with_suffix('')}" if named_as_file
-                  else "give a folder path, not an existing file") + "; nothing was written",
-        )  # fmt: skip
-
-
 @contextlib.contextmanager
 def quiet_datasets() -> Iterator[None]:
     """datasets' progress bars (``Creating parquet from Arrow format``, the upload's) off for

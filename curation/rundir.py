@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from curation.errors import IntegrityError, StorageError, writing_to
+from curation.errors import ConfigError, IntegrityError, StorageError, writing_to
 
 _PARTIAL = ".partial-"
 _OLD = ".old-"
@@ -81,16 +81,43 @@ def _refuse_replacing(out: Path, kind: Kind) -> None:
         )
 
 
-def check_out_dir(out: str | os.PathLike, *, kind: Kind) -> Path:
-    """Refuse an ``--out`` that cannot become a folder, or that holds anything but an earlier
-    run directory of ``kind`` (it would be replaced, and its contents lost), before any work
-    is done."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise StorageError(
-            f"--out {out} is a file, not a folder",
-            hint="give a folder path (it is created), or remove/rename that file",
+# names of data files, not folders: an output folder named like one (``report.parquet/``) is a
+# slip for a file path, made silently into a folder
+FILE_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv")
+
+
+def check_out_folder(out: str | os.PathLike, *, holds: str, option: str = "--out") -> Path:
+    """Refuse ``out`` as the folder a command writes (``holds``: what goes there, for the
+    message) when it names a file: a data-file suffix (``report.parquet``), a file that
+    exists, or a path inside a file. Every command whose ``--out`` is a folder calls it before
+    any work, so nothing is written."""
+    p = Path(out)
+    suffix = p.suffix.lower()
+    if suffix in FILE_SUFFIXES:
+        raise ConfigError(
+            f"{option} {out} is named like a {suffix} file, but {holds} is written to a folder",
+            hint=f"give a folder, e.g. {option} {p.with_suffix('')}; nothing was written",
         )
+    if p.exists() and not p.is_dir():
+        raise ConfigError(
+            f"{option} {out} is a file, but {holds} is written to a folder",
+            hint="give a folder path (it is created), or remove or rename that file; "
+            "nothing was written",
+        )
+    inside = next((q for q in p.parents if q.exists() and not q.is_dir()), None)
+    if inside is not None:
+        raise ConfigError(
+            f"{option} {out} is inside a file ({inside}), but {holds} is written to a folder",
+            hint="give a folder path whose parents are folders; nothing was written",
+        )
+    return p
+
+
+def check_out_dir(out: str | os.PathLike, *, kind: Kind) -> Path:
+    """Refuse an ``--out`` that cannot become a folder (:func:`check_out_folder`), or that
+    holds anything but an earlier run directory of ``kind`` (it would be replaced, and its
+    contents lost), before any work is done."""
+    out = check_out_folder(out, holds=f"the run directory of `{kind.command}`")
     _refuse_replacing(out, kind)
     parent = out.parent
     while not parent.exists() and parent != parent.parent:

@@ -120,11 +120,13 @@ def check_rl_params(model: str, out_dir: str, generation: dict[str, Any] | None 
     before the server starts and before any model call (each task builds its own later)."""
     from curation.errors import ConfigError
     from curation.generation import GenerationConfig, SamplingParams
+    from curation.rundir import check_out_folder
     from rl_pools.curriculum import CurriculumConfig
     from rl_pools.rollouts import RolloutConfig
     from rl_pools.tiers import SelectionConfig
     from rl_pools.validate import PoolValidationConfig
 
+    check_out_folder(out_dir, holds="the RL pool run (exports and report)")
     RolloutConfig(k=k, think_opened_by_template=think_opened_by_template)
     PoolValidationConfig(**(validation or {}))
     GenerationConfig(**{"backend": "openai", **(generation or {}), "model": model})
@@ -141,13 +143,6 @@ def check_rl_params(model: str, out_dir: str, generation: dict[str, Any] | None 
             )
     if curriculum:
         CurriculumConfig(preset=curriculum)
-    out = Path(out_dir)
-    for p in (out, *out.parents):
-        if p.exists() and not p.is_dir():
-            raise ConfigError(
-                f"--out {out_dir} {'is' if p == out else 'is inside'} a file ({p})",
-                hint="give a folder for the exports and the report",
-            )
 
 
 @flow(name="sluice-rl-pool", log_prints=True)

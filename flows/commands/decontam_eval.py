@@ -84,12 +84,14 @@ def register(decontam_app: typer.Typer) -> None:
         from rich.console import Console
 
         from curation.errors import ConfigError
+        from curation.rundir import check_out_folder
         from decontam.embedding import BACKENDS
         from decontam.evaluate import EvalConfig, evaluate, write_outputs
         from decontam.policy import PolicyConfig
         from decontam.registry import detector_class
         from decontam.run import takes_embedding_model
 
+        check_out_folder(out, holds="the evaluation (evaluation.json/.md, sweeps, scores)")
         console = Console(stderr=True)
         names = (
             [d.strip() for d in detectors.split(",") if d.strip()]

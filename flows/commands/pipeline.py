@@ -102,8 +102,11 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Write the project's own sample pool + config and run the whole pipeline on it."""
+        from curation.rundir import check_out_folder
         from flows.demo import run_demo
 
+        if out is not None:
+            check_out_folder(out, holds="the demo (sample pool, config, data root, report)")
         report = run_demo(out)
         _console().print(f"report: [bold]{report}[/]", soft_wrap=True, highlight=False)
 

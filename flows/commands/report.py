@@ -22,8 +22,10 @@ def contamination(
 ) -> None:
     """Write the contamination report of one run (HTML, Markdown, JSON, evidence.parquet)."""
     from curation.errors import ConfigError
+    from curation.rundir import check_out_folder
     from reports.contamination import render_report
 
+    check_out_folder(out, holds="the report (report.html, report.md, report.json)")
     if max_evidence < 0:
         raise ConfigError(
             f"--max-evidence must be >= 0, got {max_evidence}",
@@ -43,8 +45,11 @@ def diff(
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
 ) -> None:
     """Show new, resolved and changed flags and configuration differences between two runs."""
+    from curation.rundir import check_out_folder
     from reports.diff import diff_runs, print_diff, write_diff
 
+    if out is not None:
+        check_out_folder(out, holds="the diff (diff.md, diff.json)")
     d = diff_runs(run_a, run_b)
     if out is not None:
         write_diff(d, out)

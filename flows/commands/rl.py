@@ -296,12 +296,10 @@ def export(
             f"--out {out} is not a .parquet path; --format verl writes one parquet file",
             hint=f"give a file path, e.g. --out {out.with_suffix('.parquet')}",
         )
-    if fmt == "trl" and (out.suffix == ".parquet" or (out.exists() and not out.is_dir())):
-        raise ConfigError(
-            f"--out {out} is a file path; --format trl writes a folder (FOLDER/train.parquet)",
-            hint=f"give a folder, e.g. --out {out.with_suffix('')}, or use --format verl "
-            "for one parquet file",
-        )
+    if fmt == "trl":
+        from curation.rundir import check_out_folder
+
+        check_out_folder(out, holds="--format trl (FOLDER/train.parquet; --format verl: one file)")
     from rl_pools.build import selected_pool
 
     t = cat.load(selected_pool(cat, pool, "rl export").ref)
@@ -328,11 +326,11 @@ def push(
 ) -> None:
     """push_to_hub the exported pool (a dry run by default: files written locally)."""
     from curation.catalog import Catalog
-    from curation.hub import check_staging_folder
+    from curation.rundir import check_out_folder
     from rl_pools.export import push_to_hub
 
     if out is not None:  # the files are staged in a folder under --out: refused before any work
-        check_staging_folder(out)
+        check_out_folder(out, holds="a Hub upload (data/*.parquet shards, README.md)")
     cat = Catalog()
     from rl_pools.build import selected_pool
 
@@ -356,8 +354,10 @@ def report(
 ) -> None:
     """HTML report: tiers per source and model, pass-rate distribution, kept/dropped by rule,
     lineage back to the decontaminated version."""
+    from curation.rundir import check_out_folder
     from reports.rl_pool import render_rl_report
 
+    check_out_folder(out, holds="the report (rl_pool.html, rl_pool.json)")
     paths = render_rl_report(pool, out, contamination_report=contamination_report)
     typer.echo(f"report: {paths['html']}")
 

@@ -136,6 +136,9 @@ def build(
 ) -> None:
     """Grade, filter and decontaminate RESPONSES; publish the responses and the grid versions."""
     from curation.catalog import Catalog
+    from curation.rundir import check_out_folder
+
+    check_out_folder(out, holds="the build's run directory (responses, evidence, report)")
     from sft_generation.config import FilterConfig
     from sft_generation.runs import build_from_ref
 
@@ -243,9 +246,9 @@ def export(
             "nothing was written",
         )
     if push_to_hub:  # the upload is staged in the folder --out: refused before any work
-        from curation.hub import check_staging_folder
+        from curation.rundir import check_out_folder
 
-        check_staging_folder(out)
+        check_out_folder(out, holds="a Hub upload (data/*.parquet shards, README.md)")
     cat = Catalog(root)
     v = cat.resolve(ref)
     table = cat.load(v.ref)

@@ -54,8 +54,11 @@ def grpo(
 
     from rich.console import Console
 
+    from curation.rundir import check_out_folder
     from training.grpo import check_run, run_grpo
 
+    if out:
+        check_out_folder(out, holds="the training run directory")
     cfg = _load_checked(config)
     if check:
         info = check_run(cfg, out or None, catalog=_catalog(root), allow_uncleaned=allow_uncleaned)
@@ -187,8 +190,10 @@ def export_verl(
     `verl.trainer.main_ppo` run per stage (successive runs)."""
     from rich.console import Console
 
+    from curation.rundir import check_out_folder
     from training.verl import export_verl as do_export
 
+    check_out_folder(out, holds="the verl export (data, reward module, run script)")
     res = do_export(
         _load_checked(config), out, catalog=_catalog(root), allow_uncleaned=allow_uncleaned
     )

@@ -63,3 +63,28 @@ def test_unnamed_partial_folders_of_older_versions_go_once_a_week_untouched(tmp_
     tmp = rundir.start(out, kind=KIND)
     assert not old.exists() and recent.is_dir() and other.is_dir()
     rundir.abandon(tmp)
+
+
+def test_an_out_folder_named_like_a_file_or_that_is_a_file_is_refused(tmp_path):
+    """One check for every command whose --out is a folder: a name ending like a data file
+    (`report.parquet` became a folder of that name), an existing file, or a path inside a
+    file is one ConfigError naming the option and the fix; a folder path passes."""
+    import pytest
+
+    from curation.errors import ConfigError
+
+    a_file = tmp_path / "taken"
+    a_file.write_text("keep")
+    for out, said, fix in (
+        (tmp_path / "x.parquet", "is named like a .parquet file", f"--out {tmp_path / 'x'}"),
+        (tmp_path / "x.JSONL", "is named like a .jsonl file", f"--out {tmp_path / 'x'}"),
+        (a_file, "is a file", "remove or rename"),
+        (a_file / "sub", f"is inside a file ({a_file})", "parents are folders"),
+    ):
+        with pytest.raises(ConfigError) as e:
+            rundir.check_out_folder(out, option="--out", holds="the report")
+        assert str(e.value).startswith(f"--out {out} {said}"), str(e.value)
+        assert fix in e.value.hint and "nothing was written" in e.value.hint, e.value.hint
+    assert a_file.read_text() == "keep" and not (tmp_path / "x.parquet").exists()
+    for ok in (tmp_path / "new", tmp_path / "new" / "deeper", tmp_path, tmp_path / "v1.2"):
+        assert rundir.check_out_folder(ok, holds="the report") == ok

@@ -575,3 +575,51 @@ def test_server_start_up_timeout_is_configurable_and_says_what_to_do(aime_head, 
         subprocess.run([SLUICE, "run", str(cfg)], capture_output=True, text=True, env=env)
     )
     assert "SLUICE_PREFECT_STARTUP_TIMEOUT" in line
+
+
+# every command whose --out is a folder, with inputs that do not exist: the --out check comes
+# before anything else (the `sluice demo` and `rl run` ones would run whole with a good --out)
+_FOLDER_OUTS = {
+    "decontam run": ["decontam", "run", "nope.jsonl", "--text-field", "t", "--no-publish"],
+    "decontam evaluate": ["decontam", "evaluate", "--labels", "nope.jsonl"],
+    "report contamination": ["report", "contamination", "nope"],
+    "report diff": ["report", "diff", "nope-a", "nope-b"],
+    "demo": ["demo"],
+    "rl report": ["rl", "report", "nope@latest"],
+    "rl run": ["rl", "run", "nope@latest", "--model", "m"],
+    "rl export --format trl": ["rl", "export", "nope@latest", "--format", "trl"],
+    "rl push": ["rl", "push", "nope@latest", "--repo", "me/x"],
+    "sft build": ["sft", "build", "nope.sft_raw@latest"],
+    "sft export --push-to-hub": ["sft", "export", "nope@latest", "--push-to-hub", "me/x"],
+    "train grpo": ["train", "grpo", "nope.toml"],
+    "train export-verl": ["train", "export-verl", "nope.toml"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(_FOLDER_OUTS))
+def test_a_folder_out_named_like_a_file_is_refused_before_any_work(
+    command, tmp_path, monkeypatch, capsys
+):
+    """`train export-verl --out X.parquet`, `rl report --out X.parquet`, `rl run --out
+    X.parquet` (and the other commands that write a folder) made a folder named X.parquet; an
+    existing file or a path inside one failed late or not at all. Each is one line naming
+    --out and the fix, exit 2, nothing written."""
+    from flows.cli import main
+
+    monkeypatch.setenv("SLUICE_DATA_ROOT", str(tmp_path / "root"))
+    monkeypatch.chdir(tmp_path)
+    a_file = tmp_path / "taken"
+    a_file.write_text("keep")
+    for out in (tmp_path / "X.parquet", tmp_path / "x.csv", a_file, a_file / "sub"):
+        with pytest.raises(SystemExit) as e:
+            main([*_FOLDER_OUTS[command], "--out", str(out)])
+        err = capsys.readouterr().err.strip()
+        assert e.value.code == 2, err
+        assert "Traceback" not in err and len(err.splitlines()) == 1, err
+        assert err.startswith(f"error: --out {out} ") and "folder" in err, err
+        assert "nothing was written" in err, err
+    assert a_file.read_text() == "keep" and sorted(os.listdir(tmp_path)) == ["taken"]
+    if command not in ("demo", "rl run"):  # a folder passes the check (and fails on the input)
+        with pytest.raises(SystemExit):
+            main([*_FOLDER_OUTS[command], "--out", str(tmp_path / "reports")])
+        assert "error: --out" not in capsys.readouterr().err
