@@ -80,7 +80,7 @@ def test_brackets_in_help_and_errors_are_printed_as_written(tmp_path):
     res = _run("rl", "select", "--help", env=wide)
     assert "TOML with [selection] steps (and [tiers], [curriculum])" in res.stdout, res.stdout
     res = _run("sft", "build", "--help", env=wide)
-    assert "TOML with an [sft.filters] table" in res.stdout, res.stdout
+    assert "TOML/YAML with an [sft.filters] table" in res.stdout, res.stdout
     res = _run("ingest", "--help", env=wide)
     assert "hf://<repo>[:<config>][@<revision>]#<split>" in res.stdout, res.stdout
     cfg = tmp_path / "t.toml"
