@@ -43,7 +43,7 @@ from curation.normalize import NORMALIZER_VERSION
 from curation.readers import (
     DEFAULT_BATCH_SIZE,
     SourceSpec,
-    data_files,
+    dir_files,
     excerpt,
     kind_of,
     parse_source,
@@ -726,7 +726,7 @@ def source_bytes(spec: SourceSpec) -> int | None:
     if spec.kind == "jsonl":
         return Path(spec.location).stat().st_size
     if spec.kind == "dir":
-        files = data_files(Path(spec.location))
+        files = dir_files(spec)
         if files and all(kind_of(f) == "jsonl" for f in files):
             return sum(f.stat().st_size for f in files)
     return None

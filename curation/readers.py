@@ -9,7 +9,8 @@ Source specs (see docs/ingest.md):
 * ``path/to/pool.parquet``: read with ``ParquetFile.iter_batches``.
 * ``path/to/folder``: a Hugging Face ``save_to_disk`` folder (append ``#split`` for a
   ``DatasetDict``), or else every ``*.jsonl``/``*.jsonl.gz``/``*.json``/``*.parquet`` file in it,
-  in name order.
+  in name order; files named like a Hub dataset's shards (``data/train-00000-of-00002.parquet``)
+  are read one split at a time (``#split``).
 * ``hf://<repo>[:<config>][@<revision>]#<split>``: a Hub dataset, streamed with
   ``datasets.load_dataset(..., streaming=True)``.
 
@@ -142,6 +143,62 @@ def data_files(folder: Path) -> list[Path]:
     return files
 
 
+# a Hub dataset's data file: <split>-00000-of-00002.parquet (push_to_hub, the Hub's own layout;
+# an older push_to_hub adds -<fingerprint>), the names `datasets` takes splits from
+_SHARD_RE = re.compile(r"^(?P<split>\w+(?:\.\w+)*)-\d{5}-of-\d{5}(?:-\w+)?\.")
+
+
+def split_shards(files: list[Path]) -> dict[str, list[Path]] | None:
+    """``{split: files}`` (in name order) when every file of ``files`` is named like a Hub
+    dataset's shard (``train-00000-of-00002.parquet``), else None (a folder of pools)."""
+    out: dict[str, list[Path]] = {}
+    for f in files:
+        m = _SHARD_RE.match(f.name)
+        if m is None:
+            return None
+        out.setdefault(m["split"], []).append(f)
+    return out or None
+
+
+def dir_files(spec: SourceSpec) -> list[Path]:
+    """The data files a folder source reads: every one, or those of its split (Hub shards)."""
+    files = data_files(Path(spec.location))
+    if spec.split is None:
+        return files
+    return (split_shards(files) or {}).get(spec.split, [])
+
+
+def _dir_spec(path: Path, split: str | None, spec: str) -> SourceSpec:
+    """The spec of a folder of data files. A folder of Hub dataset shards, or a Hub repo folder
+    whose only data is in data/, has splits: ``#split`` picks one, and one is needed when it
+    holds several (read together, a test split would be published as training rows)."""
+    own = any(p.is_file() and kind_of(p) for p in path.iterdir() if not p.name.startswith("."))
+    folder = path / "data" if not own and (path / "data").is_dir() else path
+    shards = split_shards(data_files(folder)) if folder != path or own else None
+    if shards is None:
+        if split is not None:  # dropped, it would read every row of the source
+            raise ConfigError(
+                f"{spec}: #{split} selects a split, which only a save_to_disk dataset folder or "
+                f"a folder of Hub shards (<split>-00000-of-00001.parquet) has ({path} is a folder "
+                "of data files)",
+                hint=f"ingest {path} without #{split}",
+            )
+        return SourceSpec("dir", str(path))
+    names = list(shards)
+    if split is None and len(names) == 1:
+        split = names[0]
+    if split not in shards:
+        what = f"has no split {split!r}" if split else f"holds the splits {', '.join(names)}"
+        example = "train" if "train" in shards else names[0]
+        raise ConfigError(
+            f"{path} {what} (files named like Hub dataset shards, <split>-00000-of-00001); "
+            "choose one",
+            hint=f"append #<split> to the source, e.g. {path}#{example}; available splits: "
+            + ", ".join(names),
+        )
+    return SourceSpec("dir", str(folder), split=split)
+
+
 def _is_hf_disk(path: Path) -> bool:
     return any(
         (path / f).is_file() for f in ("dataset_info.json", "state.json", "dataset_dict.json")
@@ -170,14 +227,14 @@ def parse_source(spec: str) -> SourceSpec:
         )
     if path.is_dir() and _is_hf_disk(path):
         return SourceSpec("hf_disk", str(path), split=split)
+    if path.is_dir():
+        return _dir_spec(path, split, spec)
     if split is not None:  # dropped, it would read every row of the source
         raise ConfigError(
-            f"{spec}: #{split} selects a split, which only a save_to_disk dataset folder has "
-            f"({path_str} is a {'folder of data files' if path.is_dir() else 'file'})",
+            f"{spec}: #{split} selects a split, which only a save_to_disk dataset folder or a "
+            f"folder of Hub shards has ({path_str} is a file)",
             hint=f"ingest {path_str} without #{split}",
         )
-    if path.is_dir():
-        return SourceSpec("dir", str(path))
     kind = kind_of(path)
     if kind is None:
         raise ConfigError(
@@ -210,7 +267,7 @@ def read_batches(
     elif spec.kind == "hf_hub":
         yield from _read_hf_hub(spec, batch_size)
     elif spec.kind == "dir":
-        files = data_files(Path(spec.location))
+        files = dir_files(spec)
         if not files:
             raise NotFoundError(
                 f"no data files in folder {spec.location}",

@@ -544,3 +544,65 @@ def test_a_null_test_case_is_a_reject_not_dropped(tmp_path, pools_dir):
     assert "test case 2 is null" in rejects[0]["reason"]
     assert "no expected output" in rejects[1]["reason"]
     assert res.counts.accepted == 1 and res.counts.balanced
+
+
+def test_hf_layouts_publish_what_the_jsonl_gives(tmp_path, pools_dir, data_root):
+    """One real verl slice (a chat `prompt` list of structs, `reward_model` and `extra_info`
+    structs, one duplicate) as JSON Lines, a save_to_disk DatasetDict split, a folder of Hub
+    parquet shards and a Parquet file of large_string/large_list columns with an all-null
+    column: the same uids, fields and metadata. The Hub shard folder was refused, and its
+    data/ folder published the test split's rows with the train split's."""
+    datasets = pytest.importorskip("datasets")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with open(pools_dir / "math_deepscaler_sample2k_verl.jsonl") as f:
+        rows = [json.loads(next(f)) for _ in range(300)]
+    train, test = rows[:280], rows[280:]  # train rows 193 and 269: one problem
+    jl = tmp_path / "train.jsonl"
+    jl.write_text("".join(json.dumps(r) + "\n" for r in train), encoding="utf-8")
+    dd = datasets.DatasetDict(
+        {"train": datasets.Dataset.from_list(train), "test": datasets.Dataset.from_list(test)}
+    )
+    dd.save_to_disk(str(tmp_path / "dict"))
+    data = tmp_path / "hub" / "data"
+    data.mkdir(parents=True)
+    train_ds = dd["train"]
+    train_ds.select(range(150)).to_parquet(str(data / "train-00000-of-00002.parquet"))
+    train_ds.select(range(150, 280)).to_parquet(str(data / "train-00001-of-00002.parquet"))
+    dd["test"].to_parquet(str(data / "test-00000-of-00001.parquet"))
+
+    def large(t):
+        if pa.types.is_string(t):
+            return pa.large_string()
+        if pa.types.is_list(t):
+            return pa.large_list(large(t.value_type))
+        if pa.types.is_struct(t):
+            return pa.struct([f.with_type(large(f.type)) for f in t])
+        return t
+
+    t = pa.Table.from_pylist(train)
+    t = t.cast(pa.schema([f.with_type(large(f.type)) for f in t.schema]))
+    pq.write_table(t.append_column("notes", pa.nulls(len(train))), tmp_path / "large.parquet")
+
+    cat = Catalog()
+    got = {}
+    for src in (
+        jl,
+        f"{tmp_path / 'dict'}#train",
+        f"{tmp_path / 'hub'}#train",
+        tmp_path / "large.parquet",
+    ):
+        res = ingest(str(src), field_map="deepscaler_verl", name="verl")
+        assert res.counts["identity"] == "read 280 = accepted 279 + duplicates 1 + rejected 0"
+        recs = cat.load(res.ref).to_pylist()
+        for r in recs:
+            md = json.loads(r.pop("metadata"))
+            del md["source_file"], md["source_row"]
+            r["metadata"] = md
+        got[str(src)] = recs
+    first, *others = got.values()
+    assert (
+        first[0]["problem"].endswith("find $f(2014)$.") and first[0]["metadata"]["index"] == 13660
+    )
+    assert all(o == first for o in others)

@@ -543,3 +543,39 @@ def test_strict_readers_hand_out_the_rows_before_a_bad_row_first(pools_dir, tmp_
             for row, _ in iter_records(src, batch_size=batch_size):
                 seen.append(row)
         assert seen == [1, 2, 3, 4], batch_size
+
+
+def _hub_shards(repo, rows):
+    """``repo`` laid out as a Hub dataset repo: README.md and data/<split>-NNNNN-of-NNNNN.parquet
+    (train in two shards, test in one); the rows of each split."""
+    data = repo / "data"
+    data.mkdir(parents=True)
+    (repo / "README.md").write_text("---\nlicense: mit\n---\n")
+    train, test = rows[:20], rows[20:]
+    for name, part in [
+        ("train-00000-of-00002", train[:12]),
+        ("train-00001-of-00002", train[12:]),
+        ("test-00000-of-00001", test),
+    ]:
+        pq.write_table(pa.Table.from_pylist(part), data / f"{name}.parquet")
+    return train, test
+
+
+def test_a_folder_of_hub_parquet_shards_reads_one_split(tmp_path, pools_dir):
+    """A Hub dataset's files (data/train-00000-of-00002.parquet, data/test-00000-of-00001.parquet):
+    the repo folder was refused ("data/ would be left out"), and its data/ folder was read as
+    one pool, the test split's rows published with the train split's, without a word."""
+    with open(pools_dir / "math_ttrl_aime24_as_train.jsonl") as f:
+        rows = [json.loads(line) for line in f]
+    train, test = _hub_shards(tmp_path / "repo", rows)
+    for src in (tmp_path / "repo", tmp_path / "repo" / "data"):
+        assert _collect(f"{src}#train")[0] == train
+        assert _collect(f"{src}#test")[0] == test
+        with pytest.raises(ConfigError, match="splits test, train.*choose one") as exc:
+            parse_source(str(src))
+        assert f"{src}#train" in exc.value.hint
+        with pytest.raises(ConfigError, match="no split 'validation'.*test, train"):
+            parse_source(f"{src}#validation")
+    (tmp_path / "repo" / "data" / "test-00000-of-00001.parquet").unlink()
+    assert _collect(str(tmp_path / "repo"))[0] == train  # one split: no #split needed
+    assert parse_source(str(tmp_path / "repo")).split == "train"
