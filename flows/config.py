@@ -180,7 +180,9 @@ class DetectorsConfig:
 @dataclass
 class PoolConfig:
     name: str = field(metadata={"help": "dataset name in the catalog (lowercase, dashes)"})
-    source: str = field(metadata={"help": "file, folder, glob or hub id to ingest"})
+    source: str = field(
+        metadata={"help": "file, folder (folder#split for one split) or hf://<repo>#<split>"}
+    )
     map: str = field(
         default="auto",
         metadata={"help": "field map: a shipped map name, a map file, or 'auto' (by file name)"},

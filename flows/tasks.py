@@ -75,6 +75,11 @@ def content_fingerprint(path: str | os.PathLike) -> str:
     p = str(path)
     if "://" in p:
         return "name:" + p
+    if "#" in p and not os.path.exists(p) and os.path.isdir(p.rsplit("#", 1)[0]):
+        # folder#split (a DatasetDict's split, a folder of Hub shards): the folder's bytes and
+        # the split's name, as the ingest reads them (by name alone, a changed folder was stale)
+        folder, split = p.rsplit("#", 1)
+        return content_fingerprint(folder) + "#" + split
     files: list[Path]
     if os.path.isfile(p):
         files = [Path(p)]

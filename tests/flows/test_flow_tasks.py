@@ -107,6 +107,24 @@ def test_content_fingerprint_follows_bytes_not_names(tmp_path):
     assert content_fingerprint(tmp_path) != content_fingerprint(b)
 
 
+def test_content_fingerprint_of_a_split_follows_the_folder_s_bytes(tmp_path):
+    """A pool source `folder#train` (a save_to_disk DatasetDict's split, a folder of Hub
+    shards) was fingerprinted by its name, so a pipeline rerun after the folder changed served
+    the cached ingest of the old rows."""
+    d = tmp_path / "hub" / "data"
+    d.mkdir(parents=True)
+    shard = d / "train-00000-of-00001.parquet"
+    shard.write_bytes(b"one")
+    before = content_fingerprint(f"{tmp_path / 'hub'}#train")
+    assert not before.startswith("name:")
+    shard.write_bytes(b"two")
+    assert content_fingerprint(f"{tmp_path / 'hub'}#train") != before
+    assert content_fingerprint(f"{tmp_path / 'hub'}#test") != content_fingerprint(
+        f"{tmp_path / 'hub'}#train"
+    )  # the split is part of what is ingested
+    assert content_fingerprint("hf://org/name#train") == "name:hf://org/name#train"
+
+
 def test_artifact_keys_are_prefect_safe():
     assert artifact_key("DeepScaler_AIME.v2", "ingest") == "sluice-deepscaler-aime-v2-ingest"
 
