@@ -195,7 +195,7 @@ def select_map(field_map: str, source: str | SourceSpec) -> FieldMap:
     )
 
 
-_DATA_SUFFIXES = (".jsonl.gz", ".jsonl", ".ndjson", ".json.gz", ".json", ".parquet")
+_DATA_SUFFIXES = (".jsonl.gz", ".jsonl", ".ndjson", ".json.gz", ".json", ".parquet", ".arrow")
 
 
 def _pool_stem(name: str) -> str:

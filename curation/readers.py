@@ -7,6 +7,8 @@ Source specs (see docs/ingest.md):
   without an extra parser), or JSON Lines saved under a ``.json`` name (detected from the first
   byte).
 * ``path/to/pool.parquet``: read with ``ParquetFile.iter_batches``.
+* ``path/to/data.arrow``: an Arrow IPC stream (a ``datasets`` shard: ``save_to_disk``'s
+  ``data-00000-of-00001.arrow``, ``load_dataset``'s cache file) or IPC file, batch by batch.
 * ``path/to/folder``: a Hugging Face ``save_to_disk`` folder (append ``#split`` for a
   ``DatasetDict``), or else every ``*.jsonl``/``*.jsonl.gz``/``*.json``/``*.parquet`` file in it,
   in name order; files named like a Hub dataset's shards (``data/train-00000-of-00002.parquet``)
@@ -46,7 +48,7 @@ except ImportError:  # pragma: no cover - orjson ships with prefect
 
 DEFAULT_BATCH_SIZE = 10_000
 EXCERPT_CHARS = 200
-FILE_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
+FILE_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet", ".arrow")
 _HF_RE = re.compile(
     r"^hf://(?P<repo>[^:@#]+)(?::(?P<config>[^@#]+))?(?:@(?P<revision>[^#]+))?(?:#(?P<split>.+))?$"
 )
@@ -101,7 +103,7 @@ def excerpt(raw: bytes | str | Any, n: int = EXCERPT_CHARS) -> str:
 
 
 def kind_of(path: Path) -> str | None:
-    """The reader kind for a file name (jsonl | json | parquet), or None."""
+    """The reader kind for a file name (jsonl | json | parquet | arrow), or None."""
     name = path.name.lower()
     if name.endswith((".jsonl.gz", ".jsonl", ".ndjson")):
         return "jsonl"
@@ -109,12 +111,14 @@ def kind_of(path: Path) -> str | None:
         return "json"
     if name.endswith(".parquet"):
         return "parquet"
+    if name.endswith(".arrow"):
+        return "arrow"
     return None
 
 
 # Files a folder may hold that are data, but of a kind the readers do not take: left out, their
 # rows would be missing from the dataset without a word (notes, scripts, hidden files are fine).
-_DATA_LIKE = (".csv", ".tsv", ".arrow", ".feather", ".xlsx", ".xls", ".avro", ".orc", ".gz",
+_DATA_LIKE = (".csv", ".tsv", ".feather", ".xlsx", ".xls", ".avro", ".orc", ".gz",
               ".bz2", ".xz", ".zst", ".zip", ".tar")  # fmt: skip
 
 
@@ -136,7 +140,7 @@ def data_files(folder: Path) -> list[Path]:
         raise InputError(
             f"folder {folder}: {', '.join(unread[:5])}{' ...' if len(unread) > 5 else ''} "
             "would be left out (ingest reads the folder's own .jsonl, .jsonl.gz, .ndjson, "
-            ".json and .parquet files, not other kinds or subfolders)",
+            ".json, .parquet and .arrow files, not other kinds or subfolders)",
             hint="convert it to .jsonl or .parquet, ingest it as its own source, or move it out "
             "of the folder",
         )
@@ -200,8 +204,18 @@ def _dir_spec(path: Path, split: str | None, spec: str) -> SourceSpec:
 
 
 def _is_hf_disk(path: Path) -> bool:
-    return any(
-        (path / f).is_file() for f in ("dataset_info.json", "state.json", "dataset_dict.json")
+    return any((path / f).is_file() for f in ("state.json", "dataset_dict.json"))
+
+
+def _cache_folder_error(path: Path) -> ConfigError:
+    """``path`` holds dataset_info.json but no state.json: ``load_dataset``'s cache folder (one
+    ``<builder>-<split>.arrow`` per split), which ``load_from_disk`` cannot open."""
+    arrows = sorted(p.name for p in path.glob("*.arrow"))
+    return ConfigError(
+        f"{path} is a datasets load_dataset cache folder (dataset_info.json without "
+        "state.json), not a save_to_disk folder",
+        hint=f"ingest one split's Arrow file ({', '.join(arrows[:5]) or 'none here'}), or load "
+        "the dataset and save it with save_to_disk",
     )
 
 
@@ -223,10 +237,13 @@ def parse_source(spec: str) -> SourceSpec:
     if not path.exists():
         raise NotFoundError(
             f"source not found: {path_str}",
-            hint="pass an existing .jsonl/.jsonl.gz/.json/.parquet file, a folder, or hf://<repo>#<split>",
+            hint="pass an existing .jsonl/.jsonl.gz/.json/.parquet/.arrow file, a folder, or "
+            "hf://<repo>#<split>",
         )
     if path.is_dir() and _is_hf_disk(path):
         return SourceSpec("hf_disk", str(path), split=split)
+    if path.is_dir() and (path / "dataset_info.json").is_file():
+        raise _cache_folder_error(path)
     if path.is_dir():
         return _dir_spec(path, split, spec)
     if split is not None:  # dropped, it would read every row of the source
@@ -251,7 +268,12 @@ def read_batches(
 ) -> Iterator[RowBatch]:
     """Yield bounded :class:`RowBatch` chunks from a source spec."""
     spec = parse_source(source) if isinstance(source, str) else source
-    readers = {"jsonl": _read_jsonl, "json": _read_json, "parquet": _read_parquet}
+    readers = {
+        "jsonl": _read_jsonl,
+        "json": _read_json,
+        "parquet": _read_parquet,
+        "arrow": _read_arrow,
+    }
     if spec.kind in readers:
         done = 0  # rows (and read errors) of this file handed out
         with damage_names(spec.location, lambda: done):
@@ -271,7 +293,8 @@ def read_batches(
         if not files:
             raise NotFoundError(
                 f"no data files in folder {spec.location}",
-                hint="the folder needs *.jsonl, *.jsonl.gz, *.json or *.parquet files, or a save_to_disk dataset",
+                hint="the folder needs *.jsonl, *.jsonl.gz, *.json, *.parquet or *.arrow files, or a "
+                "save_to_disk dataset",
             )
         for p in files:
             yield from read_batches(SourceSpec(kind_of(p) or "", str(p)), batch_size=batch_size)
@@ -573,6 +596,36 @@ def _read_parquet(path: Path, batch_size: int) -> Iterator[RowBatch]:
         row += len(rows)
 
 
+def arrow_batches(path: str | Path) -> Iterator[Any]:
+    """The record batches of an Arrow IPC file, memory-mapped: the stream format (what
+    ``datasets`` writes) or the random-access file format (``pyarrow.ipc.new_file``)."""
+    import pyarrow as pa
+
+    source = pa.memory_map(str(path))
+    try:
+        yield from pa.ipc.open_stream(source)
+    except pa.ArrowInvalid:
+        source.seek(0)
+        reader = pa.ipc.open_file(source)
+        for i in range(reader.num_record_batches):
+            yield reader.get_batch(i)
+
+
+def _read_arrow(path: Path, batch_size: int) -> Iterator[RowBatch]:
+    label, row, rows = str(path), 0, []
+    for rb in arrow_batches(path):
+        off = 0
+        while off < rb.num_rows:  # slices: a record batch may hold any number of rows
+            take = min(batch_size - len(rows), rb.num_rows - off)
+            rows += rb.slice(off, take).to_pylist()
+            off += take
+            if len(rows) == batch_size:
+                yield RowBatch(label, rows, list(range(row + 1, row + len(rows) + 1)))
+                row, rows = row + len(rows), []
+    if rows:
+        yield RowBatch(label, rows, list(range(row + 1, row + len(rows) + 1)))
+
+
 def _arrow_iter(ds: Any, label: str, batch_size: int) -> Iterator[RowBatch]:
     row = 0
     for tbl in ds.with_format("arrow").iter(batch_size=batch_size):
@@ -587,9 +640,9 @@ def _read_hf_disk(spec: SourceSpec, batch_size: int) -> Iterator[RowBatch]:
     try:
         ds = datasets.load_from_disk(spec.location)
     except FileNotFoundError as exc:  # a shard listed in state.json is gone
-        missing = Path(exc.filename).name if exc.filename else str(exc)
+        missing = f"{Path(exc.filename).name} is missing" if exc.filename else str(exc).strip()
         raise InputError(
-            f"{spec.location} is an incomplete save_to_disk folder: {missing} is missing",
+            f"{spec.location} is an incomplete save_to_disk folder: {missing}",
             file=spec.location,
             hint="copy or save the dataset again (datasets' save_to_disk), or ingest its data files",
         ) from None

@@ -15,7 +15,8 @@ def ingest_command(
     source: str = typer.Argument(
         None,
         help=escape(
-            "A .jsonl/.jsonl.gz/.json/.parquet file, a folder (save_to_disk or data files), "
+            "A .jsonl/.jsonl.gz/.json/.parquet/.arrow file, a folder (save_to_disk or data "
+            "files; folder#split for one split), "
             "or hf://<repo>[:<config>][@<revision>]#<split>."
         ),
         show_default=False,

@@ -579,3 +579,36 @@ def test_a_folder_of_hub_parquet_shards_reads_one_split(tmp_path, pools_dir):
     (tmp_path / "repo" / "data" / "test-00000-of-00001.parquet").unlink()
     assert _collect(str(tmp_path / "repo"))[0] == train  # one split: no #split needed
     assert parse_source(str(tmp_path / "repo")).split == "train"
+
+
+def test_an_arrow_file_is_read_like_its_jsonl(tmp_path, pools_dir):
+    """A `datasets` Arrow file (a save_to_disk shard such as LIMR's data-00000-of-00001.arrow,
+    or load_dataset's cache file <builder>-<split>.arrow) was "unsupported source file type",
+    and load_dataset's cache folder was taken for a damaged save_to_disk folder ("Directory
+    ... is neither a `Dataset` directory nor a `DatasetDict` directory. is missing")."""
+    datasets = pytest.importorskip("datasets")
+    with open(pools_dir / "math_limr_1389.jsonl") as f:
+        rows = [json.loads(next(f)) for _ in range(40)]  # context_messages: a chat list
+    src = _write_jsonl(tmp_path / "limr.jsonl", rows)
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "hf"))
+    (shard,) = (tmp_path / "hf").glob("*.arrow")  # an IPC stream
+    t = pa.Table.from_pylist(rows)
+    with pa.ipc.new_file(tmp_path / "ipc.arrow", t.schema) as w:  # the IPC file format
+        w.write_table(t, max_chunksize=7)
+    for p in (shard, tmp_path / "ipc.arrow"):
+        got, numbers, errors, sizes = _collect(str(p), batch_size=16)
+        assert (got, numbers, errors, sizes) == (rows, list(range(1, 41)), [], [16, 16, 8]), p
+    cache = tmp_path / "cache"
+    datasets.load_dataset("json", data_files={"train": str(src)}, cache_dir=str(cache))
+    (cached,) = cache.rglob("json-train.arrow")
+    assert _collect(str(cached))[0] == rows
+    with pytest.raises(ConfigError, match="load_dataset cache folder.*json-train.arrow") as exc:
+        parse_source(str(cached.parent))
+    assert "not a save_to_disk folder" in str(exc.value)
+    cut = tmp_path / "cut.arrow"
+    cut.write_bytes(cached.read_bytes()[: cached.stat().st_size // 2])
+    from curation.errors import InputError
+
+    with pytest.raises(InputError, match="damaged, truncated") as exc:
+        _collect(str(cut))
+    assert exc.value.file == str(cut)
