@@ -195,6 +195,32 @@ def test_deepscaler_math_rejects_rows_without_answers(ingested):
     assert all(r["file"] == "math_deepscaler_math_train.jsonl" for r in rows)
 
 
+def _raw(row, dotted):
+    """A naive lookup of ``reward_model.ground_truth`` in a raw row (the oracle for the map)."""
+    for key in dotted.split("."):
+        row = row.get(key) if isinstance(row, dict) else None
+    return row
+
+
+@pytest.mark.parametrize("map_name, file", TESTED, ids=[f"{m}:{Path(f).stem}" for m, f in TESTED])
+def test_every_real_pool_reject_is_a_row_without_its_answer(ingested, pools_dir, map_name, file):
+    """Audit: each reject of a shipped map on its own pool is a defect of the source row (no
+    reference answer in it), and every row without one is a reject: no row lost to a map or
+    reader mistake, none kept without the answer the map requires."""
+    res, _, rej, _ = ingested(map_name, file)
+    fmap = res.field_map
+    with open(pools_dir / file, encoding="utf-8") as f:
+        raw = [json.loads(line) for line in f if line.strip()]
+    if "answer" in fmap.required:
+        paths = fmap.fields["answer"].raw_paths
+        values = [next((v for p in paths if (v := _raw(r, p)) is not None), None) for r in raw]
+        empty = [i for i, v in enumerate(values, start=1) if v is None or not str(v).strip()]
+    else:
+        empty = []
+    assert sorted(rej.column("row").to_pylist()) == empty
+    assert set(rej.column("field").to_pylist()) <= {"answer"}
+
+
 def test_limr_is_a_subset_of_simplerl_and_ttrl_math500_equals_math500(ingested):
     _, limr, _, _ = ingested("limr", "math_limr_1389.jsonl")
     _, simplerl, _, _ = ingested("simplerl_math8k", "math_simplerl_math8k_lvl3to5.jsonl")
