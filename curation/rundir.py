@@ -15,6 +15,8 @@ Hand-written (no library does this): it is a rename protocol on one file system,
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -22,7 +24,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -195,25 +197,83 @@ def start(out: str | os.PathLike, *, kind: Kind) -> Path:
     return tmp
 
 
+# How long a finishing run waits for another one finishing the same --out (which holds the
+# lock only for two renames and an fsync: seconds mean a hung process or a lost lock)
+LOCK_WAIT_S = 60.0
+
+
+@contextlib.contextmanager
+def _switch_lock(out: Path) -> Iterator[None]:
+    """Hold ``.<out>.lock`` beside ``out`` (``fcntl.flock``) while the folders are switched, so
+    two runs finishing the same ``--out`` take turns. A file system without ``flock`` runs
+    unlocked (a collision is then the error of :func:`_switch`)."""
+    import fcntl
+
+    lock = out.parent / f".{out.name}.lock"
+    with open(lock, "a+b") as fh:
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise StorageError(
+                        f"cannot finish --out {out}: another run is finishing the same folder "
+                        f"and has held {lock} for {LOCK_WAIT_S:g} s",
+                        hint="wait for that run to end, then rerun this command (its folder "
+                        "is replaced), or give each run its own --out",
+                    ) from None
+                time.sleep(0.05)
+            except OSError:  # no flock here (some network file systems)
+                yield
+                return
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _switch(tmp: Path, out: Path) -> Path | None:
+    """Rename ``out`` aside (returned) and ``tmp`` into its place; a run that switched the
+    same folder at that moment without the lock is one error, and ``out`` is left as found."""
+    old = None
+    try:
+        if out.exists():
+            old = out.parent / f".{out.name}{_OLD}{_owner_tag()}{uuid.uuid4().hex[:12]}"
+            os.replace(out, old)
+        os.replace(tmp, out)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
+            raise
+        if old is not None and not out.exists():
+            os.replace(old, out)  # put the previous run back
+        raise StorageError(
+            f"cannot finish --out {out}: another run replaced it at the same moment "
+            f"({exc.strerror}); this run's files are in {tmp}",
+            hint="rerun this command to write its run there, or give each run its own --out",
+        ) from None
+    return old
+
+
 def finish(tmp: Path, out: str | os.PathLike, *, kind: Kind) -> Path:
     """Move the complete folder ``tmp`` into place at ``out`` (replacing an older run directory
-    of ``kind``; anything else found there meanwhile is refused, not deleted)."""
-    out = check_out_dir(out, kind=kind)
+    of ``kind``; anything else found there meanwhile is refused, not deleted). Two runs
+    finishing the same ``out`` take turns (:func:`_switch_lock`); the later one's folder stays."""
+    out = Path(out)
     with writing_to(str(out)):
         for f in tmp.iterdir():
             if f.is_file():
                 with open(f, "rb") as fh:
                     os.fsync(fh.fileno())
-        old = None
-        if out.exists():
-            old = out.parent / f".{out.name}{_OLD}{_owner_tag()}{uuid.uuid4().hex[:12]}"
-            os.replace(out, old)
-        os.replace(tmp, out)
-        fd = os.open(out.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with _switch_lock(out):
+            out = check_out_dir(out, kind=kind)
+            old = _switch(tmp, out)
+            fd = os.open(out.parent, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     return out

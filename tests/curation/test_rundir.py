@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from curation import rundir
+from curation.errors import StorageError
 
 REPO = Path(__file__).resolve().parents[2]
 KIND = rundir.Kind(schema_prefix="test_run/", command="test")
@@ -88,3 +92,72 @@ def test_an_out_folder_named_like_a_file_or_that_is_a_file_is_refused(tmp_path):
     assert a_file.read_text() == "keep" and not (tmp_path / "x.parquet").exists()
     for ok in (tmp_path / "new", tmp_path / "new" / "deeper", tmp_path, tmp_path / "v1.2"):
         assert rundir.check_out_folder(ok, holds="the report") == ok
+
+
+def _complete_run(folder: Path, tag: str) -> Path:
+    (folder / "run.json").write_text(f'{{"schema_version": "test_run/1", "tag": "{tag}"}}')
+    return folder
+
+
+def test_two_runs_finishing_the_same_folder_take_turns(tmp_path, monkeypatch):
+    """Two runs finishing one --out at the same moment: between the first moving the old folder
+    aside and renaming its own in, the second found no folder and renamed its own in, and the
+    first failed with a raw "OSError: [Errno 39] Directory not empty". The switch is now done
+    under a lock on the folder, so the other run waits for its turn (the later run's folder is
+    what stays), and a run that cannot get it names the folder and what to do."""
+    import fcntl
+
+    out = tmp_path / "run"
+    rundir.finish(_complete_run(rundir.start(out, kind=KIND), "first"), out, kind=KIND)
+    second = _complete_run(rundir.start(out, kind=KIND), "second")
+    third = _complete_run(rundir.start(out, kind=KIND), "third")
+    real_replace = os.replace
+    other: list[str] = []
+
+    def other_run_finishes_in_between(src, dst):
+        real_replace(src, dst)
+        if Path(dst).name.startswith(".run.old-"):  # the old folder was just moved aside
+            monkeypatch.setattr(os, "replace", real_replace)
+            try:  # the other run, at that very moment (its wait cut short: one thread here)
+                rundir.finish(third, out, kind=KIND)
+            except StorageError as exc:
+                other.append(str(exc))
+
+    monkeypatch.setattr(rundir, "LOCK_WAIT_S", 0.2, raising=False)
+    monkeypatch.setattr(os, "replace", other_run_finishes_in_between)
+    rundir.finish(second, out, kind=KIND)
+    assert json.loads((out / "run.json").read_text())["tag"] == "second"
+    assert len(other) == 1 and "another run is finishing" in other[0], other
+    assert "Errno" not in other[0] and str(out) in other[0]
+    assert not list(tmp_path.glob(".run.old-*"))
+
+    # the lock held by another process (its own open file): a finishing run waits, then names it
+    with open(tmp_path / ".run.lock", "a+b") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        with pytest.raises(StorageError, match="another run is finishing"):
+            rundir.finish(third, out, kind=KIND)
+    assert third.is_dir()  # refused before anything moved: rerunning finish completes it
+    rundir.finish(third, out, kind=KIND)
+    assert json.loads((out / "run.json").read_text())["tag"] == "third"
+
+
+def test_a_collision_without_the_lock_is_one_error_and_keeps_the_old_run(tmp_path, monkeypatch):
+    """A writer that switches the folder without the lock (a file system without flock): the
+    collision is one line naming the folder, and the previous run is put back."""
+    import errno
+
+    out = tmp_path / "run"
+    rundir.finish(_complete_run(rundir.start(out, kind=KIND), "first"), out, kind=KIND)
+    second = _complete_run(rundir.start(out, kind=KIND), "second")
+    real_replace = os.replace
+
+    def collide(src, dst):
+        if Path(dst) == out and Path(src) == second:
+            raise OSError(errno.ENOTEMPTY, "Directory not empty", str(src), None, str(dst))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", collide)
+    with pytest.raises(StorageError, match="another run replaced it at the same moment") as exc:
+        rundir.finish(second, out, kind=KIND)
+    assert str(out) in str(exc.value) and "Errno" not in str(exc.value)
+    assert json.loads((out / "run.json").read_text())["tag"] == "first"
