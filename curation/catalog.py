@@ -124,7 +124,7 @@ _VOLATILE_METADATA_PREFIXES = (b"pandas", b"ARROW:", b"huggingface")
 # writes SLUICE_CATALOG_TEST_HOOK_MARKER and then sleeps, so a test can SIGKILL it exactly there.
 _HOOK_ENV = "SLUICE_CATALOG_TEST_HOOK"
 _HOOK_MARKER_ENV = "SLUICE_CATALOG_TEST_HOOK_MARKER"
-HOOK_STAGES = ("writing", "object-written", "object-placed", "in-transaction")
+HOOK_STAGES = ("writing", "object-written", "object-placed", "in-transaction", "committed")
 
 
 def _test_hook(stage: str) -> None:
@@ -1317,8 +1317,10 @@ class Catalog:
         """Record staged versions in one transaction: all become visible, or none does.
 
         Each version's record is also written as a manifest next to its object before the
-        transaction commits (see :meth:`rebuild`); a group's manifests name every member, so a
-        rebuild restores a group only when all its members are there.
+        transaction commits (see :meth:`rebuild`), with this commit's publications marked
+        ``uncommitted``; the mark is removed once the transaction has committed, so a rebuild
+        never restores a publication a killed publisher did not commit. A group's manifests
+        name every member, so a rebuild restores a group only when all its members are there.
         """
         if not staged:
             return []
@@ -1328,9 +1330,13 @@ class Catalog:
             else None
         )
         members = {s.ref for s in staged}
+        commit_id = uuid.uuid4().hex
         with writing_to(f"the data root {self.root}"), self._connect(write=True) as con:
             con.execute("BEGIN TRANSACTION")
             try:
+                # the publications this commit inserts are the ones numbered above this
+                last_seq = con.execute("SELECT coalesce(max(seq), 0) FROM publications")
+                pending = (commit_id, int(last_seq.fetchone()[0]))
                 for s in staged:
                     for parent in s.parents:
                         pname, pversion = split_ref(parent)
@@ -1348,7 +1354,7 @@ class Catalog:
                 for s in staged:
                     self._insert(con, s)
                 for s in staged:
-                    self._write_manifest(con, s.name, s.version, group)
+                    self._write_manifest(con, s.name, s.version, group, pending)
                 _test_hook("in-transaction")
                 con.execute("COMMIT")
             except BaseException:
@@ -1357,6 +1363,10 @@ class Catalog:
                     with contextlib.suppress(Exception):
                         self._write_manifest(con, s.name, s.version, None)
                 raise
+            _test_hook("committed")
+            for s in staged:  # committed: the manifests record it (else rebuild asks the file)
+                with contextlib.suppress(Exception):
+                    self._write_manifest(con, s.name, s.version, group)
             con.execute("CHECKPOINT")
             return [self._resolve(con, s.ref) for s in staged]
 
@@ -1427,8 +1437,19 @@ class Catalog:
     def _manifest_rel(self, digest: str, name: str) -> str:
         return f"objects/{digest[:2]}/{digest}.versions/{urllib.parse.quote(name, safe='')}.json"
 
-    def _write_manifest(self, con: Any, name: str, version: str, group: dict | None) -> None:
-        """Write (or remove) the manifest of ``name@version`` from what ``con`` sees now."""
+    def _write_manifest(
+        self,
+        con: Any,
+        name: str,
+        version: str,
+        group: dict | None,
+        pending: tuple[str, int] | None = None,
+    ) -> None:
+        """Write (or remove) the manifest of ``name@version`` from what ``con`` sees now.
+
+        ``pending`` (commit id, last seq before it), inside a transaction not yet committed:
+        the publications numbered above that seq are marked ``uncommitted`` with the commit id,
+        and :meth:`rebuild` restores them only if the catalog file it replaces records them."""
         row = con.execute(
             "SELECT * FROM versions WHERE name = ? AND version = ?", [name, version]
         ).fetchone()
@@ -1473,6 +1494,9 @@ class Catalog:
             },
             "group": group,
         }
+        new = [int(q) for q, _, _, _ in pubs if pending is not None and q > pending[1]]
+        if new:
+            manifest["uncommitted"] = {"commit": pending[0], "publications": new}
         self._put_small(rel, _json(manifest).encode())
         return None
 
@@ -1559,11 +1583,62 @@ class Catalog:
             and all(isinstance(x, str) for x in g["members"])
         ):
             return "field 'group' must be null or an object with a list of member refs"
+        u = m.get("uncommitted")
+        if u is not None and not (
+            isinstance(u, dict)
+            and isinstance(u.get("commit"), str)
+            and isinstance(u.get("publications"), list)
+            and all(type(x) is int for x in u["publications"])
+        ):
+            return "field 'uncommitted' must be null or {commit, publications: [seq, ...]}"
         return None
 
-    def _restorable_manifests(self) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    @staticmethod
+    def _committed_only(m: dict[str, Any], committed: set[tuple]) -> dict[str, Any] | None:
+        """``m`` without the publications it marks ``uncommitted`` that the catalog file being
+        replaced does not record (``committed``: its (name, version, published_at)); None when
+        none is left (a new version whose publisher was killed before the commit)."""
+        seqs = set(m["uncommitted"]["publications"])
+        keep = [
+            [q, t]
+            for q, t in m["publications"]
+            if q not in seqs or (m["name"], m["version"], t) in committed
+        ]
+        if not keep:
+            return None
+        kept = {str(q) for q, _ in keep}
+        own = {q: c for q, c in m.get("publication_configs", {}).items() if q in kept}
+        out = {**m, "publications": keep, "publication_configs": own}
+        del out["uncommitted"]
+        return out
+
+    def _committed_publications(self) -> set[tuple]:
+        """(name, version, published_at) of each publication ``catalog.duckdb`` records (none
+        when there is no such file or DuckDB cannot read it)."""
+        import duckdb
+
+        if not self.db_path.exists():
+            return set()
+        try:
+            con = duckdb.connect(str(self.db_path), read_only=True)
+        except duckdb.Error:
+            return set()
+        try:
+            q = "SELECT name, version, published_at FROM publications"
+            return set(con.execute(q).fetchall())
+        except duckdb.Error:
+            return set()
+        finally:
+            con.close()
+
+    def _restorable_manifests(
+        self, committed: set[tuple] | None = None
+    ) -> tuple[dict[str, dict[str, Any]], list[str]]:
         """The version manifests a rebuild restores (by ref), and why the others are not: an
-        unreadable manifest, a missing object or one of the wrong size, a group not complete."""
+        unreadable manifest, a missing object or one of the wrong size, a group not complete.
+        Publications marked ``uncommitted`` count only when ``committed`` records them
+        (:meth:`_committed_only`); a version with no other publication is not restored (its
+        publisher was killed before the commit: nothing was published, nothing is skipped)."""
         manifests: dict[str, dict[str, Any]] = {}
         skipped: list[str] = []
         for p in sorted(self._manifest_paths()):
@@ -1577,6 +1652,10 @@ class Catalog:
             except (OSError, ValueError) as exc:
                 skipped.append(f"{p}: unreadable manifest ({exc})")
                 continue
+            if m.get("uncommitted"):
+                m = self._committed_only(m, committed or set())
+                if m is None:
+                    continue
             obj = self._abs(m["object_path"])
             check = self._read_check(m["content_hash"])
             if not self.fs.exists(obj):
@@ -1645,7 +1724,7 @@ class Catalog:
         self._meta_dir.mkdir(parents=True, exist_ok=True)
         with open(self.lock_path, "a+b") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-            manifests, skipped = self._restorable_manifests()
+            manifests, skipped = self._restorable_manifests(self._committed_publications())
             # built beside the catalog and renamed into place only when complete: a rebuild
             # killed half way leaves the old file where it was (and this scratch file, removed
             # by the next rebuild), never an empty catalog that reads as "no datasets"

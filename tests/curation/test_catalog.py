@@ -660,6 +660,39 @@ def test_sigkill_during_publish_leaves_only_complete_versions(tmp_path, stage):
     assert cat.datasets() == ["base", "big"]
 
 
+@pytest.mark.parametrize("case", ["older-version-again", "new-version", "committed"])
+def test_rebuild_restores_only_committed_publications(tmp_path, case):
+    """Manifests are written before the publishing transaction commits. A publisher SIGKILLed
+    inside it left them recording a publication that never happened, and a later rebuild
+    restored it: re-publishing an older version (which makes it latest again) made that
+    version latest, a new version appeared as latest. A rebuild now restores a publication
+    only once it was committed; killed after the commit, before the manifests said so, the
+    catalog being replaced is asked."""
+    root = tmp_path / "root"
+    cat = Catalog(root)
+    one = cat.publish("ds", make_problems(50, tag="one"), step="first")
+    two = cat.publish("ds", make_problems(50, tag="two"), step="second")
+    marker = tmp_path / "reached"
+    stage = "committed" if case == "committed" else "in-transaction"
+    tag = "three" if case == "new-version" else "one"
+    env = {"SLUICE_CATALOG_TEST_HOOK": stage, "SLUICE_CATALOG_TEST_HOOK_MARKER": str(marker)}
+    proc = _spawn_publisher(root, "ds", 50, tag=tag, env=env)
+    _wait_for(marker, proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL
+    before = {v.ref: len(cat.publications(v.ref)) for v in cat.versions("ds")}
+    latest = cat.resolve("ds").ref
+
+    res = cat.rebuild()
+    assert res["skipped"] == [] and res["moved_aside"] is None, res
+    assert cat.resolve("ds").ref == latest
+    assert {v.ref: len(cat.publications(v.ref)) for v in cat.versions("ds")} == before
+    if case == "committed":
+        assert latest == one.ref and before == {one.ref: 2, two.ref: 1}
+    else:
+        assert latest == two.ref and before == {one.ref: 1, two.ref: 1}
+
+
 def test_concurrent_publishers_do_not_corrupt_the_catalog(tmp_path):
     root = tmp_path / "root"
     n = 4
