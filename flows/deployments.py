@@ -15,6 +15,7 @@ from curation.errors import ConfigError
 
 ENTRYPOINT = "flows/curate.py:curate_flow"
 DEFAULT_DEPLOYMENT = "sluice-curate"
+DEFAULT_LIMIT = 1  # served runs at a time: a nightly pipeline never overlaps itself
 
 
 def deployment_parameters(
@@ -76,6 +77,15 @@ def curate_deployment(
     )
 
 
+def check_limit(limit: int) -> None:
+    if limit < 1:
+        raise ConfigError(
+            f"--limit must be a number of runs >= 1, got {limit!r}",
+            hint="--limit 1 (the default) runs one at a time; a tick that comes due meanwhile "
+            "waits for the run to end",
+        )
+
+
 def serve_curate(
     config_path: str | os.PathLike,
     *,
@@ -84,8 +94,33 @@ def serve_curate(
     interval: float | None = None,
     data_root: str | None = None,
     ray_address: str | None = None,
+    limit: int = DEFAULT_LIMIT,
 ) -> None:
-    """Create the deployment and run a runner that executes its scheduled runs (blocks).
+    """Create the curate deployment and serve it (:func:`serve_deployment`; blocks)."""
+    deployment = curate_deployment(
+        config_path,
+        name=name,
+        cron=cron,
+        interval=interval,
+        data_root=data_root,
+        ray_address=ray_address,
+    )
+    serve_deployment(deployment, cron=cron, interval=interval, limit=limit)
+
+
+def serve_deployment(
+    deployment: Any,
+    *,
+    cron: str | None = None,
+    interval: float | None = None,
+    limit: int = DEFAULT_LIMIT,
+) -> None:
+    """Run a runner that executes ``deployment``'s scheduled runs, ``limit`` at a time (blocks).
+
+    ``limit`` (default 1): a run that comes due while ``limit`` runs are going stays scheduled
+    (Prefect marks it Late) and starts, oldest first, when one of them ends; it is not skipped.
+    Prefect's runner runs up to 5 at once by default, so a nightly run longer than its interval
+    ran beside the next one on the same data root.
 
     Ctrl-C stops it as Prefect's runner stops on SIGTERM (runs in flight cancelled, the
     schedule paused), then one line and ``KeyboardInterrupt`` (the CLI exits 130); a second
@@ -100,20 +135,15 @@ def serve_curate(
 
     from prefect.runner import Runner
 
-    deployment = curate_deployment(
-        config_path,
-        name=name,
-        cron=cron,
-        interval=interval,
-        data_root=data_root,
-        ray_address=ray_address,
-    )
-    runner = Runner(pause_on_shutdown=True)
+    check_limit(limit)
+    runner = Runner(pause_on_shutdown=True, limit=limit)
     runner.add_deployment(deployment)
+    label = f"{deployment.flow_name}/{deployment.name}"
     every = f"cron {cron!r}" if cron else f"every {interval:g} s" if interval else "no schedule"
+    at_once = "one run at a time" if limit == 1 else f"up to {limit} runs at a time"
     print(
-        f"serving deployment 'sluice-curate/{name}' ({every}); Ctrl-C stops. "
-        f"Trigger a run: prefect deployment run 'sluice-curate/{name}'",
+        f"serving deployment '{label}' ({every}, {at_once}); Ctrl-C stops. "
+        f"Trigger a run: prefect deployment run '{label}'",
         flush=True,
     )
     interrupted: list[int] = []

@@ -62,15 +62,21 @@ def register(app: typer.Typer) -> None:
         name: str = typer.Option("sluice-curate", "--name", help="deployment name"),
         data_root: str | None = typer.Option(None, "--data-root"),
         ray_address: str | None = typer.Option(None, "--ray-address"),
+        limit: int = typer.Option(
+            1,
+            "--limit",
+            help="runs at a time; a tick that comes due while they run waits for one to end",
+        ),
     ) -> None:
         """Serve the curate flow for CONFIG as a deployment on a schedule (blocks; Ctrl-C stops).
         Point PREFECT_API_URL at a server (`prefect server start`) to see and trigger runs."""
         from flows.config import load_config, prefect_env_defaults
-        from flows.deployments import check_schedule
+        from flows.deployments import check_limit, check_schedule
 
         cfg = load_config(config)
         cfg.check_pools()
         check_schedule(cron, interval)
+        check_limit(limit)
         prefect_env_defaults(data_root or cfg.resolved_data_root())
         from flows.deployments import serve_curate
         from flows.prefect_server import temporary_server
@@ -93,6 +99,7 @@ def register(app: typer.Typer) -> None:
                 interval=interval,
                 data_root=data_root,
                 ray_address=ray_address,
+                limit=limit,
             )
 
     @app.command("demo")

@@ -407,11 +407,11 @@ def run(
 
     check_rl_params(**params)  # every option, before the Prefect server starts
     if cron:
-        from prefect import serve
-
+        from flows.deployments import serve_deployment
         from flows.rl_pool import rl_pool_deployment
 
-        serve(rl_pool_deployment(params, cron=cron))
+        deployment = rl_pool_deployment(params, cron=cron)
+        serve_deployment(deployment, cron=cron)  # 1 run at a time
         return
     from flows.rl_pool import rl_pool_flow
 

@@ -328,8 +328,10 @@ def serve_cmd(
     from curation.settings import data_root as resolve_root
 
     prefect_env_defaults(resolve_root(data_root or cfg.get("data_root")))
-    from prefect import serve
-
+    from flows.deployments import serve_deployment
     from flows.sft import sft_deployment
 
-    serve(sft_deployment(config, name=name, cron=cron, interval=interval, data_root=data_root))
+    deployment = sft_deployment(
+        config, name=name, cron=cron, interval=interval, data_root=data_root
+    )
+    serve_deployment(deployment, cron=cron, interval=interval)  # 1 run at a time

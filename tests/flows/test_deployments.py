@@ -98,3 +98,60 @@ def test_serve_without_a_server_runs_its_schedule_and_ctrl_c_stops_it(
         for s in servers:  # never leave one behind, even when the test fails
             with contextlib.suppress(psutil.NoSuchProcess):
                 s.kill()
+
+
+def test_served_runs_do_not_overlap_by_default(tmp_path, monkeypatch):
+    """The served runner had no limit of its own (Prefect's default: 5 runs at once), so a
+    nightly run longer than its interval ran beside the next one on the same data root. It
+    runs one at a time unless told otherwise (`--limit N`), and Prefect's runner at its limit
+    leaves a run that comes due scheduled and starts it, oldest first, once a slot is free
+    (the tick is delayed, not skipped: docs/flows.md)."""
+    import asyncio
+    import datetime
+    from types import SimpleNamespace
+    from uuid import uuid4
+
+    from prefect.runner import Runner
+    from prefect.runner._scheduled_run_poller import ScheduledRunPoller
+
+    from flows.deployments import serve_curate
+
+    (tmp_path / "pool.jsonl").write_text("{}\n")
+    cfg = tmp_path / "p.toml"
+    cfg.write_text("[[pools]]\nname = 'p'\nsource = 'pool.jsonl'\n")
+    runners: list[Runner] = []
+
+    async def start_nothing(self, *args, **kwargs):
+        runners.append(self)
+
+    monkeypatch.setattr(Runner, "add_deployment", lambda self, deployment: None)  # no server
+    monkeypatch.setattr(Runner, "start", start_nothing)
+    serve_curate(cfg, interval=60)
+    assert [r.limit for r in runners] == [1]
+    serve_curate(cfg, interval=60, limit=3)
+    assert [r.limit for r in runners] == [1, 3]
+
+    started: list = []
+    group = SimpleNamespace(start_soon=lambda submit, run, tg, token: started.append((run, token)))
+    t0 = datetime.datetime.now(datetime.UTC)
+    due = [SimpleNamespace(id=uuid4(), next_scheduled_start_time=t0 + datetime.timedelta(s))
+           for s in (0, 60)]  # fmt: skip
+
+    async def two_ticks_due():
+        limits = runners[0]._limit_manager
+        async with limits:
+            none = {k: None for k in ("client", "deployment_registry", "resolve_starter",
+                    "runs_task_group", "process_manager", "state_proposer", "hook_runner",
+                    "cancellation_manager", "get_attempt_conclusion")}  # fmt: skip
+            poller = ScheduledRunPoller(query_seconds=1, prefetch_seconds=10,
+                                        limit_manager=limits, storage_objs=[], **none)  # fmt: skip
+            await poller._submit_scheduled_flow_runs(due[::-1], group)
+            assert [r for r, _ in started] == [due[0]]  # the later tick waits
+            await poller._submit_scheduled_flow_runs(due[1:], group)  # the next poll: still
+            assert len(started) == 1
+            limits.release(started[0][1])  # the first run ended
+            poller._submitting_flow_run_ids.discard(due[0].id)
+            await poller._submit_scheduled_flow_runs(due[1:], group)
+            assert [r for r, _ in started] == due
+
+    asyncio.run(two_ticks_due())
