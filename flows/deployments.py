@@ -122,50 +122,76 @@ def serve_deployment(
     Prefect's runner runs up to 5 at once by default, so a nightly run longer than its interval
     ran beside the next one on the same data root.
 
-    Ctrl-C stops it as Prefect's runner stops on SIGTERM (runs in flight cancelled, the
-    schedule paused), then one line and ``KeyboardInterrupt`` (the CLI exits 130); a second
-    Ctrl-C stops at once. Prefect's ``serve()`` swallowed the interrupt (exit 0), and the
+    The ``serving deployment`` line is printed once the runner serves. Ctrl-C (SIGINT) and
+    SIGTERM stop it the way Prefect's runner stops on SIGTERM (runs in flight cancelled, the
+    schedule paused), then one line and ``KeyboardInterrupt`` (the CLI exits 130) or
+    ``SystemExit(143)``, as every ``sluice`` command ends on them; a second Ctrl-C stops at
+    once, a second SIGTERM kills. Prefect's ``serve()`` swallowed the interrupt, and its
+    runner, replacing the CLI's SIGTERM handler, returned normally: exit 0 either way. The
     CLI's SIGINT handler, raising wherever the main thread stood inside the event loop, had
     asyncio log each callback it broke: about 200 lines of tracebacks.
     """
     import asyncio
     import signal
-    import sys
     import threading
 
-    from prefect.runner import Runner
-
     check_limit(limit)
-    runner = Runner(pause_on_shutdown=True, limit=limit)
-    runner.add_deployment(deployment)
     label = f"{deployment.flow_name}/{deployment.name}"
     every = f"cron {cron!r}" if cron else f"every {interval:g} s" if interval else "no schedule"
     at_once = "one run at a time" if limit == 1 else f"up to {limit} runs at a time"
-    print(
+    runner = _serving_runner(
         f"serving deployment '{label}' ({every}, {at_once}); Ctrl-C stops. "
         f"Trigger a run: prefect deployment run '{label}'",
-        flush=True,
+        limit=limit,
     )
-    interrupted: list[int] = []
-
-    def _interrupt(signum, frame):  # noqa: ARG001
-        if interrupted:
-            raise KeyboardInterrupt  # a second Ctrl-C: stop at once
-        interrupted.append(signum)
-        print("sluice: interrupted (SIGINT, Ctrl-C)", file=sys.stderr, flush=True)
-        if not runner.started or getattr(runner, "_loop", None) is None:
-            raise KeyboardInterrupt  # not serving yet: nothing to shut down
-        runner.stopping = True  # what Prefect's own SIGTERM handler does
-        runner.execute_in_background(runner.astop)
-
+    runner.add_deployment(deployment)
     main = threading.current_thread() is threading.main_thread()
-    previous = signal.getsignal(signal.SIGINT) if main else None
-    if main and previous is not signal.SIG_IGN:  # a background job's SIGINT stays ignored
-        signal.signal(signal.SIGINT, _interrupt)
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
+    # SIGTERM: Prefect's runner installs runner.handle_sigterm itself when it starts
+    if main and previous[signal.SIGINT] is not signal.SIG_IGN:  # a background job's stays so
+        signal.signal(signal.SIGINT, lambda signum, frame: runner.stop_on(signum))
     try:
         asyncio.run(runner.start())
     finally:
-        if main:
-            signal.signal(signal.SIGINT, previous)
-    if interrupted:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if runner.stopped_by == signal.SIGINT:
         raise KeyboardInterrupt
+    if runner.stopped_by == signal.SIGTERM:
+        raise SystemExit(128 + signal.SIGTERM)
+
+
+def _serving_runner(announce: str, *, limit: int) -> Any:
+    """A Prefect ``Runner`` that prints ``announce`` once it serves and stops on SIGINT and
+    SIGTERM with Sluice's line and exit status (:func:`serve_deployment`)."""
+    import signal
+    import sys
+
+    from prefect.runner import Runner
+
+    class _ServingRunner(Runner):
+        stopped_by: int | None = None
+
+        async def __aenter__(self) -> Any:
+            entered = await super().__aenter__()
+            print(announce, flush=True)
+            return entered
+
+        def handle_sigterm(self, *args: Any, **kwargs: Any) -> None:  # Prefect installs it
+            self.stop_on(signal.SIGTERM)
+
+        def stop_on(self, signum: int) -> None:
+            if self.stopped_by is not None and signum == signal.SIGINT:
+                raise KeyboardInterrupt  # a second Ctrl-C: stop at once
+            self.stopped_by = signum
+            if signum == signal.SIGTERM:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills at once
+                print("sluice: stopped by SIGTERM", file=sys.stderr, flush=True)
+            else:
+                print("sluice: interrupted (SIGINT, Ctrl-C)", file=sys.stderr, flush=True)
+            if not self.started or self._loop is None:  # not serving yet: nothing to shut down
+                raise KeyboardInterrupt if signum == signal.SIGINT else SystemExit(128 + signum)
+            self.stopping = True  # what Prefect's own SIGTERM handler does
+            self.execute_in_background(self.astop)
+
+    return _ServingRunner(pause_on_shutdown=True, limit=limit)

@@ -155,3 +155,51 @@ def test_served_runs_do_not_overlap_by_default(tmp_path, monkeypatch):
             assert [r for r, _ in started] == due
 
     asyncio.run(two_ticks_due())
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_stops_serve_with_exit_143(tmp_path, pools_dir, benchmarks_dir):
+    """SIGTERM (systemd stopping the service, `kill`) on `sluice serve` exited 0: Prefect's
+    runner replaces Sluice's SIGTERM handler and returns normally after its clean shutdown,
+    while every other `sluice` command exits 143. It now shuts down the same way (runs in
+    flight cancelled, schedule paused), then one line and exit 143, no traceback, and the
+    temporary server stops with it."""
+    import psutil
+
+    pool = write_slice(pools_dir / "math_ttrl_aime24_as_train.jsonl", tmp_path / "ttrl.jsonl")
+    cfg = write_config(
+        tmp_path / "pipeline.toml",
+        [{"name": "ttrl", "source": str(pool), "map": "ttrl"}],
+        data_root=tmp_path / "root",
+        benchmarks=("aime24",),
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               SLUICE_BENCHMARKS_DIR=str(benchmarks_dir))  # fmt: skip
+    log = tmp_path / "serve.log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen([SLUICE, "serve", str(cfg), "--cron", "0 3 1 1 *"], env=env,
+                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    servers: list = []
+    try:
+        deadline = time.monotonic() + 240  # a guard against hanging, not a timed assertion
+        while "serving deployment" not in log.read_text():  # printed once the runner serves
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "sluice serve never started serving"
+            time.sleep(0.2)
+        servers = _server_children(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+        out = log.read_text()
+        assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+        assert out.count("sluice: stopped by SIGTERM") == 1 and "Traceback" not in out, out
+        _, alive = psutil.wait_procs(servers, timeout=60)
+        assert alive == [], f"Prefect server(s) left running: {[p.pid for p in alive]}"
+    finally:
+        if proc.poll() is None:
+            servers = servers or _server_children(proc.pid)
+            proc.kill()
+            proc.wait()
+        for s in servers:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                s.kill()
