@@ -7,7 +7,9 @@ that file, so the schedule and the CLI run exactly the same pipeline.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +108,27 @@ def serve_curate(
         ray_address=ray_address,
     )
     serve_deployment(deployment, cron=cron, interval=interval, limit=limit)
+
+
+SERVER_NOTE = (
+    "PREFECT_API_URL is not set: serving with a temporary local Prefect server (scheduler on, "
+    "UI off) that stops with this command. Run `prefect server start` and set "
+    "PREFECT_API_URL=http://127.0.0.1:4200/api to see the runs in the UI."
+)
+
+
+@contextlib.contextmanager
+def scheduling_server(say: Callable[[str], None]) -> Iterator[None]:
+    """Without ``PREFECT_API_URL``, a temporary Prefect server with its scheduler on, for the
+    length of the block (it dies with this process), announced with ``say``: Prefect's own
+    temporary server runs no scheduler, so a schedule served against it never fires. Every
+    served command (`sluice serve`, `rl run --cron`, `sft serve`) serves inside one."""
+    from flows.prefect_server import temporary_server
+
+    with temporary_server(schedules=True) as url:
+        if url is not None:
+            say(SERVER_NOTE)
+        yield
 
 
 def serve_deployment(

@@ -78,20 +78,9 @@ def register(app: typer.Typer) -> None:
         check_schedule(cron, interval)
         check_limit(limit)
         prefect_env_defaults(data_root or cfg.resolved_data_root())
-        from flows.deployments import serve_curate
-        from flows.prefect_server import temporary_server
+        from flows.deployments import scheduling_server, serve_curate
 
-        # Prefect's own temporary server runs no scheduler: a schedule served against it
-        # never fired. This one does, and dies with this process like `sluice run`'s.
-        with temporary_server(schedules=True) as url:
-            if url is not None:
-                _console().print(
-                    "PREFECT_API_URL is not set: serving with a temporary local Prefect server "
-                    "(scheduler on, UI off) that stops with this command. Run `prefect server "
-                    "start` and set PREFECT_API_URL=http://127.0.0.1:4200/api to see the runs "
-                    "in the UI.",
-                    highlight=False,
-                )
+        with scheduling_server(lambda note: _console().print(note, highlight=False)):
             serve_curate(
                 config,
                 name=name,

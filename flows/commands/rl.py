@@ -407,11 +407,12 @@ def run(
 
     check_rl_params(**params)  # every option, before the Prefect server starts
     if cron:
-        from flows.deployments import serve_deployment
+        from flows.deployments import scheduling_server, serve_deployment
         from flows.rl_pool import rl_pool_deployment
 
-        deployment = rl_pool_deployment(params, cron=cron)
-        serve_deployment(deployment, cron=cron)  # 1 run at a time
+        with scheduling_server(lambda note: typer.echo(note, err=True)):
+            deployment = rl_pool_deployment(params, cron=cron)
+            serve_deployment(deployment, cron=cron)  # 1 run at a time
         return
     from flows.rl_pool import rl_pool_flow
 

@@ -328,10 +328,11 @@ def serve_cmd(
     from curation.settings import data_root as resolve_root
 
     prefect_env_defaults(resolve_root(data_root or cfg.get("data_root")))
-    from flows.deployments import serve_deployment
+    from flows.deployments import scheduling_server, serve_deployment
     from flows.sft import sft_deployment
 
-    deployment = sft_deployment(
-        config, name=name, cron=cron, interval=interval, data_root=data_root
-    )
-    serve_deployment(deployment, cron=cron, interval=interval)  # 1 run at a time
+    with scheduling_server(lambda note: typer.echo(note, err=True)):
+        deployment = sft_deployment(
+            config, name=name, cron=cron, interval=interval, data_root=data_root
+        )
+        serve_deployment(deployment, cron=cron, interval=interval)  # 1 run at a time

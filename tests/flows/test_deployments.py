@@ -203,3 +203,84 @@ def test_sigterm_stops_serve_with_exit_143(tmp_path, pools_dir, benchmarks_dir):
         for s in servers:
             with contextlib.suppress(psutil.NoSuchProcess):
                 s.kill()
+
+
+@pytest.mark.timeout(600)
+def test_sft_serve_without_a_server_runs_its_schedule(tmp_path, pools_dir):
+    """`sluice sft serve` (and `rl run --cron`) served against Prefect's own temporary server,
+    which runs no scheduler, when PREFECT_API_URL was not set: as `sluice serve` did, its
+    schedule never fired. They now serve inside the same scheduler-enabled temporary server:
+    the first tick generates with a stand-in teacher and publishes the SFT set."""
+    import psutil
+    from generation_helpers import StandInServer
+
+    from curation.catalog import Catalog
+    from curation.ingest import ingest
+
+    root = tmp_path / "root"
+    res = ingest(str(pools_dir / "math_ttrl_amc23_as_train.jsonl"), field_map="ttrl", name="amc",
+                 catalog=Catalog(root), limit=3)  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(
+        PREFECT_HOME=str(tmp_path / "prefect"),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="1",
+    )
+    answers = {r["problem"]: r["answer"] for r in Catalog(root).load(res.ref).to_pylist()}
+
+    def reply(text, body):  # a teacher that is right: the build keeps its responses
+        ans = next((a for p, a in answers.items() if p in text), "0")
+        return f"Thinking.</think>\n\nThe answer is \\boxed{{{ans}}}."
+
+    with StandInServer(reply) as srv:
+        cfg = tmp_path / "sft.toml"
+        cfg.write_text(
+            f'[sft]\npool = "{res.ref}"\nresponses_per_prompt = 1\nout = "{tmp_path / "run"}"\n'
+            f'data_root = "{root}"\n[sft.teacher]\nmodel = "stand-in"\n'
+            f'[sft.generation]\nbackend = "openai"\nbase_url = "{srv.url}"\n'
+            "[sft.filters]\ndecontaminate = false\n"
+        )
+        log = tmp_path / "serve.log"
+        with open(log, "w") as fh:
+            proc = subprocess.Popen(
+                [SLUICE, "sft", "serve", str(cfg), "--interval", "15"], env=env, stdout=fh,
+                stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            )  # fmt: skip
+        servers: list = []
+        try:
+            deadline = time.monotonic() + 300  # a guard against hanging, not a timed assertion
+            while not srv.posts():
+                assert proc.poll() is None, log.read_text()[-3000:]
+                assert time.monotonic() < deadline, "the schedule never ran the flow"
+                time.sleep(0.5)
+            servers = _server_children(proc.pid)
+            assert servers, "no temporary Prefect server found under sluice sft serve"
+
+            # the run has ended (its worker processes too) before Ctrl-C: a forkserver still
+            # importing its preloads when the signal comes prints Python's KeyboardInterrupt
+            def flow_done() -> bool:
+                return any(
+                    "Flow run" in ln and "Finished in state Completed" in ln
+                    for ln in log.read_text().splitlines()
+                )
+
+            while not (
+                any(v.name.startswith("amc.sft.") for v in Catalog(root).list()) and flow_done()
+            ):
+                assert proc.poll() is None, log.read_text()[-3000:]
+                assert time.monotonic() < deadline, "the scheduled run did not finish"
+                time.sleep(0.5)
+            os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
+            proc.wait(timeout=120)
+            out = log.read_text()
+            assert "temporary local Prefect server (scheduler on" in out, out[-3000:]
+            assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
+        finally:
+            if proc.poll() is None:
+                servers = servers or _server_children(proc.pid)
+                proc.kill()
+                proc.wait()
+            for s in servers:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    s.kill()
