@@ -34,6 +34,11 @@ class LineClock:
             self._last = now
             self._write(now)
 
+    def wrote(self, now: float) -> None:
+        """A line was written at ``now`` outside :meth:`tick` (a part's end): the next one
+        comes an interval after it (call with :attr:`lock`)."""
+        self._last = now
+
     def _beat(self) -> None:
         while not self._stop.wait(self.interval):
             with self.lock:

@@ -17,7 +17,7 @@ one batch of texts at a time, so memory is flat in pool size.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -164,11 +164,13 @@ def scan_shard(
     benchmarks,
     config: DecontamConfig,
     data_root: str | None,
+    on_rows: Callable[..., Any] | None = None,
 ) -> dict[str, Any]:
     """Scan the shard file at ``path`` :func:`batch_rows` texts at a time through the per-text
     scan cache (one :class:`~decontam.scan_cache.ScanCache` for all batches, as a streamed run
     uses it) and write its match records to ``out_path`` (renamed into place when complete).
-    Returns the scan counts and timings."""
+    ``on_rows(n, cached=k)`` after each batch: ``n`` texts done, ``k`` of them from the cache
+    (:meth:`decontam.progress.ScanProgress.advance`). Returns the scan counts and timings."""
     from decontam.scan_cache import ScanCache, cache_key
 
     cache = None
@@ -188,6 +190,8 @@ def scan_shard(
                 for k in ("texts", "texts_scanned", "texts_cached"):
                     stats[k] += st[k]
                 timings = _merge_timings(timings, st["timings"])
+                if on_rows is not None:
+                    on_rows(st["texts"], cached=st["texts_cached"])
         os.replace(tmp, out_path)
     finally:
         Path(tmp).unlink(missing_ok=True)

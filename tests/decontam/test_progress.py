@@ -67,3 +67,30 @@ def test_a_run_the_scan_cache_served_whole_ends_on_a_line_saying_so():
         done = "decontam: all 1,530 rows served from the scan cache (reused), nothing scanned"
         assert lines[-1] == done, (interval, bar, lines)
         assert not any("ETA" in x for x in lines[:-1] if x.startswith("decontam: 1,530")), lines
+
+
+def test_lines_go_to_a_callback_and_each_part_gets_a_line_as_it_ends():
+    """A scan in parts (the flow's shards) writes through ``emit`` (a run logger), never a
+    bar: one line as each part ends with the part's texts, what the cache served and its time,
+    then the overall figures; a part that reported no batch on the way (a cached shard result,
+    a shard scanned on Ray) counts as done when it ends."""
+    lines: list[str] = []
+    with ScanProgress(1000, what="texts", interval=0, bar=True, emit=lines.append) as p:
+        p.part_start()
+        p.advance(300, cached=100)  # interval 0: a heartbeat line per batch
+        p.advance(200)
+        p.part_done("shard 1 of 2", 500, 100)
+        p.part_start()
+        p.part_done("shard 2 of 2", 500, 500)  # its batches did not report: counted now
+    assert lines[0].startswith("decontam: 300 / 1,000 texts (30%), "), lines
+    assert lines[2].startswith(
+        "decontam: shard 1 of 2: 500 texts (100 reused from the scan cache) in 0s; "
+        "500 / 1,000 texts (50%), "
+    ), lines
+    assert "ETA" in lines[2] and lines[2].endswith(" (100 reused from the scan cache)"), lines
+    assert lines[3].startswith(
+        "decontam: shard 2 of 2: 500 texts (500 reused from the scan cache) in 0s; "
+        "1,000 / 1,000 texts (100%), "
+    ), lines
+    assert lines[3].endswith(" (600 reused from the scan cache)") and len(lines) == 4, lines
+    assert p.done == 1000 and p.cached == 600
