@@ -18,6 +18,7 @@ from typing import Any
 from prefect import flow
 
 from flows.tasks import (
+    SHARD_PROGRESS,
     artifact_key,
     cached_or_rerun,
     catalog_current,
@@ -76,7 +77,15 @@ def decontaminate_flow(
     return summary
 
 
+# seconds between two progress lines of a sharded scan, also within a long shard (tests: 0)
+PROGRESS_INTERVAL = 5.0
+
+
 def _sharded(ref, out, root, benchmarks_dir, publish_as, shards, ray_address, common) -> dict:
+    import pyarrow.parquet as pq
+    from prefect import get_run_logger
+
+    from decontam.progress import ScanProgress
     from decontam.shards import DEFAULT_BATCH_ROWS
 
     work = Path(root) / "work" / _slug(ref) / f"shards-{max(shards, 1)}"
@@ -92,8 +101,43 @@ def _sharded(ref, out, root, benchmarks_dir, publish_as, shards, ray_address, co
         data_root=root,
         batch_rows=common["decontam"]["stream_rows"] or DEFAULT_BATCH_ROWS,
     )
+    # progress in the run's log (Prefect's run logger: the UI and `sluice run`'s console): a
+    # line as each shard ends, and the overall one every PROGRESS_INTERVAL s within a shard
+    texts = sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
+    label = f"decontam {_slug(Path(ref.partition('@')[0]).name)}"
+    log = get_run_logger().info
+    where = f" on Ray ({ray_address})" if ray_address else ""
+    log(f"{label}: {texts:,} texts in {len(paths)} shards to scan{where}")
+    prog = ScanProgress(texts, what="texts", label=label, interval=PROGRESS_INTERVAL, emit=log)
+    with prog:
+        token = SHARD_PROGRESS.set(prog)  # the scan tasks report their batches to it
+        try:
+            matches_paths, stats = _scan_shards(
+                paths, prog, root, benchmarks_dir, shards, ray_address, common
+            )
+        finally:
+            SHARD_PROGRESS.reset(token)
+    return cached_or_rerun(
+        finalize_shards,
+        root,
+        _run_outputs_exist,
+        input_ref=ref,
+        matches_paths=matches_paths,
+        out_dir=out,
+        benchmarks_dir=benchmarks_dir,
+        publish_as=publish_as,
+        scan_stats=stats,
+        **common,
+    )
+
+
+def _scan_shards(paths, prog, root, benchmarks_dir, shards, ray_address, common):
+    """Scan every shard (one cached task each, or one Ray task): the match files and the
+    scan counts. Each shard's line goes to ``prog`` as its result comes back."""
+    n = len(paths)
     stats = {"texts": 0, "texts_scanned": 0, "texts_cached": 0}
     if ray_address:
+        prog.part_start()
         res = cached_or_rerun(
             ray_scan_shards,
             root,
@@ -107,10 +151,14 @@ def _sharded(ref, out, root, benchmarks_dir, publish_as, shards, ray_address, co
         )
         matches_paths = res["matches_paths"]
         stats = {k: res[k] for k in stats}
+        if prog.done < prog.total:  # a cached result (the task's shards report as they end)
+            prog.part_done(f"{n} shards (cached task result)", res["texts"], res["texts"])
     else:
         matches_paths = []
         scan = with_storage(scan_shard, root)
-        for p in paths:  # sequential: each shard is its own cached, retryable unit
+        for i, p in enumerate(paths):  # sequential: each shard is its own cached, retryable unit
+            prog.part_start()
+            before = prog.done
             res = cached_or_rerun(
                 scan,
                 root,
@@ -125,18 +173,15 @@ def _sharded(ref, out, root, benchmarks_dir, publish_as, shards, ray_address, co
             matches_paths.append(res["matches_path"])
             for k in stats:
                 stats[k] += res[k]
-    return cached_or_rerun(
-        finalize_shards,
-        root,
-        _run_outputs_exist,
-        input_ref=ref,
-        matches_paths=matches_paths,
-        out_dir=out,
-        benchmarks_dir=benchmarks_dir,
-        publish_as=publish_as,
-        scan_stats=stats,
-        **common,
-    )
+            # no batch reported: its cached task result came back (the task runs in this
+            # flow's thread, so a scan reports every batch)
+            if prog.done == before and res["texts"]:
+                prog.part_done(
+                    f"shard {i + 1} of {n} (cached task result)", res["texts"], res["texts"]
+                )
+            else:
+                prog.part_done(f"shard {i + 1} of {n}", res["texts"], res["texts_cached"])
+    return matches_paths, stats
 
 
 def pin_ref(data_root: str, ref: str) -> str:

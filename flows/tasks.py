@@ -18,6 +18,7 @@ Each task's function can be called without Prefect as ``task.fn(...)``.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import hashlib
 import json
@@ -352,6 +353,16 @@ def render_pool_report(run_dir: str, out_dir: str) -> dict[str, str]:
 
 
 # -- sharded scan (scale-out) ----------------------------------------------------------------
+# The progress of the flow's sharded scan (a decontam.progress.ScanProgress that writes to the
+# flow's run logger, set by flows.decontaminate._sharded around its scan tasks). A scan task
+# run in the flow's context (the flow calls them, so they run in its thread) reports each batch
+# to it; without one (a task run on its own, or in another process) it reports nothing, and the
+# flow still writes each shard's line when its result comes back.
+SHARD_PROGRESS: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "sluice_shard_progress", default=None
+)
+
+
 @task(name="prepare-shards", cache_policy=_policy(_decontaminate_key), **_COMMON)
 def prepare_shards(
     input_ref: str,
@@ -402,9 +413,11 @@ def scan_shard(
     _test_hook("scan:" + os.path.basename(shard_path))
     cfg, bset, dets = fitted_detectors(decontam, benchmarks_dir, data_root)
     out = shard_path.removesuffix(".parquet") + ".matches.parquet"
+    prog = SHARD_PROGRESS.get()
     stats = shards.scan_shard(
-        shard_path, out, detectors=dets, benchmarks=bset, config=cfg, data_root=data_root
-    )
+        shard_path, out, detectors=dets, benchmarks=bset, config=cfg, data_root=data_root,
+        on_rows=prog.advance if prog is not None else None,
+    )  # fmt: skip
     return {"matches_path": out, "matches_sha256": file_sha256(out), **stats}
 
 
@@ -625,28 +638,44 @@ def ray_scan_shards(
     outs = [p.removesuffix(".parquet") + ".matches.parquet" for p in shard_paths]
     tmps = [f"{o}.{os.getpid()}.tmp" for o in outs]
     n = 0
+    prog = SHARD_PROGRESS.get()  # the blocks come back in order: a shard ends at the next one's
+    sizes = [pq.ParquetFile(p).metadata.num_rows for p in shard_paths] if prog else []
+    ended = 0
+
+    def shards_end(upto: int) -> None:
+        nonlocal ended
+        for k in range(ended, upto):
+            prog.part_done(f"shard {k + 1} of {len(shard_paths)}", sizes[k])
+        ended = max(ended, upto)
 
     def blocks():
         nonlocal n
         for i, p in enumerate(shard_paths):
             for rb in pq.ParquetFile(p).iter_batches(batch_size=block_rows):
                 n += rb.num_rows
-                yield i, pa.Table.from_batches([rb])
+                yield (i, rb.num_rows), pa.Table.from_batches([rb])
 
     writers: dict[int, Any] = {}
     try:
-        for i, m in ray_scan_blocks(
+        if prog is not None:
+            prog.part_start()
+        for (i, rows), m in ray_scan_blocks(
             blocks(), decontam, benchmarks_dir=benchmarks_dir, address=address,
             num_workers=num_workers, data_root=data_root,
         ):  # fmt: skip
             if i not in writers:
                 writers[i] = pq.ParquetWriter(tmps[i], MATCH_SCHEMA)
             writers[i].write_table(m)
+            if prog is not None:
+                shards_end(i)
+                prog.advance(rows)
         for i in range(len(outs)):  # a shard without texts gets an empty matches file
             if i not in writers:
                 writers[i] = pq.ParquetWriter(tmps[i], MATCH_SCHEMA)
             writers[i].close()
             os.replace(tmps[i], outs[i])
+        if prog is not None:
+            shards_end(len(shard_paths))
     finally:
         for w in writers.values():
             w.close()
