@@ -43,7 +43,7 @@ def test_a_sharded_flow_logs_each_shard_and_the_overall_progress(
     from decontam.run import DecontamConfig
     from flows.ingest import ingest_flow
 
-    monkeypatch.setattr(dmod, "PROGRESS_INTERVAL", 0.0)
+    monkeypatch.setattr(dmod, "PROGRESS_INTERVAL", 0.0, raising=False)
     root = str(tmp_path / "root")
     src = write_slice(pools_dir / "math_deepscaler_math_train.jsonl", tmp_path / "m.jsonl", 120)
     ref = ingest_flow(source=str(src), name="m", field_map="deepscaler_math", data_root=root)
