@@ -48,3 +48,20 @@ def write_config(
         ]
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
+
+
+def run_log(state) -> list[str]:
+    """The messages a flow run logged, as Prefect's API stores them (the UI's run log)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.client.schemas.sorting import LogSort
+    from prefect.logging.handlers import APILogHandler
+
+    APILogHandler().flush()  # send what is queued, and wait
+    run_id = state.state_details.flow_run_id
+    with get_client(sync_client=True) as client:
+        logs = client.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id])),
+            sort=LogSort.TIMESTAMP_ASC,
+        )
+    return [x.message for x in logs]

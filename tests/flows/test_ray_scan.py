@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 import pytest
-from flow_helpers import write_slice
+from flow_helpers import run_log, write_slice
 
 ray = pytest.importorskip("ray")
 
@@ -121,3 +121,25 @@ def test_ray_run_reads_background_refs_from_the_runs_catalog(
         a, b = pq.read_table(tmp_path / "single" / name), pq.read_table(tmp_path / "ray" / name)
         assert a.num_rows > 0 and a.equals(b), name
     assert on_ray["counts"]["contaminated"] == single["counts"]["contaminated"] >= 25
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_ray_run_logs_a_line_as_each_shard_ends(local_ray, tmp_path, mixed_pool, benchmarks_dir):
+    """The shards scanned on Ray: the blocks come back in order, so the flow's log gets a line
+    as each shard's last block is in, with the overall texts done of the total."""
+    from flows.decontaminate import decontaminate_flow
+    from flows.ingest import ingest_flow
+
+    root = str(tmp_path / "root")
+    ref = ingest_flow(source=str(mixed_pool), name="mix", field_map="ttrl", data_root=root)["ref"]
+    state = decontaminate_flow(
+        input_ref=ref, text_fields=["problem"], id_field="uid", decontam=_cfg(), data_root=root,
+        benchmarks_dir=str(benchmarks_dir), shards=2, ray_address="local", return_state=True,
+    )  # fmt: skip
+    n = state.result()["counts"]["texts"]
+    ours = [x for x in run_log(state) if x.startswith("decontam mix: ")]
+    assert ours[0] == f"decontam mix: {n} texts in 2 shards to scan on Ray (local)", ours
+    ends = [x for x in ours if x.startswith("decontam mix: shard ")]  # not the 5 s lines
+    assert ends[0].startswith(f"decontam mix: shard 1 of 2: {n // 2} texts in "), ours
+    assert ends[1].startswith(f"decontam mix: shard 2 of 2: {n - n // 2} texts in "), ours
+    assert f"; {n} / {n} texts (100%), " in ends[1] and len(ends) == 2, ours
