@@ -110,13 +110,13 @@ def _sharded(ref, out, root, benchmarks_dir, publish_as, shards, ray_address, co
     log(f"{label}: {texts:,} texts in {len(paths)} shards to scan{where}")
     prog = ScanProgress(texts, what="texts", label=label, interval=PROGRESS_INTERVAL, emit=log)
     with prog:
-        token = SHARD_PROGRESS.set(prog)  # the scan tasks report their batches to it
+        SHARD_PROGRESS.current = prog  # the scan tasks report their batches to it
         try:
             matches_paths, stats = _scan_shards(
                 paths, prog, root, benchmarks_dir, shards, ray_address, common
             )
         finally:
-            SHARD_PROGRESS.reset(token)
+            SHARD_PROGRESS.current = None
     return cached_or_rerun(
         finalize_shards,
         root,

@@ -18,11 +18,11 @@ Each task's function can be called without Prefect as ``task.fn(...)``.
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import hashlib
 import json
 import os
+import threading
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -354,13 +354,18 @@ def render_pool_report(run_dir: str, out_dir: str) -> dict[str, str]:
 
 # -- sharded scan (scale-out) ----------------------------------------------------------------
 # The progress of the flow's sharded scan (a decontam.progress.ScanProgress that writes to the
-# flow's run logger, set by flows.decontaminate._sharded around its scan tasks). A scan task
-# run in the flow's context (the flow calls them, so they run in its thread) reports each batch
-# to it; without one (a task run on its own, or in another process) it reports nothing, and the
-# flow still writes each shard's line when its result comes back.
-SHARD_PROGRESS: contextvars.ContextVar[Any] = contextvars.ContextVar(
-    "sluice_shard_progress", default=None
-)
+# flow's run logger, set by flows.decontaminate._sharded around its scan tasks, as
+# SHARD_PROGRESS.current). A scan task run in the flow's thread (the flow calls its tasks, so
+# they run there) reports each batch to it; one run elsewhere (a task run on its own, submitted
+# to a runner, another process) reports nothing, and the flow still writes each shard's line
+# when its result comes back. Thread-local, not a ContextVar: Prefect's process-pool runner
+# pickles the flow's context to submit a task, and a ContextVar set in it does not pickle.
+SHARD_PROGRESS = threading.local()
+
+
+def shard_progress() -> Any:
+    """The flow's shard progress, when this thread runs the flow's sharded scan (else None)."""
+    return getattr(SHARD_PROGRESS, "current", None)
 
 
 @task(name="prepare-shards", cache_policy=_policy(_decontaminate_key), **_COMMON)
@@ -413,7 +418,7 @@ def scan_shard(
     _test_hook("scan:" + os.path.basename(shard_path))
     cfg, bset, dets = fitted_detectors(decontam, benchmarks_dir, data_root)
     out = shard_path.removesuffix(".parquet") + ".matches.parquet"
-    prog = SHARD_PROGRESS.get()
+    prog = shard_progress()
     stats = shards.scan_shard(
         shard_path, out, detectors=dets, benchmarks=bset, config=cfg, data_root=data_root,
         on_rows=prog.advance if prog is not None else None,
@@ -638,7 +643,7 @@ def ray_scan_shards(
     outs = [p.removesuffix(".parquet") + ".matches.parquet" for p in shard_paths]
     tmps = [f"{o}.{os.getpid()}.tmp" for o in outs]
     n = 0
-    prog = SHARD_PROGRESS.get()  # the blocks come back in order: a shard ends at the next one's
+    prog = shard_progress()  # the blocks come back in order: a shard ends at the next one's
     sizes = [pq.ParquetFile(p).metadata.num_rows for p in shard_paths] if prog else []
     ended = 0
 
