@@ -65,3 +65,32 @@ def run_log(state) -> list[str]:
             sort=LogSort.TIMESTAMP_ASC,
         )
     return [x.message for x in logs]
+
+
+def server_children(pid: int) -> list:
+    """The temporary Prefect servers (uvicorn with Prefect's app) under process ``pid``."""
+    import psutil
+
+    out = []
+    for c in psutil.Process(pid).children(recursive=True):
+        try:
+            if "prefect.server.api.server:create_app" in " ".join(c.cmdline()):
+                out.append(c)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def kill_all(proc, servers: list) -> None:
+    """Never leave a command or its servers behind, even when a test fails."""
+    import contextlib
+
+    import psutil
+
+    if proc.poll() is None:
+        servers = servers or server_children(proc.pid)
+        proc.kill()
+        proc.wait()
+    for s in servers:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            s.kill()

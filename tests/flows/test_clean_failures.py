@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from flow_helpers import kill_all, server_children
 
 SLUICE = str(Path(sys.executable).with_name("sluice"))
 
@@ -491,19 +492,6 @@ def test_run_names_every_pool_that_cannot_run_before_prefect_starts(aime_head, t
 # -- items 11 and 12: the temporary Prefect server -----------------------------------------------
 
 
-def _server_children(pid: int) -> list:
-    import psutil
-
-    out = []
-    for c in psutil.Process(pid).children(recursive=True):
-        try:
-            if "prefect.server.api.server:create_app" in " ".join(c.cmdline()):
-                out.append(c)
-        except psutil.NoSuchProcess:
-            pass
-    return out
-
-
 @pytest.mark.timeout(600)
 def test_kill_9_of_sluice_run_leaves_no_prefect_server(aime_head, tmp_path):
     import signal
@@ -536,19 +524,14 @@ def test_kill_9_of_sluice_run_leaves_no_prefect_server(aime_head, tmp_path):
             assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
             assert time.monotonic() < deadline, "the run never reached decontamination"
             time.sleep(0.2)
-        servers = _server_children(proc.pid)
+        servers = server_children(proc.pid)
         assert servers, "no temporary Prefect server found under sluice run"
         proc.send_signal(signal.SIGKILL)  # only the main process, as the OOM killer does
         proc.wait()
         gone, alive = psutil.wait_procs(servers, timeout=60)
         assert alive == [], f"orphaned Prefect server(s): {[p.pid for p in alive]}"
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for s in servers:  # never leave one behind, even when the test fails
-            with __import__("contextlib").suppress(psutil.NoSuchProcess):
-                s.kill()
+        kill_all(proc, servers)
 
 
 def test_server_start_up_timeout_is_configurable_and_says_what_to_do(aime_head, tmp_path):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -11,22 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from flow_helpers import write_config, write_slice
+from flow_helpers import kill_all, server_children, write_config, write_slice
 
 SLUICE = str(Path(sys.executable).with_name("sluice"))
-
-
-def _server_children(pid: int) -> list:
-    import psutil
-
-    out = []
-    for c in psutil.Process(pid).children(recursive=True):
-        try:
-            if "prefect.server.api.server:create_app" in " ".join(c.cmdline()):
-                out.append(c)
-        except psutil.NoSuchProcess:
-            pass
-    return out
 
 
 @pytest.mark.timeout(600)
@@ -80,7 +66,7 @@ def test_serve_without_a_server_runs_its_schedule_and_ctrl_c_stops_it(
             ):
                 break
             time.sleep(0.5)
-        servers = _server_children(proc.pid)
+        servers = server_children(proc.pid)
         assert servers, "no temporary Prefect server found under sluice serve"
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
         proc.wait(timeout=120)
@@ -91,13 +77,7 @@ def test_serve_without_a_server_runs_its_schedule_and_ctrl_c_stops_it(
         _, alive = psutil.wait_procs(servers, timeout=60)
         assert alive == [], f"Prefect server(s) left running: {[p.pid for p in alive]}"
     finally:
-        if proc.poll() is None:
-            servers = servers or _server_children(proc.pid)
-            proc.kill()
-            proc.wait()
-        for s in servers:  # never leave one behind, even when the test fails
-            with contextlib.suppress(psutil.NoSuchProcess):
-                s.kill()
+        kill_all(proc, servers)
 
 
 def test_served_runs_do_not_overlap_by_default(tmp_path, monkeypatch):
@@ -187,7 +167,7 @@ def test_sigterm_stops_serve_with_exit_143(tmp_path, pools_dir, benchmarks_dir):
             assert proc.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, "sluice serve never started serving"
             time.sleep(0.2)
-        servers = _server_children(proc.pid)
+        servers = server_children(proc.pid)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
         out = log.read_text()
@@ -196,13 +176,7 @@ def test_sigterm_stops_serve_with_exit_143(tmp_path, pools_dir, benchmarks_dir):
         _, alive = psutil.wait_procs(servers, timeout=60)
         assert alive == [], f"Prefect server(s) left running: {[p.pid for p in alive]}"
     finally:
-        if proc.poll() is None:
-            servers = servers or _server_children(proc.pid)
-            proc.kill()
-            proc.wait()
-        for s in servers:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                s.kill()
+        kill_all(proc, servers)
 
 
 @pytest.mark.timeout(600)
@@ -211,7 +185,6 @@ def test_sft_serve_without_a_server_runs_its_schedule(tmp_path, pools_dir):
     which runs no scheduler, when PREFECT_API_URL was not set: as `sluice serve` did, its
     schedule never fired. They now serve inside the same scheduler-enabled temporary server:
     the first tick generates with a stand-in teacher and publishes the SFT set."""
-    import psutil
     from generation_helpers import StandInServer
 
     from curation.catalog import Catalog
@@ -254,7 +227,7 @@ def test_sft_serve_without_a_server_runs_its_schedule(tmp_path, pools_dir):
                 assert proc.poll() is None, log.read_text()[-3000:]
                 assert time.monotonic() < deadline, "the schedule never ran the flow"
                 time.sleep(0.5)
-            servers = _server_children(proc.pid)
+            servers = server_children(proc.pid)
             assert servers, "no temporary Prefect server found under sluice sft serve"
 
             # the run has ended (its worker processes too) before Ctrl-C: a forkserver still
@@ -277,10 +250,4 @@ def test_sft_serve_without_a_server_runs_its_schedule(tmp_path, pools_dir):
             assert "temporary local Prefect server (scheduler on" in out, out[-3000:]
             assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
         finally:
-            if proc.poll() is None:
-                servers = servers or _server_children(proc.pid)
-                proc.kill()
-                proc.wait()
-            for s in servers:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    s.kill()
+            kill_all(proc, servers)

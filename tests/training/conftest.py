@@ -53,6 +53,26 @@ def tiny_model(pools_dir, tmp_path_factory) -> Path:
     return build_tiny_model(pools_dir, tmp_path_factory.mktemp("tiny-qwen2"))
 
 
+# the shape of DeepSeek-R1-Distill's chat template: the generation prompt opens the thinking
+R1_TEMPLATE = ("{% for m in messages %}<|User|>{{ m['content'] }}{% endfor %}"
+               "{% if add_generation_prompt %}<|Assistant|><think>\n{% endif %}")  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def r1_model(tiny_model, tmp_path_factory) -> Path:
+    """The tiny model with an R1 distill's kind of chat template (it opens <think>)."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    model = tmp_path_factory.mktemp("r1-tiny") / "model"
+    shutil.copytree(tiny_model, model)
+    tok = AutoTokenizer.from_pretrained(str(model))
+    tok.chat_template = R1_TEMPLATE
+    tok.save_pretrained(str(model))
+    return model
+
+
 def _slice(src: Path, dst: Path, n: int) -> Path:
     with open(src, encoding="utf-8") as f:
         lines = [ln for _, ln in zip(range(n), f, strict=False)]

@@ -772,24 +772,18 @@ def test_trl_table_errors_name_the_config_file(tmp_path, capsys, command, line, 
 
 
 def test_export_verl_reads_an_r1_template_as_opening_the_thinking(
-    tiny_model, pool_catalog, tmp_path, monkeypatch
+    tiny_model, r1_model, pool_catalog, tmp_path, monkeypatch
 ):
     """verl renders prompts with the model's chat template as TRL does: an R1 template that
     opens <think> now sets the reward's assume_open_think as the TRL run's rewards take it
     (an explicit option still wins); a tokenizer that cannot be loaded is a warning."""
-    import shutil
 
     from transformers import AutoTokenizer
 
     from training.config import load_train_config
     from training.verl import export_verl
 
-    model = tmp_path / "r1-tiny"
-    shutil.copytree(tiny_model, model)
-    tok = AutoTokenizer.from_pretrained(str(model))
-    tok.chat_template = ("{% for m in messages %}<|User|>{{ m['content'] }}{% endfor %}"
-                         "{% if add_generation_prompt %}<|Assistant|><think>\n{% endif %}")  # fmt: skip
-    tok.save_pretrained(str(model))
+    model = r1_model
 
     def kwargs(model_dir, extra=""):
         cfg = _write_config(tmp_path / "t.toml", model_dir, pool_catalog["math"])

@@ -493,22 +493,15 @@ def test_same_weights_in_two_run_folders_are_two_checkpoint_versions(tmp_path):
     assert register_checkpoint(cat, tmp_path / "run-b" / "checkpoints" / "s", man) == refs[1]
 
 
-def test_an_r1_template_is_recorded_as_opening_the_thinking(tiny_model, pool_catalog, tmp_path):
+def test_an_r1_template_is_recorded_as_opening_the_thinking(
+    tiny_model, r1_model, pool_catalog, tmp_path
+):
     """A model whose chat template opens <think> (R1 distills) gets rewards that read its
     completions as starting inside the thinking, without an option; run.json says who decided
     (the template) and `--check` shows what the template does."""
-    import shutil
-
-    from transformers import AutoTokenizer
-
     from training.grpo import check_model
 
-    model = tmp_path / "r1-tiny"
-    shutil.copytree(tiny_model, model)
-    tok = AutoTokenizer.from_pretrained(str(model))
-    tok.chat_template = ("{% for m in messages %}<|User|>{{ m['content'] }}{% endfor %}"
-                         "{% if add_generation_prompt %}<|Assistant|><think>\n{% endif %}")  # fmt: skip
-    tok.save_pretrained(str(model))
+    model = r1_model
     over = {
         "model": {"name_or_path": str(model)},
         "rewards": [{"name": "format", "weight": 0.1}, {"name": "math_accuracy"}],

@@ -242,11 +242,9 @@ def test_code_pass_rate_gives_leetcode_rows_their_import_header(pool_catalog):
     assert got == [1.0] * n, (got, dict(r.counts))
 
 
-R1_TEMPLATE = ("{% for m in messages %}<|User|>{{ m['content'] }}{% endfor %}"
-               "{% if add_generation_prompt %}<|Assistant|><think>\n{% endif %}")  # fmt: skip
-
-
-def test_an_r1_chat_template_makes_the_rewards_read_completions_as_opened(tiny_model, pools_dir):
+def test_an_r1_chat_template_makes_the_rewards_read_completions_as_opened(
+    tiny_model, r1_model, pools_dir
+):
     """TRL renders conversational prompts with the model's chat template; an R1 distill's ends
     with `<think>`, so completions start inside the thinking. The rewards read them as they are
     unless `assume_open_think` was set: every real R1 trace scored 0 on format, and one cut off
@@ -260,10 +258,8 @@ def test_an_r1_chat_template_makes_the_rewards_read_completions_as_opened(tiny_m
     from training.config import RewardConfig
     from training.rewards import template_opens_think, think_opened_by
 
-    tok = AutoTokenizer.from_pretrained(str(tiny_model))
-    assert not template_opens_think(tok)  # a Qwen-style template opens nothing
-    tok.chat_template = R1_TEMPLATE
-    assert template_opens_think(tok)
+    assert not template_opens_think(AutoTokenizer.from_pretrained(str(tiny_model)))  # Qwen's
+    assert template_opens_think(AutoTokenizer.from_pretrained(str(r1_model)))
 
     rows = [json.loads(ln) for ln in open(pools_dir / "sft_r1distill_math_traces_thoughtanchors.jsonl",
                                          encoding="utf-8")]  # fmt: skip
