@@ -205,33 +205,49 @@ LOCK_WAIT_S = 60.0
 @contextlib.contextmanager
 def _switch_lock(out: Path) -> Iterator[None]:
     """Hold ``.<out>.lock`` beside ``out`` (``fcntl.flock``) while the folders are switched, so
-    two runs finishing the same ``--out`` take turns. A file system without ``flock`` runs
-    unlocked (a collision is then the error of :func:`_switch`)."""
+    two runs finishing the same ``--out`` take turns. The holder removes the file before it
+    lets go, so nothing is left beside ``out``; a run that locked a file already removed (it
+    waited on it) sees that the path names another file, or none, and locks again. A file
+    system without ``flock`` runs unlocked (a collision is then the error of :func:`_switch`)."""
     import fcntl
 
     lock = out.parent / f".{out.name}.lock"
-    with open(lock, "a+b") as fh:
-        deadline = time.monotonic() + LOCK_WAIT_S
-        while True:
-            try:
-                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise StorageError(
-                        f"cannot finish --out {out}: another run is finishing the same folder "
-                        f"and has held {lock} for {LOCK_WAIT_S:g} s",
-                        hint="wait for that run to end, then rerun this command (its folder "
-                        "is replaced), or give each run its own --out",
-                    ) from None
-                time.sleep(0.05)
-            except OSError:  # no flock here (some network file systems)
-                yield
-                return
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        fh = open(lock, "a+b")  # noqa: SIM115 - held across the yield below
         try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.close()
+            if time.monotonic() >= deadline:
+                raise StorageError(
+                    f"cannot finish --out {out}: another run is finishing the same folder "
+                    f"and has held {lock} for {LOCK_WAIT_S:g} s",
+                    hint="wait for that run to end, then rerun this command (its folder "
+                    "is replaced), or give each run its own --out",
+                ) from None
+            time.sleep(0.05)
+            continue
+        except OSError:  # no flock here (some network file systems)
+            fh.close()
+            with contextlib.suppress(OSError):
+                lock.unlink()
             yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            return
+        try:
+            same = os.stat(lock).st_ino == os.fstat(fh.fileno()).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        fh.close()  # the holder before us removed this file: lock the path's file again
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            lock.unlink()  # before unlocking: a waiter then finds the path gone and retries
+        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+        fh.close()
 
 
 def _switch(tmp: Path, out: Path) -> Path | None:

@@ -139,6 +139,7 @@ def test_two_runs_finishing_the_same_folder_take_turns(tmp_path, monkeypatch):
     assert third.is_dir()  # refused before anything moved: rerunning finish completes it
     rundir.finish(third, out, kind=KIND)
     assert json.loads((out / "run.json").read_text())["tag"] == "third"
+    assert not (tmp_path / ".run.lock").exists()  # its holder removes it: nothing left beside
 
 
 def test_a_collision_without_the_lock_is_one_error_and_keeps_the_old_run(tmp_path, monkeypatch):
