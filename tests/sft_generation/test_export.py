@@ -101,20 +101,7 @@ def test_only_an_sft_set_is_exported(pools_dir, data_root, tmp_path):
     import subprocess
     import sys
 
-    from curation.catalog import Catalog
-    from curation.ingest import ingest
-    from sft_generation.build import build_sft, rows_from_sft_samples
-    from sft_generation.config import FilterConfig
-
-    traces = pools_dir / "sft_r1distill_math_traces_thoughtanchors.jsonl"
-    src = tmp_path / "few.jsonl"
-    with open(traces, encoding="utf-8") as f:
-        src.write_text("".join(line for _, line in zip(range(4), f, strict=False)))
-    cat = Catalog(data_root)
-    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="few", catalog=cat).ref
-    rows = rows_from_sft_samples(cat.load(ref), source=ref)
-    res = build_sft(rows, name="few", out_dir=tmp_path / "run", catalog=cat,
-                    filters=FilterConfig(decontaminate=False))  # fmt: skip
+    ref, res = _few_build(pools_dir, data_root, tmp_path)
     env = {**os.environ, "SLUICE_DATA_ROOT": str(data_root)}
 
     def export(what, out):
@@ -209,8 +196,9 @@ def test_an_r1_distill_student_keeps_the_thinking_only_with_assistant_only_loss(
     assert "1 plus 1 is 2." in seen[True] and "\\boxed{2}" in seen[True]
 
 
-def _few_set(pools_dir, data_root, tmp_path) -> str:
-    """An SFT set built from 4 real R1 traces (no decontamination): its grid version's ref."""
+def _few_build(pools_dir, data_root, tmp_path):
+    """4 real R1 traces ingested, and the SFT set built from them (no decontamination):
+    (the ingested version's ref, the build result)."""
     from curation.catalog import Catalog
     from curation.ingest import ingest
     from sft_generation.build import build_sft, rows_from_sft_samples
@@ -225,7 +213,12 @@ def _few_set(pools_dir, data_root, tmp_path) -> str:
     rows = rows_from_sft_samples(cat.load(ref), source=ref)
     res = build_sft(rows, name="few", out_dir=tmp_path / "run", catalog=cat,
                     filters=FilterConfig(decontaminate=False))  # fmt: skip
-    return res.grid[0]["ref"]
+    return ref, res
+
+
+def _few_set(pools_dir, data_root, tmp_path) -> str:
+    """An SFT set built from 4 real R1 traces (no decontamination): its grid version's ref."""
+    return _few_build(pools_dir, data_root, tmp_path)[1].grid[0]["ref"]
 
 
 @pytest.mark.shared_data
