@@ -22,7 +22,6 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -311,25 +310,53 @@ class OpenAIBackend(Backend):
             )
 
     def run(self, requests: Sequence[Request], params: SamplingParams, sink: Sink) -> None:
-        jobs = [(r, i) for r in requests for i in r.indices]
-        if not jobs:
+        """Send every job, ``concurrency`` at a time, from daemon threads.
+
+        Hand-written rather than a ``ThreadPoolExecutor``: when the caller is interrupted
+        (Ctrl-C, SIGTERM, a served run cancelled) leaving the executor's ``with`` block waited
+        for every queued request, not only those in flight (all 12 of 12 queued requests were
+        sent after a Ctrl-C), and its worker threads are joined at interpreter exit, so the
+        process then waited up to ``timeout_s`` for the requests in flight. Here an
+        interruption stops the queue at once; a request in flight is abandoned with its daemon
+        thread and its reply is not written (the caller may be closing the store).
+        """
+        jobs = iter([(r, i) for r in requests for i in r.indices])
+        n_jobs = sum(len(r.indices) for r in requests)
+        if not n_jobs:
             return
         stop = threading.Event()
+        take = threading.Lock()
+        failures: list[BaseException] = []
 
-        def work(req: Request, i: int) -> None:
-            if stop.is_set():
-                return
-            sink([self._one(req, i, params)])
-
-        with ThreadPoolExecutor(max_workers=self.config.concurrency) as ex:
-            futs = [ex.submit(work, r, i) for r, i in jobs]
-            done, _ = wait(futs, return_when=FIRST_EXCEPTION)
-            for f in done:
-                if f.exception() is not None:
+        def work() -> None:
+            while not stop.is_set():
+                with take:
+                    job = next(jobs, None)
+                if job is None:
+                    return
+                try:
+                    sample = self._one(job[0], job[1], params)
+                    if stop.is_set():
+                        return
+                    sink([sample])
+                except BaseException as exc:  # raised again in the caller's thread
+                    failures.append(exc)
                     stop.set()
-                    for g in futs:
-                        g.cancel()
-                    raise f.exception()  # type: ignore[misc]
+                    return
+
+        workers = [
+            threading.Thread(target=work, name=f"generate-{k}", daemon=True)
+            for k in range(min(self.config.concurrency, n_jobs))
+        ]
+        try:
+            for t in workers:
+                t.start()
+            for t in workers:
+                t.join()  # interruptible: KeyboardInterrupt / SystemExit land here
+        finally:
+            stop.set()
+        if failures:
+            raise failures[0]
 
 
 # ------------------------------------------------------------------------------------------

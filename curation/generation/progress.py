@@ -4,8 +4,8 @@ Without a terminal a background thread writes the line when no sample came back 
 interval (an hf batch, a long reasoning trace): lines written only on an update left a log
 silent for minutes. Samples a rerun finds in the store count as done (:meth:`Progress.reuse`),
 not in the rate; a run that generated nothing ends on a line saying so (``all N samples served
-from the store (reused), nothing generated``), not on ``0/N ... ETA ?``. ``close()`` (or
-``stop()`` for a run that failed) ends it."""
+from the store (reused), nothing generated``), not on ``0/N ... ETA ?``. ``close()`` ends it
+(``close("stopped")`` for a run that was interrupted or failed)."""
 
 from __future__ import annotations
 
@@ -94,7 +94,9 @@ class Progress:
         if self._clock is not None:
             self._clock.stop()
 
-    def close(self) -> None:
+    def close(self, ended: str = "done") -> None:
+        """End the progress with its last line, marked ``(done)``; a run that was interrupted or
+        failed passes ``ended="stopped"`` (its last line said ``(done)`` at 0 of 3 samples)."""
         self.stop()
         every_reused = bool(self.total) and self.reused >= self.total
         if self._bar is not None:
@@ -104,7 +106,7 @@ class Progress:
         elif every_reused:
             print(self._all_reused(), file=self.stream, flush=True)
         elif self.total:
-            print(self.line() + " (done)", file=self.stream, flush=True)
+            print(f"{self.line()} ({ended})", file=self.stream, flush=True)
 
     def _all_reused(self) -> str:
         return all_reused_line(self.desc, self.total, f"{self.unit}s", self.new)

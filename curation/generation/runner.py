@@ -89,9 +89,12 @@ def generate(
 
         try:
             backend.run(requests, params, sink)
-        finally:
+        except BaseException:
             if bar is not None and own:
-                bar.close()
+                bar.close("stopped")
+            raise
+        if bar is not None and own:
+            bar.close()
     out: list[list[Sample]] = []
     failed = empty = 0
     errors: list[str] = []

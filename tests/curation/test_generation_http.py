@@ -144,3 +144,30 @@ def test_reasoning_content_is_kept_beside_the_answer(tmp_path):
         s = r.samples[0][0]
         assert s.reasoning == "Let me think: 2+2 is 4." and s.text.startswith("stand-in reply")
         assert r.table().column("reasoning").to_pylist() == ["Let me think: 2+2 is 4."]
+
+
+def test_ctrl_c_sends_no_queued_request_and_waits_for_none_in_flight(tmp_path):
+    """Ctrl-C during a generation ran the whole queue: leaving the thread pool's ``with`` block
+    waited for every queued request (12 of 12 were sent, and written, after the Ctrl-C), so a
+    run over thousands of prompts went on until it was done. Now the queue stops at once and
+    the requests in flight are abandoned, their replies not written."""
+    import os
+    import signal
+    import threading
+    import time
+
+    with StandInServer(latency_s=3.0) as srv, SampleStore(tmp_path / "s") as st:
+        b = _backend(srv.url, concurrency=2, timeout_s=30.0)
+
+        def ctrl_c_once_two_are_in_flight():
+            deadline = time.monotonic() + 60  # a guard, not a timed assertion
+            while srv.in_flight < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os.kill(os.getpid(), signal.SIGINT)  # a real signal, as a terminal sends it
+
+        threading.Thread(target=ctrl_c_once_two_are_in_flight, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            generate([f"prompt {i}" for i in range(12)], 1, P, b, st, progress=False)
+        assert srv.in_flight == 2  # it did not wait for the two replies in flight
+        assert len(srv.posts()) == 2  # and sent none of the ten queued
+    assert SampleStore(tmp_path / "s").count_lines() == 0

@@ -82,3 +82,20 @@ def test_a_rerun_says_its_samples_came_from_the_store(tmp_path):
     done = "rollouts m: all 6 samples served from the store (reused), nothing generated"
     assert lines[-1] == done, lines
     assert not any("ETA ?" in x for x in lines), lines
+
+
+def test_an_interrupted_generation_ends_its_line_stopped_not_done(tmp_path, capsys):
+    # an interrupted run's last line read "generate m: 0/3 samples, ..., ETA ? (done)"
+    from curation.generation.backends import Backend
+
+    class Interrupted(Backend):
+        def run(self, requests, params, sink):
+            raise KeyboardInterrupt
+
+    import pytest
+
+    backend = Interrupted(GenerationConfig(model="m", backend="hf"))
+    with SampleStore(tmp_path / "s") as st, pytest.raises(KeyboardInterrupt):
+        generate(["a", "b", "c"], 1, SamplingParams(), backend, st)
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith("generate m: 0/3 samples") and last.endswith("(stopped)"), last
