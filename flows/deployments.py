@@ -174,7 +174,8 @@ def serve_deployment(
     if main and previous[signal.SIGINT] is not signal.SIG_IGN:  # a background job's stays so
         signal.signal(signal.SIGINT, lambda signum, frame: runner.stop_on(signum))
     try:
-        asyncio.run(runner.start())
+        with _runs_in_their_own_session():
+            asyncio.run(runner.start())
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -182,6 +183,50 @@ def serve_deployment(
         raise KeyboardInterrupt
     if runner.stopped_by == signal.SIGTERM:
         raise SystemExit(128 + signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _runs_in_their_own_session() -> Iterator[None]:
+    """Start each served flow run's process (``python -m prefect.engine``) in a session of its
+    own while the runner serves.
+
+    A terminal's Ctrl-C signals its whole foreground process group. The flow-run processes were
+    in it, so each took the SIGINT itself while the runner was cancelling it: a run in flight
+    crashed with a KeyboardInterrupt of its own, and one that had just finished printed Python's
+    "Exception ignored ... KeyboardInterrupt" traceback from its exit handlers. In a session of
+    their own only the runner stops them (its cancel intent, then SIGTERM to the run's whole
+    process group, its worker processes included), as Prefect's workspace runner does.
+
+    Prefect's runner takes no option for it: its ``EngineCommandStarter`` has
+    ``isolate_process_group`` (Prefect >= 3.9), which the runner leaves off, so the runner's
+    reference to the class is swapped for one that turns it on. On a Prefect without it, runs
+    stay in the command's process group (the behaviour before).
+    """
+    import inspect
+
+    try:
+        from prefect.runner import runner as runner_module
+        from prefect.runner._starter_engine import EngineCommandStarter
+    except ImportError:  # another Prefect layout: leave it as it is
+        yield
+        return
+    if (
+        getattr(runner_module, "EngineCommandStarter", None) is not EngineCommandStarter
+        or "isolate_process_group" not in inspect.signature(EngineCommandStarter).parameters
+    ):
+        yield
+        return
+
+    class _IsolatedEngineCommandStarter(EngineCommandStarter):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("isolate_process_group", True)
+            super().__init__(*args, **kwargs)
+
+    runner_module.EngineCommandStarter = _IsolatedEngineCommandStarter  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        runner_module.EngineCommandStarter = EngineCommandStarter  # type: ignore[misc]
 
 
 def _serving_runner(announce: str, *, limit: int) -> Any:

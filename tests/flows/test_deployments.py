@@ -230,8 +230,8 @@ def test_sft_serve_without_a_server_runs_its_schedule(tmp_path, pools_dir):
             servers = server_children(proc.pid)
             assert servers, "no temporary Prefect server found under sluice sft serve"
 
-            # the run has ended (its worker processes too) before Ctrl-C: a forkserver still
-            # importing its preloads when the signal comes prints Python's KeyboardInterrupt
+            # the run has published before Ctrl-C (the flow-run process, in a session of its
+            # own, no longer takes the terminal's Ctrl-C: test_ctrl_c_cancels_a_served_run_...)
             def flow_done() -> bool:
                 return any(
                     "Flow run" in ln and "Finished in state Completed" in ln
@@ -250,4 +250,80 @@ def test_sft_serve_without_a_server_runs_its_schedule(tmp_path, pools_dir):
             assert "temporary local Prefect server (scheduler on" in out, out[-3000:]
             assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
         finally:
+            kill_all(proc, servers)
+
+
+@pytest.mark.timeout(600)
+def test_ctrl_c_cancels_a_served_run_in_flight_and_only_sluice_takes_it(tmp_path, pools_dir):
+    """A terminal's Ctrl-C signals its whole foreground process group, and the served flow-run
+    process (``python -m prefect.engine``) was in it: it took the SIGINT itself while the
+    runner was cancelling it. A run that had just finished printed Python's "Exception ignored
+    ... KeyboardInterrupt" traceback from its exit handlers (a CI failure of the test above).
+    The flow-run process now has a session of its own, so only sluice takes the Ctrl-C, and its
+    runner cancels the run in flight: exit 130, one line, no traceback, no process left."""
+    import threading
+
+    import psutil
+    from generation_helpers import StandInServer
+
+    from curation.catalog import Catalog
+    from curation.ingest import ingest
+
+    root = tmp_path / "root"
+    res = ingest(str(pools_dir / "math_ttrl_amc23_as_train.jsonl"), field_map="ttrl", name="amc",
+                 catalog=Catalog(root), limit=3)  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(
+        PREFECT_HOME=str(tmp_path / "prefect"),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="1",
+    )
+    release = threading.Event()
+
+    def reply(text, body):  # a teacher still thinking when Ctrl-C comes
+        release.wait(300)
+        return "Thinking.</think>\n\nThe answer is \\boxed{1}."
+
+    with StandInServer(reply) as srv:
+        cfg = tmp_path / "sft.toml"
+        cfg.write_text(
+            f'[sft]\npool = "{res.ref}"\nresponses_per_prompt = 1\nout = "{tmp_path / "run"}"\n'
+            f'data_root = "{root}"\n[sft.teacher]\nmodel = "stand-in"\n'
+            f'[sft.generation]\nbackend = "openai"\nbase_url = "{srv.url}"\nconcurrency = 1\n'
+            "[sft.filters]\ndecontaminate = false\n"
+        )
+        log = tmp_path / "serve.log"
+        with open(log, "w") as fh:
+            proc = subprocess.Popen(
+                [SLUICE, "sft", "serve", str(cfg), "--interval", "15"], env=env, stdout=fh,
+                stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            )  # fmt: skip
+        servers: list = []
+        try:
+            deadline = time.monotonic() + 300  # a guard against hanging, not a timed assertion
+            while not srv.posts():
+                assert proc.poll() is None, log.read_text()[-3000:]
+                assert time.monotonic() < deadline, "the schedule never ran the flow"
+                time.sleep(0.5)
+            servers = server_children(proc.pid)
+            runs = [
+                c
+                for c in psutil.Process(proc.pid).children(recursive=True)
+                if "prefect.engine" in " ".join(c.cmdline())
+            ]
+            assert len(runs) == 1, [c.cmdline() for c in runs]
+            assert os.getsid(runs[0].pid) != os.getsid(proc.pid)  # out of the terminal's group
+            os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, while the run waits for its teacher
+            proc.wait(timeout=120)
+            out = log.read_text()
+            assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
+            assert out.count("sluice: interrupted (SIGINT, Ctrl-C)") == 1, out[-3000:]
+            assert "Cancelled flow run" in out, out[-3000:]
+            _, alive = psutil.wait_procs(runs + servers, timeout=60)
+            assert alive == [], f"left running: {[p.cmdline() for p in alive]}"
+            assert len(srv.posts()) == 1  # the queued prompts were never sent
+            assert not any(v.name.startswith("amc.sft.") for v in Catalog(root).list())
+        finally:
+            release.set()
             kill_all(proc, servers)
