@@ -20,10 +20,12 @@ which alone would skip the atexit hooks and lose buffered output.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from multiprocessing.context import SpawnContext, SpawnProcess
 from typing import NoReturn
 
@@ -68,6 +70,27 @@ def end_process(code: int) -> NoReturn:
     os._exit(code)
 
 
+@contextlib.contextmanager
+def ctrl_c_for_the_parent_only() -> Iterator[None]:
+    """Processes started inside this block never take SIGINT; the process that starts them
+    does, and stops them itself (scan workers, verification workers).
+
+    A terminal's Ctrl-C signals its whole foreground process group. A worker took it while it
+    was still importing (a spawned scan worker's initializer, the verification forkserver's
+    preloads) and printed Python's KeyboardInterrupt traceback, about 40 lines, under the
+    command's one ``sluice: interrupted`` line. SIGINT is blocked in the starting thread while
+    the process starts: the child inherits the blocked mask (through fork and exec), and a
+    Ctrl-C that comes meanwhile is still the parent's (another of its threads takes it, or
+    this one once the block ends), not lost as under ``SIG_IGN``. The thread's mask is
+    restored on leaving (a library function never keeps a caller's signal state changed).
+    """
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 class _EndingProcess(SpawnProcess):
     """A spawned process that ends through :func:`end_process` with its own exit code.
 
@@ -79,6 +102,10 @@ class _EndingProcess(SpawnProcess):
 
     def _bootstrap(self, parent_sentinel=None):  # type: ignore[override]
         end_process(super()._bootstrap(parent_sentinel))
+
+    def start(self) -> None:
+        with ctrl_c_for_the_parent_only():  # the parent stops its workers on Ctrl-C
+            super().start()
 
 
 class EndingSpawnContext(SpawnContext):

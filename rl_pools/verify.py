@@ -36,6 +36,7 @@ from typing import Any
 import pyarrow as pa
 
 from curation.errors import ConfigError, InputError, SluiceError
+from curation.shutdown import ctrl_c_for_the_parent_only
 
 STATUSES = ("correct", "incorrect", "no_answer", "timeout", "error")
 MAX_TIMEOUT_S = 86400  # one day: larger deadlines overflow the waits (and mean no deadline)
@@ -352,7 +353,8 @@ class _Worker:
         self.proc = ctx.Process(
             target=_worker_main, args=(child, cfg.memory_mb, cfg.float_rounding), daemon=True
         )
-        self.proc.start()
+        with ctrl_c_for_the_parent_only():  # the parent kills its workers on Ctrl-C
+            self.proc.start()
         child.close()
         self.ready = False
         self.task: int | None = None

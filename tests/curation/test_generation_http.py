@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from generation_helpers import StandInServer, free_port_url, tiny_tokenizer
@@ -150,24 +151,45 @@ def test_ctrl_c_sends_no_queued_request_and_waits_for_none_in_flight(tmp_path):
     """Ctrl-C during a generation ran the whole queue: leaving the thread pool's ``with`` block
     waited for every queued request (12 of 12 were sent, and written, after the Ctrl-C), so a
     run over thousands of prompts went on until it was done. Now the queue stops at once and
-    the requests in flight are abandoned, their replies not written."""
+    the requests in flight are abandoned, their replies not written. The generation runs in a
+    process of its own, which takes SIGINT as a command in a terminal does (a pytest-xdist
+    worker does not)."""
     import os
     import signal
-    import threading
+    import subprocess
+    import sys
     import time
 
-    with StandInServer(latency_s=3.0) as srv, SampleStore(tmp_path / "s") as st:
-        b = _backend(srv.url, concurrency=2, timeout_s=30.0)
-
-        def ctrl_c_once_two_are_in_flight():
-            deadline = time.monotonic() + 60  # a guard, not a timed assertion
-            while srv.in_flight < 2 and time.monotonic() < deadline:
+    code = (
+        "import sys\n"
+        "from curation.generation import GenerationConfig, SampleStore, SamplingParams, generate,"
+        " make_backend\n"
+        "cfg = GenerationConfig(backend='openai', model='stand-in-7b', base_url=sys.argv[1],"
+        " concurrency=2, timeout_s=60.0)\n"
+        "with SampleStore(sys.argv[2]) as st:\n"
+        "    try:\n"
+        "        generate([f'prompt {i}' for i in range(12)], 1, SamplingParams(max_tokens=8),"
+        " make_backend(cfg), st, progress=False)\n"
+        "    except KeyboardInterrupt:\n"
+        "        print('interrupted', flush=True)\n"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    # replies take 30 s: a run that waited for them would find none in flight when it ends
+    with StandInServer(latency_s=30.0) as srv:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, srv.url, str(tmp_path / "s")],
+            env={**os.environ, "PYTHONPATH": str(repo)}, stdout=subprocess.PIPE, text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120  # a guard, not a timed assertion
+            while srv.in_flight < 2:
+                assert proc.poll() is None and time.monotonic() < deadline, "never 2 in flight"
                 time.sleep(0.01)
-            os.kill(os.getpid(), signal.SIGINT)  # a real signal, as a terminal sends it
-
-        threading.Thread(target=ctrl_c_once_two_are_in_flight, daemon=True).start()
-        with pytest.raises(KeyboardInterrupt):
-            generate([f"prompt {i}" for i in range(12)], 1, P, b, st, progress=False)
-        assert srv.in_flight == 2  # it did not wait for the two replies in flight
+            proc.send_signal(signal.SIGINT)  # Ctrl-C
+            out = proc.communicate(timeout=25)[0]  # well before the replies come
+        finally:
+            proc.kill()
+        assert "interrupted" in out and srv.in_flight == 2  # it did not wait for the replies
         assert len(srv.posts()) == 2  # and sent none of the ten queued
     assert SampleStore(tmp_path / "s").count_lines() == 0

@@ -9,6 +9,8 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from process_helpers import sigint_blocked
+
 from curation.shutdown import EndingSpawnContext
 
 
@@ -83,3 +85,39 @@ def test_a_process_pool_on_the_context_works_and_its_workers_skip_teardown(tmp_p
         assert list(pool.map(_square, range(20))) == [x * x for x in range(20)]
     lines = log.read_text().splitlines()
     assert lines and set(lines) == {"hook ran"}  # every worker started ran its hook, none finalized
+
+
+def test_scan_workers_never_take_a_terminals_ctrl_c_and_the_parent_loses_none():
+    """A terminal's Ctrl-C signals the whole process group: a scan worker still importing took
+    it and printed Python's traceback. Workers start with SIGINT blocked; the parent's mask is
+    restored, and a Ctrl-C that comes while a worker starts is still the parent's (checked in a
+    process of its own: a pytest-xdist worker does not take SIGINT as a command does)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    proc = EndingSpawnContext().Process(target=time.sleep, args=(60,))
+    proc.start()
+    try:
+        assert sigint_blocked(proc.pid)
+        assert not sigint_blocked(os.getpid())
+    finally:
+        proc.kill()
+        proc.join()
+    code = (
+        "import os, signal\n"
+        "from curation.shutdown import ctrl_c_for_the_parent_only\n"
+        "try:\n"
+        "    with ctrl_c_for_the_parent_only():\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "    print('lost', flush=True)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('taken', signal.pthread_sigmask(signal.SIG_BLOCK, []) == set(), flush=True)\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
+    )  # fmt: skip
+    assert res.stdout.strip() == "taken True", res.stdout + res.stderr

@@ -104,7 +104,9 @@ def test_a_stop_signal_mid_scan_ends_the_workers_and_removes_their_temp_files(
 ):
     """A nightly job stopped by its scheduler (SIGTERM) or Ctrl-C mid-scan: the scan workers
     end, their batch and scratch folders are removed, nothing is left in --out, the exit is
-    143 / 130 and stderr says why."""
+    143 / 130 and stderr says why. The signal goes to the whole process group, as a terminal's
+    Ctrl-C and systemd's stop do: a worker still importing took the SIGINT itself and printed
+    Python's KeyboardInterrupt traceback ("Exception in initializer:")."""
     import json
     import signal
     import time
@@ -123,8 +125,10 @@ def test_a_stop_signal_mid_scan_ends_the_workers_and_removes_their_temp_files(
     argv += ["--out", str(tmp_path / "run"), "--root", str(tmp_path / "root")]
     env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp)}
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, *argv], env=env, cwd=REPO, stderr=subprocess.PIPE
-    )
+        [sys.executable, "-c", code, *argv], env=env, cwd=REPO, stderr=subprocess.PIPE,
+        start_new_session=True,  # its own process group, as in a terminal
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # not a background job
+    )  # fmt: skip
     shm = Path("/dev/shm")
     deadline = time.monotonic() + 120
     while not list(tmp.glob("sluice-workers-*")) or len(_children(proc.pid)) < 2:
@@ -133,7 +137,7 @@ def test_a_stop_signal_mid_scan_ends_the_workers_and_removes_their_temp_files(
         time.sleep(0.1)
     time.sleep(1.0)  # mid-scan: batches in flight
     kids = _children(proc.pid)
-    proc.send_signal(getattr(signal, signame))
+    os.killpg(proc.pid, getattr(signal, signame))
     err = proc.communicate(timeout=60)[1].decode()
     assert proc.returncode == exit_code, err
     assert "Traceback" not in err and f"sluice: {said}" in err

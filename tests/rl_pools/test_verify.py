@@ -139,6 +139,16 @@ def test_verifier_pool_is_reusable():
     assert b.column("status").to_pylist() == ["correct", "incorrect"]
 
 
+def test_verification_workers_never_take_a_terminals_ctrl_c():
+    # the forkserver, still importing its preloads when Ctrl-C signalled the whole group,
+    # printed Python's KeyboardInterrupt traceback; the parent kills its workers itself
+    from process_helpers import sigint_blocked
+
+    with MathVerifier(VerifyConfig(workers=2, timeout_s=10)) as v:
+        assert v.verify([r"\boxed{1}"], ["1"]).column("status").to_pylist() == ["correct"]
+        assert v._workers and all(sigint_blocked(w.proc.pid) for w in v._workers)
+
+
 def test_gsm8k_rows_verify_against_their_own_answers(pools_dir):
     import json
 
