@@ -22,11 +22,23 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TextIO
 
 from curation.heartbeat import LineClock, all_reused_line, reused_note
 
 _CACHE = "the scan cache"
+
+
+def run_progress(progress: bool | Callable[[str], None], source: str) -> dict:
+    """:class:`ScanProgress` options for a run's ``progress`` argument: ``True`` shows it on
+    stderr (a bar on a terminal) labelled ``decontam``; a callable (a flow's run logger) gets
+    the lines instead, labelled ``decontam <name>``, as the sharded flow's are (the unsharded
+    flow logged no progress at all)."""
+    if not callable(progress):
+        return {}
+    name = Path(str(source).partition("@")[0]).name or str(source)
+    return {"emit": progress, "label": f"decontam {name}"}
 
 
 def _duration(s: float) -> str:

@@ -1382,10 +1382,11 @@ def run_decontamination(
     publish_as: str | None = None,
     data_root: str | None = None,
     command: str | None = None,
-    progress: bool = False,
+    progress: bool | Callable[[str], None] = False,
 ) -> RunResult:
     """Run the whole decontamination step (see module docs). ``benchmarks``/``detectors``
-    override the config's lists."""
+    override the config's lists. ``progress``: ``True`` shows the scan's progress on stderr;
+    a callable (a flow's run logger) gets its lines instead."""
 
     config = config or DecontamConfig()
     # a field named twice (`--text-field resp --text-field resp`) is scanned once
@@ -1431,9 +1432,10 @@ def run_decontamination(
     with contextlib.ExitStack() as stack:
         on_batch = on_cached = None
         if progress:
-            from decontam.progress import ScanProgress
+            from decontam.progress import ScanProgress, run_progress
 
-            shown = stack.enter_context(ScanProgress(texts.num_rows, what="texts"))
+            shown = ScanProgress(texts.num_rows, what="texts", **run_progress(progress, input))
+            stack.enter_context(shown)
             on_batch, on_cached = shown.advance, shown.reuse
         matches, stats = cached_scan(
             texts,

@@ -726,7 +726,7 @@ def _run_streamed_cli(
     benchmarks_dir,
     allow_benchmark_mismatch: bool,
     data_root: str | None,
-    progress: bool,
+    progress: bool | Callable[[str], None],
     command: str,
     catalog=None,
     publish: bool = True,
@@ -766,7 +766,7 @@ def _run_streamed_input(
     catalog=None,
     publish: bool = True,
     publish_as: str | None = None,
-    progress: bool = False,
+    progress: bool | Callable[[str], None] = False,
     fit: dict[str, float] | None = None,
     worker_args: dict[str, Any] | None = None,
     scanned: Callable[[Any], Any] | None = None,
@@ -783,9 +783,10 @@ def _run_streamed_input(
         with contextlib.ExitStack() as stack:
             on_rows = None
             if progress:
-                from decontam.progress import ScanProgress
+                from decontam.progress import ScanProgress, run_progress
 
-                on_rows = stack.enter_context(ScanProgress(src.rows, what="rows")).advance
+                shown = ScanProgress(src.rows, what="rows", **run_progress(progress, input))
+                on_rows = stack.enter_context(shown).advance
             try:
                 return _run_streamed(
                     src, text_fields=text_fields, id_field=id_field, detectors=detectors,

@@ -308,7 +308,11 @@ def decontaminate_pool(
 ) -> dict[str, Any]:
     """Scan one dataset version against the benchmarks (through the per-text scan cache),
     write the run dir, publish ``<name>.decontaminated`` / ``<name>.excluded``.
-    ``decontam`` is ``DecontamConfig.to_dict()``. Returns refs, paths and counts."""
+    ``decontam`` is ``DecontamConfig.to_dict()``. Returns refs, paths and counts. The scan's
+    progress goes to the run's log (``decontam <name>: done / total texts, texts/s, ETA``
+    every few seconds), as the sharded path's does."""
+    from prefect import get_run_logger
+
     from curation.catalog import Catalog
     from decontam.run import DecontamConfig, run_decontamination
 
@@ -324,6 +328,7 @@ def decontaminate_pool(
         publish=True,
         publish_as=publish_as,
         data_root=data_root,
+        progress=get_run_logger().info,
     )
     return run_summary(res)
 

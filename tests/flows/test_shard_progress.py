@@ -62,3 +62,24 @@ def test_a_sharded_flow_logs_each_shard_and_the_overall_progress(
         ours[-1]
         == f"decontam m: all {n} texts served from the scan cache (reused), nothing scanned"
     )
+
+
+def test_the_unsharded_flow_logs_its_scan_progress(tmp_path, pools_dir, benchmarks_dir):
+    """The default flow path (one task, `shards = 1`) logged no scan progress at all: a nightly
+    run over millions of rows showed nothing in Prefect's run log between the task's start and
+    its end. The library's progress lines now go to the task's run logger."""
+    import flows.decontaminate as dmod
+    from decontam.run import DecontamConfig
+    from flows.ingest import ingest_flow
+
+    root = str(tmp_path / "root")
+    src = write_slice(pools_dir / "math_deepscaler_math_train.jsonl", tmp_path / "m.jsonl", 120)
+    ref = ingest_flow(source=str(src), name="m", field_map="deepscaler_math", data_root=root)
+    cfg = DecontamConfig(benchmarks=["aime24"], detectors=["ngram"], stream_rows=20).to_dict()
+    state = dmod.decontaminate_flow(
+        input_ref=ref["ref"], text_fields=["problem"], id_field="uid", decontam=cfg,
+        data_root=root, benchmarks_dir=str(benchmarks_dir), return_state=True,
+    )  # fmt: skip
+    assert state.result()["counts"]["texts_scanned"] == 120
+    ours = [x for x in run_log(state) if x.startswith("decontam m: ")]
+    assert ours and ours[-1].startswith("decontam m: 120 / 120 rows (100%), "), ours
