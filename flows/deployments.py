@@ -149,7 +149,8 @@ def serve_deployment(
     SIGTERM stop it the way Prefect's runner stops on SIGTERM (runs in flight cancelled, the
     schedule paused), then one line and ``KeyboardInterrupt`` (the CLI exits 130) or
     ``SystemExit(143)``, as every ``sluice`` command ends on them; a second Ctrl-C stops at
-    once, a second SIGTERM kills. Prefect's ``serve()`` swallowed the interrupt, and its
+    once, a second SIGTERM kills. SIGHUP (the terminal closed) stops it as SIGTERM does, exit
+    129, unless it is ignored (``nohup``). Prefect's ``serve()`` swallowed the interrupt, and its
     runner, replacing the CLI's SIGTERM handler, returned normally: exit 0 either way. The
     CLI's SIGINT handler, raising wherever the main thread stood inside the event loop, had
     asyncio log each callback it broke: about 200 lines of tracebacks.
@@ -169,10 +170,15 @@ def serve_deployment(
     )
     runner.add_deployment(deployment)
     main = threading.current_thread() is threading.main_thread()
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
-    # SIGTERM: Prefect's runner installs runner.handle_sigterm itself when it starts
-    if main and previous[signal.SIGINT] is not signal.SIG_IGN:  # a background job's stays so
-        signal.signal(signal.SIGINT, lambda signum, frame: runner.stop_on(signum))
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.getsignal(s) for s in stops} if main else {}
+    # SIGTERM: Prefect's runner installs runner.handle_sigterm itself when it starts. SIGHUP
+    # (the terminal closed): the runs' processes have sessions of their own, so the hangup
+    # reaches only sluice, which cancels them as on SIGTERM rather than dying and leaving them
+    # running; under nohup it stays ignored. SIGINT stays ignored in a background job.
+    for sig in (signal.SIGINT, signal.SIGHUP) if main else ():
+        if previous[sig] is not signal.SIG_IGN:
+            signal.signal(sig, lambda signum, frame: runner.stop_on(signum))
     try:
         with _runs_in_their_own_session():
             asyncio.run(runner.start())
@@ -181,8 +187,8 @@ def serve_deployment(
             signal.signal(sig, handler)
     if runner.stopped_by == signal.SIGINT:
         raise KeyboardInterrupt
-    if runner.stopped_by == signal.SIGTERM:
-        raise SystemExit(128 + signal.SIGTERM)
+    if runner.stopped_by is not None:  # SIGTERM 143, SIGHUP 129
+        raise SystemExit(128 + runner.stopped_by)
 
 
 @contextlib.contextmanager
@@ -252,11 +258,13 @@ def _serving_runner(announce: str, *, limit: int) -> Any:
             if self.stopped_by is not None and signum == signal.SIGINT:
                 raise KeyboardInterrupt  # a second Ctrl-C: stop at once
             self.stopped_by = signum
-            if signum == signal.SIGTERM:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills at once
-                print("sluice: stopped by SIGTERM", file=sys.stderr, flush=True)
-            else:
-                print("sluice: interrupted (SIGINT, Ctrl-C)", file=sys.stderr, flush=True)
+            if signum == signal.SIGINT:
+                said = "interrupted (SIGINT, Ctrl-C)"
+            else:  # SIGTERM, SIGHUP: a second one kills at once
+                signal.signal(signum, signal.SIG_DFL)
+                said = f"stopped by {signal.Signals(signum).name}"
+            with contextlib.suppress(OSError, ValueError):  # a hung-up terminal takes no line
+                print(f"sluice: {said}", file=sys.stderr, flush=True)
             if not self.started or self._loop is None:  # not serving yet: nothing to shut down
                 raise KeyboardInterrupt if signum == signal.SIGINT else SystemExit(128 + signum)
             self.stopping = True  # what Prefect's own SIGTERM handler does

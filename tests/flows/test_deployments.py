@@ -254,13 +254,21 @@ def test_sft_serve_without_a_server_runs_its_schedule(tmp_path, pools_dir):
 
 
 @pytest.mark.timeout(600)
-def test_ctrl_c_cancels_a_served_run_in_flight_and_only_sluice_takes_it(tmp_path, pools_dir):
+@pytest.mark.parametrize(
+    ("signame", "code", "said"),
+    [("SIGINT", 130, "interrupted (SIGINT, Ctrl-C)"), ("SIGHUP", 129, "stopped by SIGHUP")],
+)
+def test_ctrl_c_cancels_a_served_run_in_flight_and_only_sluice_takes_it(
+    tmp_path, pools_dir, signame, code, said
+):
     """A terminal's Ctrl-C signals its whole foreground process group, and the served flow-run
     process (``python -m prefect.engine``) was in it: it took the SIGINT itself while the
     runner was cancelling it. A run that had just finished printed Python's "Exception ignored
     ... KeyboardInterrupt" traceback from its exit handlers (a CI failure of the test above).
     The flow-run process now has a session of its own, so only sluice takes the Ctrl-C, and its
-    runner cancels the run in flight: exit 130, one line, no traceback, no process left."""
+    runner cancels the run in flight: exit 130, one line, no traceback, no process left. The
+    terminal closing (SIGHUP to the job's group) no longer reaches the run either, so sluice
+    stops on SIGHUP as on SIGTERM, cancelling it, rather than dying and leaving it running."""
     import threading
 
     import psutil
@@ -314,11 +322,11 @@ def test_ctrl_c_cancels_a_served_run_in_flight_and_only_sluice_takes_it(tmp_path
             ]
             assert len(runs) == 1, [c.cmdline() for c in runs]
             assert os.getsid(runs[0].pid) != os.getsid(proc.pid)  # out of the terminal's group
-            os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, while the run waits for its teacher
+            os.killpg(proc.pid, getattr(signal, signame))  # while the run waits for its teacher
             proc.wait(timeout=120)
             out = log.read_text()
-            assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
-            assert out.count("sluice: interrupted (SIGINT, Ctrl-C)") == 1, out[-3000:]
+            assert proc.returncode == code and "Traceback" not in out, out[-3000:]
+            assert out.count(f"sluice: {said}") == 1, out[-3000:]
             assert "Cancelled flow run" in out, out[-3000:]
             _, alive = psutil.wait_procs(runs + servers, timeout=60)
             assert alive == [], f"left running: {[p.cmdline() for p in alive]}"
