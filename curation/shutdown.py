@@ -84,6 +84,12 @@ def ctrl_c_for_the_parent_only() -> Iterator[None]:
     this one once the block ends), not lost as under ``SIG_IGN``. The thread's mask is
     restored on leaving (a library function never keeps a caller's signal state changed).
     """
+    from multiprocessing import resource_tracker
+
+    # multiprocessing's resource tracker, which spawned and forkserver processes need, unblocks
+    # SIGINT in this thread once it has started (its own block around its start), so a
+    # forkserver started after it here took Ctrl-C again: it starts first (it ignores SIGINT)
+    resource_tracker.ensure_running()
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
