@@ -354,7 +354,7 @@ def run_rollouts(
     written = 0
     gbar = rbar = None
     try:
-        with SampleStore(store_dir) as store, _Grader(config) as grader:
+        with SampleStore(store_dir, wait=True) as store, _Grader(config) as grader:
             _remove_killed_runs_files(store_dir)
             gbar = Progress(total, f"rollouts {gen.model}") if show else None
             rbar = Progress(total, "grade", new="graded") if show else None

@@ -120,7 +120,7 @@ def generate_responses(
     be = backend or make_backend(generation)
     store_dir = Path(store_dir)
     try:
-        with SampleStore(store_dir) as store:
+        with SampleStore(store_dir, wait=True) as store:  # takes turns with a run on it
             res = generate(prompts, responses_per_prompt, params, be, store, progress=progress)
     finally:
         if backend is None:

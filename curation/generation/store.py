@@ -20,6 +20,7 @@ import fcntl
 import hashlib
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -123,14 +124,43 @@ class StoreLocked(SluiceError):
     """Another process is writing to the same sample store."""
 
 
+def _command() -> str:
+    """This process's command line, shortened (``sluice sft generate amc@...``)."""
+    prog = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+    head = {"sluice": "sluice", "cli.py": "sluice", "-c": "python -c"}.get(prog, prog)
+    text = " ".join([head, *sys.argv[1:]])
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _lock_holder(fd: int) -> str:
+    """'process PID (COMMAND)' as the writer holding the lock file ``fd`` recorded it."""
+    try:
+        rec = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        pid, cmd = int(rec["pid"]), str(rec.get("command") or "")
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another process"
+    return f"process {pid}" + (f" ({cmd})" if cmd else "")
+
+
 class SampleStore:
     """Append-only sharded JSONL store of :class:`Sample` records under ``root``.
 
     Use as a context manager while writing: it takes an exclusive ``fcntl`` lock (one writer
-    process per store; threads of that process may append concurrently).
+    process per store; threads of that process may append concurrently). A store another process
+    is writing raises :class:`StoreLocked` naming that process; with ``wait=True`` (the ``sluice``
+    commands: every ``sft generate`` of a data root shares one default store) the opener says so
+    in one line on stderr and waits for it instead, so two runs take turns as if run one after
+    the other.
     """
 
-    def __init__(self, root: str | os.PathLike, *, n_shards: int = 16, fsync_every_s: float = 2.0):
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        *,
+        n_shards: int = 16,
+        fsync_every_s: float = 2.0,
+        wait: bool = False,
+    ):
         if n_shards < 1:
             raise ConfigError("n_shards must be >= 1")
         self.root = Path(root)
@@ -144,11 +174,12 @@ class SampleStore:
                     hint="point at an empty folder or an existing sample store",
                 )
             n_shards = int(info["n_shards"])
-        else:
-            tmp = fmt.with_suffix(".tmp")
+        else:  # a temp name of its own: two processes may create the store at once
+            tmp = fmt.with_name(f".{fmt.name}.{os.getpid()}-{time.time_ns()}.tmp")
             tmp.write_text(json.dumps({"format": STORE_FORMAT, "n_shards": n_shards}))
             os.replace(tmp, fmt)
         self.n_shards = n_shards
+        self.wait = wait
         self.fsync_every_s = fsync_every_s
         self._fds: dict[int, int] = {}
         self._lock = threading.Lock()
@@ -168,15 +199,31 @@ class SampleStore:
     def open(self) -> None:
         if self._lock_fd is not None:
             return
-        fd = os.open(self.root / "writer.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        lock = self.root / "writer.lock"
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _lock_holder(fd)
+                if not self.wait:
+                    raise StoreLocked(
+                        f"sample store {self.root} is being written by {holder} (it holds {lock})",
+                        hint="wait for that run to finish, or use another --store folder",
+                    ) from None
+                print(
+                    f"sluice: waiting for {holder}, which is writing the sample store "
+                    f"{self.root} (it holds {lock}); this run goes on when that one ends",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            # who holds it: named to a process that finds the store taken
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps({"pid": os.getpid(), "command": _command()}).encode(), 0)
+        except BaseException:
             os.close(fd)
-            raise StoreLocked(
-                f"sample store {self.root} is being written by another process",
-                hint="wait for that run to finish, or use another --store folder",
-            ) from exc
+            raise
         self._lock_fd = fd
         for i in range(self.n_shards):
             self._repair_tail(self._shard_path(i))
@@ -191,6 +238,8 @@ class SampleStore:
                 os.close(fd)
             self._readers = {}
         if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._lock_fd, 0)  # nobody writes it now
             os.close(self._lock_fd)
             self._lock_fd = None
 

@@ -97,7 +97,9 @@ def test_one_writer_per_store(tmp_path):
         )
         r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s")],
                            capture_output=True, text=True, env=os.environ.copy())  # fmt: skip
-        assert r.returncode == 3 and "another process" in r.stdout
+        # the error names the process that holds the store (this one) and its lock file
+        assert r.returncode == 3 and f"being written by process {os.getpid()} (" in r.stdout
+        assert "writer.lock" in r.stdout
     with SampleStore(tmp_path / "s"):  # released after close
         pass
     assert StoreLocked.__mro__[1].__name__ == "SluiceError"

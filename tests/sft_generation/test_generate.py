@@ -474,3 +474,28 @@ def test_build_grades_against_the_answers_of_the_pool_it_is_given(pool, tmp_path
     assert out[fixed[0]["uid"]]["verification"] == "incorrect"  # seed 0 boxed the old answer
     assert out[fixed[1]["uid"]]["reference_answer"] == rows[1]["answer"]
     assert v.ref in b.manifest["parents"]
+
+
+def test_a_run_on_a_store_another_process_writes_waits_for_it(pool, tmp_path, data_root):
+    """Every `sft generate` of a data root shares one default store: a second run waits for the
+    first (one line naming it), then runs as if started after it (it exited 2)."""
+    cat, ref, rows = pool
+    store = data_root / "generation" / "sft"  # the default: no --store
+    with StandInServer(teacher_responder(_answers(rows))) as srv:
+        cmd = [sys.executable, "-m", "flows.cli", "sft", "generate", ref, "--model",
+               "r1-stand-in", "--base-url", srv.url, "-n", "2", "--root", str(data_root)]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        with SampleStore(store) as held:  # another process writing the store (this one)
+            p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)  # fmt: skip
+            first = p.stderr.readline()  # blocks until the run says something (guard below)
+            assert p.poll() is None, first + p.stderr.read()
+            assert first.startswith(f"sluice: waiting for process {os.getpid()} (")
+            assert str(store) in first and "writer.lock" in first
+            held.append([])
+            assert not srv.posts()  # nothing asked while it waits
+        _, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    assert "Traceback" not in err and "12 generated, 0 reused" in err
+    raw = cat.load(re.search(r"published: (\S+)", err).group(1))
+    assert raw.num_rows == 12 and SampleStore(store).count_lines() == 12
