@@ -4,7 +4,9 @@ Key: (model key = model id + revision, text-preparation version, sha256 of the t
 ``<data root>/cache/embeddings/<model key>/<prep version>/part-*.parquet``, each shard a table of
 ``text_hash`` (hex sha256) and ``vector`` (fixed-size list of float32). New vectors go to a new
 shard (written to a temporary name, then renamed, so a crash never leaves half a shard);
-when there are many small shards they are merged into one.
+when there are many small shards they are merged into one. Processes share the cache: a merge
+holds ``.lock`` exclusively, rereads the shards and removes only those it read; loading holds it
+shared, so no process reads a shard while another removes it.
 
 Written by hand because it is Sluice's own: the key must carry the model revision and the text
 preparation version, and Parquet keeps it readable without pickle.
@@ -12,11 +14,13 @@ preparation version, and Parquet keeps it readable without pickle.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -60,10 +64,30 @@ class EmbeddingCache:
     def _shards(self) -> list[Path]:
         return sorted(self.dir.glob("part-*.parquet")) if self.dir.is_dir() else []
 
-    def _load(self) -> None:
+    @contextlib.contextmanager
+    def _locked(self, exclusive: bool) -> Iterator[None]:
+        """``fcntl.flock`` on ``<dir>/.lock``: a compaction (exclusive) removes shards, so it never
+        runs while another process reads them (shared). Writing a new shard needs no lock (a
+        compaction removes only the shards it read). No folder yet, or a read-only one: none."""
+        try:
+            fh = open(self.dir / ".lock", "a+b")  # noqa: SIM115 - closed below
+        except OSError:
+            yield
+            return
+        with fh:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            yield
+
+    def _load(self, shards: list[Path] | None = None) -> None:
+        if shards is None:
+            if not self.dir.is_dir():
+                shards = []
+            else:
+                with self._locked(exclusive=False):
+                    return self._load(self._shards())
         hashes: list[str] = []
         mats: list[np.ndarray] = []
-        for shard in self._shards():
+        for shard in shards:
             t = pq.read_table(shard)
             if t.num_rows == 0:
                 continue
@@ -92,14 +116,22 @@ class EmbeddingCache:
         os.replace(tmp, final)
 
     def _compact(self) -> None:
-        shards = self._shards()
-        if len(shards) <= _MAX_SHARDS or self._vectors is None:
+        if len(self._shards()) <= _MAX_SHARDS:
             return
-        hashes = list(self._index)
-        rows = np.fromiter(self._index.values(), dtype=np.int64, count=len(hashes))
-        self._write_shard(hashes, self._vectors[rows])
-        for s in shards:
-            s.unlink(missing_ok=True)
+        with self._locked(exclusive=True):
+            # read again: other processes may have stored shards since this one read the cache
+            # (merging only this process's vectors and removing every shard dropped theirs)
+            shards = self._shards()
+            if len(shards) <= _MAX_SHARDS:
+                return  # another process compacted meanwhile
+            self._load(shards)
+            if self._vectors is None:
+                return
+            hashes = list(self._index)
+            rows = np.fromiter(self._index.values(), dtype=np.int64, count=len(hashes))
+            self._write_shard(hashes, self._vectors[rows])
+            for s in shards:  # only those read above: a shard written since stays
+                s.unlink(missing_ok=True)
         self._load()
 
     # -- API -----------------------------------------------------------------------------
