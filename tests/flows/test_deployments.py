@@ -254,21 +254,13 @@ def test_sft_serve_without_a_server_runs_its_schedule(tmp_path, pools_dir):
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize(
-    ("signame", "code", "said"),
-    [("SIGINT", 130, "interrupted (SIGINT, Ctrl-C)"), ("SIGHUP", 129, "stopped by SIGHUP")],
-)
-def test_ctrl_c_cancels_a_served_run_in_flight_and_only_sluice_takes_it(
-    tmp_path, pools_dir, signame, code, said
-):
+def test_ctrl_c_cancels_a_served_run_in_flight_and_only_sluice_takes_it(tmp_path, pools_dir):
     """A terminal's Ctrl-C signals its whole foreground process group, and the served flow-run
     process (``python -m prefect.engine``) was in it: it took the SIGINT itself while the
     runner was cancelling it. A run that had just finished printed Python's "Exception ignored
     ... KeyboardInterrupt" traceback from its exit handlers (a CI failure of the test above).
     The flow-run process now has a session of its own, so only sluice takes the Ctrl-C, and its
-    runner cancels the run in flight: exit 130, one line, no traceback, no process left. The
-    terminal closing (SIGHUP to the job's group) no longer reaches the run either, so sluice
-    stops on SIGHUP as on SIGTERM, cancelling it, rather than dying and leaving it running."""
+    runner cancels the run in flight: exit 130, one line, no traceback, no process left."""
     import threading
 
     import psutil
@@ -322,11 +314,11 @@ def test_ctrl_c_cancels_a_served_run_in_flight_and_only_sluice_takes_it(
             ]
             assert len(runs) == 1, [c.cmdline() for c in runs]
             assert os.getsid(runs[0].pid) != os.getsid(proc.pid)  # out of the terminal's group
-            os.killpg(proc.pid, getattr(signal, signame))  # while the run waits for its teacher
+            os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, while the run waits for its teacher
             proc.wait(timeout=120)
             out = log.read_text()
-            assert proc.returncode == code and "Traceback" not in out, out[-3000:]
-            assert out.count(f"sluice: {said}") == 1, out[-3000:]
+            assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
+            assert out.count("sluice: interrupted (SIGINT, Ctrl-C)") == 1, out[-3000:]
             assert "Cancelled flow run" in out, out[-3000:]
             _, alive = psutil.wait_procs(runs + servers, timeout=60)
             assert alive == [], f"left running: {[p.cmdline() for p in alive]}"
@@ -335,3 +327,39 @@ def test_ctrl_c_cancels_a_served_run_in_flight_and_only_sluice_takes_it(
         finally:
             release.set()
             kill_all(proc, servers)
+
+
+@pytest.mark.parametrize(("hup", "code"), [("default", 129), ("nohup", 0)])
+def test_a_hangup_stops_serving_unless_it_is_ignored(tmp_path, hup, code):
+    """The terminal closing (SIGHUP to the command's process group) killed `sluice serve` where
+    it stood; the runs, in sessions of their own, no longer get the hangup, so a run in flight
+    would go on alone. The runner now stops on SIGHUP as on SIGTERM (the run cancelled: the
+    Ctrl-C test above), with one line and exit 129; under nohup it keeps serving. The runner is
+    a stand-in that sends the hangup once it serves (no Prefect server needed)."""
+    (tmp_path / "pool.jsonl").write_text("{}\n")
+    cfg = tmp_path / "p.toml"
+    cfg.write_text("[[pools]]\nname = 'p'\nsource = 'pool.jsonl'\n")
+    code_ = (
+        "import asyncio, os, signal, sys\n"
+        "from prefect.runner import Runner\n"
+        "from flows.deployments import serve_curate\n"
+        "async def start(self, *a, **k):\n"
+        "    os.kill(os.getpid(), signal.SIGHUP)\n"
+        "    await asyncio.sleep(2)\n"
+        "    print('still serving', flush=True)\n"
+        "Runner.add_deployment = lambda self, deployment: None\n"
+        "Runner.start = start\n"
+        "serve_curate(sys.argv[1], interval=60)\n"
+    )
+    ignore = signal.SIG_IGN if hup == "nohup" else signal.SIG_DFL
+    res = subprocess.run(
+        [sys.executable, "-c", code_, str(cfg)], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, ignore),
+    )  # fmt: skip
+    assert res.returncode == code, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr, res.stderr
+    if hup == "nohup":
+        assert "still serving" in res.stdout and "SIGHUP" not in res.stderr
+    else:
+        assert res.stderr.count("sluice: stopped by SIGHUP") == 1, res.stderr
