@@ -966,20 +966,24 @@ def _scanned_in_workers(prepared, n_workers: int, worker_args: dict[str, Any] | 
     # copied into and out of the pipe, then unpickled, on two cores the scan needs): 600k rows
     # with a fresh root 8.02 s instead of 8.15 s (three alternated runs), the parent's peak
     # RSS 638 MB instead of 684 MB
-    batches = tempfile.mkdtemp(prefix=f"sluice-batches-{os.getpid()}-", dir=_memory_dir())
-    # the fitted detectors (and the loaded benchmark set) go through a private file, not the
-    # spawn pipe: the parent writes a spawned child's arguments with the pipe's read end still
-    # open, so tens of MB to a child that dies at start (an unimportable __main__) would block
-    # the run forever
-    scratch = tempfile.mkdtemp(prefix="sluice-workers-")
-    args = dict(worker_args, threads=_worker_threads(n_workers))
-    shipped = {k: args.pop(k) for k in ("fitted", "benchmarks") if args.get(k) is not None}
-    if shipped:
-        path = os.path.join(scratch, "shipped.pickle")
-        with open(path, "wb") as fh:
-            pickle.dump(shipped, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        args["shipped_path"] = path
+    memory = _memory_dir()
+    _remove_dead_runs_dirs([memory, None])
+    batches = scratch = None
     try:
+        batches = tempfile.mkdtemp(prefix=f"sluice-batches-{os.getpid()}-", dir=memory)
+        # the fitted detectors (and the loaded benchmark set) go through a private file, not
+        # the spawn pipe: the parent writes a spawned child's arguments with the pipe's read end
+        # still open, so tens of MB to a child that dies at start (an unimportable __main__)
+        # would block the run forever. Made inside the ``try``: a Ctrl-C while the fitted
+        # detectors are written (seconds for large indexes) left both folders behind
+        scratch = tempfile.mkdtemp(prefix=f"sluice-workers-{os.getpid()}-")
+        args = dict(worker_args, threads=_worker_threads(n_workers))
+        shipped = {k: args.pop(k) for k in ("fitted", "benchmarks") if args.get(k) is not None}
+        if shipped:
+            path = os.path.join(scratch, "shipped.pickle")
+            with open(path, "wb") as fh:
+                pickle.dump(shipped, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            args["shipped_path"] = path
         with ProcessPoolExecutor(
             n_workers, mp_context=ctx, initializer=_scan_worker_init, initargs=(args,)
         ) as pool:
@@ -1015,5 +1019,45 @@ def _scanned_in_workers(prepared, n_workers: int, worker_args: dict[str, Any] | 
             hint="rerun with --workers 1 (scan in one process), or free memory",
         ) from None
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        shutil.rmtree(batches, ignore_errors=True)
+        for d in (scratch, batches):
+            if d is not None:
+                shutil.rmtree(d, ignore_errors=True)
+
+
+def _remove_dead_runs_dirs(dirs: list[str | None]) -> None:
+    """Remove the batch and scratch folders (``sluice-batches-<pid>-*``, ``sluice-workers-<pid>-*``)
+    of runs whose process is gone: a run killed outright (SIGKILL, the OOM killer) cannot remove
+    its own, and in ``/dev/shm`` they hold memory until the machine restarts (a batch file each
+    worker had in flight, the pickled fitted detectors). A folder of a live process, or of
+    another user, is left alone. ``None`` is the system's temporary folder."""
+    import shutil
+    import tempfile
+
+    for d in dict.fromkeys(x or tempfile.gettempdir() for x in dirs):
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in entries:
+            parts = e.name.split("-")
+            if len(parts) < 4 or parts[0] != "sluice" or parts[1] not in ("batches", "workers"):
+                continue
+            try:
+                pid = int(parts[2])
+                if e.stat(follow_symlinks=False).st_uid != os.getuid() or not e.is_dir():
+                    continue
+            except (ValueError, OSError):
+                continue
+            if pid == os.getpid() or _alive(pid):
+                continue
+            shutil.rmtree(e.path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True

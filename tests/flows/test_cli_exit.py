@@ -95,6 +95,47 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in out.split()]
 
 
+_SCAN_CODE = "import sys\nsys.argv = ['sluice', *sys.argv[1:]]\nfrom flows.cli import run\nrun()\n"
+
+
+def _scan_argv(tmp_path, pools_dir, benchmarks_dir) -> list[str]:
+    """`decontam run` of 4000 GSM8K questions in batches of 200, with 2 scan workers."""
+    import json
+
+    src = tmp_path / "pool.jsonl"
+    with open(pools_dir / "math_gsm8k_train.jsonl") as fh, open(src, "w") as out:
+        for _, line in zip(range(4000), fh, strict=False):
+            out.write(json.dumps({"question": json.loads(line)["question"]}) + "\n")
+    (tmp_path / "small.toml").write_text("stream_rows = 200\nbatch_size = 200\n")
+    argv = ["decontam", "run", str(src), "--text-field", "question", "--detectors", "ngram,minhash"]
+    argv += ["--benchmarks", "aime24,lcb_v5", "--benchmarks-dir", str(benchmarks_dir)]
+    argv += ["--config", str(tmp_path / "small.toml"), "--workers", "2", "--no-publish"]
+    return argv + ["--out", str(tmp_path / "run"), "--root", str(tmp_path / "root")]
+
+
+def _start_sharded_scan(tmp_path, pools_dir, benchmarks_dir):
+    """Start the scan above in its own process group (as in a terminal) with TMPDIR in
+    ``tmp_path``; return (process, TMPDIR) once its scan workers run."""
+    import signal
+    import time
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SCAN_CODE, *_scan_argv(tmp_path, pools_dir, benchmarks_dir)],
+        env=env, cwd=REPO, stderr=subprocess.PIPE,
+        start_new_session=True,  # its own process group, as in a terminal
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # not a background job
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not list(tmp.glob("sluice-workers-*")) or len(_children(proc.pid)) < 2:
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline, "the scan workers never started"
+        time.sleep(0.1)
+    return proc, tmp
+
+
 @pytest.mark.parametrize(
     ("signame", "exit_code", "said"),
     [("SIGTERM", 143, "stopped by SIGTERM"), ("SIGINT", 130, "interrupted (SIGINT, Ctrl-C)")],
@@ -107,34 +148,11 @@ def test_a_stop_signal_mid_scan_ends_the_workers_and_removes_their_temp_files(
     143 / 130 and stderr says why. The signal goes to the whole process group, as a terminal's
     Ctrl-C and systemd's stop do: a worker still importing took the SIGINT itself and printed
     Python's KeyboardInterrupt traceback ("Exception in initializer:")."""
-    import json
     import signal
     import time
 
-    src = tmp_path / "pool.jsonl"
-    with open(pools_dir / "math_gsm8k_train.jsonl") as fh, open(src, "w") as out:
-        for _, line in zip(range(4000), fh, strict=False):
-            out.write(json.dumps({"question": json.loads(line)["question"]}) + "\n")
-    (tmp_path / "small.toml").write_text("stream_rows = 200\nbatch_size = 200\n")
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    code = "import sys\nsys.argv = ['sluice', *sys.argv[1:]]\nfrom flows.cli import run\nrun()\n"
-    argv = ["decontam", "run", str(src), "--text-field", "question", "--detectors", "ngram,minhash"]
-    argv += ["--benchmarks", "aime24,lcb_v5", "--benchmarks-dir", str(benchmarks_dir)]
-    argv += ["--config", str(tmp_path / "small.toml"), "--workers", "2", "--no-publish"]
-    argv += ["--out", str(tmp_path / "run"), "--root", str(tmp_path / "root")]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp)}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, *argv], env=env, cwd=REPO, stderr=subprocess.PIPE,
-        start_new_session=True,  # its own process group, as in a terminal
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # not a background job
-    )  # fmt: skip
+    proc, tmp = _start_sharded_scan(tmp_path, pools_dir, benchmarks_dir)
     shm = Path("/dev/shm")
-    deadline = time.monotonic() + 120
-    while not list(tmp.glob("sluice-workers-*")) or len(_children(proc.pid)) < 2:
-        assert proc.poll() is None, proc.stderr.read().decode()
-        assert time.monotonic() < deadline, "the scan workers never started"
-        time.sleep(0.1)
     time.sleep(1.0)  # mid-scan: batches in flight
     kids = _children(proc.pid)
     os.killpg(proc.pid, getattr(signal, signame))
@@ -148,3 +166,38 @@ def test_a_stop_signal_mid_scan_ends_the_workers_and_removes_their_temp_files(
     assert list(tmp.glob("sluice-workers-*")) + list(tmp.glob("sluice-batches-*")) == []
     assert list(shm.glob(f"sluice-batches-{proc.pid}-*")) == []
     assert not (tmp_path / "run" / "run.json").exists()
+
+
+def test_a_rerun_after_a_crash_mid_scan_removes_the_dead_runs_batches_and_scratch(
+    tmp_path, pools_dir, benchmarks_dir
+):
+    """A run killed outright mid-scan (SIGKILL to sluice alone, the OOM killer) cannot remove
+    its batch folder (in /dev/shm: memory until the machine restarts) nor its scratch folder
+    (the pickled fitted detectors); every rerun left them there. The next sharded scan removes
+    those of runs whose process is gone."""
+    import time
+
+    from decontam.stream import _memory_dir
+
+    proc, tmp = _start_sharded_scan(tmp_path, pools_dir, benchmarks_dir)
+    memory = Path(_memory_dir() or tmp)
+    deadline = time.monotonic() + 60
+    while not list(memory.glob(f"sluice-batches-{proc.pid}-*")):
+        assert time.monotonic() < deadline, "no batch folder"
+        time.sleep(0.05)
+    kids = _children(proc.pid)
+    proc.kill()  # the parent only: a crash
+    proc.communicate(timeout=60)
+    for k in kids:  # its workers end when their parent is gone; wait for that
+        while Path(f"/proc/{k}").exists() and time.monotonic() < deadline + 60:
+            time.sleep(0.1)
+    left = list(memory.glob(f"sluice-batches-{proc.pid}-*")) + list(tmp.glob("sluice-workers-*"))
+    assert left  # what the crash left behind
+    res = subprocess.run(
+        [sys.executable, "-c", _SCAN_CODE, *_scan_argv(tmp_path, pools_dir, benchmarks_dir)],
+        env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp)}, cwd=REPO,
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert [p for p in left if p.exists()] == []
+    assert list(tmp.glob("sluice-workers-*")) + list(tmp.glob("sluice-batches-*")) == []
