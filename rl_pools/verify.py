@@ -26,6 +26,7 @@ import dataclasses
 import math
 import multiprocessing as mp
 import re
+import signal
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -55,6 +56,15 @@ VERIFY_RESULT_SCHEMA = pa.schema(
 
 class VerifierUnavailable(SluiceError):
     """The verification worker processes cannot start."""
+
+
+class VerifierStopped(SluiceError):
+    """A verification worker was stopped by a signal from outside (SIGTERM, SIGINT, SIGHUP)."""
+
+
+# exit codes of a worker stopped from outside; SIGKILL is the memory limit or the OOM killer,
+# which the answer caused (graded "error")
+_STOPPED = {-signal.SIGTERM, -signal.SIGINT, -signal.SIGHUP}
 
 
 @dataclass
@@ -303,6 +313,15 @@ def _worker_main(conn: Connection, memory_mb: int, float_rounding: int) -> None:
         _compare(r"\frac{1}{2}", "0.5", float_rounding)
     except Exception:  # noqa: BLE001 - a broken install shows up as status=error per item
         pass
+    try:
+        _serve(conn, memory_mb, float_rounding)
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        # the parent is gone (killed outright): end quietly; a traceback from here landed on
+        # the terminal after the crash
+        return
+
+
+def _serve(conn: Connection, memory_mb: int, float_rounding: int) -> None:
     conn.send(("ready",))
     while True:
         try:
@@ -477,6 +496,15 @@ class MathVerifier:
                         busy -= 1
                         continue
                 if (w.conn in ready or w.proc.sentinel in ready) and not w.proc.is_alive():
+                    if w.proc.exitcode in _STOPPED:
+                        # stopped from outside (systemd, `kill`: SIGTERM to the whole process
+                        # group), not by its answer: no grade. Recorded as "worker died", the
+                        # answer's error grade went into the rollout grade log and a rerun
+                        # reused it
+                        raise VerifierStopped(
+                            f"a math verification worker was stopped by signal {-w.proc.exitcode}",
+                            hint="rerun: the grades finished before the stop are kept",
+                        )
                     if w.task is not None:
                         i = w.task
                         ex = extracted[i]

@@ -456,3 +456,67 @@ def test_a_box_inside_the_thinking_is_not_the_final_answer():
     assert extract_answer(answers[1]) == (None, "none")
     got = verify_batch(answers, ["5"] * 4, timeout_s=20).column("status").to_pylist()
     assert got == ["correct", "no_answer", "correct", "correct"]
+
+
+def test_a_worker_stopped_by_sigterm_is_no_grade():
+    """systemd's stop (SIGTERM to the whole process group) killed a verification worker on its
+    answer: the answer was graded "error: verification worker died (exit code -15)", and
+    `rl rollouts` wrote that grade to its grade log, which a rerun reuses. A worker stopped from
+    outside is no grade of the answer: the verifier raises. (The worker is held stopped, so
+    the SIGTERM comes while it holds the answer, whatever the machine's speed.)"""
+    import os
+    import signal
+    import threading
+    import time
+
+    with MathVerifier(VerifyConfig(workers=1, timeout_s=60)) as v:
+        assert v.verify([r"\boxed{1}"], ["1"]).column("status").to_pylist() == ["correct"]
+        w = v._workers[0]
+        os.kill(w.proc.pid, signal.SIGSTOP)
+        out: dict = {}
+
+        def run() -> None:
+            try:
+                out["table"] = v.verify([r"\boxed{2}"], ["2"])
+            except BaseException as exc:  # noqa: BLE001 - checked below
+                out["error"] = exc
+
+        t = threading.Thread(target=run)
+        t.start()
+        deadline = time.monotonic() + 30
+        while w.task is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert w.task is not None
+        os.kill(w.proc.pid, signal.SIGTERM)
+        os.kill(w.proc.pid, signal.SIGCONT)
+        t.join(60)
+    assert "table" not in out, out["table"].to_pylist()
+    from rl_pools.verify import VerifierStopped
+
+    assert isinstance(out.get("error"), VerifierStopped), out
+    assert "signal 15" in str(out["error"])
+
+
+def test_a_worker_whose_parent_is_gone_ends_quietly():
+    """`rl rollouts` killed outright (SIGKILL to sluice alone): its verification workers found
+    the pipe to their parent broken and printed `Process ForkServerProcess-1:` and a
+    BrokenPipeError traceback on the terminal after the crash. They now end quietly."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "from multiprocessing import Pipe\n"
+        "from rl_pools.verify import _worker_main\n"
+        "parent, child = Pipe()\n"
+        "parent.close()  # the parent is gone\n"
+        "_worker_main(child, 1 << 20, 6)\n"
+        "print('ended', flush=True)\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )  # fmt: skip
+    assert res.returncode == 0 and res.stdout.strip() == "ended", res.stderr[-2000:]
+    assert "Traceback" not in res.stderr
