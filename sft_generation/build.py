@@ -433,6 +433,11 @@ def build_sft(
     table = to_table(rows)
     tmp = out / ".responses.parquet.tmp"
     pq.write_table(table, tmp)
+    # from here the folder is unfinished until run.json is written, last: a rebuild into an
+    # earlier build's --out that stopped in between (refused as empty, interrupted, a failed
+    # publish) left that build's run.json and report beside these responses, as if finished
+    for stale in ("run.json", "sft_report.html", "sft_report.json"):
+        (out / stale).unlink(missing_ok=True)
     os.replace(tmp, out / "responses.parquet")
 
     cells = (

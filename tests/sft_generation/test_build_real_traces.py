@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from curation.catalog import Catalog
+from curation.errors import InputError
 from curation.ingest import ingest
 from sft_generation.build import build_sft, rows_from_sft_samples
 from sft_generation.config import FilterConfig
@@ -477,6 +478,30 @@ def test_a_rebuild_without_decontamination_leaves_no_stale_evidence(pools_dir, d
     assert res.manifest["response_decontam"] is None
     assert not (run / "response_decontam").exists() and not (run / "response_report").exists()
     assert (run / "notes").is_dir() and (run / "sft_report.html").is_file()
+
+
+def test_a_rebuild_that_stops_leaves_no_finished_looking_folder(pools_dir, data_root, tmp_path):
+    """A rebuild into an earlier build's --out replaced responses.parquet first and run.json
+    last: one that stopped in between (here refused: its filters keep nothing) left the earlier
+    build's run.json and report beside the new responses, and the folder read as a finished
+    build of the earlier config. It now has no run.json until the build has finished."""
+    from sft_generation.runs import build_from_ref
+
+    raw = [json.loads(line) for line in open(pools_dir / TRACES)][:4]
+    src = tmp_path / "few.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in raw))
+    cat = Catalog(data_root)
+    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="few", catalog=cat).ref
+    run = tmp_path / "run"
+    build_from_ref(ref, out_dir=run, catalog=cat, filters=FilterConfig(decontaminate=False))
+    assert (run / "run.json").is_file() and (run / "sft_report.html").is_file()
+    with pytest.raises(InputError, match="the filters kept no response of 4"):
+        build_from_ref(ref, out_dir=run, catalog=cat,
+                       filters=FilterConfig(decontaminate=False, max_response_chars=10))  # fmt: skip
+    reasons = pq.read_table(run / "responses.parquet").column("drop_reason").to_pylist()
+    assert all(reasons) and len(reasons) == 4  # the refused build's rows, to read why
+    assert not (run / "run.json").exists() and not (run / "sft_report.html").exists()
+    assert not (run / "sft_report.json").exists()
 
 
 @pytest.mark.parametrize(
