@@ -41,6 +41,7 @@ from curation.generation import (
 )
 from rl_pools import prompts as prompt_templates
 from rl_pools.answers import extract_code, open_thinking, prompt_opens_thinking, thinking_unclosed
+from rl_pools.gradelog import GradeLog
 from rl_pools.passcounts import counts_table
 from rl_pools.validate import require_columns
 
@@ -265,39 +266,6 @@ def grade_code(responses: list[str | None], rows: list[dict[str, Any]], cfg: Rol
     return out
 
 
-class _GradeLog:
-    """Append-only JSONL of grades keyed by (sample key, verifier version): grading resumes."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.grades: dict[str, dict[str, Any]] = {}
-        if path.exists():
-            SampleStore._repair_tail(path)
-            with open(path, "rb") as f:
-                for line in f:
-                    if line.endswith(b"\n"):
-                        try:
-                            g = json.loads(line)
-                        except json.JSONDecodeError:
-                            continue
-                        self.grades[g["key"]] = g
-
-    def append(self, grades: list[dict[str, Any]]) -> None:
-        data = b"".join(
-            json.dumps(g, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-            for g in grades
-        )
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        for g in grades:
-            self.grades[g["key"]] = g
-
-
 # ------------------------------------------------------------------------------------------
 # The run
 # ------------------------------------------------------------------------------------------
@@ -358,7 +326,7 @@ def run_rollouts(
             _remove_killed_runs_files(store_dir)
             gbar = Progress(total, f"rollouts {gen.model}") if show else None
             rbar = Progress(total, "grade", new="graded") if show else None
-            log = _GradeLog(store_dir / "grades.jsonl")
+            log = GradeLog(store_dir / "grades.jsonl")
             writer = pq.ParquetWriter(out_path, ROLLOUT_SCHEMA)
 
             def grade_chunk(chunk, samples) -> None:  # runs on the grading thread
@@ -535,7 +503,7 @@ class _Grader:
         return _math_grades(self._verifier.verify(responses, answers).to_pylist(), responses,
                             finish)  # fmt: skip
 
-    def grade(self, rows, samples, log: _GradeLog) -> tuple[dict[str, dict[str, Any]], int]:
+    def grade(self, rows, samples, log: GradeLog) -> tuple[dict[str, dict[str, Any]], int]:
         """Grades of every sample of ``rows`` (from the log, or computed and appended to it)."""
         opened = self.config.think_opened_by_template
         todo: list[tuple[int, int]] = []
