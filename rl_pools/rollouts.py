@@ -196,9 +196,15 @@ class RolloutResult:
 # ------------------------------------------------------------------------------------------
 
 
-def grade_math(responses: list[str | None], answers: list[str], cfg: RolloutConfig):
+def grade_math(
+    responses: list[str | None], answers: list[str], cfg: RolloutConfig, verifier: Any = None
+):
+    """Math grades of ``responses``; ``verifier``: an open :class:`~rl_pools.verify.MathVerifier`
+    to reuse across calls (one worker pool for many chunks), else one is started for this call."""
     from rl_pools.verify import MathVerifier, VerifyConfig
 
+    if verifier is not None:
+        return _math_grades(verifier.verify(responses, answers).to_pylist(), responses)
     vc = VerifyConfig(timeout_s=cfg.verify_timeout_s, workers=cfg.verify_workers)
     with MathVerifier(vc) as v:
         return _math_grades(v.verify(responses, answers).to_pylist(), responses)

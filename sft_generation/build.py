@@ -11,7 +11,12 @@ dataset (external traces). Output, in the run directory and the catalog:
 * ``NAME.sft.p{P}.r{R}`` – one version per point of the scaling grid (#prompts x responses per
   prompt), cut from the one set of kept responses without regenerating; lineage to the
   responses version (and through it to the prompt pool and the raw store);
-* ``run.json`` – counts through every filter, verification outcomes, the grid, the config.
+* ``run.json`` – counts through every filter, verification outcomes (and how many grades were
+  reused from the grade log vs made: ``counts.grades``), the grid, the config.
+
+Grades are kept in a log under the data root (:func:`default_grade_log`), keyed by everything a
+grade depends on: a rebuild, after a stop or with other filters, grades only what it has not
+graded before.
 """
 
 from __future__ import annotations
@@ -184,6 +189,33 @@ def compare_with_source_grades(rows: Sequence[Mapping[str, Any]]) -> dict[str, A
         "we_correct_source_not": ours_not,
         "source_correct_we_not": src_not,
     }
+
+
+# ----------------------------------------------------------------------------- grade log
+
+
+def default_grade_log(data_root: str | None) -> Path:
+    """Where ``sft build`` keeps its grades: ``<data root>/cache/grades/sft.jsonl``.
+
+    A data-root cache, like the decontamination caches (``cache/scan``, ``cache/judge``), not a
+    file beside the run: a grade's key is its content (the graded text, the reference or the
+    tests, the grader's version and settings), valid for every build against this data root,
+    so a rebuild into another ``--out`` with other filters, the flow's build and a rebuild of a
+    re-published raw version all reuse it; the ``--out`` folder is the build's output and is
+    rewritten by each build. A read-only root keeps it in the per-user folder
+    (``curation.settings.cache_root``); so does a remote (fsspec URL) root, since the log is
+    appended to in place.
+    """
+    from curation.settings import cache_root
+    from curation.settings import data_root as resolve
+
+    root = cache_root(resolve(data_root))
+    if "://" in root:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        root = str(
+            base / "sluice" / "remote-roots" / hashlib.sha256(root.encode()).hexdigest()[:16]
+        )
+    return Path(root) / "cache" / "grades" / "sft.jsonl"
 
 
 # ----------------------------------------------------------------------------- decontamination
@@ -386,8 +418,12 @@ def build_sft(
     benchmarks_dir: str | Path | None = None,
     workers: int = 2,
     log: Callable[[str], None] | None = None,
+    grade_log: str | Path | None = None,
 ) -> SFTBuildResult:
-    """Grade, filter and publish ``rows`` (see the module docs)."""
+    """Grade, filter and publish ``rows`` (see the module docs).
+
+    ``grade_log``: the grade log to reuse and extend (default :func:`default_grade_log` of the
+    data root): a rebuild grades only the responses whose grade inputs it has not seen."""
     cfg = filters or FilterConfig()
     if not rows:
         raise InputError(
@@ -412,8 +448,14 @@ def build_sft(
     out.mkdir(parents=True, exist_ok=True)
     problems = problems or {}
 
-    say(f"grading {len(rows)} responses")
-    grade(rows, problems, workers=workers)
+    log_path = (
+        Path(grade_log)
+        if grade_log is not None
+        else default_grade_log(data_root or getattr(catalog, "root", None))
+    )
+    say(f"grading {len(rows)} responses (grade log {log_path})")
+    grading = {**grade(rows, problems, workers=workers, log_path=log_path), "log": str(log_path)}
+    say(f"grades: {grading['reused']} reused from the log, {grading['made']} made")
     verification = Counter(r["verification"] or "ungraded" for r in rows)
     vs_source = compare_with_source_grades(rows)
 
@@ -515,6 +557,8 @@ def build_sft(
         "verification": dict(sorted(verification.items())),
         "by_domain": dict(Counter(r["domain"] for r in rows)),
         "truncated": sum(bool(r["truncated"]) for r in rows),
+        # made + reused + no_grader = responses; not_logged: made, but no verdict to keep
+        "grades": grading,
     }
     if vs_source is not None:
         counts["verification_vs_source"] = vs_source
@@ -564,6 +608,7 @@ def filter_config_from(data: Mapping[str, Any] | None) -> FilterConfig:
 __all__ = [
     "SFTBuildResult",
     "build_sft",
+    "default_grade_log",
     "rows_from_sft_samples",
     "grid_warnings",
     "scaling_grid",

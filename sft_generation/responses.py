@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -134,6 +135,70 @@ def make_row(
     }
 
 
+# The layout of a grade-log key (:func:`grade_key`); a change of layout is a new version, so no
+# record written under another layout is ever read as a match.
+GRADE_KEY_VERSION = "sft-grade/1"
+# Graded per durable step: what a stop loses at most (math is cheap per answer; a code answer
+# runs every test of its problem in the sandbox, so its steps are a few programs per worker).
+_MATH_CHUNK = 256
+_CODE_CHUNK_PER_WORKER = 4
+
+
+def grade_settings(
+    domain: str, *, verify_timeout_s: float = 5.0, code_time_limit_s: float = 5.0
+) -> dict[str, Any]:
+    """What decides a grade besides the graded text and its reference: the grader's version
+    (``rl_pools.rollouts.verifier_version``, with math-verify's own) and every verifier or
+    sandbox setting that can change a verdict (the worker counts cannot). These are the
+    configs :func:`rl_pools.rollouts.grade_math` / :func:`~rl_pools.rollouts.grade_code` build."""
+    import dataclasses
+    import os
+
+    from rl_pools.rollouts import verifier_version
+
+    if domain == "code":
+        from rl_pools.sandbox import SandboxConfig, _default_python
+
+        sb = dataclasses.asdict(SandboxConfig(time_limit_s=code_time_limit_s))
+        # the interpreter the programs run under, resolved (python3 -> python3.12): another
+        # Python can pass or fail the same program
+        sb["python"] = os.path.realpath(sb["python"] or _default_python())
+        return {"grader": verifier_version("code"), "sandbox": sb}
+    from rl_pools.verify import VerifyConfig
+
+    vc = dataclasses.asdict(VerifyConfig(timeout_s=verify_timeout_s))
+    del vc["workers"]
+    return {"grader": verifier_version("math"), "verify": vc}
+
+
+def grade_key(
+    row: Mapping[str, Any], problem: Mapping[str, Any] | None, settings: Mapping[str, Any]
+) -> str:
+    """The grade log's key of ``row``'s grade: a hash of everything the grade depends on: the
+    graded text (the final answer: the grader reads nothing else of the response), the reference
+    (math: the reference answer; code: the problem's tests and the import preamble they run
+    after) and :func:`grade_settings`."""
+    from rl_pools.testcases import test_preamble
+
+    if row["domain"] == "code":
+        p = problem or {}
+        kind, ref = "code", {"tests": p.get("tests"), "preamble": test_preamble(p.get("metadata"))}
+    else:
+        kind, ref = "math", {"answer": row.get("reference_answer")}
+    body = json.dumps([GRADE_KEY_VERSION, kind, settings, row.get("final_answer"), ref],
+                      sort_keys=True, ensure_ascii=False, default=str)  # fmt: skip
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def _logged(g: Any) -> bool:
+    """A log record that can stand for a grade (a hand-edited or foreign line is graded again)."""
+    return (
+        isinstance(g, dict)
+        and isinstance(g.get("status"), str)
+        and all(g.get(k) is None or isinstance(g.get(k), str) for k in ("reason", "extracted"))
+    )
+
+
 def grade(
     rows: list[dict[str, Any]],
     problems: Mapping[str, Mapping[str, Any]],
@@ -141,20 +206,33 @@ def grade(
     verify_timeout_s: float = 5.0,
     code_time_limit_s: float = 5.0,
     workers: int = 2,
-) -> list[dict[str, Any]]:
-    """Grade every row in place (``verification``, ``verification_reason``, ``extracted``).
+    log_path: str | Path | None = None,
+) -> dict[str, int]:
+    """Grade every row in place (``verification``, ``verification_reason``, ``extracted``);
+    return how the grades were come by (``made``, ``reused``, ``no_grader``, ``not_logged``).
 
     The graders are the RL-pool stage's (:func:`rl_pools.rollouts.grade_math` /
     :func:`~rl_pools.rollouts.grade_code`: one home for grading). Math: the final answer (the
     text after ``</think>``; a truncated trace has none) is verified against the problem's
     reference answer. Code: the last code block of the final answer runs against the problem's
     tests in the sandbox (with the pool's import preamble); ``passed`` only when all pass.
+
+    ``log_path``: a grade log (:class:`rl_pools.gradelog.GradeLog`, keys :func:`grade_key`). A
+    row whose key is in it takes the logged grade (``reused``) and is not graded; the others
+    are graded (``made``) a chunk at a time, each chunk appended as it finishes, so a stop
+    (Ctrl-C, SIGTERM, a crash, a kill) loses at most the chunk in flight. Only verdicts are
+    logged: a verifier timeout or error and a ``sandbox_error`` say nothing about the answer
+    (a loaded machine, a sandbox that failed to start) and are graded again next time
+    (``not_logged``); a worker stopped by a signal raises ``VerifierStopped`` and gives no grade
+    at all. Rows that need no grader (no final answer, no reference, no problem) are
+    ``no_grader``.
     """
-    from rl_pools.rollouts import RolloutConfig, grade_code, grade_math
+    from rl_pools.rollouts import CODE_INVALID, MATH_INVALID, RolloutConfig, grade_code, grade_math
     from rl_pools.verify import extract_answer
 
     cfg = RolloutConfig(verify_workers=workers, sandbox_workers=workers,
                         verify_timeout_s=verify_timeout_s, code_time_limit_s=code_time_limit_s)  # fmt: skip
+    counts = {"made": 0, "reused": 0, "no_grader": 0, "not_logged": 0}
     todo_m, todo_c = [], []
     for i, r in enumerate(rows):
         if not r.get("final_answer"):
@@ -168,6 +246,7 @@ def grade(
                 r["verification_reason"] = "the problem (and its tests) is not in the pool"
             else:
                 todo_c.append(i)
+                continue
         elif not r.get("reference_answer"):
             r["verification"] = "error"
             r["verification_reason"] = "the problem has no reference answer"
@@ -176,19 +255,71 @@ def grade(
             r["extracted"] = extract_answer(r["final_answer"])[0]
         else:
             todo_m.append(i)
+            continue
+        counts["no_grader"] += 1
+
+    keys: dict[int, str] = {}
+    log = None
+    if log_path is not None and (todo_m or todo_c):
+        from rl_pools.gradelog import GradeLog
+
+        limits = {"verify_timeout_s": verify_timeout_s, "code_time_limit_s": code_time_limit_s}
+        if todo_m:
+            s_math = grade_settings("math", **limits)
+            keys.update((i, grade_key(rows[i], None, s_math)) for i in todo_m)
+        if todo_c:
+            s_code = grade_settings("code", **limits)
+            keys.update((i, grade_key(rows[i], problems[rows[i]["problem_uid"]], s_code))
+                        for i in todo_c)  # fmt: skip
+        log = GradeLog(log_path, keys=set(keys.values()))
+
+    def apply(i: int, g: Mapping[str, Any]) -> None:
+        rows[i].update(verification=g["status"], verification_reason=g["reason"],
+                       extracted=g["extracted"])  # fmt: skip
+
+    def reuse(todo: list[int]) -> list[int]:
+        left = []
+        for i in todo:
+            g = log.grades.get(keys[i]) if log is not None else None
+            if _logged(g):
+                apply(i, g)
+                counts["reused"] += 1
+            else:
+                left.append(i)
+        return left
+
+    def record(part: list[int], grades: list[dict[str, Any]], invalid: tuple[str, ...]) -> None:
+        keep = []
+        for i, g in zip(part, grades, strict=True):
+            apply(i, g)
+            if g["status"] in invalid:
+                counts["not_logged"] += 1
+            elif log is not None:
+                keep.append({"key": keys[i], "domain": rows[i]["domain"], "status": g["status"],
+                             "reason": g["reason"], "extracted": g["extracted"],
+                             "correct": g["correct"]})  # fmt: skip
+        counts["made"] += len(part)
+        if log is not None:
+            log.append(keep)
+
+    todo_m, todo_c = reuse(todo_m), reuse(todo_c)
     if todo_m:
-        res = grade_math([rows[i]["final_answer"] for i in todo_m],
-                         [rows[i]["reference_answer"] for i in todo_m], cfg)  # fmt: skip
-        for i, g in zip(todo_m, res, strict=True):
-            rows[i].update(verification=g["status"], verification_reason=g["reason"],
-                           extracted=g["extracted"])  # fmt: skip
-    if todo_c:
-        res = grade_code([rows[i]["final_answer"] for i in todo_c],
-                         [dict(problems[rows[i]["problem_uid"]]) for i in todo_c], cfg)  # fmt: skip
-        for i, g in zip(todo_c, res, strict=True):
-            rows[i].update(verification=g["status"], verification_reason=g["reason"],
-                           extracted=g["extracted"])  # fmt: skip
-    return rows
+        from rl_pools.verify import MathVerifier, VerifyConfig
+
+        vc = VerifyConfig(timeout_s=verify_timeout_s, workers=workers)
+        with MathVerifier(vc) as verifier:  # one worker pool for every chunk
+            for start in range(0, len(todo_m), _MATH_CHUNK):
+                part = todo_m[start : start + _MATH_CHUNK]
+                res = grade_math([rows[i]["final_answer"] for i in part],
+                                 [rows[i]["reference_answer"] for i in part], cfg, verifier)  # fmt: skip
+                record(part, res, MATH_INVALID)
+    step = max(1, workers) * _CODE_CHUNK_PER_WORKER
+    for start in range(0, len(todo_c), step):
+        part = todo_c[start : start + step]
+        res = grade_code([rows[i]["final_answer"] for i in part],
+                         [dict(problems[rows[i]["problem_uid"]]) for i in part], cfg)  # fmt: skip
+        record(part, res, CODE_INVALID)
+    return counts
 
 
 def to_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
