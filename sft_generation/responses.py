@@ -138,10 +138,13 @@ def make_row(
 # The layout of a grade-log key (:func:`grade_key`); a change of layout is a new version, so no
 # record written under another layout is ever read as a match.
 GRADE_KEY_VERSION = "sft-grade/1"
-# Graded per durable step: what a stop loses at most (math is cheap per answer; a code answer
-# runs every test of its problem in the sandbox, so its steps are a few programs per worker).
+# Graded per durable step: what a stop loses at most. Each step ends when its slowest item
+# does, while the other workers idle (one program at its time limit holds them all), so a step
+# is many items per worker: with 4 programs per worker the idle tail cost about an eighth of
+# the sandbox time on 2 workers; with 32 it is a few percent, and a stop loses at most a few
+# minutes of sandbox work.
 _MATH_CHUNK = 256
-_CODE_CHUNK_PER_WORKER = 4
+_CODE_CHUNK_PER_WORKER = 32
 
 
 def grade_settings(
