@@ -140,9 +140,9 @@ def make_row(
 GRADE_KEY_VERSION = "sft-grade/1"
 # Graded per durable step: what a stop loses at most. Each step ends when its slowest item
 # does, while the other workers idle (one program at its time limit holds them all), so a step
-# is many items per worker: with 4 programs per worker the idle tail cost about an eighth of
-# the sandbox time on 2 workers; with 32 it is a few percent, and a stop loses at most a few
-# minutes of sandbox work.
+# is many items per worker: with 4 programs per worker the idle tail costs, by estimate (not
+# measured), about an eighth of the sandbox time on 2 workers; with 32 a few percent, and a
+# stop loses at most a few minutes of sandbox work.
 _MATH_CHUNK = 256
 _CODE_CHUNK_PER_WORKER = 32
 
