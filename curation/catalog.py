@@ -71,6 +71,7 @@ from curation.errors import (
     storage_error,
     writing_to,
 )
+from curation.shutdown import raise_if_stopped
 
 CATALOG_SCHEMA_VERSION = 1
 # Rows per canonical chunk. The content hash depends on it, so it is part of HASH_ALGO and
@@ -723,10 +724,18 @@ class Catalog:
                 raise (
                     self._busy(exc) or storage_error(exc, str(self.db_path)) or self._damaged(exc)
                 ) from None
+            except RuntimeError:
+                raise_if_stopped()  # a Ctrl-C while DuckDB opened the catalog: see below
+                raise
             try:
                 yield con
             except duckdb.Error as exc:
                 raise storage_error(exc, str(self.db_path)) or self._damaged(exc) from None
+            except RuntimeError:
+                # DuckDB turns a Ctrl-C (SIGTERM) during a query into RuntimeError('Query
+                # interrupted'): the command's stop, not a failure of this catalog operation
+                raise_if_stopped()
+                raise
 
     def _busy(self, exc: Exception) -> StorageError | None:
         """DuckDB's refusal to open the file another process holds (one that opened it without

@@ -29,6 +29,29 @@ from collections.abc import Iterator
 from multiprocessing.context import SpawnContext, SpawnProcess
 from typing import NoReturn
 
+_STOP: int | None = None  # the signal that asked this process to stop (set by the handlers)
+
+
+def stop_requested() -> int | None:
+    """The signal (SIGINT, SIGTERM) that asked this process to stop, if one did."""
+    return _STOP
+
+
+def raise_if_stopped() -> None:
+    """Raise the stop a Ctrl-C or SIGTERM asked for again (``KeyboardInterrupt``,
+    ``SystemExit(143)``), without the line already printed, if one was asked for.
+
+    The handlers raise it once, in whatever code the main thread is running, and some code
+    does not let it through: Prefect's flow engine drops a ``BaseException`` raised after the
+    flow function returned ("we don't want to crash a flow run if the user code finished"),
+    and DuckDB turns one raised while it runs a query into ``RuntimeError('Query
+    interrupted')``. Code that goes on after such a call (the curate flow's next pool, the
+    catalog) calls this, so the run stops as asked instead of going on (and exiting 0)."""
+    if _STOP == signal.SIGINT:
+        raise KeyboardInterrupt
+    if _STOP is not None:
+        raise SystemExit(128 + _STOP)
+
 
 def exit_on_sigterm() -> None:
     """SIGTERM (a scheduler stopping a job, ``kill``, ``timeout``) ends the process as Ctrl-C
@@ -40,6 +63,8 @@ def exit_on_sigterm() -> None:
     caller's signal handlers)."""
 
     def _stop(signum, frame):  # noqa: ARG001
+        global _STOP
+        _STOP = signal.SIGTERM
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills at once
         print("sluice: stopped by SIGTERM", file=sys.stderr, flush=True)
         raise SystemExit(128 + signal.SIGTERM)
@@ -47,6 +72,8 @@ def exit_on_sigterm() -> None:
     def _interrupt(signum, frame):  # noqa: ARG001
         # Ctrl-C: Python's own KeyboardInterrupt (the CLI exits 130), with a line saying why;
         # it printed only a blank line, so a log did not show that the run was stopped
+        global _STOP
+        _STOP = signal.SIGINT
         print("sluice: interrupted (SIGINT, Ctrl-C)", file=sys.stderr, flush=True)
         raise KeyboardInterrupt
 

@@ -110,7 +110,7 @@ def run() -> None:
     active exception"; it happened once in a CI run of ``sluice rl export``). Callers that
     import :func:`main` keep their process.
     """
-    from curation.shutdown import end_process, exit_on_sigterm
+    from curation.shutdown import end_process, exit_on_sigterm, stop_requested
 
     exit_on_sigterm()
     code = 0
@@ -122,6 +122,11 @@ def run() -> None:
         else:  # sys.exit("message") prints the message, like the interpreter would
             print(exc.code, file=sys.stderr)
             code = 1
+    stopped = stop_requested()
+    if stopped is not None:
+        # a command that was asked to stop says so in its exit code, even where a library
+        # dropped the stop and the command ended as if it had not come (see raise_if_stopped)
+        code = 128 + stopped
     end_process(code)
 
 

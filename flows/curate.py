@@ -13,6 +13,7 @@ from typing import Any
 from prefect import flow
 
 from curation.errors import SluiceError, storage_error
+from curation.shutdown import raise_if_stopped
 from flows.decontaminate import decontaminate_flow, publish_contamination_artifact
 from flows.ingest import ingest_counts, ingest_flow
 from flows.report import report_flow
@@ -40,8 +41,10 @@ def curate_flow(
         try:
             results[pool.name] = _curate_pool(cfg, pool, root, decontam, ray_address)
         except SluiceError as exc:
+            raise_if_stopped()  # a Ctrl-C that surfaced as an error is the run's stop
             failed[pool.name] = str(exc)
         except Exception as exc:  # not one of Sluice's: its type says more than its text
+            raise_if_stopped()
             # ... except a write refused (full disk, read-only folder, a file in the way): the
             # one line `sluice` gives for those everywhere else, with the path and the fix
             err = storage_error(exc)
@@ -76,6 +79,9 @@ def _curate_pool(cfg: Any, pool: Any, root: str, decontam: dict, ray_address: st
         data_root=root,
         on_conflict=pool.on_conflict,
     )
+    # a Ctrl-C or SIGTERM that came while a subflow ended (Prefect drops it once the flow
+    # function has returned) stops the run here, before the next subflow starts
+    raise_if_stopped()
     dec = decontaminate_flow(
         input_ref=ing["ref"],
         text_fields=pool.text_fields,
@@ -87,9 +93,11 @@ def _curate_pool(cfg: Any, pool: Any, root: str, decontam: dict, ray_address: st
         shards=cfg.scale.shards,
         ray_address=ray_address or cfg.scale.ray_address,
     )
+    raise_if_stopped()
     rep = report_flow(
         run_dir=dec["run_dir"], out_dir=str(cfg.report_root() / pool.name), data_root=root
     )
+    raise_if_stopped()
     # again, now with the report link (the artifact key keeps its history)
     publish_contamination_artifact(dec, report_html=rep["html"])
     return {"ingest": ing, "decontaminate": dec, "report": rep}

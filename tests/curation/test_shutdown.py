@@ -121,3 +121,41 @@ def test_scan_workers_never_take_a_terminals_ctrl_c_and_the_parent_loses_none():
     assert res.stdout.split("\n")[:2] == ["worker True parent False", "taken True"], (
         res.stdout + res.stderr
     )
+
+
+_CATALOG_QUERY_INTERRUPTED = """
+import os, signal, sys, threading, time
+from curation.catalog import Catalog
+from curation.shutdown import exit_on_sigterm
+exit_on_sigterm()  # the `sluice` command's handlers
+cat = Catalog(sys.argv[1])
+with cat._connect(write=True) as con:
+    con.execute("CREATE TABLE t AS SELECT range AS i FROM range(3000000)")
+seen = []
+for _ in range(10):  # ten Ctrl-Cs, each while the catalog runs queries (DuckDB's time, mostly)
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    try:
+        with cat._connect(write=False) as con:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                con.execute("SELECT sum(i) FROM t WHERE i % 7 = 3").fetchall()
+    except BaseException as exc:
+        seen.append(type(exc).__name__)
+print(sorted(set(seen)))
+"""
+
+
+def test_a_ctrl_c_during_a_catalog_query_stays_a_ctrl_c(tmp_path):
+    """DuckDB turns a KeyboardInterrupt raised while it runs a query into RuntimeError('Query
+    interrupted'): `sluice run` took that for a failed pool, went on with the next pools and
+    exited 2 ('1 of 2 pools failed'), with DuckDB's traceback in Prefect's log."""
+    import os
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[2]
+    res = subprocess.run(
+        [sys.executable, "-c", _CATALOG_QUERY_INTERRUPTED, str(tmp_path / "root")],
+        env={**os.environ, "PYTHONPATH": str(repo)}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.stdout.strip() == "['KeyboardInterrupt']", res.stdout + res.stderr
+    assert res.stderr.startswith("sluice: interrupted (SIGINT, Ctrl-C)"), res.stderr
