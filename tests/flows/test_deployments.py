@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -179,12 +180,12 @@ def test_sigterm_stops_serve_with_exit_143(tmp_path, pools_dir, benchmarks_dir):
         kill_all(proc, servers)
 
 
-@pytest.mark.timeout(600)
-def test_sft_serve_without_a_server_runs_its_schedule(tmp_path, pools_dir):
-    """`sluice sft serve` (and `rl run --cron`) served against Prefect's own temporary server,
-    which runs no scheduler, when PREFECT_API_URL was not set: as `sluice serve` did, its
-    schedule never fired. They now serve inside the same scheduler-enabled temporary server:
-    the first tick generates with a stand-in teacher and publishes the SFT set."""
+@contextlib.contextmanager
+def _sft_serving(tmp_path, pools_dir, make_reply, generation: str = ""):
+    """`sluice sft serve` (every 15 s, no PREFECT_API_URL) of 3 real AMC problems with a
+    stand-in teacher answering ``make_reply(pool_rows)(text, body)``, started as in a terminal
+    (its own process group, SIGINT not ignored). Yields ``(root, srv, proc, log, servers)``
+    once the first tick has sent a request; the command and its servers never outlive it."""
     from generation_helpers import StandInServer
 
     from curation.catalog import Catalog
@@ -199,18 +200,12 @@ def test_sft_serve_without_a_server_runs_its_schedule(tmp_path, pools_dir):
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="1",
     )
-    answers = {r["problem"]: r["answer"] for r in Catalog(root).load(res.ref).to_pylist()}
-
-    def reply(text, body):  # a teacher that is right: the build keeps its responses
-        ans = next((a for p, a in answers.items() if p in text), "0")
-        return f"Thinking.</think>\n\nThe answer is \\boxed{{{ans}}}."
-
-    with StandInServer(reply) as srv:
+    with StandInServer(make_reply(Catalog(root).load(res.ref).to_pylist())) as srv:
         cfg = tmp_path / "sft.toml"
         cfg.write_text(
             f'[sft]\npool = "{res.ref}"\nresponses_per_prompt = 1\nout = "{tmp_path / "run"}"\n'
             f'data_root = "{root}"\n[sft.teacher]\nmodel = "stand-in"\n'
-            f'[sft.generation]\nbackend = "openai"\nbase_url = "{srv.url}"\n'
+            f'[sft.generation]\nbackend = "openai"\nbase_url = "{srv.url}"\n{generation}'
             "[sft.filters]\ndecontaminate = false\n"
         )
         log = tmp_path / "serve.log"
@@ -227,30 +222,52 @@ def test_sft_serve_without_a_server_runs_its_schedule(tmp_path, pools_dir):
                 assert proc.poll() is None, log.read_text()[-3000:]
                 assert time.monotonic() < deadline, "the schedule never ran the flow"
                 time.sleep(0.5)
-            servers = server_children(proc.pid)
-            assert servers, "no temporary Prefect server found under sluice sft serve"
-
-            # the run has published before Ctrl-C (the flow-run process, in a session of its
-            # own, no longer takes the terminal's Ctrl-C: test_ctrl_c_cancels_a_served_run_...)
-            def flow_done() -> bool:
-                return any(
-                    "Flow run" in ln and "Finished in state Completed" in ln
-                    for ln in log.read_text().splitlines()
-                )
-
-            while not (
-                any(v.name.startswith("amc.sft.") for v in Catalog(root).list()) and flow_done()
-            ):
-                assert proc.poll() is None, log.read_text()[-3000:]
-                assert time.monotonic() < deadline, "the scheduled run did not finish"
-                time.sleep(0.5)
-            os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
-            proc.wait(timeout=120)
-            out = log.read_text()
-            assert "temporary local Prefect server (scheduler on" in out, out[-3000:]
-            assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
+            servers.extend(server_children(proc.pid))
+            yield root, srv, proc, log, servers
         finally:
             kill_all(proc, servers)
+
+
+@pytest.mark.timeout(600)
+def test_sft_serve_without_a_server_runs_its_schedule(tmp_path, pools_dir):
+    """`sluice sft serve` (and `rl run --cron`) served against Prefect's own temporary server,
+    which runs no scheduler, when PREFECT_API_URL was not set: as `sluice serve` did, its
+    schedule never fired. They now serve inside the same scheduler-enabled temporary server:
+    the first tick generates with a stand-in teacher and publishes the SFT set."""
+    from curation.catalog import Catalog
+
+    def make_reply(rows):  # a teacher that is right: the build keeps its responses
+        answers = {r["problem"]: r["answer"] for r in rows}
+
+        def reply(text, body):
+            ans = next((a for p, a in answers.items() if p in text), "0")
+            return f"Thinking.</think>\n\nThe answer is \\boxed{{{ans}}}."
+
+        return reply
+
+    with _sft_serving(tmp_path, pools_dir, make_reply) as (root, srv, proc, log, servers):
+        assert servers, "no temporary Prefect server found under sluice sft serve"
+
+        # the run has published before Ctrl-C (the flow-run process, in a session of its
+        # own, no longer takes the terminal's Ctrl-C: test_ctrl_c_cancels_a_served_run_...)
+        def flow_done() -> bool:
+            return any(
+                "Flow run" in ln and "Finished in state Completed" in ln
+                for ln in log.read_text().splitlines()
+            )
+
+        deadline = time.monotonic() + 300  # a guard against hanging, not a timed assertion
+        while not (
+            any(v.name.startswith("amc.sft.") for v in Catalog(root).list()) and flow_done()
+        ):
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the scheduled run did not finish"
+            time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
+        proc.wait(timeout=120)
+        out = log.read_text()
+        assert "temporary local Prefect server (scheduler on" in out, out[-3000:]
+        assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
 
 
 @pytest.mark.timeout(600)
@@ -264,49 +281,19 @@ def test_ctrl_c_cancels_a_served_run_in_flight_and_only_sluice_takes_it(tmp_path
     import threading
 
     import psutil
-    from generation_helpers import StandInServer
 
     from curation.catalog import Catalog
-    from curation.ingest import ingest
 
-    root = tmp_path / "root"
-    res = ingest(str(pools_dir / "math_ttrl_amc23_as_train.jsonl"), field_map="ttrl", name="amc",
-                 catalog=Catalog(root), limit=3)  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    env.update(
-        PREFECT_HOME=str(tmp_path / "prefect"),
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="1",
-    )
     release = threading.Event()
 
     def reply(text, body):  # a teacher still thinking when Ctrl-C comes
         release.wait(300)
         return "Thinking.</think>\n\nThe answer is \\boxed{1}."
 
-    with StandInServer(reply) as srv:
-        cfg = tmp_path / "sft.toml"
-        cfg.write_text(
-            f'[sft]\npool = "{res.ref}"\nresponses_per_prompt = 1\nout = "{tmp_path / "run"}"\n'
-            f'data_root = "{root}"\n[sft.teacher]\nmodel = "stand-in"\n'
-            f'[sft.generation]\nbackend = "openai"\nbase_url = "{srv.url}"\nconcurrency = 1\n'
-            "[sft.filters]\ndecontaminate = false\n"
-        )
-        log = tmp_path / "serve.log"
-        with open(log, "w") as fh:
-            proc = subprocess.Popen(
-                [SLUICE, "sft", "serve", str(cfg), "--interval", "15"], env=env, stdout=fh,
-                stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-            )  # fmt: skip
-        servers: list = []
-        try:
-            deadline = time.monotonic() + 300  # a guard against hanging, not a timed assertion
-            while not srv.posts():
-                assert proc.poll() is None, log.read_text()[-3000:]
-                assert time.monotonic() < deadline, "the schedule never ran the flow"
-                time.sleep(0.5)
-            servers = server_children(proc.pid)
+    try:
+        with _sft_serving(tmp_path, pools_dir, lambda rows: reply, "concurrency = 1\n") as (
+            root, srv, proc, log, servers,
+        ):  # fmt: skip
             runs = [
                 c
                 for c in psutil.Process(proc.pid).children(recursive=True)
@@ -324,9 +311,8 @@ def test_ctrl_c_cancels_a_served_run_in_flight_and_only_sluice_takes_it(tmp_path
             assert alive == [], f"left running: {[p.cmdline() for p in alive]}"
             assert len(srv.posts()) == 1  # the queued prompts were never sent
             assert not any(v.name.startswith("amc.sft.") for v in Catalog(root).list())
-        finally:
-            release.set()
-            kill_all(proc, servers)
+    finally:
+        release.set()
 
 
 @pytest.mark.parametrize(("hup", "code"), [("default", 129), ("nohup", 0)])

@@ -29,6 +29,15 @@ def traces(pools_dir, data_root):
     return cat, res.ref
 
 
+def _few(pools_dir, data_root, tmp_path):
+    """The first 4 real R1 traces ingested as ``few``: (the catalog, the version's ref)."""
+    raw = [json.loads(line) for line in open(pools_dir / TRACES)][:4]
+    src = tmp_path / "few.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in raw))
+    cat = Catalog(data_root)
+    return cat, ingest(str(src), field_map="thoughtanchors_r1_traces", name="few", catalog=cat).ref
+
+
 def test_truncated_traces_are_dropped_as_truncated(traces, tmp_path, pools_dir):
     cat, ref = traces
     raw = [json.loads(line) for line in open(pools_dir / TRACES)]
@@ -128,11 +137,7 @@ def test_build_options_are_checked_and_an_empty_set_is_refused(
     from flows.cli import main
     from sft_generation.build import SFT_SET_SCHEMA
 
-    raw = [json.loads(line) for line in open(pools_dir / TRACES)][:4]
-    src = tmp_path / "few.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in raw))
-    cat = Catalog(data_root)
-    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="few", catalog=cat).ref
+    cat, ref = _few(pools_dir, data_root, tmp_path)
     base = ["sft", "build", ref, "--out", str(tmp_path / "run"), "--no-decontam"]
     before = cat.datasets()
     for extra, msg in (
@@ -164,11 +169,7 @@ def test_explicit_filter_options_win_over_the_config_file(pools_dir, data_root, 
     import subprocess
     import sys
 
-    raw = [json.loads(line) for line in open(pools_dir / TRACES)][:4]
-    src = tmp_path / "few.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in raw))
-    cat = Catalog(data_root)
-    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="few", catalog=cat).ref
+    cat, ref = _few(pools_dir, data_root, tmp_path)
     cfg = tmp_path / "sft.toml"
     cfg.write_text("[sft.filters]\ndecontaminate = false\nnear_dup_threshold = 0.95\n")
     cmd = [sys.executable, "-c", "from flows.cli import run; run()", "sft", "build", ref,
@@ -230,11 +231,7 @@ def test_unknown_benchmark_or_detector_is_refused_before_grading(
     first, like `sluice decontam run` does, and nothing is graded or written."""
     from flows.cli import main
 
-    raw = [json.loads(line) for line in open(pools_dir / TRACES)][:4]
-    src = tmp_path / "few.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in raw))
-    cat = Catalog(data_root)
-    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="few", catalog=cat).ref
+    cat, ref = _few(pools_dir, data_root, tmp_path)
     out = tmp_path / "run"
     for extra, msg in (
         (["--benchmarks", "aime2099"], "unknown benchmark 'aime2099'"),
@@ -353,11 +350,7 @@ def test_a_bad_name_is_refused_before_grading(pools_dir, data_root, tmp_path, ca
     name the build publishes is checked first: nothing graded, nothing published."""
     from flows.cli import main
 
-    raw = [json.loads(line) for line in open(pools_dir / TRACES)][:4]
-    src = tmp_path / "few.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in raw))
-    cat = Catalog(data_root)
-    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="few", catalog=cat).ref
+    cat, ref = _few(pools_dir, data_root, tmp_path)
     before = cat.datasets()
     out = tmp_path / "run"
     for extra, msg in (
@@ -462,11 +455,7 @@ def test_a_rebuild_without_decontamination_leaves_no_stale_evidence(pools_dir, d
     The build removes what an earlier SFT build wrote there, and nothing else."""
     from sft_generation.runs import build_from_ref
 
-    raw = [json.loads(line) for line in open(pools_dir / TRACES)][:4]
-    src = tmp_path / "few.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in raw))
-    cat = Catalog(data_root)
-    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="few", catalog=cat).ref
+    cat, ref = _few(pools_dir, data_root, tmp_path)
     run = tmp_path / "run"
     build_from_ref(ref, out_dir=run, catalog=cat,
                    filters=FilterConfig(keep_policy="all", decontam_benchmarks=["aime24"]))  # fmt: skip
@@ -487,11 +476,7 @@ def test_a_rebuild_that_stops_leaves_no_finished_looking_folder(pools_dir, data_
     build of the earlier config. It now has no run.json until the build has finished."""
     from sft_generation.runs import build_from_ref
 
-    raw = [json.loads(line) for line in open(pools_dir / TRACES)][:4]
-    src = tmp_path / "few.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in raw))
-    cat = Catalog(data_root)
-    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="few", catalog=cat).ref
+    cat, ref = _few(pools_dir, data_root, tmp_path)
     run = tmp_path / "run"
     build_from_ref(ref, out_dir=run, catalog=cat, filters=FilterConfig(decontaminate=False))
     assert (run / "run.json").is_file() and (run / "sft_report.html").is_file()
@@ -555,11 +540,7 @@ def test_a_set_built_with_other_filters_records_its_own_config(pools_dir, data_r
     record (config) says `decontaminate: false`: the set checked against AIME was recorded as
     never checked. Each build's config is part of what it publishes, so each records its own;
     an unchanged rebuild still publishes the same versions."""
-    raw = [json.loads(line) for line in open(pools_dir / TRACES)][:4]
-    src = tmp_path / "few.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in raw))
-    cat = Catalog(data_root)
-    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="few", catalog=cat).ref
+    cat, ref = _few(pools_dir, data_root, tmp_path)
     rows = rows_from_sft_samples(cat.load(ref), source=ref)
 
     def build(cfg, out):
