@@ -312,11 +312,16 @@ def decontaminate_pool(
     progress goes to the run's log (``decontam <name>: done / total texts, texts/s, ETA``
     every few seconds), as the sharded path's does."""
     from prefect import get_run_logger
+    from prefect.exceptions import MissingContextError
 
     from curation.catalog import Catalog
     from decontam.run import DecontamConfig, run_decontamination
 
     _test_hook("decontaminate")
+    try:
+        progress: Any = get_run_logger().info
+    except MissingContextError:  # called as a plain function (``decontaminate_pool.fn``)
+        progress = False
     res = run_decontamination(
         input_ref,
         text_fields=text_fields,
@@ -328,7 +333,7 @@ def decontaminate_pool(
         publish=True,
         publish_as=publish_as,
         data_root=data_root,
-        progress=get_run_logger().info,
+        progress=progress,
     )
     return run_summary(res)
 
