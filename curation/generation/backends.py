@@ -320,10 +320,10 @@ class OpenAIBackend(Backend):
         interruption stops the queue at once; a request in flight is abandoned with its daemon
         thread and its reply is not written (the caller may be closing the store).
         """
-        jobs = iter([(r, i) for r in requests for i in r.indices])
-        n_jobs = sum(len(r.indices) for r in requests)
-        if not n_jobs:
+        todo = [(r, i) for r in requests for i in r.indices]
+        if not todo:
             return
+        jobs = iter(todo)
         stop = threading.Event()
         take = threading.Lock()
         failures: list[BaseException] = []
@@ -346,7 +346,7 @@ class OpenAIBackend(Backend):
 
         workers = [
             threading.Thread(target=work, name=f"generate-{k}", daemon=True)
-            for k in range(min(self.config.concurrency, n_jobs))
+            for k in range(min(self.config.concurrency, len(todo)))
         ]
         try:
             for t in workers:
