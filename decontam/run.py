@@ -287,6 +287,18 @@ def read_input(input: str, *, catalog=None) -> InputData:
     )
 
 
+def _raise_first_bad_row(input: str, text_fields, id_field: str | None, catalog) -> None:
+    """Raise the first bad row of a file whose whole read stopped at an unreadable row. That
+    read stops before any row is checked as text, so a number in a text field at row 4 was not
+    named, and the malformed line at row 5 was; the streamed reader checks the rows of each
+    batch in file order, up to the unreadable one, and raises the first it finds."""
+    from decontam.stream import _open_source, _Prepared
+
+    src = _open_source(input, catalog=catalog, batch_rows=50_000)
+    for _ in _Prepared(src, text_fields, id_field, row_ids=True, timings={}):
+        pass
+
+
 def ingest_accounting(cat, ref: str) -> dict[str, Any] | None:
     """The ingest a catalog version comes from (itself or its nearest ``ingest`` ancestor):
     its counts (read = accepted + duplicates + rejected, reject reasons), the rejects and
@@ -1422,7 +1434,12 @@ def run_decontamination(
             data_root=data_root, progress=progress, command=command, catalog=catalog,
             publish=publish, publish_as=publish_as,
         )  # fmt: skip
-    inp = read_input(input, catalog=catalog)
+    try:
+        inp = read_input(input, catalog=catalog)
+    except InputError as exc:
+        if exc.row is not None:  # an unreadable row: a row before it may be bad another way
+            _raise_first_bad_row(input, text_fields, id_field, catalog)
+        raise
     source = DatasetRef(inp.ref) if inp.ref else inp.path or input
     texts = prepare_text_table(inp.table, text_fields, id_field, source=source)
     uids = sample_uids(inp.table, id_field, source=source)

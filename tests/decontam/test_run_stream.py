@@ -755,11 +755,12 @@ def test_a_damaged_parquet_input_is_one_error_naming_the_file(pools_dir, tmp_pat
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("stream_rows", [3, 50_000])
+@pytest.mark.parametrize("stream_rows", [0, 3, 50_000])
 def test_the_first_bad_row_is_named_whatever_its_fault(pools_dir, tmp_path, stream_rows):
     """Row 4 holds a number in the text field, row 5 is not JSON: the run named row 5 (the
-    reader raised on the bad line before the rows of its batch were checked). The first bad
-    row in file order is named, with its field."""
+    reader raised on the bad line before the rows of its batch were checked; the whole-file
+    read, ``stream_rows=0``, did so after the streamed path was fixed). The first bad row in
+    file order is named, with its field, on every read path."""
     lines = (pools_dir / "math_ttrl_aime24_as_train.jsonl").read_text().splitlines()[:8]
     row4 = json.loads(lines[3])
     lines[3] = json.dumps({**row4, "prompt": 7})
