@@ -78,19 +78,28 @@ def hydra_value(v: Any) -> str:
     return s if s.isidentifier() else "'" + s.replace("'", "\\'") + "'"
 
 
-def prompt_lengths(model: Any, rows: list[dict[str, Any]]) -> tuple[int, str]:
-    """(longest prompt of ``rows`` in tokens, how it was measured). verl drops every prompt
-    longer than ``data.max_prompt_length`` (``filter_overlong_prompts``), so the export sets it
-    to the longest prompt the TRL run trains on. It is counted the way verl's RLHFDataset counts
-    it (the model's chat template with the generation prompt); when the tokenizer cannot be
-    loaded here, the UTF-8 byte length of the messages plus 16 per message bounds it (a
-    byte-level BPE token is at least one byte)."""
-    if not rows:
-        return 1, "empty"
+def load_tokenizer(model: Any) -> Any | None:
+    """The model's tokenizer, or None when it cannot be loaded here (offline, gated): the export
+    then bounds prompt lengths without it. Loaded once per export (a hub round trip for a
+    remote model), not once per stage."""
     try:
         from transformers import AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(model.name_or_path, revision=model.revision)
+        return AutoTokenizer.from_pretrained(model.name_or_path, revision=model.revision)
+    except Exception:  # noqa: BLE001 - any failure to load means: no tokenizer here
+        return None
+
+
+def prompt_lengths(tok: Any | None, rows: list[dict[str, Any]]) -> tuple[int, str]:
+    """(longest prompt of ``rows`` in tokens, how it was measured). verl drops every prompt
+    longer than ``data.max_prompt_length`` (``filter_overlong_prompts``), so the export sets it
+    to the longest prompt the TRL run trains on. It is counted the way verl's RLHFDataset counts
+    it (the model's chat template with the generation prompt); without a tokenizer
+    (:func:`load_tokenizer` gave None), the UTF-8 byte length of the messages plus 16 per
+    message bounds it (a byte-level BPE token is at least one byte)."""
+    if not rows:
+        return 1, "empty"
+    if tok is not None:
 
         def count(messages: list[dict[str, str]]) -> int:
             ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
@@ -98,26 +107,9 @@ def prompt_lengths(model: Any, rows: list[dict[str, Any]]) -> tuple[int, str]:
                 ids = ids["input_ids"]
             return len(ids)
 
-        n = max(count(r["prompt"]) for r in rows)
-        return int(n), "tokenizer"
-    except Exception:  # noqa: BLE001 - no tokenizer here (offline, gated): a safe upper bound
-        n = max(sum(len(m["content"].encode("utf-8")) + 16 for m in r["prompt"]) for r in rows)
-        return int(n), "utf8_bytes_upper_bound"
-
-
-def template_opens_think_of(model: Any) -> bool | None:
-    """Whether the model's chat template opens ``<think>`` (see
-    :func:`training.rewards.template_opens_think`), or None when its tokenizer cannot be loaded
-    here (offline, gated): verl renders prompts with that template."""
-    from training.rewards import template_opens_think
-
-    try:
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(model.name_or_path, revision=model.revision)
-    except Exception:  # noqa: BLE001 - as prompt_lengths: no tokenizer here
-        return None
-    return template_opens_think(tok)
+        return int(max(count(r["prompt"]) for r in rows)), "tokenizer"
+    n = max(sum(len(m["content"].encode("utf-8")) + 16 for m in r["prompt"]) for r in rows)
+    return int(n), "utf8_bytes_upper_bound"
 
 
 def _overrides(
@@ -323,15 +315,18 @@ def export_verl(
         'cd "$(dirname "$0")"',
         f"MODEL={shlex.quote(resolved.model.name_or_path)}",
     ]
-    from training.rewards import think_opened_by
+    from training.rewards import template_opens_think, think_opened_by
 
-    opens = template_opens_think_of(resolved.model)
+    tok = load_tokenizer(resolved.model)
+    # verl renders prompts with the model's chat template: does it open <think>? (None: no
+    # tokenizer here)
+    opens = template_opens_think(tok) if tok is not None else None
     stages = []
     for s in resolved.stages:
         rows = _stage_dataset(resolved, s, cat, tmp_out)
         data = out / "data" / f"{s.name}.parquet"
         pq.write_table(verl_table(rows, cat, s.pools), tmp_out / "data" / data.name)
-        longest, measured = prompt_lengths(resolved.model, rows)
+        longest, measured = prompt_lengths(tok, rows)
         ov = _overrides(resolved, s, data.resolve(), "$MODEL", reward.resolve(), longest,
                         bool(opens))  # fmt: skip
         (tmp_out / "stages" / f"{s.name}.yaml").write_text(

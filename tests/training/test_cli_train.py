@@ -811,3 +811,25 @@ def test_export_verl_reads_an_r1_template_as_opening_the_thinking(
     assert "assume_open_think" not in kw
     (w,) = res["warnings"]
     assert "could not be loaded" in w and "assume_open_think = true" in w
+
+
+def test_export_verl_loads_the_tokenizer_once(tiny_model, pool_catalog, tmp_path, monkeypatch):
+    """The export loaded the model's tokenizer once for its chat template and again for every
+    stage's prompt lengths (a hub round trip each for a remote model); it loads it once."""
+    import transformers
+
+    from training.config import load_train_config
+    from training.verl import export_verl
+
+    loads = []
+    real = transformers.AutoTokenizer.from_pretrained
+
+    def counted(*a, **kw):
+        loads.append(a[0])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", counted)
+    cfg = _write_config(tmp_path / "t.toml", tiny_model, pool_catalog["math"])
+    res = export_verl(load_train_config(cfg), tmp_path / "v", catalog=pool_catalog["catalog"])
+    assert res["stages"] and res["stages"][0]["max_prompt_length_measured_by"] == "tokenizer"
+    assert [str(x) for x in loads] == [str(tiny_model)]
