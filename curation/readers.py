@@ -136,6 +136,15 @@ def data_files(folder: Path) -> list[Path]:
                 unread.append(p.name)
         elif p.is_dir() and any(q.is_file() and kind_of(q) for q in p.iterdir()):
             unread.append(p.name + "/")
+    configs = [d.rstrip("/") for d in unread if d.endswith("/") and _holds_shards(folder / d)]
+    if configs and len(configs) == len(unread):  # a Hub dataset repo: a folder per config
+        split = sorted(split_shards(data_files(folder / configs[0])) or {"train": []})[-1]
+        raise InputError(
+            f"folder {folder} is a Hub dataset repo with a folder per config ("
+            f"{', '.join(configs[:5])}{' ...' if len(configs) > 5 else ''}); it holds no data "
+            "files of its own",
+            hint=f"ingest one config's split, e.g. {folder / configs[0]}#{split}",
+        )
     if unread:
         raise InputError(
             f"folder {folder}: {', '.join(unread[:5])}{' ...' if len(unread) > 5 else ''} "
@@ -145,6 +154,12 @@ def data_files(folder: Path) -> list[Path]:
             "of the folder",
         )
     return files
+
+
+def _holds_shards(folder: Path) -> bool:
+    """Whether ``folder`` holds data files, every one named like a Hub dataset's shard."""
+    files = [p for p in folder.iterdir() if p.is_file() and kind_of(p)]
+    return bool(files) and all(_SHARD_RE.match(p.name) for p in files)
 
 
 # a Hub dataset's data file: <split>-00000-of-00002.parquet (push_to_hub, the Hub's own layout;

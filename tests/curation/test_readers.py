@@ -612,3 +612,28 @@ def test_an_arrow_file_is_read_like_its_jsonl(tmp_path, pools_dir):
     with pytest.raises(InputError, match="damaged, truncated") as exc:
         _collect(str(cut))
     assert exc.value.file == str(cut)
+
+
+def test_a_hub_repo_with_a_folder_per_config_names_one_to_ingest(tmp_path, pools_dir):
+    """A Hub dataset repo with several configs (gsm8k: main/ and socratic/, each of Hub shards)
+    was refused with "main/, socratic/ would be left out"; the error now says what the folder
+    is and which source to give instead, and that source reads that config's split."""
+    with open(pools_dir / "math_ttrl_aime24_as_train.jsonl") as f:
+        rows = [json.loads(line) for line in f]
+    repo = tmp_path / "gsm8k"
+    for config in ("main", "socratic"):
+        (repo / config).mkdir(parents=True)
+        pq.write_table(
+            pa.Table.from_pylist(rows[:10]), repo / config / "train-00000-of-00001.parquet"
+        )
+        pq.write_table(
+            pa.Table.from_pylist(rows[10:]), repo / config / "test-00000-of-00001.parquet"
+        )
+    from curation.errors import InputError
+
+    with pytest.raises(
+        InputError, match="Hub dataset repo with a folder per config \\(main, socratic\\)"
+    ) as exc:
+        _collect(str(repo))
+    assert exc.value.hint == f"ingest one config's split, e.g. {repo / 'main'}#train"
+    assert _collect(f"{repo / 'main'}#train")[0] == rows[:10]
