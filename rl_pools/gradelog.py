@@ -3,8 +3,10 @@
 
 One JSON object a line, ``{"key": ..., **grade}``. The caller's key hashes everything the grade
 depends on (the graded text, the reference answer or the tests, the grader's version and the
-settings that change a verdict), so a record is only ever reused for the very same inputs; a
-changed input is a new key, and the old record stays valid for the old inputs.
+settings that change a verdict: :func:`grade_settings`), so a record is only ever reused for
+the very same inputs; a changed input is a new key, and the old record stays valid for the old
+inputs. Only verdicts are logged and reused (:func:`is_verdict`): a verifier timeout or error,
+a ``sandbox_error``, a worker stopped by a signal are graded again next time.
 
 Durability: each :meth:`GradeLog.append` is one ``write`` of whole lines, under an exclusive
 ``flock`` on the log, so two processes appending at once never interleave their lines. A line
@@ -20,7 +22,7 @@ import contextlib
 import fcntl
 import json
 import os
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -85,4 +87,47 @@ class GradeLog:
             self.grades[g["key"]] = g
 
 
-__all__ = ["GradeLog"]
+def grade_settings(
+    domain: str, *, verify_timeout_s: float = 5.0, code_time_limit_s: float = 5.0
+) -> dict[str, Any]:
+    """What decides a grade besides the graded text and its reference, for the callers' keys: the
+    grader's version (``rl_pools.rollouts.verifier_version``, with math-verify's own) and every
+    verifier or sandbox setting that can change a verdict (the worker counts cannot). These are
+    the configs :func:`rl_pools.rollouts.grade_math` / :func:`~rl_pools.rollouts.grade_code`
+    build."""
+    import dataclasses
+
+    from rl_pools.rollouts import verifier_version
+
+    if domain == "code":
+        from rl_pools.sandbox import SandboxConfig, _default_python
+
+        sb = dataclasses.asdict(SandboxConfig(time_limit_s=code_time_limit_s))
+        # the interpreter the programs run under, resolved (python3 -> python3.12): another
+        # Python can pass or fail the same program
+        sb["python"] = os.path.realpath(sb["python"] or _default_python())
+        return {"grader": verifier_version("code"), "sandbox": sb}
+    from rl_pools.verify import VerifyConfig
+
+    vc = dataclasses.asdict(VerifyConfig(timeout_s=verify_timeout_s))
+    del vc["workers"]
+    return {"grader": verifier_version("math"), "verify": vc}
+
+
+def is_verdict(domain: str, g: Any) -> bool:
+    """Whether grade ``g`` (made now, or a log record) is a verdict on the answer: only those are
+    logged and reused. A verifier timeout or error and a ``sandbox_error`` say nothing about the
+    answer (a loaded machine, a sandbox that failed to start): they are graded again next time.
+    A record without a grade's fields (a hand-edited or foreign line) is no verdict either."""
+    from rl_pools.rollouts import CODE_INVALID, MATH_INVALID
+
+    return (
+        isinstance(g, Mapping)
+        and isinstance(g.get("status"), str)
+        and g["status"] not in (CODE_INVALID if domain == "code" else MATH_INVALID)
+        and isinstance(g.get("correct"), bool)
+        and all(g.get(k) is None or isinstance(g.get(k), str) for k in ("reason", "extracted"))
+    )
+
+
+__all__ = ["GradeLog", "grade_settings", "is_verdict"]

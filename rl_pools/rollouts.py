@@ -4,7 +4,9 @@ Generation goes through :mod:`curation.generation` (resumable sample store); gra
 :mod:`rl_pools.verify` (math, worker processes with a hard timeout) or :mod:`rl_pools.sandbox`
 (code). Grades are appended to a log next to the samples, so a killed run resumes both phases:
 a SIGKILL loses at most the requests and the grading chunk in flight, and a rerun does only what
-is missing. Nothing is published until every sample is generated and graded.
+is missing. Only verdicts are logged (a verifier timeout or error, a ``sandbox_error``, is graded
+again by the next run), keyed by the grader's version and settings too. Nothing is published
+until every sample is generated and graded.
 
 Every sample keeps its grade status: ``correct``/``incorrect``/``no_answer`` (math verifier),
 ``passed``/``failed``/``timeout``/``runtime_error``/... (sandbox), ``no_code``; and ``correct``
@@ -41,7 +43,7 @@ from curation.generation import (
 )
 from rl_pools import prompts as prompt_templates
 from rl_pools.answers import extract_code, open_thinking, prompt_opens_thinking, thinking_unclosed
-from rl_pools.gradelog import GradeLog
+from rl_pools.gradelog import GradeLog, grade_settings, is_verdict
 from rl_pools.passcounts import counts_table
 from rl_pools.validate import require_columns
 
@@ -344,7 +346,7 @@ def run_rollouts(
                     rbar.reuse(len(chunk) * k - n_graded)
                     rbar.update(n_graded)
                 out = _rows_of(chunk, samples, grades, params, ph, backend.model_id, tmpl, k,
-                               counts, statuses, config.think_opened_by_template, thinking)  # fmt: skip
+                               counts, statuses, thinking)  # fmt: skip
                 writer.write_table(pa.Table.from_pylist(out, schema=ROLLOUT_SCHEMA))
                 written += len(out)
 
@@ -489,6 +491,7 @@ class _Grader:
     def __init__(self, config: RolloutConfig) -> None:
         self.config = config
         self._verifier = None
+        self._settings: dict[str, str] = {}  # domain -> grade_settings, as JSON
 
     def __enter__(self) -> _Grader:
         return self
@@ -509,53 +512,81 @@ class _Grader:
         return _math_grades(self._verifier.verify(responses, answers).to_pylist(), responses,
                             finish)  # fmt: skip
 
-    def grade(self, rows, samples, log: GradeLog) -> tuple[dict[str, dict[str, Any]], int]:
-        """Grades of every sample of ``rows`` (from the log, or computed and appended to it)."""
+    def key(self, sample_key: str, row: dict[str, Any]) -> str:
+        """The grade log's key of a sample's grade: everything the grade depends on (the
+        sample, its reference, the reading of its text, the grader's version and settings)."""
+        domain = row["domain"]
+        if domain not in self._settings:
+            c = self.config
+            self._settings[domain] = json.dumps(
+                grade_settings(domain, verify_timeout_s=c.verify_timeout_s,
+                               code_time_limit_s=c.code_time_limit_s),
+                sort_keys=True, default=str,
+            )  # fmt: skip
+        return _grade_key(sample_key, self._settings[domain], row,
+                          self.config.think_opened_by_template)  # fmt: skip
+
+    def grade(
+        self, rows, samples, log: GradeLog
+    ) -> tuple[dict[tuple[int, int], dict[str, Any]], int]:
+        """Grades of every sample of ``rows``, by (row, sample index), and how many were made:
+        the rest come from the log. Only verdicts are appended to it (``is_verdict``): a
+        verifier timeout or error or a ``sandbox_error`` is graded again by the next run."""
         opened = self.config.think_opened_by_template
+        grades: dict[tuple[int, int], dict[str, Any]] = {}
+        keys: dict[tuple[int, int], str] = {}
         todo: list[tuple[int, int]] = []
         for p, row in enumerate(rows):
-            vv = verifier_version(row["domain"])
             for s in samples[p]:
-                if _grade_key(s.key, vv, row, opened) not in log.grades:
+                keys[(p, s.sample_index)] = k = self.key(s.key, row)
+                g = log.grades.get(k)
+                if is_verdict(row["domain"], g):
+                    grades[(p, s.sample_index)] = g
+                else:
                     todo.append((p, s.sample_index))
         step = self.config.grade_chunk
         for start in range(0, len(todo), step):
             part = todo[start : start + step]
             mp = [(p, i) for p, i in part if rows[p]["domain"] == "math"]
             cp = [(p, i) for p, i in part if rows[p]["domain"] == "code"]
-            new: list[dict[str, Any]] = []
+            made: list[tuple[tuple[int, int], dict[str, Any]]] = []
             if mp:
                 gs = self._math(
                     [graded_text(samples[p][i], opened) for p, i in mp],
                     [rows[p]["answer"] for p, _ in mp],
                     [samples[p][i].finish_reason for p, i in mp],
                 )
-                new += [_grade_rec(samples[p][i].key, rows[p], g, opened) for (p, i), g in zip(mp, gs, strict=True)]  # fmt: skip
+                made += zip(mp, gs, strict=True)
             if cp:
                 gs = grade_code([graded_text(samples[p][i], opened) for p, i in cp],
                                 [rows[p] for p, _ in cp], self.config)  # fmt: skip
-                new += [_grade_rec(samples[p][i].key, rows[p], g, opened) for (p, i), g in zip(cp, gs, strict=True)]  # fmt: skip
+                made += zip(cp, gs, strict=True)
+            new = []
+            for (p, i), g in made:
+                grades[(p, i)] = g
+                if is_verdict(rows[p]["domain"], g):
+                    new.append({"key": keys[(p, i)], "sample_key": samples[p][i].key, **g})
             log.append(new)
-        return log.grades, len(todo)
+        return grades, len(todo)
 
 
-def _grade_key(sample_key: str, vv: str, row: dict[str, Any], opened: bool = False) -> str:
+# /2: the grader's settings (verifier timeout and limits, sandbox limits and interpreter) are
+# part of the key: a rerun with a longer timeout grades again (/1 reused the old grades)
+_GRADE_KEY_VERSION = "rollout-grade-key/2"
+
+
+def _grade_key(sample_key: str, settings: str, row: dict[str, Any], opened: bool = False) -> str:
     # the reference (answer / tests) is part of the key: a fixed answer is graded again; so is
-    # reading the text as opened by the template (the grades of the other reading stay valid)
+    # reading the text as opened by the template (the grades of the other reading stay valid);
+    # ``settings``: the grader's version and settings (``grade_settings``), as JSON
     ref = (
         row.get("answer")
         if row["domain"] == "math"
         else json.dumps(row.get("tests"), sort_keys=True)
     )
-    body = f"{sample_key}\x1f{vv}\x1f{ref}" + ("\x1fthink-opened-by-template" if opened else "")
+    body = "\x1f".join([_GRADE_KEY_VERSION, sample_key, settings, str(ref)])
+    body += "\x1fthink-opened-by-template" if opened else ""
     return hashlib.sha256(body.encode()).hexdigest()
-
-
-def _grade_rec(
-    sample_key: str, row: dict[str, Any], g: dict[str, Any], opened: bool = False
-) -> dict[str, Any]:
-    vv = verifier_version(row["domain"])
-    return {"key": _grade_key(sample_key, vv, row, opened), "sample_key": sample_key, **g}
 
 
 def setting_hash(params: SamplingParams, gen: GenerationConfig, config: RolloutConfig) -> str:
@@ -582,14 +613,14 @@ def setting_hash(params: SamplingParams, gen: GenerationConfig, config: RolloutC
 
 
 def _rows_of(rows, samples, grades, params: SamplingParams, ph: str, model: str, tmpl, k, counts,
-             statuses, opened: bool = False, thinking: Counter | None = None):  # fmt: skip
+             statuses, thinking: Counter | None = None):  # fmt: skip
     out = []
     pk = params.key()
     for p, row in enumerate(rows):
         vv = verifier_version(row["domain"])
         passed = invalid = 0
         for s in samples[p]:
-            g = grades[_grade_key(s.key, vv, row, opened)]
+            g = grades[(p, s.sample_index)]
             if thinking is not None and s.text and not s.reasoning:
                 # what says whether the template opened <think> (see RolloutResult.warnings)
                 if _template_opened(s.text):

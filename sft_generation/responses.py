@@ -147,40 +147,13 @@ _MATH_CHUNK = 256
 _CODE_CHUNK_PER_WORKER = 32
 
 
-def grade_settings(
-    domain: str, *, verify_timeout_s: float = 5.0, code_time_limit_s: float = 5.0
-) -> dict[str, Any]:
-    """What decides a grade besides the graded text and its reference: the grader's version
-    (``rl_pools.rollouts.verifier_version``, with math-verify's own) and every verifier or
-    sandbox setting that can change a verdict (the worker counts cannot). These are the
-    configs :func:`rl_pools.rollouts.grade_math` / :func:`~rl_pools.rollouts.grade_code` build."""
-    import dataclasses
-    import os
-
-    from rl_pools.rollouts import verifier_version
-
-    if domain == "code":
-        from rl_pools.sandbox import SandboxConfig, _default_python
-
-        sb = dataclasses.asdict(SandboxConfig(time_limit_s=code_time_limit_s))
-        # the interpreter the programs run under, resolved (python3 -> python3.12): another
-        # Python can pass or fail the same program
-        sb["python"] = os.path.realpath(sb["python"] or _default_python())
-        return {"grader": verifier_version("code"), "sandbox": sb}
-    from rl_pools.verify import VerifyConfig
-
-    vc = dataclasses.asdict(VerifyConfig(timeout_s=verify_timeout_s))
-    del vc["workers"]
-    return {"grader": verifier_version("math"), "verify": vc}
-
-
 def grade_key(
     row: Mapping[str, Any], problem: Mapping[str, Any] | None, settings: Mapping[str, Any]
 ) -> str:
     """The grade log's key of ``row``'s grade: a hash of everything the grade depends on: the
     graded text (the final answer: the grader reads nothing else of the response), the reference
     (math: the reference answer; code: the problem's tests and the import preamble they run
-    after) and :func:`grade_settings`."""
+    after) and :func:`rl_pools.gradelog.grade_settings`."""
     from rl_pools.testcases import test_preamble
 
     if row["domain"] == "code":
@@ -191,15 +164,6 @@ def grade_key(
     body = json.dumps([GRADE_KEY_VERSION, kind, settings, row.get("final_answer"), ref],
                       sort_keys=True, ensure_ascii=False, default=str)  # fmt: skip
     return hashlib.sha256(body.encode()).hexdigest()
-
-
-def _logged(g: Any) -> bool:
-    """A log record that can stand for a grade (a hand-edited or foreign line is graded again)."""
-    return (
-        isinstance(g, dict)
-        and isinstance(g.get("status"), str)
-        and all(g.get(k) is None or isinstance(g.get(k), str) for k in ("reason", "extracted"))
-    )
 
 
 def grade(
@@ -230,7 +194,8 @@ def grade(
     at all. Rows that need no grader (no final answer, no reference, no problem) are
     ``no_grader``.
     """
-    from rl_pools.rollouts import CODE_INVALID, MATH_INVALID, RolloutConfig, grade_code, grade_math
+    from rl_pools.gradelog import GradeLog, grade_settings, is_verdict
+    from rl_pools.rollouts import RolloutConfig, grade_code, grade_math
     from rl_pools.verify import extract_answer
 
     cfg = RolloutConfig(verify_workers=workers, sandbox_workers=workers,
@@ -264,8 +229,6 @@ def grade(
     keys: dict[int, str] = {}
     log = None
     if log_path is not None and (todo_m or todo_c):
-        from rl_pools.gradelog import GradeLog
-
         limits = {"verify_timeout_s": verify_timeout_s, "code_time_limit_s": code_time_limit_s}
         if todo_m:
             s_math = grade_settings("math", **limits)
@@ -284,18 +247,18 @@ def grade(
         left = []
         for i in todo:
             g = log.grades.get(keys[i]) if log is not None else None
-            if _logged(g):
+            if is_verdict(rows[i]["domain"], g):
                 apply(i, g)
                 counts["reused"] += 1
             else:
                 left.append(i)
         return left
 
-    def record(part: list[int], grades: list[dict[str, Any]], invalid: tuple[str, ...]) -> None:
+    def record(part: list[int], grades: list[dict[str, Any]]) -> None:
         keep = []
         for i, g in zip(part, grades, strict=True):
             apply(i, g)
-            if g["status"] in invalid:
+            if not is_verdict(rows[i]["domain"], g):
                 counts["not_logged"] += 1
             elif log is not None:
                 keep.append({"key": keys[i], "domain": rows[i]["domain"], "status": g["status"],
@@ -315,13 +278,13 @@ def grade(
                 part = todo_m[start : start + _MATH_CHUNK]
                 res = grade_math([rows[i]["final_answer"] for i in part],
                                  [rows[i]["reference_answer"] for i in part], cfg, verifier)  # fmt: skip
-                record(part, res, MATH_INVALID)
+                record(part, res)
     step = max(1, workers) * _CODE_CHUNK_PER_WORKER
     for start in range(0, len(todo_c), step):
         part = todo_c[start : start + step]
         res = grade_code([rows[i]["final_answer"] for i in part],
                          [dict(problems[rows[i]["problem_uid"]]) for i in part], cfg)  # fmt: skip
-        record(part, res, CODE_INVALID)
+        record(part, res)
     return counts
 
 
