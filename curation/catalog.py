@@ -686,21 +686,16 @@ class Catalog:
         """
         import duckdb
 
-        if not write and not self.db_path.exists():
-            with self._lost_catalog() as con:
-                yield con
+        if not write and not self.db_path.exists() and not self._has_manifests():
+            # nothing was ever published here: no catalog to read, and no lock file made for
+            # it. (Safe without the lock: a version's manifest is written before it commits.)
+            yield None
             return
         with contextlib.ExitStack() as stack:
-            try:
-                self._meta_dir.mkdir(parents=True, exist_ok=True)
-                lock = stack.enter_context(open(self.lock_path, "a+b"))
-            except OSError:
-                if write:
-                    raise
-                lock = None  # a read-only data root: nobody can be writing to it
-            if lock is not None:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_EX if write else fcntl.LOCK_SH)
-                stack.callback(fcntl.flock, lock.fileno(), fcntl.LOCK_UN)
+            stack.enter_context(self._lock(write))
+            # whether the file exists is decided under the lock only: a check made before it
+            # could see the moment a first publish or `sluice datasets rebuild` (which hold it
+            # exclusively) had not yet made the file, and report a lost catalog
             if not self.db_path.exists():
                 if not write:
                     with self._lost_catalog() as con:
@@ -736,6 +731,23 @@ class Catalog:
                 # interrupted'): the command's stop, not a failure of this catalog operation
                 raise_if_stopped()
                 raise
+
+    @contextlib.contextmanager
+    def _lock(self, write: bool) -> Iterator[None]:
+        """Hold ``catalog.lock``: exclusive to write, shared to read. A data root where the lock
+        file cannot be made (a read-only mount) is read without it: nobody can be writing."""
+        with contextlib.ExitStack() as stack:
+            try:
+                self._meta_dir.mkdir(parents=True, exist_ok=True)
+                lock = stack.enter_context(open(self.lock_path, "a+b"))
+            except OSError:
+                if write:
+                    raise
+                lock = None
+            if lock is not None:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX if write else fcntl.LOCK_SH)
+                stack.callback(fcntl.flock, lock.fileno(), fcntl.LOCK_UN)
+            yield
 
     def _busy(self, exc: Exception) -> StorageError | None:
         """DuckDB's refusal to open the file another process holds (one that opened it without
@@ -788,8 +800,9 @@ class Catalog:
             con.close()
 
     def _refuse_if_lost(self) -> None:
-        """No catalog file, but manifests say versions exist: never answer 'no datasets'."""
-        if self._has_manifests():
+        """No catalog file, but manifests say versions exist: never answer 'no datasets'.
+        Call it holding the catalog lock: a first publish or a rebuild may be making the file."""
+        if not self.db_path.exists() and self._has_manifests():
             raise self._lost_error()
 
     def _lost_error(self) -> IntegrityError:
@@ -1293,8 +1306,9 @@ class Catalog:
         for label, obj in (("config", config), ("metadata", metadata)):
             if obj is not None and not isinstance(obj, dict):
                 raise ConfigError(f"{label} must be a dict, got {type(obj).__name__}")
-        if not self.db_path.exists():
-            self._refuse_if_lost()  # before writing anything
+        if not self.db_path.exists() and self._has_manifests():  # before writing anything
+            with self._lock(write=False):  # decided under the lock (see _connect)
+                self._refuse_if_lost()
         parent_refs = [parents] if isinstance(parents, str | StagedVersion) else list(parents)
         if any(not isinstance(p, StagedVersion) for p in parent_refs):
             with self._connect(write=False) as con:

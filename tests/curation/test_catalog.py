@@ -1037,3 +1037,56 @@ def test_a_staged_version_is_the_parent_of_another_in_the_same_commit(tmp_path):
     assert cat.datasets() == ["src"]
     cat.commit([parent, child])
     assert [n.ref for n in cat.lineage("p.child@latest")] == [child.ref, parent.ref, src.ref]
+
+
+def _in_the_window(monkeypatch, db_path: Path, step) -> list[bool]:
+    """Run ``step`` (another process's work) right after the first check of whether
+    ``db_path`` exists: the window between that check and the catalog lock, made certain.
+    Returns what that check answered (empty if there was none)."""
+    real = Path.exists
+    seen: list[bool] = []
+
+    def exists(self, *args, **kwargs):
+        out = real(self, *args, **kwargs)
+        if not seen and self == db_path:
+            seen.append(out)
+            step()
+        return out
+
+    monkeypatch.setattr(Path, "exists", exists)
+    return seen
+
+
+def test_a_rebuild_between_the_check_and_the_lock_is_not_a_missing_catalog(data_root,
+                                                                          monkeypatch):  # fmt: skip
+    """The check that catalog.duckdb exists ran before the catalog lock: a reader that checked
+    while `sluice datasets rebuild` restored the file (or replaced it) said the catalog was
+    missing and to run the rebuild that had just run. The decision is now made under the lock."""
+    cat = Catalog(data_root)
+    v = cat.publish("pool", make_problems(10))
+    os.remove(cat.db_path)
+    seen = _in_the_window(monkeypatch, cat.db_path, lambda: Catalog(data_root).rebuild())
+    assert [x.ref for x in Catalog(data_root).list()] == [v.ref]
+    assert seen == [False]  # the reader did check before the rebuild restored the file
+
+
+def test_a_first_publish_between_the_check_and_the_lock_is_not_a_missing_catalog(data_root,
+                                                                               monkeypatch):  # fmt: skip
+    """On a fresh data root, a reader (or a second publisher) that checked for catalog.duckdb
+    just before another process published the first version found that version's manifest and
+    no catalog file: 'the catalog file is missing but the data root holds published versions'."""
+
+    def first() -> None:
+        Catalog(data_root).publish("pool", make_problems(10))
+
+    with monkeypatch.context() as m:
+        seen = _in_the_window(m, Catalog(data_root).db_path, first)
+        assert Catalog(data_root).datasets() == ["pool"] and seen == [False]
+    os.remove(data_root / "catalog.duckdb")  # the next first publish, checked by a publisher
+    for p in data_root.glob("objects/*/*.versions/*.json"):
+        p.unlink()
+    with monkeypatch.context() as m:
+        seen = _in_the_window(m, Catalog(data_root).db_path, first)
+        Catalog(data_root).publish("other", make_problems(3, tag="o"))
+        assert seen == [False]
+    assert Catalog(data_root).datasets() == ["other", "pool"]
