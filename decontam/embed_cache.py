@@ -160,13 +160,28 @@ class EmbeddingCache:
         self._compact()
 
 
+# How often vectors encoded so far are stored while a long encode runs: a stop (Ctrl-C,
+# SIGTERM, a kill) loses at most this much embedding, and a shard every 30 s is few enough that
+# compactions stay rare (one per 32 shards, i.e. 16 minutes of encoding).
+FLUSH_EVERY_S = 30.0
+
+
 def encode_with_cache(
     texts: Sequence[str],
-    encode: Callable[[list[str]], np.ndarray],
+    encode: Callable[..., np.ndarray],
     cache: EmbeddingCache | None,
+    *,
+    flush_every_s: float = FLUSH_EVERY_S,
 ) -> np.ndarray:
     """Vectors for ``texts`` (row-aligned): cached ones are read, only unseen distinct texts are
-    passed to ``encode`` (once each), and their vectors are stored."""
+    passed to ``encode`` (once each, in one call), and their vectors are stored.
+
+    ``encode(texts, on_batch=...)`` (:meth:`decontam.embedding.Encoder.encode`) reports each
+    finished batch; its vectors are stored every ``flush_every_s`` seconds as they come, and
+    those of every finished batch when the encode is stopped (``KeyboardInterrupt``, the
+    ``SystemExit`` of a SIGTERM), so a rerun encodes only the rest. The texts still reach the
+    model in one call, so its batches (longest first) are those of an uninterrupted run, and so
+    are the vectors; a rerun's remaining texts, sorted alike, form the same later batches."""
     hashes = [text_hash(t) for t in texts]
     known = cache.get_many(hashes) if cache is not None else {}
     todo: dict[str, str] = {}
@@ -174,10 +189,51 @@ def encode_with_cache(
         if h not in known and h not in todo:
             todo[h] = t
     if todo:
-        new_vecs = np.asarray(encode(list(todo.values())), dtype=np.float32)
-        if cache is not None:
-            cache.put_many(list(todo), new_vecs)
-        known.update(zip(todo, new_vecs, strict=True))
+        keys = list(todo)
+        if cache is None:
+            new_vecs = np.asarray(encode(list(todo.values())), dtype=np.float32)
+        else:
+            new_vecs = _encode_storing(list(todo.values()), keys, encode, cache, flush_every_s)
+        known.update(zip(keys, new_vecs, strict=True))
     if not hashes:
         return np.zeros((0, 0), dtype=np.float32)
     return np.vstack([known[h] for h in hashes]).astype(np.float32)
+
+
+def _encode_storing(
+    texts: list[str],
+    keys: list[str],
+    encode: Callable[..., np.ndarray],
+    cache: EmbeddingCache,
+    flush_every_s: float,
+) -> np.ndarray:
+    import time
+
+    pending: list[np.ndarray] = []  # positions in ``texts`` of finished, unstored batches
+    pending_vecs: list[np.ndarray] = []
+    last = time.monotonic()
+
+    def store() -> None:
+        if pending:
+            rows = np.concatenate(pending)
+            cache.put_many([keys[i] for i in rows], np.vstack(pending_vecs))
+            pending.clear()
+            pending_vecs.clear()
+
+    def on_batch(positions: np.ndarray, vectors: np.ndarray) -> None:
+        nonlocal last
+        pending.append(np.asarray(positions, dtype=np.int64))
+        pending_vecs.append(np.array(vectors, dtype=np.float32))
+        if time.monotonic() - last >= flush_every_s:
+            store()
+            last = time.monotonic()
+
+    try:
+        out = np.asarray(encode(texts, on_batch=on_batch), dtype=np.float32)
+    except BaseException:
+        store()  # keep the finished batches: the rerun starts after them
+        raise
+    pending.clear()
+    pending_vecs.clear()
+    cache.put_many(keys, out)  # what was not stored yet (stored hashes are skipped)
+    return out

@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,8 @@ _DIAGRAM_RE = re.compile(
 _WS_RE = re.compile(r"\s+")
 BACKENDS = ("auto", "torch", "torch-bf16", "onnx", "onnx-int8")
 _WORD_RE = re.compile(r"\S+")
+# called after each encoded batch: (its rows' positions in the texts, their vectors)
+OnBatch = Callable[[np.ndarray, np.ndarray], None]
 
 
 def prepare_text(text: str) -> str:
@@ -366,14 +369,18 @@ class Encoder:
         export's vectors are not bit-identical to torch's; int8 ones differ more)."""
         return _backend_key(self.ref.key, self.backend)
 
-    def encode(self, texts: list[str]) -> np.ndarray:
+    def encode(self, texts: list[str], on_batch: OnBatch | None = None) -> np.ndarray:
+        """Vectors of ``texts`` (row-aligned), encoded batch by batch, longest first by tokens.
+        ``on_batch(positions, vectors)`` is called after each batch with its rows' positions in
+        ``texts`` and their final vectors, so a caller can store them before the rest is done
+        (the embedding cache does: a stopped ``benchmarks prepare`` keeps what it embedded)."""
         self.encode_calls += 1
         self.texts_encoded += len(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         model = self.model  # loaded now if this is the first use
         if self._onnx is not None:
-            return self._onnx.encode(texts, self.batch_size, self.normalize)
+            return self._onnx.encode(texts, self.batch_size, self.normalize, on_batch)
         half = self.backend == "torch-bf16"
         # one call per batch, in our order (sentence-transformers would sort the whole list by
         # characters again)
@@ -381,15 +388,21 @@ class Encoder:
         order = token_order(model, texts)
         for b in range(0, len(texts), self.batch_size):
             idx = order[b : b + self.batch_size]
-            vecs[idx] = model.encode(
-                [texts[i] for i in idx],
-                batch_size=self.batch_size,
-                convert_to_numpy=True,
-                normalize_embeddings=self.normalize and not half,
-                show_progress_bar=False,
+            v = np.asarray(
+                model.encode(
+                    [texts[i] for i in idx],
+                    batch_size=self.batch_size,
+                    convert_to_numpy=True,
+                    normalize_embeddings=self.normalize and not half,
+                    show_progress_bar=False,
+                ),
+                dtype=np.float32,
             )
-        if half and self.normalize:  # unit length in float32, not bfloat16's 8-bit mantissa
-            vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+            if half and self.normalize:  # unit length in float32, not bfloat16's 8-bit mantissa
+                v /= np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+            vecs[idx] = v
+            if on_batch is not None:
+                on_batch(idx, vecs[idx])
         return vecs
 
 
@@ -541,7 +554,9 @@ class OnnxTransformer:
             root.level = level
         os.replace(tmp, path)
 
-    def encode(self, texts: list[str], batch_size: int, normalize: bool) -> np.ndarray:
+    def encode(
+        self, texts: list[str], batch_size: int, normalize: bool, on_batch: OnBatch | None = None
+    ) -> np.ndarray:
         torch = require("torch")
         order = token_order(self.model, texts)  # longest first: the least padding
         out = np.zeros((len(texts), 0), np.float32)
@@ -561,6 +576,8 @@ class OnnxTransformer:
             if out.shape[1] == 0:
                 out = np.zeros((len(texts), vec.shape[1]), np.float32)
             out[idx] = vec
+            if on_batch is not None:
+                on_batch(np.asarray(idx), vec)
         return out
 
 

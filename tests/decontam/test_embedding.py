@@ -16,6 +16,7 @@ from decontam.embed_cache import EmbeddingCache, encode_with_cache, text_hash
 from decontam.embedding import (
     EmbeddingConfig,
     EmbeddingDetector,
+    Encoder,
     get_encoder,
     prepare_text,
     resolve_model,
@@ -151,3 +152,56 @@ def test_cache_key_separates_models_and_prep_versions(tmp_path):
     assert "h1" not in EmbeddingCache("model-b@1", "prep/1", root=tmp_path)
     assert "h1" not in EmbeddingCache("model-a@1", "prep/2", root=tmp_path)
     assert "h1" in EmbeddingCache("model-a@1", "prep/1", root=tmp_path)
+
+
+def _distinct_pool(contam_dev_path, n: int) -> list[str]:
+    pool = [prepare_text(r["text"]) for r in dev_rows(str(contam_dev_path)) if r["kind"] == "pool"]
+    return list(dict.fromkeys(pool))[:n]
+
+
+def test_vectors_are_stored_batch_by_batch_and_equal_one_uninterrupted_encode(
+    tmp_path, contam_dev_path
+):
+    """Storing as batches finish changes no vector: the model sees the batches of one call."""
+    enc = Encoder(resolve_model(), device="cpu", batch_size=4)
+    texts = _distinct_pool(contam_dev_path, 24)
+    reference = enc.encode(texts)  # one uninterrupted encode, nothing stored
+    cache = EmbeddingCache(enc.key, "test-prep", root=tmp_path)
+    out = encode_with_cache(texts, enc.encode, cache, flush_every_s=0)
+    assert np.array_equal(out, reference)
+    assert len(list(cache.dir.glob("part-*.parquet"))) == len(texts) // 4  # a shard per batch
+    back = EmbeddingCache(enc.key, "test-prep", root=tmp_path).get_many(
+        [text_hash(t) for t in texts]
+    )
+    assert np.array_equal(np.vstack([back[text_hash(t)] for t in texts]), reference)
+
+
+def test_a_stopped_encode_keeps_its_finished_batches_and_the_rerun_does_the_rest(
+    tmp_path, contam_dev_path, monkeypatch
+):
+    """Ctrl-C (or the SystemExit of a SIGTERM) after 3 batches: those 12 vectors are in the
+    cache, the rerun encodes only the other texts, and every vector equals an uninterrupted
+    run's (the rerun's texts form the same later batches)."""
+    enc = Encoder(resolve_model(), device="cpu", batch_size=4)
+    texts = _distinct_pool(contam_dev_path, 24)
+    reference = enc.encode(texts)
+    real, calls = enc.model.encode, []
+
+    def stopped_after_3(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(enc.model, "encode", stopped_after_3)
+    cache = EmbeddingCache(enc.key, "test-prep", root=tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        encode_with_cache(texts, enc.encode, cache)  # default interval: stored on the stop
+    monkeypatch.undo()
+
+    kept = EmbeddingCache(enc.key, "test-prep", root=tmp_path)
+    assert len(kept) == 12
+    before = enc.texts_encoded
+    out = encode_with_cache(texts, enc.encode, kept)
+    assert enc.texts_encoded - before == len(texts) - 12
+    assert np.array_equal(out, reference)
