@@ -3,8 +3,9 @@
 Key: (model key = model id + revision, text-preparation version, sha256 of the text). Storage:
 ``<data root>/cache/embeddings/<model key>/<prep version>/part-*.parquet``, each shard a table of
 ``text_hash`` (hex sha256) and ``vector`` (fixed-size list of float32). New vectors go to a new
-shard (written to a temporary name, then renamed, so a crash never leaves half a shard);
-when there are many small shards they are merged into one. Processes share the cache: a merge
+shard (written to a temporary name, ``part-*.<host>-<pid>.tmp``, then renamed, so a crash never
+leaves half a shard; the next open removes a temporary file whose writer is gone); when there
+are many small shards they are merged into one. Processes share the cache: a merge
 holds ``.lock`` exclusively, rereads the shards and removes only those it read; loading holds it
 shared, so no process reads a shard while another removes it.
 
@@ -19,6 +20,8 @@ import fcntl
 import hashlib
 import os
 import re
+import socket
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -31,6 +34,23 @@ from curation.settings import data_root
 
 CACHE_SCHEMA_VERSION = "embed-cache/1"
 _MAX_SHARDS = 32
+_STALE_TMP_S = 3600  # a part-*.tmp this old is an abandoned write, whoever wrote it
+
+
+def _writer_tag() -> str:
+    """``<host>-<pid>``: which process writes a ``part-*.tmp`` file, so a later one can tell
+    whether that writer is gone (:meth:`EmbeddingCache._remove_dead_tmp`)."""
+    return f"{re.sub(r'[^A-Za-z0-9_]', '_', socket.gethostname())}-{os.getpid()}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def text_hash(text: str) -> str:
@@ -84,6 +104,7 @@ class EmbeddingCache:
                 shards = []
             else:
                 with self._locked(exclusive=False):
+                    self._remove_dead_tmp()
                     return self._load(self._shards())
         hashes: list[str] = []
         mats: list[np.ndarray] = []
@@ -111,9 +132,29 @@ class EmbeddingCache:
             }
         ).replace_schema_metadata({b"sluice.schema": CACHE_SCHEMA_VERSION.encode()})
         final = self.dir / f"part-{uuid.uuid4().hex}.parquet"
-        tmp = final.with_suffix(".tmp")
+        tmp = final.with_suffix(f".{_writer_tag()}.tmp")
         pq.write_table(table, tmp)
         os.replace(tmp, final)
+
+    def _remove_dead_tmp(self) -> None:
+        """Remove the ``part-*.tmp`` files of shard writes that never finished: a writer killed
+        outright (SIGKILL, the OOM killer) cannot, and nothing else ever read or removed them.
+        One of a process of this host that is gone goes at once; any other (another host's on a
+        shared file system, or one named before files named their writer) once it is
+        ``_STALE_TMP_S`` old: a shard is written in seconds, its time moving as it grows."""
+        now = time.time()
+        here = _writer_tag().rsplit("-", 1)[0]
+        for tmp in self.dir.glob("part-*.tmp"):
+            host, _, pid = tmp.name[: -len(".tmp")].partition(".")[2].rpartition("-")
+            try:
+                if host == here and pid.isdigit() and int(pid) != os.getpid():
+                    if not _alive(int(pid)):
+                        tmp.unlink()
+                        continue
+                if now - tmp.stat().st_mtime > _STALE_TMP_S:
+                    tmp.unlink()
+            except OSError:  # removed meanwhile, or a read-only cache
+                continue
 
     def _compact(self) -> None:
         if len(self._shards()) <= _MAX_SHARDS:
@@ -124,6 +165,7 @@ class EmbeddingCache:
             shards = self._shards()
             if len(shards) <= _MAX_SHARDS:
                 return  # another process compacted meanwhile
+            self._remove_dead_tmp()
             self._load(shards)
             if self._vectors is None:
                 return
@@ -207,8 +249,6 @@ def _encode_storing(
     cache: EmbeddingCache,
     flush_every_s: float,
 ) -> np.ndarray:
-    import time
-
     pending: list[np.ndarray] = []  # positions in ``texts`` of finished, unstored batches
     pending_vecs: list[np.ndarray] = []
     last = time.monotonic()
