@@ -31,6 +31,7 @@ from typing import Any
 import pyarrow as pa
 
 from curation.errors import ConfigError, SluiceError
+from curation.lock_holder import clear_holder, lock_holder, record_holder
 
 SAMPLE_SCHEMA_VERSION = "generation_sample/1"
 STORE_FORMAT = "sluice-sample-store/1"
@@ -124,24 +125,6 @@ class StoreLocked(SluiceError):
     """Another process is writing to the same sample store."""
 
 
-def _command() -> str:
-    """This process's command line, shortened (``sluice sft generate amc@...``)."""
-    prog = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
-    head = {"sluice": "sluice", "cli.py": "sluice", "-c": "python -c"}.get(prog, prog)
-    text = " ".join([head, *sys.argv[1:]])
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _lock_holder(fd: int) -> str:
-    """'process PID (COMMAND)' as the writer holding the lock file ``fd`` recorded it."""
-    try:
-        rec = json.loads(os.pread(fd, 4096, 0) or b"{}")
-        pid, cmd = int(rec["pid"]), str(rec.get("command") or "")
-    except (OSError, ValueError, KeyError, TypeError):
-        return "another process"
-    return f"process {pid}" + (f" ({cmd})" if cmd else "")
-
-
 class SampleStore:
     """Append-only sharded JSONL store of :class:`Sample` records under ``root``.
 
@@ -205,7 +188,7 @@ class SampleStore:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = _lock_holder(fd)
+                holder = lock_holder(fd)
                 if not self.wait:
                     raise StoreLocked(
                         f"sample store {self.root} is being written by {holder} (it holds {lock})",
@@ -219,8 +202,7 @@ class SampleStore:
                 )
                 fcntl.flock(fd, fcntl.LOCK_EX)
             # who holds it: named to a process that finds the store taken
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps({"pid": os.getpid(), "command": _command()}).encode(), 0)
+            record_holder(fd)
         except BaseException:
             os.close(fd)
             raise
@@ -238,8 +220,7 @@ class SampleStore:
                 os.close(fd)
             self._readers = {}
         if self._lock_fd is not None:
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._lock_fd, 0)  # nobody writes it now
+            clear_holder(self._lock_fd)  # nobody writes it now
             os.close(self._lock_fd)
             self._lock_fd = None
 
