@@ -21,6 +21,7 @@ import hashlib
 import os
 import re
 import socket
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -177,6 +178,49 @@ class EmbeddingCache:
         self._load()
 
     # -- API -----------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Read the shards again: the vectors other processes stored since this one read them."""
+        self._load()
+
+    @contextlib.contextmanager
+    def preparing(self, what: str) -> Iterator[None]:
+        """Held while this process fills the cache ahead of runs (``sluice benchmarks prepare``):
+        a second one for the same model and preparation says in one line on stderr which process
+        it waits for, waits, and then reads what that one stored (:meth:`refresh`) rather than
+        embedding it all again. ``.prepare.lock`` is not the shards' ``.lock``: a run reading or
+        storing vectors meanwhile never waits. A folder that cannot be written: no lock."""
+        from curation.lock_holder import clear_holder, lock_holder, record_holder
+
+        lock = self.dir / ".prepare.lock"
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            yield
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print(
+                    f"sluice: waiting for {lock_holder(fd)}, which is embedding {what} into "
+                    f"{self.dir} (it holds {lock.name}); this run goes on when that one ends, "
+                    "with the vectors it stored",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                self.refresh()
+            record_holder(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            yield
+        finally:
+            clear_holder(fd)
+            os.close(fd)
+
     def __len__(self) -> int:
         return len(self._index)
 

@@ -692,9 +692,21 @@ def prepare_benchmarks(benchmarks: BenchmarkSet, config: EmbeddingConfig) -> dic
 
     t0 = time.perf_counter()
     missing, total = unprepared_texts(benchmarks, config)
-    if missing:
-        build_index(benchmarks, config, announce=False)
     ref = resolve_model(config.model, config.revision)
+    if missing:
+        # one prepare per model at a time: a second waits for the first, then embeds only
+        # what that one did not
+        held = (
+            _cache_for(
+                _cache_key(config), config.cache_root, config.normalize_embeddings
+            ).preparing(f"benchmark texts with {ref.model_id}")
+            if config.cache
+            else contextlib.nullcontext()
+        )
+        with held:
+            missing = unprepared_texts(benchmarks, config)[0]
+            if missing:
+                build_index(benchmarks, config, announce=False)
     return {
         "model": ref.model_id,
         "revision": ref.revision,

@@ -7,6 +7,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -111,3 +112,46 @@ def test_a_prepared_root_loads_the_model_only_when_a_text_needs_encoding(
     _, stats2 = cached_scan(table, [det2], bset, data_root=str(tmp_path / "root"))
     assert stats2["texts_cached"] == 1 and "fit_deferred_s" not in stats2["timings"]
     assert not det2.index.encoder.loaded
+
+
+_SLOW_PREPARE = """
+import sys, time
+from pathlib import Path
+from decontam import embedding
+from decontam.benchmarks import load_benchmarks
+real = embedding.Encoder.encode
+def slow(self, *args, **kwargs):  # embedding: says so, and takes long enough for the test's
+    Path(sys.argv[3]).touch()    # prepare to come meanwhile
+    time.sleep(3)
+    return real(self, *args, **kwargs)
+embedding.Encoder.encode = slow
+bset = load_benchmarks(["aime24"], benchmarks_dir=sys.argv[1], include_variants=True)
+embedding.prepare_benchmarks(bset, embedding.EmbeddingConfig(cache_root=sys.argv[2]))
+"""
+
+
+def test_a_second_prepare_waits_for_the_first_and_embeds_nothing(benchmarks_dir, tmp_path, capfd):
+    """Two `benchmarks prepare` of one model at once: the second says whom it waits for, and
+    then uses the first one's vectors instead of embedding every text again."""
+    root, embedding = tmp_path / "root", tmp_path / "first-is-embedding"
+    args = [sys.executable, "-c", _SLOW_PREPARE, str(benchmarks_dir), str(root), str(embedding)]
+    first = subprocess.Popen(
+        args, cwd=Path(__file__).resolve().parents[2], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not embedding.exists():
+            assert first.poll() is None and time.monotonic() < deadline, first.stderr.read()
+            time.sleep(0.1)
+        bset = load_benchmarks(
+            ["aime24"], benchmarks_dir=str(benchmarks_dir), include_variants=True
+        )
+        cfg = EmbeddingConfig(cache_root=str(root))
+        before = get_encoder(cfg).texts_encoded
+        second = prepare_benchmarks(bset, cfg)
+    finally:
+        _, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    assert second["embedded"] == 0 and unprepared_texts(bset, cfg) == (0, second["texts"])
+    assert get_encoder(cfg).texts_encoded == before
+    assert f"sluice: waiting for process {first.pid} (python -c" in capfd.readouterr().err
