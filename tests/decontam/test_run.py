@@ -273,9 +273,9 @@ def test_detector_caches_live_under_the_runs_data_root(pools_dir, tmp_path, monk
     seen: Counter[str] = Counter()
     encode = Encoder.encode
 
-    def counting(self, texts):
+    def counting(self, texts, on_batch=None):
         seen.update(texts)
-        return encode(self, texts)
+        return encode(self, texts, on_batch)
 
     monkeypatch.setattr(Encoder, "encode", counting)
     cfg = DecontamConfig(benchmarks=["aime24"], detectors=["embedding", "fuzzy"])
