@@ -13,6 +13,19 @@ import sys
 from pathlib import Path
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host still runs (another user's counts as running): the
+    test every leftover named by its writer's pid (a lock record, a temporary file) goes
+    through before it is removed."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def command_line() -> str:
     """This process's command line, shortened (``sluice sft generate amc@...``)."""
     prog = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"

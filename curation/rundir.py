@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from curation.errors import ConfigError, IntegrityError, StorageError, writing_to
+from curation.lock_holder import alive
 
 _PARTIAL = ".partial-"
 _OLD = ".old-"
@@ -177,12 +178,8 @@ def _collect_dead(out: Path) -> None:
             pid = sib.name[len(head) :].split("-", 1)[0]
             if not pid.isdigit() or int(pid) == os.getpid():
                 continue
-            try:
-                os.kill(int(pid), 0)
-            except ProcessLookupError:
+            if not alive(int(pid)):
                 shutil.rmtree(sib, ignore_errors=True)
-            except OSError:  # alive, someone else's
-                pass
 
 
 def start(out: str | os.PathLike, *, kind: Kind) -> Path:

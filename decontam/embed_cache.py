@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from curation.lock_holder import alive
 from curation.settings import data_root
 
 CACHE_SCHEMA_VERSION = "embed-cache/1"
@@ -42,16 +43,6 @@ def _writer_tag() -> str:
     """``<host>-<pid>``: which process writes a ``part-*.tmp`` file, so a later one can tell
     whether that writer is gone (:meth:`EmbeddingCache._remove_dead_tmp`)."""
     return f"{re.sub(r'[^A-Za-z0-9_]', '_', socket.gethostname())}-{os.getpid()}"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def text_hash(text: str) -> str:
@@ -149,7 +140,7 @@ class EmbeddingCache:
             host, _, pid = tmp.name[: -len(".tmp")].partition(".")[2].rpartition("-")
             try:
                 if host == here and pid.isdigit() and int(pid) != os.getpid():
-                    if not _alive(int(pid)):
+                    if not alive(int(pid)):
                         tmp.unlink()
                         continue
                 if now - tmp.stat().st_mtime > _STALE_TMP_S:

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from curation.errors import ConfigError, DatasetRef, InputError
+from curation.lock_holder import alive
 from decontam.base import TEXT_TABLE_SCHEMA, Detector, empty_matches
 from decontam.run import (
     _JSON_VALUES,
@@ -1048,16 +1049,6 @@ def _remove_dead_runs_dirs(dirs: list[str | None]) -> None:
                     continue
             except (ValueError, OSError):
                 continue
-            if pid == os.getpid() or _alive(pid):
+            if pid == os.getpid() or alive(pid):
                 continue
             shutil.rmtree(e.path, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True

@@ -41,6 +41,7 @@ from curation.generation import (
     generate,
     make_backend,
 )
+from curation.lock_holder import alive
 from rl_pools import prompts as prompt_templates
 from rl_pools.answers import extract_code, open_thinking, prompt_opens_thinking, thinking_unclosed
 from rl_pools.gradelog import GradeLog, grade_settings, is_verdict
@@ -420,12 +421,8 @@ def _remove_killed_runs_files(store_dir: Path) -> None:
             continue
         if pid == os.getpid():
             continue
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not alive(pid):
             f.unlink(missing_ok=True)
-        except PermissionError:  # alive, another user's
-            continue
 
 
 class _Pipeline:
