@@ -108,6 +108,44 @@ def push_to_hub(
         return _push(dd, repo_id, card, dry_run, staging_dir, private, token)
 
 
+@contextlib.contextmanager
+def _replacing(path: Path) -> Iterator[Path]:
+    """A temporary name beside ``path`` to write; renamed to ``path`` when the block ends
+    normally, removed otherwise."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        yield tmp
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _stage(dd: Any, out: Path, card: str, plan: dict[str, Any]) -> list[str]:
+    """Write the upload into ``out``: the shards, the card, and ``push_plan.json`` last; return
+    the files staged.
+
+    A staging into a folder that holds an earlier one (a rerun, another version's export)
+    removes the earlier plan and card first, and each file goes through a temporary name, so a
+    staging that stops midway (Ctrl-C, SIGTERM, a full disk) leaves no ``push_plan.json``: it
+    left the earlier staging's plan and card beside its new data, a folder that read as a
+    finished staging of the earlier export, or a torn shard."""
+    for name in ("push_plan.json", "README.md"):
+        (out / name).unlink(missing_ok=True)
+    (out / "data").mkdir(parents=True, exist_ok=True)
+    files = []
+    for name, ds in dd.items():
+        rel = f"data/{name}-00000-of-00001.parquet"
+        with _replacing(out / rel) as tmp:
+            ds.to_parquet(str(tmp))
+        files.append(rel)
+    with _replacing(out / "README.md") as tmp:
+        tmp.write_text(card, encoding="utf-8")
+    files.append("README.md")
+    with _replacing(out / "push_plan.json") as tmp:
+        tmp.write_text(json.dumps({**plan, "files": files}, indent=2, sort_keys=True))
+    return files
+
+
 def _push(
     dd: Any,
     repo_id: str,
@@ -122,15 +160,7 @@ def _push(
     out, files = None, []
     if staging_dir is not None:
         out = Path(staging_dir)
-        (out / "data").mkdir(parents=True, exist_ok=True)
-        for name, ds in dd.items():
-            p = out / "data" / f"{name}-00000-of-00001.parquet"
-            ds.to_parquet(str(p))
-            files.append(str(p.relative_to(out)))
-        (out / "README.md").write_text(card, encoding="utf-8")
-        files.append("README.md")
-        plan = {"repo_id": repo_id, "private": private, "splits": sizes, "files": files}
-        (out / "push_plan.json").write_text(json.dumps(plan, indent=2, sort_keys=True))
+        files = _stage(dd, out, card, {"repo_id": repo_id, "private": private, "splits": sizes})
     if dry_run:
         return HubPush(repo_id, True, sizes, feats, out, card, files)
     try:  # needs the network and a token (tests record these two calls instead)

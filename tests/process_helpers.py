@@ -13,3 +13,72 @@ def sigint_blocked(pid: int) -> bool:
         if line.startswith("SigBlk:"):
             return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
     raise AssertionError(f"no SigBlk line for process {pid}")
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+# run in the child before the command: `target` returns, says so in `marker`, then the process
+# waits there until it is signalled (a point mid-command that a test can reach without guessing)
+_HOLD = """\
+import importlib, pathlib, sys, time
+target, marker = sys.argv[1], sys.argv[2]
+module, _, attr = target.partition(":")
+owner = importlib.import_module(module)
+*path, name = attr.split(".")
+for p in path:
+    owner = getattr(owner, p)
+real = getattr(owner, name)
+def held(*args, **kwargs):
+    result = real(*args, **kwargs)
+    pathlib.Path(marker).write_text(target)
+    time.sleep(3600)
+    return result
+setattr(owner, name, held)
+sys.argv = ["sluice", *sys.argv[3:]]
+from flows.cli import run
+run()
+"""
+
+
+def sluice_held_after(
+    target: str, argv: list[str], *, env: dict, marker: Path, timeout: float = 180
+):
+    """Start ``sluice ARGV`` in a process group of its own, as a terminal runs it, and return
+    the process (``subprocess.Popen``, stdout and stderr piped) once ``target``
+    (``"module:attr"`` or ``"module:Class.method"``) has returned in it for the first time: it
+    waits there until signalled, so a test can stop the command exactly at that point."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLD, target, str(marker), *argv],
+        env={**os.environ, "PYTHONPATH": str(REPO), **env}, cwd=REPO,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True,  # its own process group, as in a terminal
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # not a background job
+    )  # fmt: skip
+    deadline = time.monotonic() + timeout
+    while not marker.exists():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(
+                f"sluice ended ({proc.returncode}) before {target}: {err.decode()}"
+            )
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"sluice did not reach {target} in {timeout:g} s")
+        time.sleep(0.05)
+    return proc
+
+
+def stop_group(proc, signum: int, timeout: float = 120) -> tuple[int, str]:
+    """Signal ``proc``'s whole process group (a terminal's Ctrl-C, systemd's stop); return its
+    exit code and stderr."""
+    import os
+
+    os.killpg(proc.pid, signum)
+    _, err = proc.communicate(timeout=timeout)
+    return proc.returncode, err.decode()

@@ -4,6 +4,9 @@ and a Hub push staged offline (dry run)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -277,3 +280,35 @@ def test_a_real_push_keeps_its_staged_copy_in_out(pools_dir, data_root, tmp_path
     err = capsys.readouterr().err
     assert f"pushed me/few; a copy of the files is in {tmp_path / 'copy'}" in err, err
     assert "Creating parquet" not in err, err  # Sluice's lines only, no datasets bar
+
+
+@pytest.mark.shared_data
+def test_a_hub_staging_stopped_midway_leaves_no_plan_beside_its_data(pools_dir, data_root,
+                                                                      tmp_path):  # fmt: skip
+    """Ctrl-C while `sft export --push-to-hub B --dry-run --out DIR` restaged DIR over an earlier
+    staging for A: DIR kept A's push_plan.json and card beside B's data (a folder that looked
+    like a finished staging of A). Now the earlier plan and card go first and every file is
+    written through a temporary name, the plan last: no plan, no temporary file, and a rerun
+    stages B."""
+    import signal
+
+    from process_helpers import sluice_held_after, stop_group
+
+    ref = _few_set(pools_dir, data_root, tmp_path)
+    out = tmp_path / "staged"
+    env = {"SLUICE_DATA_ROOT": str(data_root)}
+    argv = ["sft", "export", ref, "--dry-run", "--out", str(out)]
+    res = subprocess.run([sys.executable, "-m", "flows.cli", *argv, "--push-to-hub", "me/a"],
+                         env={**os.environ, **env}, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    proc = sluice_held_after("datasets:Dataset.to_parquet", [*argv, "--push-to-hub", "me/b",
+                             "--reasoning", "split"], env=env, marker=tmp_path / "held")  # fmt: skip
+    code, err = stop_group(proc, signal.SIGINT)
+    assert code == 130 and "Traceback" not in err and "sluice: interrupted" in err, err
+    left = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert left == ["data/train-00000-of-00001.parquet"], left  # no plan or card of me/a
+    res = subprocess.run([sys.executable, "-m", "flows.cli", *argv, "--push-to-hub", "me/b"],
+                         env={**os.environ, **env}, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert json.loads((out / "push_plan.json").read_text())["repo_id"] == "me/b"
+    assert "me/b" in (out / "README.md").read_text()
