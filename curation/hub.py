@@ -108,18 +108,6 @@ def push_to_hub(
         return _push(dd, repo_id, card, dry_run, staging_dir, private, token)
 
 
-@contextlib.contextmanager
-def _replacing(path: Path) -> Iterator[Path]:
-    """A temporary name beside ``path`` to write; renamed to ``path`` when the block ends
-    normally, removed otherwise."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        yield tmp
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def _stage(dd: Any, out: Path, card: str, plan: dict[str, Any]) -> list[str]:
     """Write the upload into ``out``: the shards, the card, and ``push_plan.json`` last; return
     the files staged.
@@ -129,19 +117,21 @@ def _stage(dd: Any, out: Path, card: str, plan: dict[str, Any]) -> list[str]:
     staging that stops midway (Ctrl-C, SIGTERM, a full disk) leaves no ``push_plan.json``: it
     left the earlier staging's plan and card beside its new data, a folder that read as a
     finished staging of the earlier export, or a torn shard."""
+    from curation.rundir import replacing
+
     for name in ("push_plan.json", "README.md"):
         (out / name).unlink(missing_ok=True)
     (out / "data").mkdir(parents=True, exist_ok=True)
     files = []
     for name, ds in dd.items():
         rel = f"data/{name}-00000-of-00001.parquet"
-        with _replacing(out / rel) as tmp:
+        with replacing(out / rel) as tmp:
             ds.to_parquet(str(tmp))
         files.append(rel)
-    with _replacing(out / "README.md") as tmp:
+    with replacing(out / "README.md") as tmp:
         tmp.write_text(card, encoding="utf-8")
     files.append("README.md")
-    with _replacing(out / "push_plan.json") as tmp:
+    with replacing(out / "push_plan.json") as tmp:
         tmp.write_text(json.dumps({**plan, "files": files}, indent=2, sort_keys=True))
     return files
 

@@ -292,6 +292,22 @@ def finish(tmp: Path, out: str | os.PathLike, *, kind: Kind) -> Path:
     return out
 
 
+@contextlib.contextmanager
+def replacing(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary name beside ``path`` to write (``.NAME.tmp.SUFFIX``: the suffix kept for
+    writers that choose the format by it); renamed to ``path`` when the block ends normally,
+    removed otherwise, so ``path`` is never a torn file. For a command that writes loose files
+    into a folder it does not own; with the folder's marker file (its plan, its summary)
+    removed first and written last, a stop midway leaves no folder that reads as finished."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def abandon(tmp: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
 

@@ -1550,25 +1550,32 @@ def plot_sweep(sweep_table: pa.Table, path: str | Path) -> None:
 
 
 def write_outputs(result: dict[str, Any], out_dir: str | Path) -> dict[str, Path]:
+    """Write the evaluation's files into ``out_dir``, ``evaluation.json`` (what a report reads)
+    last. An earlier evaluation's ``evaluation.json``, ``evaluation.md`` and
+    ``calibrated_thresholds.json`` are removed first and every file goes through a temporary
+    name, so a write that stops midway (Ctrl-C, a full disk) leaves no folder that reads as a
+    finished evaluation: it left the new evaluation.json beside the earlier run's files."""
     import pyarrow.parquet as pq
+
+    from curation.rundir import replacing
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    for name in ("evaluation.json", "evaluation.md", "calibrated_thresholds.json"):
+        (out / name).unlink(missing_ok=True)
     paths = {
         "evaluation.json": out / "evaluation.json",
         "evaluation.md": out / "evaluation.md",
         "sweep.parquet": out / "sweep.parquet",
         "sweep.png": out / "sweep.png",
         "scores.parquet": out / "scores.parquet",
+        "matches.parquet": out / "matches.parquet",
     }
-    plain = {k: v for k, v in result.items() if k not in ("matches", "scores", "sweep")}
-    paths["evaluation.json"].write_text(json.dumps(plain, indent=2, sort_keys=True, default=str))
-    paths["evaluation.md"].write_text(render_markdown(result))
-    pq.write_table(result["sweep"], paths["sweep.parquet"])
-    pq.write_table(result["scores"], paths["scores.parquet"])
-    pq.write_table(result["matches"], out / "matches.parquet")
-    paths["matches.parquet"] = out / "matches.parquet"
-    plot_sweep(result["sweep"], paths["sweep.png"])
+    for name in ("sweep", "scores", "matches"):
+        with replacing(paths[f"{name}.parquet"]) as tmp:
+            pq.write_table(result[name], tmp)
+    with replacing(paths["sweep.png"]) as tmp:
+        plot_sweep(result["sweep"], tmp)
     if "calibration" in result:
         p = out / "calibrated_thresholds.json"
         c = result["calibration"]
@@ -1578,6 +1585,12 @@ def write_outputs(result: dict[str, Any], out_dir: str | Path) -> dict[str, Path
             if c.get("rules")
             else c["thresholds"]
         )
-        p.write_text(json.dumps(body, indent=2, sort_keys=True))
+        with replacing(p) as tmp:
+            tmp.write_text(json.dumps(body, indent=2, sort_keys=True))
         paths["calibrated_thresholds.json"] = p
+    with replacing(paths["evaluation.md"]) as tmp:
+        tmp.write_text(render_markdown(result))
+    plain = {k: v for k, v in result.items() if k not in ("matches", "scores", "sweep")}
+    with replacing(paths["evaluation.json"]) as tmp:
+        tmp.write_text(json.dumps(plain, indent=2, sort_keys=True, default=str))
     return paths
