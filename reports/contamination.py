@@ -1111,7 +1111,14 @@ def render_report(
     report, ev_table, plot_data = build_report(
         run, evaluation_dir=evaluation_dir, max_evidence=max_evidence
     )
+    from curation.rundir import replacing
+
     out = Path(out_dir)
+    # an earlier report's files go first, report.json (what says the report is finished) is
+    # written last, each file through a temporary name: a report stopped midway (Ctrl-C, a
+    # full disk) left its new report.json and evidence beside the earlier report.html
+    for name in ("report.json", "report.md", "report.html"):
+        (out / name).unlink(missing_ok=True)
     (out / "plots").mkdir(parents=True, exist_ok=True)
 
     images = {
@@ -1126,7 +1133,8 @@ def render_report(
         ),
     }
     for name, png in images.items():
-        (out / "plots" / f"{name}.png").write_bytes(png)
+        with replacing(out / "plots" / f"{name}.png") as tmp:
+            tmp.write_bytes(png)
     data_uris = {
         k: "data:image/png;base64," + base64.b64encode(v).decode() for k, v in images.items()
     }
@@ -1135,25 +1143,29 @@ def render_report(
         sweep = (Path(evaluation_dir) / "sweep.png").read_bytes()
         data_uris["eval_sweep"] = "data:image/png;base64," + base64.b64encode(sweep).decode()
 
-    pq.write_table(ev_table, out / "evidence.parquet")
+    with replacing(out / "evidence.parquet") as tmp:
+        pq.write_table(ev_table, tmp)
     # the full evidence list travels beside the report: its hash ties it to this report.json
     report["evidence"]["sha256"] = hashlib.sha256(
         (out / "evidence.parquet").read_bytes()
     ).hexdigest()
     paths = ReportPaths(out / "report.html", out / "report.md", out / "report.json")
-    paths.json.write_text(
-        json.dumps(report, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8"
-    )
     env = _env()
-    paths.markdown.write_text(env.get_template("report.md.j2").render(r=report), encoding="utf-8")
-    paths.html.write_text(
-        env.get_template("report.html.j2").render(
-            r=report,
-            evidence=_html_evidence(run, report["evidence"]["rows"]),
-            img=data_uris,
-            css=(TEMPLATES / "report.css").read_text(encoding="utf-8"),
-            js=(TEMPLATES / "report.js").read_text(encoding="utf-8"),
-        ),
-        encoding="utf-8",
-    )
+    with replacing(paths.markdown) as tmp:
+        tmp.write_text(env.get_template("report.md.j2").render(r=report), encoding="utf-8")
+    with replacing(paths.html) as tmp:
+        tmp.write_text(
+            env.get_template("report.html.j2").render(
+                r=report,
+                evidence=_html_evidence(run, report["evidence"]["rows"]),
+                img=data_uris,
+                css=(TEMPLATES / "report.css").read_text(encoding="utf-8"),
+                js=(TEMPLATES / "report.js").read_text(encoding="utf-8"),
+            ),
+            encoding="utf-8",
+        )
+    with replacing(paths.json) as tmp:
+        tmp.write_text(
+            json.dumps(report, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8"
+        )
     return paths

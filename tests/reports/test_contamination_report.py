@@ -910,3 +910,34 @@ def test_docs_python_snippet_runs(run_dir, tmp_path, monkeypatch):
     assert ns["summary_md"] and ns["paths"].html.is_file()
     assert (tmp_path / "out" / "reports" / "gsm8k-diff" / "diff.json").is_file()
     assert not (tmp_path / "reports").exists()  # run in a checkout, that is the reports/ package
+
+
+def test_a_report_stopped_while_writing_leaves_no_report_json(run_dir, tmp_path):
+    """Ctrl-C while `report contamination RUN --out DIR` rewrote an earlier report in DIR left
+    the new report.json and evidence.parquet beside the earlier report.html and report.md (a
+    folder that read as one finished report; `sft build` takes a report.json as finished). The
+    earlier report.json, .md and .html now go first, every file goes through a temporary name
+    and report.json is written last; a rerun writes a whole report."""
+    import hashlib
+    import signal
+    import subprocess
+    import sys
+
+    from process_helpers import sluice_held_after, stop_group
+
+    out = tmp_path / "report"
+    render_report(run_dir, out)
+    argv = ["report", "contamination", str(run_dir), "--out", str(out), "--max-evidence", "2"]
+    proc = sluice_held_after("reports.contamination:_env", argv, env={}, marker=tmp_path / "held")
+    code, err = stop_group(proc, signal.SIGINT)
+    assert code == 130 and "Traceback" not in err and "sluice: interrupted" in err, err
+    left = sorted(p.name for p in out.iterdir())
+    assert not {"report.json", "report.md", "report.html"} & set(left), left
+    assert not [p for p in out.rglob("*") if ".tmp" in p.name], left
+    res = subprocess.run([sys.executable, "-m", "flows.cli", *argv], capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    report = json.loads((out / "report.json").read_text())
+    evidence = hashlib.sha256((out / "evidence.parquet").read_bytes()).hexdigest()
+    assert report["evidence"]["shown"] == 2 and report["evidence"]["sha256"] == evidence
+    assert "Showing 2 of 6 flagged pairs" in (out / "report.html").read_text()
