@@ -300,12 +300,21 @@ def diff_runs(run_a: str | Path | RunData, run_b: str | Path | RunData) -> RunDi
 
 
 def write_diff(diff: RunDiff, out_dir: str | Path) -> tuple[Path, Path]:
-    """Write ``diff.md`` and ``diff.json`` into ``out_dir``."""
+    """Write ``diff.md`` and ``diff.json`` into ``out_dir``.
+
+    An earlier diff's two files go first and ``diff.json`` is written last, each through a
+    temporary name: a diff stopped midway (Ctrl-C) left its new diff.md beside the earlier
+    diff.json, two files that disagreed."""
+    from curation.rundir import replacing
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     md, js = out / "diff.md", out / "diff.json"
-    md.write_text(diff.to_markdown(), encoding="utf-8")
-    js.write_text(diff.to_json(), encoding="utf-8")
+    for p in (js, md):
+        p.unlink(missing_ok=True)
+    for p, text in ((md, diff.to_markdown()), (js, diff.to_json())):
+        with replacing(p) as tmp:
+            tmp.write_text(text, encoding="utf-8")
     return md, js
 
 

@@ -180,3 +180,30 @@ def test_a_threshold_change_is_listed_once(runs, tmp_path):
     assert [(x.section, x.key, x.a, x.b) for x in diff_runs(a, c).config] == [
         ("detector", "minhash.config.num_perm", 128, 64)
     ]
+
+
+def test_a_diff_stopped_while_writing_leaves_no_diff_json(runs, tmp_path):
+    """Ctrl-C while `report diff B A --out D` rewrote D, which held the diff of A and B, left the
+    new diff.md beside the earlier diff.json: two files that disagreed on which run was new.
+    Both now go first and diff.json is written last, each through a temporary name."""
+    import signal
+    import subprocess
+    import sys
+
+    from process_helpers import sluice_held_after, stop_group
+
+    from reports.diff import write_diff
+
+    a, b = runs
+    out = tmp_path / "d"
+    write_diff(diff_runs(a, b), out)
+    argv = ["report", "diff", str(b), str(a), "--out", str(out)]
+    proc = sluice_held_after("reports.diff:RunDiff.to_json", argv, env={}, marker=tmp_path / "held")
+    code, err = stop_group(proc, signal.SIGINT)
+    assert code == 130 and "Traceback" not in err and "sluice: interrupted" in err, err
+    assert sorted(p.name for p in out.iterdir()) == []
+    res = subprocess.run([sys.executable, "-m", "flows.cli", *argv], capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert json.loads((out / "diff.json").read_text())["summary"]["new"] == 1
+    assert "## Resolved flags (1)" in (out / "diff.md").read_text()
