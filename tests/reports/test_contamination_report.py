@@ -923,7 +923,7 @@ def test_a_report_stopped_while_writing_leaves_no_report_json(run_dir, tmp_path)
     import subprocess
     import sys
 
-    from process_helpers import sluice_held_after, stop_group
+    from process_helpers import REPO, sluice_held_after, stop_group
 
     out = tmp_path / "report"
     render_report(run_dir, out)
@@ -935,7 +935,7 @@ def test_a_report_stopped_while_writing_leaves_no_report_json(run_dir, tmp_path)
     assert not {"report.json", "report.md", "report.html"} & set(left), left
     assert not [p for p in out.rglob("*") if ".tmp" in p.name], left
     res = subprocess.run([sys.executable, "-m", "flows.cli", *argv], capture_output=True,
-                         text=True, timeout=300)  # fmt: skip
+                         text=True, timeout=300, cwd=REPO)  # fmt: skip
     assert res.returncode == 0, res.stderr
     report = json.loads((out / "report.json").read_text())
     evidence = hashlib.sha256((out / "evidence.parquet").read_bytes()).hexdigest()

@@ -190,7 +190,7 @@ def test_a_diff_stopped_while_writing_leaves_no_diff_json(runs, tmp_path):
     import subprocess
     import sys
 
-    from process_helpers import sluice_held_after, stop_group
+    from process_helpers import REPO, sluice_held_after, stop_group
 
     from reports.diff import write_diff
 
@@ -203,7 +203,7 @@ def test_a_diff_stopped_while_writing_leaves_no_diff_json(runs, tmp_path):
     assert code == 130 and "Traceback" not in err and "sluice: interrupted" in err, err
     assert sorted(p.name for p in out.iterdir()) == []
     res = subprocess.run([sys.executable, "-m", "flows.cli", *argv], capture_output=True,
-                         text=True, timeout=300)  # fmt: skip
+                         text=True, timeout=300, cwd=REPO)  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert json.loads((out / "diff.json").read_text())["summary"]["new"] == 1
     assert "## Resolved flags (1)" in (out / "diff.md").read_text()

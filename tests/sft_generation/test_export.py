@@ -292,23 +292,27 @@ def test_a_hub_staging_stopped_midway_leaves_no_plan_beside_its_data(pools_dir, 
     stages B."""
     import signal
 
-    from process_helpers import sluice_held_after, stop_group
+    from process_helpers import REPO, sluice_held_after, stop_group
 
     ref = _few_set(pools_dir, data_root, tmp_path)
     out = tmp_path / "staged"
     env = {"SLUICE_DATA_ROOT": str(data_root)}
     argv = ["sft", "export", ref, "--dry-run", "--out", str(out)]
     res = subprocess.run([sys.executable, "-m", "flows.cli", *argv, "--push-to-hub", "me/a"],
-                         env={**os.environ, **env}, capture_output=True, text=True, timeout=300)  # fmt: skip
+                         env={**os.environ, **env}, capture_output=True, text=True,
+                         timeout=300, cwd=REPO)  # fmt: skip
     assert res.returncode == 0, res.stderr
-    proc = sluice_held_after("datasets:Dataset.to_parquet", [*argv, "--push-to-hub", "me/b",
-                             "--reasoning", "split"], env=env, marker=tmp_path / "held")  # fmt: skip
+    again = [*argv, "--push-to-hub", "me/b", "--reasoning", "split"]
+    proc = sluice_held_after(
+        "datasets:Dataset.to_parquet", again, env=env, marker=tmp_path / "held"
+    )
     code, err = stop_group(proc, signal.SIGINT)
     assert code == 130 and "Traceback" not in err and "sluice: interrupted" in err, err
     left = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     assert left == ["data/train-00000-of-00001.parquet"], left  # no plan or card of me/a
     res = subprocess.run([sys.executable, "-m", "flows.cli", *argv, "--push-to-hub", "me/b"],
-                         env={**os.environ, **env}, capture_output=True, text=True, timeout=300)  # fmt: skip
+                         env={**os.environ, **env}, capture_output=True, text=True,
+                         timeout=300, cwd=REPO)  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert json.loads((out / "push_plan.json").read_text())["repo_id"] == "me/b"
     assert "me/b" in (out / "README.md").read_text()
