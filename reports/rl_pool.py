@@ -157,19 +157,24 @@ def render_rl_report(ref: str, out_dir: str | Path, *, catalog: Any = None,
         link = p.as_uri() if p.exists() else str(contamination_report)
     r = build_rl_report(ref, catalog, link)
     out.mkdir(parents=True, exist_ok=True)
+    from curation.rundir import replacing
+
+    paths = {"html": out / "rl_pool.html", "json": out / "rl_pool.json"}
+    # rl_pool.json marks a finished report: an earlier one goes first and this one's is written
+    # last, so a rewrite stopped midway leaves no folder that reads as finished
+    paths["json"].unlink(missing_ok=True)
     plots = r.pop("_plots")
     imgs = {}
     for k, png in plots.items():
-        (out / f"rl_{k}.png").write_bytes(png)
+        with replacing(out / f"rl_{k}.png") as tmp:
+            tmp.write_bytes(png)
         imgs[k] = "data:image/png;base64," + base64.b64encode(png).decode()
     css = (TEMPLATES / "report.css").read_text(encoding="utf-8")
     html = _env().get_template("rl_pool.html.j2").render(r=r, css=css, imgs=imgs)
-    paths = {"html": out / "rl_pool.html", "json": out / "rl_pool.json"}
     for key, text in (
         ("html", html),
         ("json", json.dumps(r, indent=2, sort_keys=True, default=str)),
     ):
-        tmp = paths[key].with_suffix(".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(paths[key])
+        with replacing(paths[key]) as tmp:
+            tmp.write_text(text, encoding="utf-8")
     return paths

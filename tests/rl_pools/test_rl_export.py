@@ -323,3 +323,32 @@ def test_exports_carry_the_test_preamble_code_rows_are_graded_with(rl_ref, tmp_p
         got = compute_score(r["data_source"], f"```python\n{sol}\n```",
                             r["reward_model"]["ground_truth"], info)  # fmt: skip
         assert got["code_pass_rate"] == 1.0, (info["uid"], got)
+
+
+def test_an_rl_report_stopped_while_writing_leaves_no_rl_pool_json(
+    rl_ref, tmp_path, data_root, monkeypatch
+):
+    """A rewrite of a report folder stopped after the new rl_pool.html and before the new
+    rl_pool.json left the earlier report's rl_pool.json beside the new page: a folder that read
+    as finished, its two files about different pools. The earlier rl_pool.json goes first and
+    the new one is written last."""
+    import reports.rl_pool as rp
+
+    out = tmp_path / "rep"
+    rp.render_rl_report(rl_ref["ref"], out)
+    assert (out / "rl_pool.json").exists()
+    real_dumps = json.dumps
+
+    def stopped(obj, *a, **kw):
+        if isinstance(obj, dict) and "tier_hist" in obj:  # the report's JSON: a Ctrl-C here
+            raise KeyboardInterrupt
+        return real_dumps(obj, *a, **kw)
+
+    monkeypatch.setattr(rp.json, "dumps", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        rp.render_rl_report(rl_ref["stages"][0]["ref"], out)
+    monkeypatch.setattr(rp.json, "dumps", real_dumps)
+    assert not (out / "rl_pool.json").exists()
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".") or p.suffix == ".tmp"]
+    paths = rp.render_rl_report(rl_ref["stages"][0]["ref"], out)
+    assert json.loads(paths["json"].read_text())["ref"] == rl_ref["stages"][0]["ref"]
