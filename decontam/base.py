@@ -161,6 +161,26 @@ class Detector(ABC):
             [t or "" for t in texts.column("text").to_pylist()],
         )
 
+    def _item_match(
+        self, sample_uid: Any, field: Any, items: pa.Table, j: int, score: float, **rest: Any
+    ) -> dict[str, Any]:
+        """A match row (for :func:`matches_from_rows`) pairing a text with row ``j`` of
+        ``items``, a benchmark item table; ``rest`` holds the other columns (overlap_text,
+        details)."""
+        return {
+            "sample_uid": sample_uid,
+            "field": field,
+            "benchmark": items.column("benchmark")[j].as_py(),
+            "benchmark_version": items.column("benchmark_version")[j].as_py(),
+            "benchmark_item": items.column("item_id")[j].as_py(),
+            "benchmark_variant": items.column("variant")[j].as_py(),
+            "detector": self.name,
+            "detector_version": self.version,
+            "score": score,
+            "threshold": self.config.threshold,
+            **rest,
+        }
+
     def describe(self) -> dict[str, Any]:
         """What the report needs to say about this detector."""
         return {"name": self.name, "version": self.version, "config": self.config.to_dict()}

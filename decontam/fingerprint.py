@@ -372,21 +372,15 @@ class FingerprintDetector(Detector):
         rows = []
         for r, text in enumerate(raw):
             for j, sc, p in self.top_items(text, cfg.top_k, cfg.min_score):
-                key = (items.column("benchmark")[j].as_py(), items.column("item_id")[j].as_py())
                 rows.append(
-                    {
-                        "sample_uid": uids[r],
-                        "field": fields[r],
-                        "benchmark": key[0],
-                        "benchmark_version": items.column("benchmark_version")[j].as_py(),
-                        "benchmark_item": key[1],
-                        "benchmark_variant": items.column("variant")[j].as_py(),
-                        "detector": self.name,
-                        "detector_version": self.version,
-                        "score": round(sc, 4),
-                        "threshold": cfg.threshold,
-                        "overlap_text": " ".join(p["shared"]),
-                        "details": {k: v for k, v in p.items() if k != "score"},
-                    }
+                    self._item_match(
+                        uids[r],
+                        fields[r],
+                        items,
+                        j,
+                        round(sc, 4),
+                        overlap_text=" ".join(p["shared"]),
+                        details={k: v for k, v in p.items() if k != "score"},
+                    )
                 )
         return matches_from_rows(rows)

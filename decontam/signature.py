@@ -155,7 +155,6 @@ class SignatureDetector(Detector):
         if batch is None:
             return empty_matches()
         uids, fields, raw = batch
-        cfg: SignatureConfig = self.config
         items = self.items
         bench, item_id = items.column("benchmark"), items.column("item_id")
         rows = []
@@ -171,27 +170,22 @@ class SignatureDetector(Detector):
                         continue
                     seen.add(key)
                     rows.append(
-                        {
-                            "sample_uid": uids[r],
-                            "field": fields[r],
-                            "benchmark": key[0],
-                            "benchmark_version": items.column("benchmark_version")[j].as_py(),
-                            "benchmark_item": key[1],
-                            "benchmark_variant": items.column("variant")[j].as_py(),
-                            "detector": self.name,
-                            "detector_version": self.version,
-                            "score": 1.0,
-                            "threshold": cfg.threshold,
+                        self._item_match(
+                            uids[r],
+                            fields[r],
+                            items,
+                            j,
+                            1.0,
                             # no spans, as for the fingerprint: a report highlights the text
                             # detectors' overlaps, and the item's side (its starter code) is
                             # not in the item's text; where the line is goes into details
-                            "overlap_text": m.group(0),
-                            "details": {
+                            overlap_text=m.group(0),
+                            details={
                                 "signature": sig,
                                 "at": [m.start(), m.end()],  # the def line in the training text
                                 # benchmark items with this signature (1: it names one item)
                                 "items_sharing": self._holders[sig],
                             },
-                        }
+                        )
                     )
         return matches_from_rows(rows)
