@@ -612,18 +612,29 @@ def _merge(rows: list[dict]) -> pa.Table:
     return matches_from_rows(list(best.values())) if best else empty_matches()
 
 
-class ProblemIdDetector(Detector):
+def _text_spans(start: int, end: int) -> list[dict]:
+    """The spans of an id found in a text (the item's side has no place: ids are not in it)."""
+    return [{"sample_start": start, "sample_end": end, "bench_start": None, "bench_end": None}]
+
+
+class _LcbDetector(Detector):
+    """What the problem-id and problem-date detectors share: a fit that indexes the
+    LiveCodeBench items (plain data, so the fitted instance ships to scan workers)."""
+
+    ships_fitted = True
+    index: LcbIndex | None = None  # set by fit
+
+    def fit(self, benchmarks: BenchmarkSet) -> None:
+        self.index = LcbIndex(benchmarks)
+
+
+class ProblemIdDetector(_LcbDetector):
     """Exact problem-id matches (text and metadata) against LiveCodeBench items."""
 
     name: ClassVar[str] = "problem_id"
     version: ClassVar[str] = "problem_id/1"
     config_cls: ClassVar[type[DetectorConfig]] = ProblemIdConfig
-    ships_fitted = True
     config: ProblemIdConfig
-    index: LcbIndex | None = None  # set by fit
-
-    def fit(self, benchmarks: BenchmarkSet) -> None:
-        self.index = LcbIndex(benchmarks)
 
     def _matches(
         self, uid: str, fld: str, hits: Iterable[IdHit], from_metadata: bool
@@ -639,9 +650,7 @@ class ProblemIdDetector(Detector):
                 else:
                     canonical = f"{h.key[0]}:{h.key[1]}"
                 details = {"form": h.form, "id": canonical, "platform": item.platform}
-                spans = None if from_metadata else [
-                    {"sample_start": h.start, "sample_end": h.end, "bench_start": None, "bench_end": None}
-                ]  # fmt: skip
+                spans = None if from_metadata else _text_spans(h.start, h.end)
                 rows.append(
                     _row(
                         uid,
@@ -685,18 +694,13 @@ class ProblemIdDetector(Detector):
         return _merge(rows)
 
 
-class ProblemDateDetector(Detector):
+class ProblemDateDetector(_LcbDetector):
     """Problems dated inside an evaluation window (exact contest dates or estimated from ids)."""
 
     name: ClassVar[str] = "problem_date"
     version: ClassVar[str] = "problem_date/1"
     config_cls: ClassVar[type[DetectorConfig]] = ProblemDateConfig
-    ships_fitted = True
     config: ProblemDateConfig
-    index: LcbIndex | None = None  # set by fit
-
-    def fit(self, benchmarks: BenchmarkSet) -> None:
-        self.index = LcbIndex(benchmarks)
 
     def _windows(self) -> dict[str, tuple[str, str]]:
         if self.config.window:
@@ -743,9 +747,7 @@ class ProblemDateDetector(Detector):
                 "window": [ws, we],
                 "via": sorted({i.item_id for i in related})[:4],
             }
-            spans = None if span is None else [
-                {"sample_start": span[0], "sample_end": span[1], "bench_start": None, "bench_end": None}
-            ]  # fmt: skip
+            spans = None if span is None else _text_spans(*span)
             rows.append(
                 _row(uid, fld, item, self, score, self.config.threshold, spans, shown, details)
             )
