@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import fields
+from typing import Any
 
 
 class SluiceError(Exception):
@@ -186,6 +188,17 @@ def did_you_mean(
         ]
     parts.append("available: " + (", ".join(shown) if shown else "(none)"))
     return " ".join(parts)
+
+
+def check_keys(section: str, raw: dict[str, Any], cls: type) -> None:
+    """Raise a :class:`ConfigError` for the first key of a config table ``raw`` that is not a
+    field of the dataclass ``cls`` ("unknown key 'x' in SECTION", naming the close one)."""
+    known = [f.name for f in fields(cls)]
+    for key in raw:
+        if key not in known:
+            raise ConfigError(
+                f"unknown key {key!r} in {section}", hint=did_you_mean(str(key), known)
+            )
 
 
 def require(module: str, extra: str | None = None, package: str | None = None):

@@ -39,11 +39,11 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from curation.errors import ConfigError, did_you_mean
+from curation.errors import ConfigError, check_keys, did_you_mean
 
 CONFIG_SCHEMA_VERSION = "pipeline/1"
 
@@ -51,10 +51,7 @@ _POOL_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
 
 def _check_keys(section: str, raw: dict[str, Any], cls: type) -> None:
-    known = [f.name for f in fields(cls)]
-    for key in raw:
-        if key not in known:
-            raise ConfigError(f"unknown key {key!r} in [{section}]", hint=did_you_mean(key, known))
+    check_keys(f"[{section}]", raw, cls)
 
 
 @dataclass

@@ -8,12 +8,12 @@ Presets: ``srpo`` (stage 1 math, stage 2 code, as in SRPO's two-stage training) 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-from curation.errors import ConfigError, did_you_mean
+from curation.errors import ConfigError, check_keys, did_you_mean
 
 CURRICULA: dict[str, dict[str, Any]] = {
     "srpo": {"by": "domain", "stages": [["math"], ["code"]]},
@@ -62,11 +62,7 @@ class CurriculumConfig:
         """The ``[curriculum]`` table; an unknown key is named."""
         if not isinstance(raw, dict):
             raise ConfigError(f"[curriculum] must be a table of settings, got {raw!r}")
-        known = [f.name for f in fields(cls)]
-        for k in raw:
-            if k not in known:
-                raise ConfigError(f"unknown key {k!r} in [curriculum]",
-                                  hint=did_you_mean(str(k), known))  # fmt: skip
+        check_keys("[curriculum]", raw, cls)
         return cls(**raw)
 
     def check_values(self, allowed: list[str]) -> None:

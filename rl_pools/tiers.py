@@ -24,7 +24,6 @@ and the dropped rows by tier and source; choices are deterministic (hash of seed
 from __future__ import annotations
 
 import copy
-import dataclasses
 import hashlib
 import logging
 import math
@@ -34,7 +33,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from curation.errors import ConfigError, InputError, did_you_mean
+from curation.errors import ConfigError, InputError, check_keys, did_you_mean
 
 log = logging.getLogger("sluice.rl_pools")
 
@@ -292,10 +291,7 @@ def _is_num(v: Any) -> bool:
 def _known_keys(section: str, raw: Any, cls: type) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ConfigError(f"{section} must be a table of settings, got {raw!r}")
-    known = [f.name for f in dataclasses.fields(cls)]
-    for k in raw:
-        if k not in known:
-            raise ConfigError(f"unknown key {k!r} in {section}", hint=did_you_mean(str(k), known))
+    check_keys(section, raw, cls)
     return dict(raw)
 
 

@@ -36,11 +36,11 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from curation.errors import ConfigError, did_you_mean
+from curation.errors import ConfigError, check_keys, did_you_mean
 
 CONFIG_SCHEMA_VERSION = "train_grpo/1"
 
@@ -81,13 +81,6 @@ DEFAULT_CODE_TEMPLATE = (
     "{problem}\n\n{starter_code_block}Write a complete Python 3 solution and put it in one "
     "```python code block at the end of your answer."
 )
-
-
-def _check_keys(section: str, raw: dict[str, Any], cls: type) -> None:
-    known = [f.name for f in fields(cls)]
-    for key in raw:
-        if key not in known:
-            raise ConfigError(f"unknown key {key!r} in {section}", hint=did_you_mean(key, known))
 
 
 @dataclass
@@ -535,7 +528,7 @@ class TrainConfig:
         if not isinstance(val, dict):
             raise ConfigError(f"[{key}] must be a table")
         cls = getattr(importlib.import_module(module), klass)
-        _check_keys(f"[{key}]", val, cls)
+        check_keys(f"[{key}]", val, cls)
         try:
             cls(**val)
         except ConfigError as exc:
@@ -549,13 +542,13 @@ class TrainConfig:
             raise ConfigError("a train config must be a mapping (TOML table / YAML mapping)")
         raw = dict(raw)
         raw.pop("schema_version", None)
-        _check_keys("the train config", raw, cls)
+        check_keys("the train config", raw, cls)
 
         def sub(key: str, klass: type) -> Any:
             val = raw.get(key) or {}
             if not isinstance(val, dict):
                 raise ConfigError(f"[{key}] must be a table")
-            _check_keys(f"[{key}]", val, klass)
+            check_keys(f"[{key}]", val, klass)
             return klass(**val)
 
         def many(key: str, klass: type) -> list:
@@ -566,7 +559,7 @@ class TrainConfig:
             for i, v in enumerate(vals):
                 if not isinstance(v, dict):
                     raise ConfigError(f"[[{key}]] entry {i} must be a table")
-                _check_keys(f"[[{key}]] entry {i}", v, klass)
+                check_keys(f"[[{key}]] entry {i}", v, klass)
                 out.append(klass(**v))
             return out
 
