@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -162,18 +163,18 @@ class Detector(ABC):
         )
 
     def _item_match(
-        self, sample_uid: Any, field: Any, items: pa.Table, j: int, score: float, **rest: Any
+        self, sample_uid: Any, fld: Any, item: Mapping[str, Any], score: float, **rest: Any
     ) -> dict[str, Any]:
-        """A match row (for :func:`matches_from_rows`) pairing a text with row ``j`` of
-        ``items``, a benchmark item table; ``rest`` holds the other columns (overlap_text,
-        details)."""
+        """A match row (for :func:`matches_from_rows`) pairing a text with a benchmark item
+        (a row of an item table: benchmark, benchmark_version, item_id, variant, ...);
+        ``rest`` holds the other columns (spans, overlap_text, details)."""
         return {
             "sample_uid": sample_uid,
-            "field": field,
-            "benchmark": items.column("benchmark")[j].as_py(),
-            "benchmark_version": items.column("benchmark_version")[j].as_py(),
-            "benchmark_item": items.column("item_id")[j].as_py(),
-            "benchmark_variant": items.column("variant")[j].as_py(),
+            "field": fld,
+            "benchmark": item["benchmark"],
+            "benchmark_version": item["benchmark_version"],
+            "benchmark_item": item["item_id"],
+            "benchmark_variant": item["variant"],
             "detector": self.name,
             "detector_version": self.version,
             "score": score,
@@ -184,6 +185,14 @@ class Detector(ABC):
     def describe(self) -> dict[str, Any]:
         """What the report needs to say about this detector."""
         return {"name": self.name, "version": self.version, "config": self.config.to_dict()}
+
+
+def item_at(items: pa.Table, j: int) -> dict[str, Any]:
+    """The columns of row ``j`` of a benchmark item table that name the item in a match."""
+    return {
+        c: items.column(c)[j].as_py()
+        for c in ("benchmark", "benchmark_version", "item_id", "variant")
+    }
 
 
 def empty_matches() -> pa.Table:

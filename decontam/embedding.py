@@ -858,18 +858,12 @@ class EmbeddingDetector(Detector):
                 continue
             it = self.index.item_row(c.item_row)
             rows.append(
-                {
-                    "sample_uid": uids[c.text_row],
-                    "field": fields[c.text_row],
-                    "benchmark": it["benchmark"],
-                    "benchmark_version": it["benchmark_version"],
-                    "benchmark_item": it["item_id"],
-                    "benchmark_variant": it["variant"],
-                    "detector": self.name,
-                    "detector_version": self.version,
-                    "score": round(c.score, 6),
-                    "threshold": cfg.threshold,
-                    "spans": [
+                self._item_match(
+                    uids[c.text_row],
+                    fields[c.text_row],
+                    it,
+                    round(c.score, 6),
+                    spans=[
                         {
                             "sample_start": c.start,
                             "sample_end": c.end,
@@ -877,8 +871,8 @@ class EmbeddingDetector(Detector):
                             "bench_end": len(it["text"] or ""),
                         }
                     ],
-                    "overlap_text": tx[c.text_row][c.start : c.end][:500],
-                    "details": {
+                    overlap_text=tx[c.text_row][c.start : c.end][:500],
+                    details={
                         "cosine": round(c.score, 6),
                         "model": ref.model_id,
                         "model_revision": ref.revision,
@@ -888,7 +882,7 @@ class EmbeddingDetector(Detector):
                         "window_words": cfg.window_words,
                         **({"backend": backend} if backend != "torch" else {}),
                     },
-                }
+                )
             )
         return _best_per_item(matches_from_rows(rows))
 

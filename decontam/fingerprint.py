@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from curation.errors import ConfigError
-from decontam.base import Detector, DetectorConfig, empty_matches, matches_from_rows
+from decontam.base import Detector, DetectorConfig, empty_matches, item_at, matches_from_rows
 
 if TYPE_CHECKING:  # pragma: no cover
     from decontam.benchmarks import BenchmarkSet
@@ -376,8 +376,7 @@ class FingerprintDetector(Detector):
                     self._item_match(
                         uids[r],
                         fields[r],
-                        items,
-                        j,
+                        item_at(items, j),
                         round(sc, 4),
                         overlap_text=" ".join(p["shared"]),
                         details={k: v for k, v in p.items() if k != "score"},

@@ -351,25 +351,18 @@ class JudgeDetector(Detector):
         if batch is None:
             return empty_matches()
         uids, fields, raw = batch
-        cfg: JudgeConfig = self.config
         rows = []
         for (r, j), source in sorted(self.candidates(raw).items()):
             it = self._index.item_row(j)
             v = self.judge_pair(it["text"] or "", raw[r], it["domain"])
             score = math.nan if v["same"] is None else (1.0 if v["same"] else 0.0)
             rows.append(
-                {
-                    "sample_uid": uids[r],
-                    "field": fields[r],
-                    "benchmark": it["benchmark"],
-                    "benchmark_version": it["benchmark_version"],
-                    "benchmark_item": it["item_id"],
-                    "benchmark_variant": it["variant"],
-                    "detector": self.name,
-                    "detector_version": self.version,
-                    "score": score,
-                    "threshold": cfg.threshold,
-                    "details": {**v, **source, "candidate_from": sorted(source)},
-                }
+                self._item_match(
+                    uids[r],
+                    fields[r],
+                    it,
+                    score,
+                    details={**v, **source, "candidate_from": sorted(source)},
+                )
             )
         return matches_from_rows(rows)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from curation.errors import ConfigError
-from decontam.base import Detector, DetectorConfig, empty_matches, matches_from_rows
+from decontam.base import Detector, DetectorConfig, empty_matches, item_at, matches_from_rows
 
 if TYPE_CHECKING:  # pragma: no cover
     from decontam.benchmarks import BenchmarkSet
@@ -173,8 +173,7 @@ class SignatureDetector(Detector):
                         self._item_match(
                             uids[r],
                             fields[r],
-                            items,
-                            j,
+                            item_at(items, j),
                             1.0,
                             # no spans, as for the fingerprint: a report highlights the text
                             # detectors' overlaps, and the item's side (its starter code) is
