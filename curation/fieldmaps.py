@@ -312,17 +312,22 @@ def _table(doc: dict[str, Any], key: str, where: str) -> dict[str, Any]:
     return v
 
 
+def _check_known(where: str, raw: dict, allowed: set[str], table: str = "") -> None:
+    """Name the keys of ``raw`` that are not ``allowed`` (``table``: which table, e.g. "[map] ")."""
+    unknown = set(raw) - allowed
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown {table}key(s) {sorted(unknown)}",
+            hint=f"allowed: {', '.join(sorted(allowed))}",
+        )
+
+
 def _spec(where: str, raw: Any) -> FieldSpec:
     if isinstance(raw, str):
         return FieldSpec(paths=(parse_path(raw),), raw_paths=(raw,))
     if not isinstance(raw, dict):
         return FieldSpec(const=raw)  # a bare number/bool/list is a constant
-    unknown = set(raw) - _SPEC_KEYS
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key(s) {sorted(unknown)}",
-            hint=f"allowed: {', '.join(sorted(_SPEC_KEYS))}",
-        )
+    _check_known(where, raw, _SPEC_KEYS)
     if ("path" in raw) == ("const" in raw):
         raise ConfigError(f"{where}: give exactly one of 'path' or 'const'")
     parse = raw.get("parse")
@@ -369,12 +374,7 @@ def _tests_spec(where: str, raw: Any) -> TestsSpec:
             f"{where}: tests must be a path or a table, not {raw!r}",
             hint='e.g. tests = "input_output" or tests = { path = "tests", format = "stdin" }',
         )
-    unknown = set(raw) - _TESTS_KEYS
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key(s) {sorted(unknown)}",
-            hint=f"allowed: {', '.join(sorted(_TESTS_KEYS))}",
-        )
+    _check_known(where, raw, _TESTS_KEYS)
     fmt = raw.get("format", "auto")
     if fmt not in ("auto", "stdin", "functional"):
         raise ConfigError(f"{where}: format must be auto, stdin or functional, not {fmt!r}")
@@ -745,12 +745,7 @@ def _build(doc: dict[str, Any], p: Path, sha: str) -> FieldMap:
             hint="use [map], [fields], [metadata]",
         )
     m = _table(doc, "map", where)
-    unknown = set(m) - _MAP_KEYS
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown [map] key(s) {sorted(unknown)}",
-            hint=f"allowed: {', '.join(sorted(_MAP_KEYS))}",
-        )
+    _check_known(where, m, _MAP_KEYS, "[map] ")
     schema = m.get("schema", "problem")
     if schema not in SCHEMAS:
         raise ConfigError(f"{where}: schema must be one of {SCHEMAS}, not {schema!r}")
