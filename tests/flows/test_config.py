@@ -135,3 +135,19 @@ def test_a_pool_chooses_what_its_ingest_does_with_conflicting_duplicates(tmp_pat
 def _write(path, text):
     path.write_text(text)
     return path
+
+
+def test_a_yaml_key_that_is_not_a_string_is_an_unknown_key(tmp_path):
+    """YAML reads `1: 2` as an integer key: the pipeline config failed with "'int' object is not
+    iterable" (the train config with a TypeError too). It is an unknown key, named in the
+    section, with the keys the section takes."""
+    import pytest
+
+    from curation.errors import ConfigError
+    from flows.config import load_config
+
+    p = tmp_path / "p.yaml"
+    p.write_text("scale:\n  1: 2\n")
+    with pytest.raises(ConfigError, match=r"unknown key 1 in \[scale\]") as exc:
+        load_config(p)
+    assert "stream_rows" in str(exc.value)
