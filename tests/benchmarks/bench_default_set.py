@@ -17,7 +17,9 @@ model's load at the first statement is fit time, ``fit_deferred_s``, and in the 
 statements per second of the whole process (start to exit, wall clock: model loading and index
 building included), the wall seconds of the same command run again on that root (the nightly
 rerun: every statement served by the scan cache; the model is not loaded), per-detector
-seconds, and the decisions: rows contaminated and whether the decided rows equal torch's. Goal: warm default-set scan >= 100 code statements/s on the 2-core
+seconds, and the decisions: rows contaminated and whether the decided rows equal torch's.
+Then, per backend, the bare model on the same windows (``SentenceTransformer.encode``, the
+backend's numeric format and batch size): how fast a scan that only called the model would be. Goal: warm default-set scan >= 100 code statements/s on the 2-core
 machine.
 
 Then the calibration check the issue asks for before a backend may become the CPU default: the
@@ -130,10 +132,50 @@ def main() -> None:
             for b, (_, t, _, _) in results.items():
                 if b != "torch":
                     print(f"scan stage: {b} is {base / t['scan_s']:.2f}x torch (same run)")
+        from decontam.embedding import resolve_backend
+
+        for b in results:
+            _bare_ceiling(pool, n, resolve_backend(b, "cpu"))
         if not args.no_dev:
             _dev(shared, backends, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _bare_ceiling(pool: Path, n: int, backend: str) -> None:
+    """The model alone on this CPU, as sentence-transformers runs it: bare
+    ``SentenceTransformer.encode`` of the windows the embedding detector encodes for these
+    statements (same window size, stride, text preparation, numeric format and batch size as
+    ``backend``, the one ``auto`` resolves to here), after one warm-up batch. A scan that did
+    nothing but call the model would run at about this rate (Sluice's batches, cut by token
+    count, pad less than sentence-transformers' by characters and can beat it): set it beside
+    the scan stage's statements/s and the embedding share of ``per detector s`` to see how
+    much of a goal is left to the model, the CPU or the numeric format."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from decontam.embedding import EmbeddingConfig, prepare_text, resolve_model, word_windows
+
+    cfg = EmbeddingConfig()
+    texts = [json.loads(line)["query"] for line in pool.open(encoding="utf-8")]
+    windows = [
+        prepare_text(t[s:e])
+        for t in texts
+        for s, e in word_windows(t, cfg.window_words, cfg.stride)
+    ]
+    model = SentenceTransformer(resolve_model().location, device="cpu")
+    half = backend == "torch-bf16"
+    if half:
+        model.to(torch.bfloat16)
+    batch = 32 if half else 8  # the Encoder's CPU batch sizes
+    model.encode(windows[:batch], batch_size=batch)
+    t0 = time.perf_counter()
+    model.encode(windows, batch_size=batch)
+    s = time.perf_counter() - t0
+    print(
+        f"bare model ({backend}, {len(windows)} windows of {n} statements, batch {batch}): "
+        f"{s:.1f} s = {n / s:.1f} statements/s"
+    )
 
 
 def _dev(shared: Path, backends: list[str], work: Path) -> None:
