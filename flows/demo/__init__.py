@@ -37,6 +37,7 @@ def write_demo(out: str | Path, benchmarks_dir: str | Path | None = None) -> Pat
     one bad row of each kind, plus the planted rows) and ``demo.toml`` into ``out``; return the
     config path."""
     from curation.sample_pool import write_sample_pool
+    from decontam.registry import DEFAULT_DETECTORS
 
     out = Path(out).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -50,8 +51,8 @@ data_root = ".sluice"
 [benchmarks]
 names = {json.dumps(list(DEMO_BENCHMARKS))}
 {bdir}
-# [detectors] left out: the default set (ngram, minhash, problem_id, the offline embedding
-# model, fuzzy, fingerprint) with its calibrated thresholds.
+# [detectors] left out: the default set ({", ".join(DEFAULT_DETECTORS)})
+# with its calibrated thresholds; embedding uses the offline model.
 
 [[pools]]
 name = "demo-pool"

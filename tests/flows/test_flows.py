@@ -267,3 +267,20 @@ def test_a_pool_that_cannot_write_is_named_with_the_path_and_the_fix(tmp_path, t
     msg = exc.value.failed["ttrl-aime24"]
     assert msg.startswith(f"cannot write {in_the_way}"), msg
     assert "a file is in the way of a folder" in msg and "remove/rename that file" in msg
+
+
+def test_demo_config_names_the_default_detector_set(tmp_path, benchmarks_dir):
+    # demo.toml leaves [detectors] out and says which set that means; it listed six of the
+    # seven (no signature) after the signature detector joined the default set
+    from decontam.registry import DEFAULT_DETECTORS
+    from flows.config import load_config
+    from flows.demo import write_demo
+
+    config = write_demo(tmp_path / "demo", benchmarks_dir)
+    comment = " ".join(
+        line.lstrip("# ")
+        for line in config.read_text(encoding="utf-8").splitlines()
+        if line.startswith("#")
+    )
+    assert f"({', '.join(DEFAULT_DETECTORS)})" in comment
+    assert load_config(config).detectors.names in (None, [], (), list(DEFAULT_DETECTORS))
