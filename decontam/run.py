@@ -1159,15 +1159,17 @@ def _finish_run(
     effective = config.policy.effective_thresholds(
         {d.name: float(d.config.threshold) for d in detectors}
     )
+    # rows over each detector's threshold, and of those the rows it flags on its own (none for
+    # an evidence-only detector: its rows over threshold decide only inside a policy rule; the
+    # report's "samples over threshold" is the first count)
     per_det: dict[str, int] = {}
+    over_det: dict[str, int] = {}
     for det in sorted(set(matches["detector"].to_pylist())):
-        if det in config.policy.evidence_only:
-            per_det[det] = 0
-            continue
         sel = matches.filter(pc.equal(matches["detector"], det))
         thr = effective.get(det)
         over = pc.greater_equal(sel["score"], thr if thr is not None else sel["threshold"])
-        per_det[det] = len(set(sel.filter(over)["sample_uid"].to_pylist()))
+        over_det[det] = len(set(sel.filter(over)["sample_uid"].to_pylist()))
+        per_det[det] = 0 if det in config.policy.evidence_only else over_det[det]
     counts = {
         "rows": n_rows,
         "texts": n_texts,
@@ -1178,6 +1180,7 @@ def _finish_run(
         "clean": n_rows - n_contam,
         "flagged_by_benchmark": flags.benchmark,
         "flagged_by_detector": per_det,
+        "over_threshold_by_detector": over_det,
         "flagged_by_rule": flags.rule,
         **(scan_stats or {}),
     }

@@ -234,8 +234,12 @@ def publish_contamination_artifact(summary: dict[str, Any], *, report_html: str 
     ]
     by_bench = c.get("flagged_by_benchmark") or {}
     lines += [f"| {b} | {n} |" for b, n in sorted(by_bench.items())] or ["| (none) | 0 |"]
-    lines += ["", "| detector | samples flagged |", "|---|---|"]
-    lines += [f"| {d} | {n} |" for d, n in sorted((c.get("flagged_by_detector") or {}).items())]
+    over = c.get("over_threshold_by_detector") or {}
+    lines += ["", "| detector | samples over threshold | samples flagged |", "|---|---|---|"]
+    lines += [
+        f"| {d} | {over.get(d, n)} | {n} |"
+        for d, n in sorted((c.get("flagged_by_detector") or {}).items())
+    ]
     lines += [
         "",
         f"clean: `{summary.get('clean_ref')}`  ",

@@ -228,8 +228,13 @@ def run(
     t.add_row("clean rows", str(c["clean"]))
     for b, n in sorted(c["flagged_by_benchmark"].items()):
         t.add_row(f"  flagged vs {b}", str(n))
+    evidence = set((result.manifest.get("policy") or {}).get("evidence_only") or [])
+    over = c.get("over_threshold_by_detector") or {}
     for d, n in sorted(c["flagged_by_detector"].items()):
-        t.add_row(f"  flagged by {d}", str(n))
+        if d in evidence:  # never flags on its own: say how many rows it holds evidence for
+            t.add_row(f"  over threshold, {d} (evidence only)", str(over.get(d, n)))
+        else:
+            t.add_row(f"  flagged by {d}", str(n))
     for r, n in sorted((c.get("flagged_by_rule") or {}).items()):
         t.add_row(f"  flagged by rule {r.replace('+', ' + ')}", str(n))
     timings = result.manifest.get("timings") or {}

@@ -257,6 +257,19 @@ def test_per_detector_counts_follow_the_policy_thresholds(pools_dir, tmp_path):
     # evidence only: the detector recorded evidence, but flagged (and removed) nothing
     assert res.counts["matches"] > 0
     assert res.counts["flagged_by_detector"] == {"ngram": 0} and res.counts["contaminated"] == 0
+    # ... and the rows it holds evidence for are counted apart: the rows the same detector
+    # flags when it may decide (the CLI said "flagged by ngram 0" while the report listed the
+    # rows over its threshold), and the report's count of them
+    plain = DecontamConfig(benchmarks=["aime24"], detectors=["ngram"])
+    flagging = run_decontamination(str(src), out_dir=tmp_path / "plain", config=plain, **kw)
+    n = flagging.counts["flagged_by_detector"]["ngram"]
+    assert n > 0 and res.counts["over_threshold_by_detector"] == {"ngram": n}
+    assert flagging.counts["over_threshold_by_detector"] == {"ngram": n}
+    from reports.contamination import build_report
+
+    rep, _, _ = build_report(str(tmp_path / "strict"))
+    (row,) = [d for d in rep["summary"]["by_detector"] if d["detector"] == "ngram"]
+    assert (row["samples_over_threshold"], row["evidence_only"]) == (n, True)
 
 
 def test_detector_caches_live_under_the_runs_data_root(pools_dir, tmp_path, monkeypatch):
