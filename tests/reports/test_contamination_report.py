@@ -189,6 +189,8 @@ def test_agreement_and_single_detector_items(report_dir):
 def test_sensitivity_curve_at_threshold_matches_flag_count(report_dir):
     report = json.loads((report_dir / "report.json").read_text())
     by_det = {d["detector"]: d["samples_over_threshold"] for d in report["summary"]["by_detector"]}
+    # every detector that flagged rows has its curve (an empty sensitivity passed the loop)
+    assert by_det and sorted(report["sensitivity"]) == sorted(by_det)
     for det, curve in report["sensitivity"].items():
         thr = report["thresholds"][det]
         at = [n for t, n in curve if abs(t - thr) < 1e-9]
