@@ -58,12 +58,16 @@ def test_pinned_file_hashes_agree_with_provenance(benchmarks_dir):
         parts = line.split()
         if len(parts) == 2 and len(parts[0]) == 64:
             listed[parts[1]] = parts[0]
+    checked = []
     for d in definitions().values():
         if not d.builtin:
             continue
         for spec in (d.local, *d.variants):
             assert listed[spec.file] == spec.sha256
             assert file_sha256(benchmarks_dir / spec.file) == spec.sha256
+            checked.append(spec.file)
+    # every file PROVENANCE.md lists is pinned by a built-in (no built-ins passed the loop)
+    assert listed and sorted(checked) == sorted(listed)
 
 
 def test_content_hash_ignores_row_order_and_format():
