@@ -314,6 +314,10 @@ def test_exports_carry_the_test_preamble_code_rows_are_graded_with(rl_ref, tmp_p
     assert code and all(r["test_preamble"].startswith("from typing import") for r in code)
     assert all(r["test_preamble"] is None for r in trl if r["domain"] == "math")
     verl = to_verl(t).to_pylist()
+    # every code row is scored below (no code row read as math passed the loop)
+    assert sorted(r["extra_info"]["uid"] for r in verl if r["ability"] == "code") == sorted(
+        r["uid"] for r in code
+    )
     for r in verl:
         if r["ability"] != "code":
             continue
