@@ -117,6 +117,7 @@ def test_out_of_fold_budget_holds_on_average_over_deals(scored):
     od = over_deals(
         (dev, scores, labels, cal_names, 0.0), ["3", "5", "10"], 10, rules, rule_only, floors
     )
+    assert list(od["by_fold_count"]) == ["3", "5", "10"]  # an empty result passed the loop
     for k, v in od["by_fold_count"].items():
         assert v["n"] == 280 and len(v["fp_per_deal"]) == 10
         assert v["mean_fpr"] <= BUDGET_FPR, (k, v["fp_per_deal"])  # 0.36 / 0.46 / 0.39 %
