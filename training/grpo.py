@@ -41,7 +41,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from curation.errors import ConfigError, SluiceError
+from curation.errors import ConfigError, NotFoundError, SluiceError
 from training.config import TrainConfig
 from training.pools import PoolInfo, build_prompt_rows, check_pools
 from training.resampling import (
@@ -305,6 +305,16 @@ def resolve_pools(
 ) -> tuple[TrainConfig, list[PoolInfo]]:
     """Check every stage's pools (refusing uncleaned ones) and return the config with each pool
     pinned to its exact ``name@version``."""
+    for s in config.stages:  # a missing pool names the stage that lists it (the file's field)
+        for r in s.pools:
+            try:
+                catalog.resolve(r)
+            except NotFoundError as exc:
+                fix = "edit the stage's pools (`sluice datasets list` shows what the catalog holds)"
+                raise NotFoundError(
+                    f"[[stages]] {s.name!r} pools: {r!r}: {exc.message}",
+                    hint=f"{exc.hint}; {fix}" if exc.hint else fix,
+                ) from None
     refs = [r for s in config.stages for r in s.pools]
     infos = check_pools(catalog, refs, allow_uncleaned=allow_uncleaned)
     pinned = {i.ref: i.resolved for i in infos}

@@ -833,3 +833,21 @@ def test_export_verl_loads_the_tokenizer_once(tiny_model, pool_catalog, tmp_path
     res = export_verl(load_train_config(cfg), tmp_path / "v", catalog=pool_catalog["catalog"])
     assert res["stages"] and res["stages"][0]["max_prompt_length_measured_by"] == "tokenizer"
     assert [str(x) for x in loads] == [str(tiny_model)]
+
+
+@pytest.mark.parametrize("command", ["grpo", "export-verl"])
+def test_a_missing_pool_names_the_stage_that_lists_it(
+    command, tiny_model, pool_catalog, tmp_path, capsys
+):
+    """The shipped example configs name pools a new catalog does not hold: `train grpo
+    training/configs/srpo_two_stage.toml --check` said only "no dataset named
+    'deepscaler.decontaminated' in the catalog", not that the config's stage 'math' lists it or
+    that the fix is to edit the stage's pools. Now the error names the stage and its pools."""
+    cfg = _write_config(tmp_path / "t.toml", tiny_model, "deepscaler.decontaminated@latest")
+    argv = ["train", command, str(cfg), "--root", str(pool_catalog["root"])]
+    argv += ["--check"] if command == "grpo" else ["--out", str(tmp_path / "verl")]
+    assert _main(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "[[stages]] 'math' pools: 'deepscaler.decontaminated@latest':" in err, err
+    assert "no dataset named 'deepscaler.decontaminated'" in err, err
+    assert "sluice datasets list" in err and "Traceback" not in err, err
