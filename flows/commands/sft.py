@@ -208,9 +208,12 @@ def build(
         _say(f"  note: {note}")
     _say("verification: " + ", ".join(f"{k} {v}" for k, v in c["verification"].items()))
     for g in res.grid:
-        _say(
-            f"  grid p={g['prompts']} r={g['responses_per_prompt']}: {g['rows']} rows {g.get('ref')}"
+        cell = (
+            "all kept responses (no --prompts/--responses grid)"
+            if g["prompts"] is None and g["responses_per_prompt"] is None
+            else f"grid p={g['prompts']} r={g['responses_per_prompt']}"
         )
+        _say(f"  {cell}: {g['rows']} rows {g.get('ref')}")
     _say(f"published: {res.responses_ref}")
     _say(f"report: {res.manifest.get('report', {}).get('html')}")
     for w in res.warnings:

@@ -592,3 +592,22 @@ def test_a_map_that_splits_out_only_the_thinking_keeps_the_answer_after_think(
     assert [r["truncated"] for r in got] == [r["truncated"] for r in want]
     closed = [r for r in got if not r["truncated"]]
     assert closed and all(r["final_answer"] and r["reasoning"] for r in closed)
+
+
+def test_a_build_without_a_grid_names_the_set_it_publishes(pools_dir, data_root, tmp_path, capsys):
+    """`sluice sft build ta@latest --out DIR` (docs/sft.md's external traces) printed
+    `grid p=None r=None: 135 rows ta.sft.all@...`: no grid was asked for. It now says the one
+    set holds every kept response, under the name the export takes."""
+    from flows.cli import main
+
+    src = _two_traces_each(pools_dir, tmp_path)
+    cat = Catalog(data_root)
+    ref = ingest(str(src), field_map="thoughtanchors_r1_traces", name="two", catalog=cat).ref
+    with pytest.raises(SystemExit) as e:
+        main(["sft", "build", ref, "--out", str(tmp_path / "run"), "--no-decontam", "--keep",
+              "all", "--near-dup", "0", "--root", str(data_root)])  # fmt: skip
+    assert e.value.code in (0, None)
+    err = capsys.readouterr().err
+    assert "p=None" not in err, err
+    set_ref = cat.resolve("two.sft.all@latest").ref
+    assert f"  all kept responses (no --prompts/--responses grid): 8 rows {set_ref}" in err, err
