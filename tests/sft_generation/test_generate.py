@@ -334,12 +334,20 @@ def test_sft_generate_hf_takes_device_dtype_and_batch_size(pool, tmp_path, data_
 
     cat, ref, _ = pool
     model = tiny_model_dir(tmp_path / "m")
-    seen = []
+    seen, batches = [], []
     real = transformers.AutoModelForCausalLM.from_pretrained
 
     def spy(*a, **kw):
         seen.append(kw.get("dtype"))
-        return real(*a, **kw)
+        loaded = real(*a, **kw)
+        real_generate = loaded.generate
+
+        def generate(*ga, **gkw):  # the sequences of each forward pass
+            batches.append(gkw["input_ids"].shape[0])
+            return real_generate(*ga, **gkw)
+
+        loaded.generate = generate
+        return loaded
 
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", spy)
     with pytest.raises(SystemExit) as e:
@@ -349,12 +357,20 @@ def test_sft_generate_hf_takes_device_dtype_and_batch_size(pool, tmp_path, data_
     err = capsys.readouterr().err
     assert e.value.code == 0, err
     assert seen == [torch.bfloat16], seen
+    assert batches == [4, 2], batches  # 6 prompts, 4 a pass (the default 8 is one pass of 6)
     # an option for the other backend is named, not dropped without a word
     assert (
         "warning: --concurrency is ignored by the hf backend: it applies to --backend openai" in err
         and err.count("warning:") == 1
     ), err
     assert "6 responses: 6 generated" in err and "published: amc6.sft_raw@" in err, err
+    # --device reaches the loader: a device this machine lacks (no MPS off macOS) is refused
+    with pytest.raises(SystemExit) as e:
+        main(["sft", "generate", ref, "--model", str(model), "--backend", "hf", "--device", "mps",
+              "--max-tokens", "4", "--seed", "7", "--root", str(data_root), "--store",
+              str(tmp_path / "store")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert e.value.code != 0 and "--device mps: no Apple MPS device" in err, err
     for bad in ("bf16", "float64"):
         with pytest.raises(SystemExit) as e:
             main(["sft", "generate", ref, "--model", str(model), "--backend", "hf", "--dtype",
