@@ -97,6 +97,12 @@ def test_text_that_is_not_valid_unicode_does_not_sink_the_batch():
 
 
 def test_unparseable_reference_is_an_error_not_incorrect():
+    # a reference math-verify parses to nothing is the data's fault, not the answer's: without
+    # the check, verify() of an empty gold graded every answer "incorrect", the model's failure
+    for ref in (r"\text{}", "\\"):
+        r = verify_one(r"\boxed{3}", ref)
+        assert (r.status, r.extracted) == ("error", "3"), r
+        assert "could not be parsed" in r.reason and repr(ref) in r.reason, r
     r = verify_one(r"\boxed{3}", r"\frac{")
     assert r.status in ("error", "incorrect")
     # math-verify's string fallback keeps '\frac{' as a string; either way it is never 'correct'
