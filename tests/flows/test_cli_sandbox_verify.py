@@ -54,8 +54,12 @@ def test_sandbox_run_reports_program_failures_with_exit_code_zero(tmp_path):
 
 
 def test_sandbox_run_missing_program_is_a_tool_error(tmp_path):
-    rc, obj, raw = _sluice("sandbox", "run", str(tmp_path / "nope.py"))
-    assert rc != 0 and "not found" in raw
+    # a tool error: exit 2 and one line naming the path, never a traceback (exit 1) that
+    # happens to contain "not found", nor a JSON object as if the program had run
+    missing = tmp_path / "nope.py"
+    rc, obj, raw = _sluice("sandbox", "run", str(missing))
+    assert rc == 2 and obj is None, raw
+    assert raw.strip() == f"error: program {missing} not found (pass the path of a .py file)", raw
 
 
 def test_verify_math_prints_one_json_object():
