@@ -47,6 +47,12 @@ def test_a_sluice_error_keeps_exit_code_2_and_its_one_line(tmp_path):
     res = _run("datasets", "show", "nope", env={"SLUICE_DATA_ROOT": str(tmp_path)})
     assert res.returncode == 2
     assert "Traceback" not in res.stderr and res.stderr.startswith("error:")
+    # one line however long (the root's path makes it wider than 80 columns): not folded at
+    # the width rich assumes without a terminal
+    assert res.stderr.splitlines() == [
+        f"error: no dataset named 'nope' in the catalog at {tmp_path} (available: (none))"
+    ], res.stderr
+    assert len(res.stderr.rstrip()) > 80
     assert res.stdout.strip() == "hook ran"
 
 
