@@ -7,10 +7,11 @@ log uses for items a rerun took from its store (:func:`reused_note`, :func:`all_
 
 from __future__ import annotations
 
-import contextvars
 import threading
 import time
 from collections.abc import Callable
+
+from curation.threads import context_thread
 
 
 class LineClock:
@@ -28,10 +29,7 @@ class LineClock:
             # the thread writes in the starter's context: a Prefect run logger needs the flow's
             # settings (the temporary server's API URL) and run context, which live in
             # ContextVars; from a bare thread its lines went to a stray second server
-            ctx = contextvars.copy_context()
-            self._thread = threading.Thread(
-                target=ctx.run, args=(self._beat,), name=name, daemon=True
-            )
+            self._thread = context_thread(self._beat, name=name, daemon=True)
             self._thread.start()
 
     def tick(self) -> None:
