@@ -28,6 +28,7 @@ from typing import Any
 from curation.errors import ConfigError, SluiceError, require
 from curation.generation.config import GenerationConfig, SamplingParams
 from curation.generation.store import Sample
+from curation.threads import context_thread
 
 Prompt = str | list[dict[str, str]]
 Sink = Callable[[list[Sample]], None]
@@ -344,8 +345,10 @@ class OpenAIBackend(Backend):
                     stop.set()
                     return
 
+        # the sink runs on these threads and writes the caller's progress: in a flow those
+        # lines are Prefect logs, which need the flow's run context (a ContextVar)
         workers = [
-            threading.Thread(target=work, name=f"generate-{k}", daemon=True)
+            context_thread(work, name=f"generate-{k}", daemon=True)
             for k in range(min(self.config.concurrency, len(todo)))
         ]
         try:

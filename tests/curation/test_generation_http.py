@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import json
 from pathlib import Path
 
@@ -193,3 +194,26 @@ def test_ctrl_c_sends_no_queued_request_and_waits_for_none_in_flight(tmp_path):
         assert "interrupted" in out and srv.in_flight == 2  # it did not wait for the replies
         assert len(srv.posts()) == 2  # and sent none of the ten queued
     assert SampleStore(tmp_path / "s").count_lines() == 0
+
+
+WHERE = contextvars.ContextVar("WHERE", default="no context")
+
+
+def test_samples_reach_the_progress_in_the_callers_context(tmp_path):
+    # the request threads call the progress: a flow's lines are Prefect logs (log_prints, a
+    # run logger), which need the flow's settings and run context from ContextVars; from bare
+    # threads the lines of `sluice rl` and `sluice sft` flows never reached the run's log
+    seen: list[str] = []
+
+    class Bar:
+        def update(self, n: int, tokens: int = 0) -> None:
+            seen.append(WHERE.get())
+
+    token = WHERE.set("the flow's context")
+    try:
+        with StandInServer() as srv, SampleStore(tmp_path / "s") as st:
+            b = _backend(srv.url, concurrency=3)
+            r = generate(["a", "b", "c"], 2, P, b, st, progress=Bar())
+    finally:
+        WHERE.reset(token)
+    assert r.generated == 6 and seen == ["the flow's context"] * 6
