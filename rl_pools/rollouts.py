@@ -431,12 +431,15 @@ class _Pipeline:
 
     def __init__(self, fn) -> None:
         import queue
-        import threading
+
+        from curation.threads import context_thread
 
         self.fn = fn
         self.q: queue.Queue = queue.Queue(maxsize=1)
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="sluice-grade", daemon=True)
+        # in the caller's context: ``fn`` writes the grading progress, which a flow sends to
+        # its run's log only where its run context (a ContextVar) is set
+        self.thread = context_thread(self._run, name="sluice-grade", daemon=True)
 
     def _run(self) -> None:
         while (item := self.q.get()) is not None:

@@ -41,3 +41,19 @@ def test_generation_progress_from_request_threads_reaches_the_run_log(tmp_path):
     done = sorted(x.split(" samples")[0] for x in ours)
     assert done == [f"gen: {i}/4" for i in (1, 2, 3, 4, 4)], ours
     assert ours[-1].endswith("(done)"), ours
+
+
+def test_grading_thread_prints_reach_the_run_log():
+    from prefect import flow
+
+    from rl_pools.rollouts import _Pipeline
+
+    @flow(name="thread-context-grade", log_prints=True)
+    def grade_flow() -> None:
+        with _Pipeline(lambda i: print(f"graded chunk {i}", file=sys.stderr)) as pipe:
+            for i in range(3):
+                pipe.put(i)
+
+    state = grade_flow(return_state=True)
+    ours = [x for x in run_log(state) if x.startswith("graded chunk")]
+    assert ours == [f"graded chunk {i}" for i in range(3)], run_log(state)

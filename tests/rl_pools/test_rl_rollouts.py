@@ -556,3 +556,22 @@ def test_a_rerun_says_every_sample_and_grade_was_reused(math_ref, tmp_path, caps
     assert done in lines, lines
     assert "grade: all 16 samples served from the store (reused), nothing graded" in lines, lines
     assert not any("ETA ?" in x for x in lines), lines
+
+
+def test_the_grading_thread_runs_in_the_callers_context():
+    # the grading thread writes the `grade` progress lines: in a flow they are Prefect logs
+    # (log_prints), which need the flow's run context; from a bare thread they missed the run's log
+    import contextvars
+
+    from rl_pools.rollouts import _Pipeline
+
+    where = contextvars.ContextVar("where", default="no context")
+    seen: list[str] = []
+    token = where.set("the flow's context")
+    try:
+        with _Pipeline(lambda x: seen.append(where.get())) as p:
+            for x in range(3):
+                p.put(x)
+    finally:
+        where.reset(token)
+    assert seen == ["the flow's context"] * 3
