@@ -930,11 +930,14 @@ def test_a_report_stopped_while_writing_leaves_no_report_json(run_dir, tmp_path)
     out = tmp_path / "report"
     render_report(run_dir, out)
     argv = ["report", "contamination", str(run_dir), "--out", str(out), "--max-evidence", "2"]
-    proc = sluice_held_after("reports.contamination:_env", argv, env={}, marker=tmp_path / "held")
+    # held while report.html is rendered: the new report.md is written, report.json is not
+    held = "reports.contamination:_html_evidence"
+    proc = sluice_held_after(held, argv, env={}, marker=tmp_path / "held")
     code, err = stop_group(proc, signal.SIGINT)
     assert code == 130 and "Traceback" not in err and "sluice: interrupted" in err, err
     left = sorted(p.name for p in out.iterdir())
-    assert not {"report.json", "report.md", "report.html"} & set(left), left
+    assert not {"report.json", "report.html"} & set(left), left
+    assert "Showing 2 of 6 flagged pairs" in (out / "report.md").read_text()  # the new one
     assert not [p for p in out.rglob("*") if ".tmp" in p.name], left
     res = subprocess.run([sys.executable, "-m", "flows.cli", *argv], capture_output=True,
                          text=True, timeout=300, cwd=REPO)  # fmt: skip
