@@ -198,10 +198,12 @@ def test_a_diff_stopped_while_writing_leaves_no_diff_json(runs, tmp_path):
     out = tmp_path / "d"
     write_diff(diff_runs(a, b), out)
     argv = ["report", "diff", str(b), str(a), "--out", str(out)]
-    proc = sluice_held_after("reports.diff:RunDiff.to_json", argv, env={}, marker=tmp_path / "held")
+    # held after the first file is renamed into place: the new diff.md, and no diff.json
+    proc = sluice_held_after("os:replace", argv, env={}, marker=tmp_path / "held")
     code, err = stop_group(proc, signal.SIGINT)
     assert code == 130 and "Traceback" not in err and "sluice: interrupted" in err, err
-    assert sorted(p.name for p in out.iterdir()) == []
+    assert sorted(p.name for p in out.iterdir()) == ["diff.md"]
+    assert "## Resolved flags (1)" in (out / "diff.md").read_text()  # the new one
     res = subprocess.run([sys.executable, "-m", "flows.cli", *argv], capture_output=True,
                          text=True, timeout=300, cwd=REPO)  # fmt: skip
     assert res.returncode == 0, res.stderr
