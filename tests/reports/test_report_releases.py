@@ -70,13 +70,20 @@ def test_catalog_input_rows_named_by_source_and_ingest_accounted(
     tmp_path, pools_dir, benchmarks_dir, data_root
 ):
     """A report an auditor can sign names training rows by their own id, file and row, and
-    accounts for every source row of the ingest behind the scanned version."""
+    accounts for every source row of the ingest behind the scanned version. The file's second
+    row repeats its first (a duplicate the ingest drops), so a row's place in the scanned
+    version is not its row in the file."""
     from curation.catalog import Catalog
     from curation.ingest import ingest
 
     cat = Catalog(data_root)
-    res = ingest(str(pools_dir / "math_ttrl_aime24_as_train.jsonl"), field_map="ttrl",
-                 name="ttrl", catalog=cat, limit=5)  # fmt: skip
+    lines = (pools_dir / "math_ttrl_aime24_as_train.jsonl").read_text().splitlines(True)[:5]
+    pool = tmp_path / "math_ttrl_aime24_as_train.jsonl"
+    pool.write_text("".join([lines[0], *lines]))
+    file_row: dict[str, int] = {}  # each id's first row in the file
+    for i, line in enumerate(pool.read_text().splitlines(), start=1):
+        file_row.setdefault(json.loads(line)["id"], i)
+    res = ingest(str(pool), field_map="ttrl", name="ttrl", catalog=cat)
     run_decontamination(res.ref, text_fields=["problem"], benchmarks=["aime24"],
                         detectors=["ngram"], out_dir=tmp_path / "run",
                         benchmarks_dir=benchmarks_dir, catalog=cat)  # fmt: skip
@@ -87,11 +94,14 @@ def test_catalog_input_rows_named_by_source_and_ingest_accounted(
     assert len(rows) == 5
     for e in rows:
         assert e["source_id"] == src[e["sample_uid"]]["source_id"] and e["source_id"]
-        assert e["source_file"] == "math_ttrl_aime24_as_train.jsonl" and 1 <= e["source_row"] <= 5
+        assert e["source_file"] == "math_ttrl_aime24_as_train.jsonl"
+        assert e["source_row"] == file_row[e["source_id"]], e
+    assert sorted(e["source_row"] for e in rows) == [1, 3, 4, 5, 6]
     ev = pq.read_table(tmp_path / "report" / "evidence.parquet").to_pylist()
     assert {r["source_row"] for r in ev} == {e["source_row"] for e in rows}
     ing = rep["provenance"]["input"]["ingest"]
-    assert ing["ref"] == res.ref and ing["counts"]["read"] == 5 == ing["counts"]["accepted"]
+    assert ing["ref"] == res.ref and ing["counts"]["read"] == 6
+    assert ing["counts"]["accepted"] == 5 and ing["counts"]["duplicates"] == 1
     html = paths.html.read_text()
-    assert "read 5 = accepted 5 + duplicates 0 + rejected 0" in html
+    assert "read 6 = accepted 5 + duplicates 1 + rejected 0" in html
     assert f"row {rows[0]['source_row']}" in html
