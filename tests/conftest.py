@@ -77,3 +77,27 @@ def data_root(tmp_path, monkeypatch) -> Path:
     root = tmp_path / "data-root"
     monkeypatch.setenv("SLUICE_DATA_ROOT", str(root))
     return root
+
+
+@pytest.fixture()
+def graded(monkeypatch):
+    """Counts of the answers sent to the math verifier (``math``), of its calls
+    (``verify_calls``) and of the programs run in the sandbox (``code``): what a grade log
+    saves is what these do not count."""
+    from rl_pools import sandbox, verify
+
+    calls = {"math": 0, "code": 0, "verify_calls": 0}
+    real_verify, real_run = verify.MathVerifier.verify, sandbox.run_tests
+
+    def counted_verify(self, answers, references):
+        calls["math"] += len(answers)
+        calls["verify_calls"] += 1
+        return real_verify(self, answers, references)
+
+    def counted_run(program, tests, config=None):
+        calls["code"] += 1
+        return real_run(program, tests, config)
+
+    monkeypatch.setattr(verify.MathVerifier, "verify", counted_verify)
+    monkeypatch.setattr(sandbox, "run_tests", counted_run)
+    return calls

@@ -26,27 +26,6 @@ def math_ref(data_root, pools_dir):
                        "deepscaler_math", 4)  # fmt: skip
 
 
-@pytest.fixture()
-def graded(monkeypatch):
-    """Counts of the answers sent to the math verifier and the programs run in the sandbox."""
-    from rl_pools import sandbox, verify
-
-    calls = {"math": 0, "code": 0}
-    real_verify, real_run = verify.MathVerifier.verify, sandbox.run_tests
-
-    def counted_verify(self, answers, references):
-        calls["math"] += len(answers)
-        return real_verify(self, answers, references)
-
-    def counted_run(program, tests, config=None):
-        calls["code"] += 1
-        return real_run(program, tests, config)
-
-    monkeypatch.setattr(verify.MathVerifier, "verify", counted_verify)
-    monkeypatch.setattr(sandbox, "run_tests", counted_run)
-    return calls
-
-
 def _gen(url):
     return GenerationConfig(backend="openai", model="stand-in-7b", base_url=url, backoff_s=0.01,
                             max_retries=1, concurrency=4)  # fmt: skip

@@ -29,28 +29,6 @@ FAST = FilterConfig(decontaminate=False)
 
 
 @pytest.fixture()
-def graded(monkeypatch):
-    """Counts of the answers sent to the math verifier and the programs run in the sandbox."""
-    from rl_pools import sandbox, verify
-
-    calls = {"math": 0, "code": 0, "verify_calls": 0}
-    real_verify, real_run = verify.MathVerifier.verify, sandbox.run_tests
-
-    def counted_verify(self, answers, references):
-        calls["math"] += len(answers)
-        calls["verify_calls"] += 1
-        return real_verify(self, answers, references)
-
-    def counted_run(program, tests, config=None):
-        calls["code"] += 1
-        return real_run(program, tests, config)
-
-    monkeypatch.setattr(verify.MathVerifier, "verify", counted_verify)
-    monkeypatch.setattr(sandbox, "run_tests", counted_run)
-    return calls
-
-
-@pytest.fixture()
 def traces(pools_dir, data_root, tmp_path):
     """12 real traces that close their thinking (each one is sent to the verifier)."""
     raw = [json.loads(line) for line in open(pools_dir / TRACES)]
