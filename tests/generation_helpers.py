@@ -162,7 +162,10 @@ class StandInServer:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # a client that stopped (Ctrl-C) abandons its requests in flight
 
             def do_GET(self):  # noqa: N802 - http.server API
                 if self.path.rstrip("/").endswith("/models"):
