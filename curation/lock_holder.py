@@ -26,6 +26,16 @@ def alive(pid: int) -> bool:
     return True
 
 
+def host_tag() -> str:
+    """This host's name as one token of a file name (``[A-Za-z0-9_]`` only): the ``<host>``
+    of the ``<host>-<pid>`` a writer puts in its temporary files, so a later process of the
+    same host can tell with :func:`alive` whether that writer is gone."""
+    import re
+    import socket
+
+    return re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname())
+
+
 def command_line() -> str:
     """This process's command line, shortened (``sluice sft generate amc@...``)."""
     prog = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from curation.errors import ConfigError, IntegrityError, StorageError, writing_to
-from curation.lock_holder import alive
+from curation.lock_holder import alive, host_tag
 
 _PARTIAL = ".partial-"
 _OLD = ".old-"
@@ -141,9 +141,7 @@ def check_out_dir(out: str | os.PathLike, *, kind: Kind) -> Path:
 def _owner_tag() -> str:
     """``<host>-<pid>-``: who writes a temporary sibling, so a later run can tell whether its
     writer is still alive (:func:`_collect_dead`)."""
-    import socket
-
-    return f"{socket.gethostname().replace('-', '_')}-{os.getpid()}-"
+    return f"{host_tag()}-{os.getpid()}-"
 
 
 _UNNAMED_STALE_S = 7 * 24 * 3600

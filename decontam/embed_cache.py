@@ -20,7 +20,6 @@ import fcntl
 import hashlib
 import os
 import re
-import socket
 import sys
 import time
 import uuid
@@ -31,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from curation.lock_holder import alive
+from curation.lock_holder import alive, host_tag
 from curation.settings import data_root
 
 CACHE_SCHEMA_VERSION = "embed-cache/1"
@@ -42,7 +41,7 @@ _STALE_TMP_S = 3600  # a part-*.tmp this old is an abandoned write, whoever wrot
 def _writer_tag() -> str:
     """``<host>-<pid>``: which process writes a ``part-*.tmp`` file, so a later one can tell
     whether that writer is gone (:meth:`EmbeddingCache._remove_dead_tmp`)."""
-    return f"{re.sub(r'[^A-Za-z0-9_]', '_', socket.gethostname())}-{os.getpid()}"
+    return f"{host_tag()}-{os.getpid()}"
 
 
 def text_hash(text: str) -> str:

@@ -9,7 +9,6 @@ autoescapes and highlighted texts are built from escaped pieces (:func:`highligh
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import math
 import re
@@ -1111,7 +1110,7 @@ def render_report(
     report, ev_table, plot_data = build_report(
         run, evaluation_dir=evaluation_dir, max_evidence=max_evidence
     )
-    from curation.rundir import replacing
+    from curation.rundir import file_sha256, replacing
 
     out = Path(out_dir)
     # an earlier report's files go first, report.json (what says the report is finished) is
@@ -1146,9 +1145,7 @@ def render_report(
     with replacing(out / "evidence.parquet") as tmp:
         pq.write_table(ev_table, tmp)
     # the full evidence list travels beside the report: its hash ties it to this report.json
-    report["evidence"]["sha256"] = hashlib.sha256(
-        (out / "evidence.parquet").read_bytes()
-    ).hexdigest()
+    report["evidence"]["sha256"] = file_sha256(out / "evidence.parquet")
     paths = ReportPaths(out / "report.html", out / "report.md", out / "report.json")
     env = _env()
     with replacing(paths.markdown) as tmp:
