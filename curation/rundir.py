@@ -290,15 +290,37 @@ def finish(tmp: Path, out: str | os.PathLike, *, kind: Kind) -> Path:
     return out
 
 
+_TMP = ".tmp-"
+
+
+def _remove_dead_tmp(path: Path) -> None:
+    """Remove the temporary files of :func:`replacing` beside ``path`` whose writer was a
+    process of this host that is gone (a report killed with SIGKILL mid-write left one per
+    kill). Only names of exactly that pattern; a live writer's, another host's (a shared file
+    system) and this process's are left alone."""
+    import glob
+
+    head = f".{path.stem}{_TMP}{host_tag()}-"
+    name = re.compile(re.escape(head) + r"([0-9]+)-[0-9a-f]{8}" + re.escape(path.suffix))
+    for left in path.parent.glob(glob.escape(head) + "*" + glob.escape(path.suffix)):
+        m = name.fullmatch(left.name)
+        if m and int(m[1]) != os.getpid() and not alive(int(m[1])):
+            left.unlink(missing_ok=True)
+
+
 @contextlib.contextmanager
 def replacing(path: str | os.PathLike) -> Iterator[Path]:
-    """A temporary name beside ``path`` to write (``.NAME.tmp.SUFFIX``: the suffix kept for
-    writers that choose the format by it); renamed to ``path`` when the block ends normally,
-    removed otherwise, so ``path`` is never a torn file. For a command that writes loose files
-    into a folder it does not own; with the folder's marker file (its plan, its summary)
-    removed first and written last, a stop midway leaves no folder that reads as finished."""
+    """A temporary name beside ``path`` to write (``.NAME.tmp-<host>-<pid>-<8 hex>.SUFFIX``:
+    its own per writer, so two processes writing the same folder never rename or remove each
+    other's half-written file; the suffix last for writers that choose the format by it);
+    renamed to ``path`` when the block ends normally, removed otherwise, so ``path`` is never a
+    torn file. The temporary files of killed writers of this host are removed first. For a
+    command that writes loose files into a folder it does not own; with the folder's marker
+    file (its plan, its summary) removed first and written last, a stop midway leaves no
+    folder that reads as finished."""
     path = Path(path)
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    _remove_dead_tmp(path)
+    tmp = path.with_name(f".{path.stem}{_TMP}{_owner_tag()}{uuid.uuid4().hex[:8]}{path.suffix}")
     try:
         yield tmp
         os.replace(tmp, path)

@@ -162,3 +162,81 @@ def test_a_collision_without_the_lock_is_one_error_and_keeps_the_old_run(tmp_pat
         rundir.finish(second, out, kind=KIND)
     assert str(out) in str(exc.value) and "Errno" not in str(exc.value)
     assert json.loads((out / "run.json").read_text())["tag"] == "first"
+
+
+# a writer in another process: enters `replacing(path)`, writes half its file, says where, waits
+# for a line on stdin, writes the rest and ends the block (renaming into place); "kill" instead
+# of a line: SIGKILL mid-write (the OOM killer)
+_WRITER = (
+    "import os, signal, sys\n"
+    "from curation.rundir import replacing\n"
+    "with replacing(sys.argv[1]) as tmp:\n"
+    "    fh = open(tmp, 'w')\n"
+    "    fh.write('writer-a first half;')\n"
+    "    fh.flush()\n"
+    "    print(tmp, flush=True)\n"
+    "    if input() == 'kill':\n"
+    "        os.kill(os.getpid(), signal.SIGKILL)\n"
+    "    fh.write('writer-a second half')\n"
+    "    fh.close()\n"
+)
+
+
+def _writer(path: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([sys.executable, "-c", _WRITER, str(path)], env=env, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+
+
+def test_two_processes_replacing_the_same_file_keep_their_own_temporary_files(tmp_path):
+    """Every writer had the same temporary name (``.report.tmp.md``): a second `sluice report
+    ... --out X` started while the first was writing truncated the first's half-written file
+    and renamed it into place, and the first then failed renaming a file gone. Each writer now
+    has its own temporary name (host, pid, a random part; the suffix last), so the first
+    writes its whole file and the last to finish is what stays."""
+    path = tmp_path / "report.md"
+    a = _writer(path)
+    try:
+        a_tmp = Path(a.stdout.readline().strip())
+        with rundir.replacing(path) as b_tmp:
+            b_tmp.write_text("writer-b whole")
+        assert path.read_text() == "writer-b whole" and a_tmp.is_file()  # a's still its own
+        out, err = a.communicate("go\n", timeout=60)
+    finally:
+        a.kill()
+        a.wait()
+    assert a.returncode == 0, err
+    assert path.read_text() == "writer-a first half;writer-a second half"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md"]
+    # two writers in one process (threads) too
+    with rundir.replacing(path) as one, rundir.replacing(path) as two:
+        assert one != two and one.parent == two.parent == tmp_path
+        assert one.suffix == two.suffix == ".md" and one.name.startswith(".report.tmp-")
+        one.write_text("one")
+        two.write_text("two")
+    assert path.read_text() == "one"  # the outer block ended last
+
+
+def test_a_killed_writers_temporary_file_is_removed_by_the_next_write(tmp_path):
+    """A writer killed with SIGKILL mid-write leaves its temporary file; the next `replacing`
+    of the same file on this host removes it (one hidden file more per killed report, never
+    removed). A live writer's, another host's and a name of another pattern stay."""
+    path = tmp_path / "report.json"
+    dead = _writer(path)
+    dead_tmp = Path(dead.stdout.readline().strip())
+    dead.communicate("kill\n", timeout=60)
+    assert dead.returncode == -9 and dead_tmp.is_file()
+    live = _writer(path)
+    try:
+        live_tmp = Path(live.stdout.readline().strip())
+        elsewhere = tmp_path / f".report.tmp-otherhost-{dead.pid}-0123abcd.json"
+        other_name = tmp_path / ".report.tmp.json"  # not this pattern: left alone
+        for p in (elsewhere, other_name):
+            p.write_text("x")
+        with rundir.replacing(path) as tmp:
+            tmp.write_text("{}")
+        assert not dead_tmp.exists() and live_tmp.is_file()
+        assert elsewhere.is_file() and other_name.is_file() and path.read_text() == "{}"
+    finally:
+        live.kill()
+        live.wait()
