@@ -174,11 +174,13 @@ class EmbeddingCache:
 
     @contextlib.contextmanager
     def preparing(self, what: str) -> Iterator[None]:
-        """Held while this process fills the cache ahead of runs (``sluice benchmarks prepare``):
-        a second one for the same model and preparation says in one line on stderr which process
-        it waits for, waits, and then reads what that one stored (:meth:`refresh`) rather than
-        embedding it all again. ``.prepare.lock`` is not the shards' ``.lock``: a run reading or
-        storing vectors meanwhile never waits. A folder that cannot be written: no lock."""
+        """Held while this process fills the cache with benchmark texts (``sluice benchmarks
+        prepare``, or a run that found some uncached): a second one for the same model and
+        preparation says in one line on stderr which process it waits for, waits, and then
+        reads what that one stored (:meth:`refresh`, also done when the lock was free) rather
+        than embedding it all again. ``.prepare.lock`` is not the shards' ``.lock``: a run
+        reading or storing vectors meanwhile never waits. A folder that cannot be written: no
+        lock."""
         from curation.lock_holder import clear_holder, lock_holder, record_holder
 
         lock = self.dir / ".prepare.lock"
@@ -200,7 +202,9 @@ class EmbeddingCache:
                     flush=True,
                 )
                 fcntl.flock(fd, fcntl.LOCK_EX)
-                self.refresh()
+            # what a holder stored, also one that let go between the caller's look at the
+            # cache and this lock (its vectors were embedded again)
+            self.refresh()
             record_holder(fd)
         except BaseException:
             os.close(fd)

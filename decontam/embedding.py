@@ -694,16 +694,9 @@ def prepare_benchmarks(benchmarks: BenchmarkSet, config: EmbeddingConfig) -> dic
     missing, total = unprepared_texts(benchmarks, config)
     ref = resolve_model(config.model, config.revision)
     if missing:
-        # one prepare per model at a time: a second waits for the first, then embeds only
-        # what that one did not
-        held = (
-            _cache_for(
-                _cache_key(config), config.cache_root, config.normalize_embeddings
-            ).preparing(f"benchmark texts with {ref.model_id}")
-            if config.cache
-            else contextlib.nullcontext()
-        )
-        with held:
+        # one prepare (or run embedding them) per model at a time: a second waits for the
+        # first, then embeds only what that one did not
+        with _preparing(config):
             missing = unprepared_texts(benchmarks, config)[0]
             if missing:
                 build_index(benchmarks, config, announce=False)
@@ -716,12 +709,35 @@ def prepare_benchmarks(benchmarks: BenchmarkSet, config: EmbeddingConfig) -> dic
     }
 
 
+def _preparing(config: EmbeddingConfig) -> contextlib.AbstractContextManager[None]:
+    """The embedding cache's per-model prepare lock (:meth:`EmbeddingCache.preparing`), held
+    while benchmark texts are embedded into it; none without a cache."""
+    if not config.cache:
+        return contextlib.nullcontext()
+    cache = _cache_for(_cache_key(config), config.cache_root, config.normalize_embeddings)
+    ref = resolve_model(config.model, config.revision)
+    return cache.preparing(f"benchmark texts with {ref.model_id}")
+
+
 def build_index(
     benchmarks: BenchmarkSet, config: EmbeddingConfig, *, announce: bool = True
 ) -> BenchmarkIndex:
+    """The index over the benchmark texts' vectors. A run's (``announce``) that finds some
+    uncached takes the prepare lock first (:func:`_preparing`), so a `benchmarks prepare` or
+    another run embedding them at that moment is waited for and its vectors reused rather
+    than embedded again at the same time; a prepared root never waits."""
+    _validate_items(benchmarks.items)
+    if announce and unprepared_texts(benchmarks, config)[0]:
+        with _preparing(config):  # reads again what the holder stored, once it has the lock
+            return _build_index(benchmarks, config, announce=True)
+    return _build_index(benchmarks, config, announce=False)
+
+
+def _build_index(
+    benchmarks: BenchmarkSet, config: EmbeddingConfig, *, announce: bool
+) -> BenchmarkIndex:
     faiss = require("faiss", package="faiss-cpu")
     items = benchmarks.items
-    _validate_items(items)
     texts, holders = _benchmark_texts(items)
     missing = unprepared_texts(benchmarks, config)[0] if announce else 0
     if missing:  # say so: on CPU this is minutes the next run will not spend

@@ -78,3 +78,16 @@ def test_the_temporary_file_of_a_killed_writer_goes_on_the_next_open(tmp_path):
     cache = EmbeddingCache("m@1", "prep/1", root=tmp_path)
     assert len(cache) == 0 and not unnamed_old.exists()
     assert live.exists() and unnamed_new.exists()  # may still be written
+
+
+def test_the_prepare_lock_reads_what_a_holder_stored_even_when_it_was_free(tmp_path, capfd):
+    """A prepare that let go between another's look at the cache and its taking the lock: the
+    lock was free, so nothing was read again and its vectors were embedded a second time. The
+    cache is now read again whenever the lock is taken; a free lock is taken silently."""
+    mine = EmbeddingCache("m@1", "prep/1", root=tmp_path)
+    assert "h" not in mine  # this process looked: missing
+    subprocess.run([sys.executable, "-c", _PUT, str(tmp_path), "h"], check=True, timeout=60,
+                   cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+    with mine.preparing("test texts"):
+        assert "h" in mine
+    assert "waiting" not in capfd.readouterr().err

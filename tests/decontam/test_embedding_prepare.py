@@ -155,3 +155,52 @@ def test_a_second_prepare_waits_for_the_first_and_embeds_nothing(benchmarks_dir,
     assert second["embedded"] == 0 and unprepared_texts(bset, cfg) == (0, second["texts"])
     assert get_encoder(cfg).texts_encoded == before
     assert f"sluice: waiting for process {first.pid} (python -c" in capfd.readouterr().err
+
+
+def test_a_run_fitting_while_a_prepare_embeds_waits_and_reuses_its_vectors(
+    benchmarks_dir, tmp_path, capfd, monkeypatch
+):
+    """`sluice decontam run` started while `sluice benchmarks prepare` of the same model was
+    embedding found the benchmark vectors missing and embedded every text again, at the same
+    time, without the prepare's lock. Its fit now takes that lock when something is missing:
+    it says whom it waits for, then builds its index from the prepare's vectors. A prepared
+    root never waits, even while another process holds the lock."""
+    import fcntl
+
+    import decontam.embedding as emb
+    from decontam.embedding import EmbeddingDetector
+
+    root, embedding = tmp_path / "root", tmp_path / "first-is-embedding"
+    args = [sys.executable, "-c", _SLOW_PREPARE, str(benchmarks_dir), str(root), str(embedding)]
+    bset = load_benchmarks(["aime24"], benchmarks_dir=str(benchmarks_dir), include_variants=True)
+    cfg = EmbeddingConfig(cache_root=str(root))
+    enc = get_encoder(cfg)  # loaded before the prepare starts: the wait is what is measured
+    before = enc.texts_encoded
+    monkeypatch.setattr(emb, "_INDEXES", {})
+    prepare = subprocess.Popen(
+        args, cwd=Path(__file__).resolve().parents[2], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not embedding.exists():
+            assert prepare.poll() is None and time.monotonic() < deadline, prepare.stderr.read()
+            time.sleep(0.1)
+        det = EmbeddingDetector(cfg)
+        det.fit(bset)
+    finally:
+        _, err = prepare.communicate(timeout=120)
+    assert prepare.returncode == 0, err
+    total = unprepared_texts(bset, cfg)[1]
+    assert det.index.index.ntotal == total and enc.texts_encoded == before  # none embedded
+    assert f"sluice: waiting for process {prepare.pid} (python -c" in capfd.readouterr().err
+
+    # warm: another process's lock (its own open file) held, and the fit neither waits nor says
+    monkeypatch.setattr(emb, "_INDEXES", {})
+    lock = next(root.rglob(".prepare.lock"))
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        EmbeddingDetector(cfg).fit(bset)
+    finally:
+        os.close(fd)
+    assert "waiting" not in capfd.readouterr().err and enc.texts_encoded == before
