@@ -148,6 +148,17 @@ class RunData:
         run.json of another run) is caught here, naming the field and one row."""
         evidence_only = set(self.evidence_only())
         for p in pairs.values():
+            for det in sorted(evidence_only.intersection(p.decided_by)):
+                # decide() never names an evidence-only detector as a reason (it decides only
+                # inside a rule): run.json's list is not the one that decided
+                raise IntegrityError(
+                    f"{self.run_dir / 'run.json'}: field 'policy.evidence_only' lists {det}, but "
+                    f"decisions.parquet removes row {p.sample_uid!r} on {det} alone for "
+                    f"{p.benchmark}/{p.benchmark_item}: this is not the policy that decided the "
+                    "run",
+                    hint="run.json was edited or belongs to another run: re-run the command "
+                    "recorded in it",
+                )
             for det, s in sorted(p.scores.items()):
                 if det in evidence_only or s.over == (det in p.decided_by):
                     continue
@@ -262,6 +273,25 @@ def check_manifest(m: dict[str, Any], path: Path) -> None:
             _expect(v, (dict,), "an object", path, f"counts.{k}")
 
 
+def _check_verdicts(decisions: pa.Table, path: Path) -> None:
+    """A row is contaminated exactly when the policy gave it a reason (decontam.policy.decide):
+    a verdict flipped in decisions.parquet, and resealed into run.json, is refused here."""
+    import pyarrow.compute as pc
+
+    has_reason = pc.fill_null(pc.greater(pc.list_value_length(decisions["reasons"]), 0), False)
+    flagged = pc.fill_null(decisions["contaminated"], False)
+    bad = pc.not_equal(flagged, has_reason).to_numpy(zero_copy_only=False).nonzero()[0]
+    if len(bad):
+        i = int(bad[0])
+        uid = decisions["sample_uid"][i].as_py()
+        said = "true with no reason" if flagged[i].as_py() else "false beside its reasons"
+        raise IntegrityError(
+            f"{path}: field 'contaminated' of row {uid!r} is {said} ({len(bad)} such rows): "
+            "the decisions are not the ones the run's policy wrote",
+            hint="decisions.parquet was edited: re-run the command recorded in run.json",
+        )
+
+
 def load_run(run_dir: str | Path) -> RunData:
     """Read a run directory; a missing or malformed file is named in the error."""
     d = Path(run_dir)
@@ -315,6 +345,7 @@ def load_run(run_dir: str | Path) -> RunData:
     sha256 = {"run.json": hashlib.sha256(raw).hexdigest(), **{f: hashes[f] for f in read}}
     matches = _read_parquet(d / "matches.parquet", (*_MATCH_COLUMNS, "detector_version"))
     decisions = _read_parquet(d / "decisions.parquet", ("sample_uid", "contaminated", "reasons"))
+    _check_verdicts(decisions, d / "decisions.parquet")
     texts = (
         _read_parquet(d / "texts.parquet", ("sample_uid", "field", "text"))
         if (d / "texts.parquet").is_file()

@@ -886,6 +886,54 @@ def test_a_run_json_whose_thresholds_did_not_decide_the_run_is_refused(run_dir, 
     assert not (tmp_path / "out").exists()
 
 
+def test_a_run_json_whose_evidence_only_list_did_not_decide_the_run_is_refused(run_dir, tmp_path):
+    """An evidence-only detector never removes a row alone, so decisions.parquet never names it
+    as a reason. A run.json whose policy.evidence_only lists a detector the decisions name
+    (edited, or another run's) would report it as "evidence only: decides in a policy rule"
+    beside rows it removed alone: refused, naming the field and a row."""
+    from reports.diff import diff_runs
+
+    def edit(m):
+        m["policy"]["evidence_only"] = ["ngram"]
+
+    d = _variant(run_dir, tmp_path / "evonly", edit)
+    for call in (lambda: render_report(d, tmp_path / "out"), lambda: diff_runs(run_dir, d)):
+        with pytest.raises(IntegrityError) as exc:
+            call()
+        msg = str(exc.value)
+        assert str(d / "run.json") in msg and "policy.evidence_only" in msg, msg
+        assert "decisions.parquet removes row" in msg and "on ngram" in msg, msg
+    assert not (tmp_path / "out").exists()
+
+
+def test_decisions_whose_verdict_contradicts_their_reasons_are_refused(run_dir, tmp_path):
+    """A row is contaminated exactly when the policy gave it a reason. decisions.parquet with a
+    verdict flipped (a verbatim AIME copy marked kept, its reason still there), resealed into
+    run.json with matching counts, is refused naming the file, the field and the row."""
+    d = tmp_path / "flipped"
+    d.mkdir()
+    for f in run_dir.iterdir():
+        if f.is_file():
+            (d / f.name).write_bytes(f.read_bytes())
+    t = pq.read_table(d / "decisions.parquet")
+    flags = t.column("contaminated").to_pylist()
+    i = flags.index(True)
+    flags[i] = False
+    t = t.set_column(t.column_names.index("contaminated"), "contaminated", pa.array(flags))
+    pq.write_table(t, d / "decisions.parquet")
+    m = json.loads((d / "run.json").read_text())
+    m["counts"]["contaminated"] -= 1
+    m["counts"]["clean"] += 1
+    (d / "run.json").write_text(json.dumps(m))
+    reseal(d)
+    uid = t.column("sample_uid")[i].as_py()
+    with pytest.raises(IntegrityError) as exc:
+        render_report(d, tmp_path / "out")
+    msg = str(exc.value)
+    assert str(d / "decisions.parquet") in msg and "'contaminated'" in msg and uid in msg, msg
+    assert not (tmp_path / "out").exists()
+
+
 def test_report_json_records_the_hash_of_its_evidence_file(report_dir):
     """evidence.parquet is the full evidence list beside a signed report: report.json records
     its SHA-256 and row count, so an edited or swapped evidence file can be told apart."""
