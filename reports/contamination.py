@@ -1161,8 +1161,80 @@ def render_report(
             ),
             encoding="utf-8",
         )
+    # what a signature over report.json covers: the SHA-256 of every file written beside it
+    # (the HTML people read included); `sluice report verify` checks them
+    report["report_files_sha256"] = {
+        name: file_sha256(out / name)
+        for name in ("evidence.parquet", "report.html", "report.md", *REPORT_PLOTS)
+    }
     with replacing(paths.json) as tmp:
         tmp.write_text(
             json.dumps(report, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8"
         )
     return paths
+
+
+REPORT_PLOTS = ("plots/agreement.png", "plots/scores.png", "plots/sensitivity.png")
+
+
+def verify_report(report_dir: str | Path, run_dir: str | Path | None = None) -> dict[str, str]:
+    """Check a report folder against the hashes its ``report.json`` records and, with
+    ``run_dir``, that it was written from that run (its files unchanged since). Returns the
+    SHA-256 of each file checked; raises :class:`IntegrityError` naming every file that differs.
+    Files that report.json does not record (a detached signature beside it) are not checked."""
+    from curation.errors import IntegrityError
+    from curation.rundir import file_sha256
+
+    d = Path(report_dir)
+    rj = d / "report.json"
+    if not rj.is_file():
+        raise NotFoundError(
+            f"{rj} not found",
+            hint="give the --out folder of `sluice report contamination`",
+        )
+    try:
+        report = json.loads(rj.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"not a JSON report: {exc}", file=str(rj)) from None
+    files = report.get("report_files_sha256") if isinstance(report, dict) else None
+    if not isinstance(files, dict) or not files:
+        raise IntegrityError(
+            f"{rj}: field 'report_files_sha256' is missing, so the files beside it cannot be "
+            "checked (a report written before Sluice recorded them, or an edited one)",
+            hint="write the report again: sluice report contamination RUN_DIR --out "
+            f"{d} (it also checks the run's files)",
+        )
+    checked: dict[str, str] = {"report.json": file_sha256(rj)}
+    problems: list[str] = []
+    for name, want in sorted(files.items()):
+        p = d / name
+        if not p.is_file():
+            problems.append(f"{p} is missing")
+        elif (got := file_sha256(p)) != want:
+            problems.append(f"{p} is not the file report.json records (SHA-256 {got[:12]}..., "
+                            f"recorded {str(want)[:12]}...)")  # fmt: skip
+        else:
+            checked[name] = got
+    ev = report.get("evidence") or {}
+    if files.get("evidence.parquet") != ev.get("sha256"):
+        problems.append(f"{rj}: fields 'evidence.sha256' and "
+                        "'report_files_sha256.evidence.parquet' disagree")  # fmt: skip
+    if run_dir is not None:
+        run = load_run(run_dir)  # checks the run's files against its run.json
+        recorded = report.get("run_files_sha256") or {}
+        for name in sorted(set(recorded) | set(run.sha256)):
+            if recorded.get(name) != run.sha256.get(name):
+                problems.append(
+                    f"{Path(run_dir) / name} is not the file this report was written from"
+                    if name in run.sha256
+                    else f"{Path(run_dir) / name} was read by the report but is not in this run"
+                )
+            else:
+                checked[f"run:{name}"] = run.sha256[name]
+    if problems:
+        raise IntegrityError(
+            f"report {d} does not verify: " + "; ".join(problems),
+            hint="do not sign or rely on it: write the report again from its run "
+            "(sluice report contamination RUN_DIR --out DIR), or give the run it was written from",
+        )
+    return checked

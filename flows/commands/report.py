@@ -37,6 +37,25 @@ def contamination(
     typer.echo(f"markdown: {paths.markdown}\njson: {paths.json}\nevidence: {paths.evidence}")
 
 
+@app.command("verify")
+def verify(
+    report_dir: Path = typer.Argument(..., help="folder written by `sluice report contamination`"),
+    run: Path | None = typer.Option(
+        None, "--run", help="also check that the report was written from this run directory"
+    ),
+) -> None:
+    """Check a report's files against the SHA-256 its report.json records (and, with --run,
+    that it was written from that run, unchanged since); exit 2 naming every file that differs."""
+    from reports.contamination import verify_report
+
+    checked = verify_report(report_dir, run)
+    n_run = sum(k.startswith("run:") for k in checked)
+    typer.echo(f"verified: {report_dir / 'report.json'} sha256 {checked['report.json']}")
+    typer.echo(f"report files: {len(checked) - 1 - n_run} match report.json")
+    if run is not None:
+        typer.echo(f"run files: {n_run} match report.json ({run})")
+
+
 @app.command("diff")
 def diff(
     run_a: Path = typer.Argument(..., help="the earlier run directory"),

@@ -74,6 +74,7 @@ def normalize_json(report: dict, run_dir: Path, benchmarks_dir: Path) -> str:
     r["run_files_sha256"] = dict.fromkeys(r["run_files_sha256"], "<sha256>")
     if "sha256" in r["evidence"]:
         r["evidence"]["sha256"] = "<sha256>"
+    r["report_files_sha256"] = dict.fromkeys(r["report_files_sha256"], "<sha256>")
     text = json.dumps(r, indent=2, sort_keys=True) + "\n"
     return normalize_text(text, run_dir, benchmarks_dir)
 
@@ -943,6 +944,60 @@ def test_report_json_records_the_hash_of_its_evidence_file(report_dir):
     data = (report_dir / "evidence.parquet").read_bytes()
     assert ev["sha256"] == hashlib.sha256(data).hexdigest()
     assert ev["total"] == pq.read_table(report_dir / "evidence.parquet").num_rows
+
+
+def test_verify_names_every_report_file_that_changed(run_dir, report_dir, tmp_path):
+    """A signature over report.json covers the files beside it: report.json records the SHA-256
+    of the HTML and Markdown people read, the evidence and the plots, and `verify_report` names
+    each one changed (one byte), deleted, or swapped; a file it does not record (a detached
+    signature) is left alone."""
+    import shutil
+
+    from reports.contamination import REPORT_PLOTS, verify_report
+
+    got = verify_report(report_dir, run_dir)
+    names = ("evidence.parquet", "report.html", "report.md", *REPORT_PLOTS)
+    assert set(names) <= set(got) and "run:run.json" in got
+    for name in names:
+        for how in ("byte", "delete"):
+            d = tmp_path / f"{how}-{name.replace('/', '-')}"
+            shutil.copytree(report_dir, d)
+            if how == "byte":
+                b = bytearray((d / name).read_bytes())
+                b[len(b) // 2] ^= 1
+                (d / name).write_bytes(bytes(b))
+            else:
+                (d / name).unlink()
+            with pytest.raises(IntegrityError) as exc:
+                verify_report(d)
+            assert str(d / name) in str(exc.value), (name, how, str(exc.value))
+    d = tmp_path / "signed"
+    shutil.copytree(report_dir, d)
+    (d / "report.json.asc").write_text("-----BEGIN PGP SIGNATURE-----\n")
+    assert verify_report(d)["report.json"] == got["report.json"]
+
+
+def test_verify_refuses_a_report_presented_with_another_run(run_dir, report_dir, tmp_path, capsys):
+    """Replay: a report verified against a run it was not written from (another run.json, or
+    a run since edited and resealed) names the run's files that differ; the CLI says so in one
+    line and exits 2."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app, main
+    from reports.contamination import verify_report
+
+    other = _variant(run_dir, tmp_path / "other", lambda m: m.update(command="sluice other"))
+    with pytest.raises(IntegrityError) as exc:
+        verify_report(report_dir, other)
+    assert f"{other / 'run.json'} is not the file this report was written from" in str(exc.value)
+    with pytest.raises(SystemExit) as exit_:
+        main(["report", "verify", str(report_dir), "--run", str(other)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" not in err
+    assert str(other / "run.json") in err and "does not verify" in err
+    res = CliRunner().invoke(app, ["report", "verify", str(report_dir), "--run", str(run_dir)])
+    assert res.exit_code == 0, res.output
+    assert "run files: 5 match" in res.output
 
 
 def test_docs_python_snippet_runs(run_dir, tmp_path, monkeypatch):
