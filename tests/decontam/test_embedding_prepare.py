@@ -130,19 +130,28 @@ embedding.prepare_benchmarks(bset, embedding.EmbeddingConfig(cache_root=sys.argv
 """
 
 
+def _slow_prepare_embedding(benchmarks_dir, root: Path, marker: Path) -> subprocess.Popen:
+    """A `benchmarks prepare` of aime24 into ``root`` in another process (``_SLOW_PREPARE``),
+    returned once it holds the prepare lock and is embedding (``marker`` exists)."""
+    args = [sys.executable, "-c", _SLOW_PREPARE, str(benchmarks_dir), str(root), str(marker)]
+    proc = subprocess.Popen(
+        args, cwd=Path(__file__).resolve().parents[2], stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"the prepare never started embedding: {proc.stderr.read()}")
+        time.sleep(0.1)
+    return proc
+
+
 def test_a_second_prepare_waits_for_the_first_and_embeds_nothing(benchmarks_dir, tmp_path, capfd):
     """Two `benchmarks prepare` of one model at once: the second says whom it waits for, and
     then uses the first one's vectors instead of embedding every text again."""
-    root, embedding = tmp_path / "root", tmp_path / "first-is-embedding"
-    args = [sys.executable, "-c", _SLOW_PREPARE, str(benchmarks_dir), str(root), str(embedding)]
-    first = subprocess.Popen(
-        args, cwd=Path(__file__).resolve().parents[2], stderr=subprocess.PIPE, text=True
-    )
+    root = tmp_path / "root"
+    first = _slow_prepare_embedding(benchmarks_dir, root, tmp_path / "first-is-embedding")
     try:
-        deadline = time.monotonic() + 120
-        while not embedding.exists():
-            assert first.poll() is None and time.monotonic() < deadline, first.stderr.read()
-            time.sleep(0.1)
         bset = load_benchmarks(
             ["aime24"], benchmarks_dir=str(benchmarks_dir), include_variants=True
         )
@@ -170,21 +179,14 @@ def test_a_run_fitting_while_a_prepare_embeds_waits_and_reuses_its_vectors(
     import decontam.embedding as emb
     from decontam.embedding import EmbeddingDetector
 
-    root, embedding = tmp_path / "root", tmp_path / "first-is-embedding"
-    args = [sys.executable, "-c", _SLOW_PREPARE, str(benchmarks_dir), str(root), str(embedding)]
+    root = tmp_path / "root"
     bset = load_benchmarks(["aime24"], benchmarks_dir=str(benchmarks_dir), include_variants=True)
     cfg = EmbeddingConfig(cache_root=str(root))
     enc = get_encoder(cfg)  # loaded before the prepare starts: the wait is what is measured
     before = enc.texts_encoded
     monkeypatch.setattr(emb, "_INDEXES", {})
-    prepare = subprocess.Popen(
-        args, cwd=Path(__file__).resolve().parents[2], stderr=subprocess.PIPE, text=True
-    )
+    prepare = _slow_prepare_embedding(benchmarks_dir, root, tmp_path / "first-is-embedding")
     try:
-        deadline = time.monotonic() + 120
-        while not embedding.exists():
-            assert prepare.poll() is None and time.monotonic() < deadline, prepare.stderr.read()
-            time.sleep(0.1)
         det = EmbeddingDetector(cfg)
         det.fit(bset)
     finally:
