@@ -177,6 +177,54 @@ def test_evidence_spans_point_at_the_same_text_on_both_sides(report_dir, run_dir
     assert checked >= 6
 
 
+def _marked_runs(text: str, spans: list[tuple[int, int]]) -> list[str]:
+    """The pieces of ``text`` a reader should see highlighted: maximal runs of characters that
+    some span covers (a naive oracle for the report's interval merging)."""
+    covered = {i for a, b in spans for i in range(max(a, 0), min(b, len(text)))}
+    runs: list[str] = []
+    for i in sorted(covered):
+        if i - 1 in covered:
+            runs[-1] += text[i]
+        else:
+            runs.append(text[i])
+    return runs
+
+
+def test_html_evidence_marks_the_spans_in_the_right_texts(report_dir, run_dir):
+    """Each evidence row of the HTML shows the training text and the benchmark wording the
+    match was found in, each with its own side of the spans marked."""
+    from html import unescape
+
+    texts = {
+        (r["sample_uid"], r["field"]): r["text"]
+        for r in pq.read_table(run_dir / "texts.parquet").to_pylist()
+    }
+    items = {
+        (r["item_id"], r["variant"]): r["text"]
+        for r in pq.read_table(run_dir / "benchmark_items.parquet").to_pylist()
+    }
+    ev = json.loads((report_dir / "report.json").read_text())["evidence"]["rows"]
+    html = (report_dir / "report.html").read_text()
+    body = html[html.index('id="evidence-table"') :]
+    body = body[: body.index("</tbody>")]
+    rows = re.findall(r"<tr data-detectors=.*?</tr>", body, flags=re.S)
+    assert len(rows) == len(ev) == 6
+    spans_differ = 0
+    for row, e in zip(rows, ev, strict=True):
+        assert f'<span class="uid">{e["sample_uid"]}</span>' in row
+        sample_div, bench_div = re.findall(r'<div class="text">(.*?)</div>', row, flags=re.S)
+        sample = texts[(e["sample_uid"], e["field"])]
+        bench = items[(e["benchmark_item"], e["benchmark_variant"])]
+        s_spans = [(s["sample_start"], s["sample_end"]) for s in e["spans"]]
+        b_spans = [(s["bench_start"], s["bench_end"]) for s in e["spans"]]
+        spans_differ += s_spans != b_spans
+        for div, text, spans in ((sample_div, sample, s_spans), (bench_div, bench, b_spans)):
+            assert unescape(re.sub(r"</?mark>", "", div)) == text  # whole text, nothing cut
+            marked = [unescape(m) for m in re.findall(r"<mark>(.*?)</mark>", div, flags=re.S)]
+            assert marked == _marked_runs(text, spans), e["sample_uid"]
+    assert spans_differ  # a row whose two sides differ, so swapped sides would show
+
+
 def test_agreement_and_single_detector_items(report_dir):
     report = json.loads((report_dir / "report.json").read_text())
     ag = report["agreement"]
@@ -279,6 +327,8 @@ def test_highlight_escapes_text_and_merges_spans():
     assert out.startswith("<mark>a&lt;b&gt;&amp;c</mark> &lt;<mark>")
     assert "<mark>script&gt;x</mark>" in out
     assert merge_intervals([(5, 9), (0, 2), (1, 3), (9, 9), (8, 50)], 20) == [(0, 3), (5, 20)]
+    # a span inside an earlier one does not cut it short; touching spans are one mark
+    assert merge_intervals([(0, 10), (2, 4), (10, 12)], 20) == [(0, 12)]
 
 
 def test_hostile_texts_are_escaped_in_html_and_markdown(run_dir, tmp_path):
@@ -725,6 +775,47 @@ def test_rule_decisions_name_their_rule_and_evidence_only_detectors_say_so(pools
     md = (tmp_path / "report" / "report.md").read_text()
     assert "| rule: minhash + ngram | 5 |" in md
     assert "minhash (evidence only: decides in a policy rule)" in md
+
+
+def test_rows_over_threshold_but_kept_are_counted_apart_from_removed(
+    pools_dir, benchmarks_dir, tmp_path
+):
+    """With n-grams evidence only, the half copy that only n-grams reach is over threshold but
+    kept: 'of which removed' and 'only this detector' recount from the run's Parquet files."""
+    from fixture_run import fixture_rows
+
+    from decontam.policy import PolicyConfig
+    from decontam.run import DecontamConfig, run_decontamination
+
+    src = tmp_path / "pool.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in fixture_rows(pools_dir)))
+    cfg = DecontamConfig(
+        benchmarks=["aime24"],
+        detectors=["ngram", "minhash"],
+        policy=PolicyConfig(evidence_only=["ngram"]),
+        use_cache=False,
+    )
+    run_decontamination(
+        str(src), text_fields=["problem", "solution"], id_field="uid", config=cfg,
+        benchmarks_dir=benchmarks_dir, data_root=str(tmp_path / "root"),
+        out_dir=tmp_path / "run", publish=False,
+    )  # fmt: skip
+    paths = render_report(tmp_path / "run", tmp_path / "report")
+    s = json.loads(paths.json.read_text())["summary"]
+    dec = pq.read_table(tmp_path / "run" / "decisions.parquet").to_pylist()
+    removed = {r["sample_uid"] for r in dec if r["contaminated"]}
+    over = defaultdict(set)
+    for r in pq.read_table(tmp_path / "run" / "matches.parquet").to_pylist():
+        if r["score"] >= r["threshold"]:
+            over[r["detector"]].add(r["sample_uid"])
+    assert over["ngram"] - removed == {"ttrl-8-half"}  # the case this test is about
+    by_det = {d["detector"]: d for d in s["by_detector"]}
+    for det, uids in over.items():
+        others = set().union(*(u for d, u in over.items() if d != det))
+        assert by_det[det]["samples_over_threshold"] == len(uids)
+        assert by_det[det]["of_which_removed"] == len(uids & removed), det
+        assert by_det[det]["only_this_detector"] == len(uids - others), det
+    assert s["flagged"] == len(removed) and s["kept"] == len(dec) - len(removed)
 
 
 @pytest.fixture(scope="module")
