@@ -16,6 +16,9 @@ directory has exactly the layout ``sluice decontam run`` writes.
 ``variant="b"`` gives the diff tests known differences: TTRL row 3 is dropped (its flag is
 resolved), TTRL row 5 is added (a new flag) and the policy lowers the MinHash threshold to 0.45
 (the half copy is now flagged by MinHash too: a changed flag).
+
+``evidence_only=["ngram"]`` keeps n-grams from flagging on their own: the half copy, over the
+n-gram threshold only, is then a flagged pair that is kept.
 """
 
 from __future__ import annotations
@@ -110,7 +113,12 @@ def _benchmark_set(benchmarks_dir: Path):
 
 
 def build_fixture_run(
-    out_dir: Path, benchmarks_dir: Path, pools_dir: Path, *, variant: str = "a"
+    out_dir: Path,
+    benchmarks_dir: Path,
+    pools_dir: Path,
+    *,
+    variant: str = "a",
+    evidence_only: list[str] | None = None,
 ) -> Path:
     """Run the real decontamination pipeline on the fixed pool; return the run directory."""
     from decontam import benchmarks as bmod
@@ -124,7 +132,10 @@ def build_fixture_run(
     pool.write_text(
         "".join(json.dumps(r, sort_keys=True) + "\n" for r in fixture_rows(pools_dir, variant))
     )
-    policy = PolicyConfig(thresholds={"minhash": 0.45} if variant == "b" else {})
+    policy = PolicyConfig(
+        thresholds={"minhash": 0.45} if variant == "b" else {},
+        evidence_only=list(evidence_only or []),
+    )
     config = DecontamConfig(
         benchmarks=["aime24"], detectors=DETECTORS, policy=policy, use_cache=False
     )
@@ -133,9 +144,10 @@ def build_fixture_run(
         f"sluice decontam run {pool.parent.name}/{pool.name} --text-field problem --text-field solution --id-field uid "
         f"--benchmarks aime24 --detectors {','.join(DETECTORS)} --out {out_dir.name} --no-publish --no-cache"
     )
-    if variant == "b":
+    if variant == "b" or evidence_only:
         policy_file = out_dir.parent / f"{out_dir.name}-policy.json"
-        policy_file.write_text(json.dumps(policy.thresholds))
+        doc = {"thresholds": policy.thresholds, "evidence_only": policy.evidence_only}
+        policy_file.write_text(json.dumps(doc if evidence_only else policy.thresholds))
         command += f" --policy {policy_file.name}"
     if hasattr(bmod, "load_benchmarks"):
         from decontam.run import run_decontamination

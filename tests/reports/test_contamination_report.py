@@ -782,24 +782,7 @@ def test_rows_over_threshold_but_kept_are_counted_apart_from_removed(
 ):
     """With n-grams evidence only, the half copy that only n-grams reach is over threshold but
     kept: 'of which removed' and 'only this detector' recount from the run's Parquet files."""
-    from fixture_run import fixture_rows
-
-    from decontam.policy import PolicyConfig
-    from decontam.run import DecontamConfig, run_decontamination
-
-    src = tmp_path / "pool.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in fixture_rows(pools_dir)))
-    cfg = DecontamConfig(
-        benchmarks=["aime24"],
-        detectors=["ngram", "minhash"],
-        policy=PolicyConfig(evidence_only=["ngram"]),
-        use_cache=False,
-    )
-    run_decontamination(
-        str(src), text_fields=["problem", "solution"], id_field="uid", config=cfg,
-        benchmarks_dir=benchmarks_dir, data_root=str(tmp_path / "root"),
-        out_dir=tmp_path / "run", publish=False,
-    )  # fmt: skip
+    build_fixture_run(tmp_path / "run", benchmarks_dir, pools_dir, evidence_only=["ngram"])
     paths = render_report(tmp_path / "run", tmp_path / "report")
     s = json.loads(paths.json.read_text())["summary"]
     dec = pq.read_table(tmp_path / "run" / "decisions.parquet").to_pylist()

@@ -161,3 +161,28 @@ def test_page_renders_and_scripts_work(report_html, tmp_path):
         finally:
             browser.close()
     assert not problems, problems
+
+
+def test_removed_only_filter_hides_the_kept_pairs(benchmarks_dir, pools_dir, tmp_path):
+    """With n-grams evidence only, the half copy is a flagged pair that is kept: 'removed only'
+    hides exactly it (in the main fixture every pair is removed, so the box changed nothing)."""
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="python package playwright not installed"
+    )
+    run = build_fixture_run(tmp_path / "run", benchmarks_dir, pools_dir, evidence_only=["ngram"])
+    html = render_report(run, tmp_path / "report").html
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = browser.new_page()
+            page.goto(html.as_uri())
+            page.wait_for_load_state("load")
+            assert page.inner_text("#ev-count") == "6 of 6 shown"
+            page.check("#ev-removed")
+            assert page.inner_text("#ev-count") == "5 of 6 shown"
+            visible = page.locator("#evidence-table tbody tr:visible .uid").all_inner_texts()
+            assert len(visible) == 5 and "ttrl-8-half" not in visible
+            page.uncheck("#ev-removed")
+            assert page.inner_text("#ev-count") == "6 of 6 shown"
+        finally:
+            browser.close()
