@@ -27,7 +27,13 @@ def test_calibration_summary_names_the_rules(tmp_path, contam_dev_path, data_roo
     line = next(x for x in res.output.splitlines() if x.startswith("calibrated thresholds: "))
     cal = json.loads((tmp_path / "out" / "evaluation.json").read_text())["calibration"]
     (rule,) = cal["rules"]
-    assert f"; rule embedding>=0.5 & fingerprint>={rule['fingerprint']}" in line
+    # the thresholds evaluation.json calibrated, then the rule, then the rule-only detector
+    head, sep, _ = line.removeprefix("calibrated thresholds: ").partition("; rule ")
+    assert sep and cal["thresholds"]
+    assert dict(x.split("=") for x in head.split(", ")) == {
+        k: str(v) for k, v in cal["thresholds"].items()
+    }
+    assert f"; rule embedding>={rule['embedding']} & fingerprint>={rule['fingerprint']}" in line
     assert line.endswith("(only through a rule: fingerprint)")
 
 
