@@ -5,13 +5,17 @@ rescans, deployments, and the `sluice run` / `sluice demo` commands."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import pytest
 from flow_helpers import write_config, write_slice
 
 pytestmark = [pytest.mark.xdist_group("prefect"), pytest.mark.usefixtures("prefect_harness")]
+# the checkout under test: the `sluice` script imports from wherever the package was installed
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _versions(root: Path) -> list[str]:
@@ -155,12 +159,29 @@ def test_sluice_run_command(tmp_path, two_pools, benchmarks_dir):
     from prefect.settings import PREFECT_API_URL
 
     sluice = str(Path(sys.executable).with_name("sluice"))
-    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "PYTHONPATH": str(REPO)}
     cfg = write_config(tmp_path / "pipeline.toml", two_pools[:1], data_root=tmp_path / "root")
     res = subprocess.run([sluice, "run", str(cfg)], env=env, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "ttrl-aime24.decontaminated@" in res.stdout
     assert "report: file://" in res.stdout
+    # the pool's line: its counts, its published version and its report are the run's own
+    m = re.search(
+        r"^ttrl-aime24: (\d+) rows, (\d+) contaminated, (\d+) clean -> (\S+)\n"
+        r"  report: (file://\S+)$",
+        res.stdout,
+        flags=re.M,
+    )
+    assert m, res.stdout
+    rows, contaminated, clean = (int(x) for x in m.groups()[:3])
+    html = Path(unquote(urlparse(m.group(5)).path))
+    summary = json.loads(html.with_name("report.json").read_text())["summary"]
+    assert html.name == "report.html" and html.is_file()
+    assert (rows, contaminated, clean) == (summary["rows"], summary["flagged"], summary["kept"])
+    assert contaminated > 0 and rows == contaminated + clean
+    from curation.catalog import Catalog
+
+    assert Catalog(str(tmp_path / "root")).resolve(m.group(4)).num_rows == clean
 
     bad = tmp_path / "bad.toml"
     bad.write_text("[[pools]]\nname = 'x'\nsource = 'x.jsonl'\nmapp = 'ttrl'\n")
@@ -184,7 +205,7 @@ def test_a_pool_that_fails_does_not_stop_the_others(tmp_path, two_pools, benchma
     pools = [{"name": "broken", "source": str(broken), "map": "ttrl"}, two_pools[0]]
     cfg = write_config(tmp_path / "pipeline.toml", pools, data_root=tmp_path / "root")
     sluice = str(Path(sys.executable).with_name("sluice"))
-    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "PYTHONPATH": str(REPO)}
     res = subprocess.run([sluice, "run", str(cfg)], env=env, capture_output=True, text=True)
     assert res.returncode == 2, res.stderr[-3000:]
     assert "1 of 2 pools failed (the other 1 ran)" in res.stderr
@@ -211,7 +232,9 @@ def test_demo_writes_its_pool_and_runs_end_to_end(tmp_path, benchmarks_dir):
     assert counts["rejected"] == 5 and counts["duplicates"] == 3
     assert counts["read"] == counts["accepted"] + counts["duplicates"] + counts["rejected"]
     # the default detector set ran, the offline embedding model included
-    assert {d["name"] for d in run["detectors"]} >= {"ngram", "minhash", "embedding"}
+    from decontam.registry import DEFAULT_DETECTORS
+
+    assert sorted(d["name"] for d in run["detectors"]) == sorted(DEFAULT_DETECTORS)
 
 
 def test_unsharded_flow_scans_in_worker_processes_like_one(tmp_path, pools_dir, benchmarks_dir):
