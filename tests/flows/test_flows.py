@@ -237,12 +237,24 @@ def test_demo_writes_its_pool_and_runs_end_to_end(tmp_path, benchmarks_dir):
     assert sorted(d["name"] for d in run["detectors"]) == sorted(DEFAULT_DETECTORS)
 
 
-def test_unsharded_flow_scans_in_worker_processes_like_one(tmp_path, pools_dir, benchmarks_dir):
+def test_unsharded_flow_scans_in_worker_processes_like_one(
+    tmp_path, pools_dir, benchmarks_dir, monkeypatch
+):
     """The flow's unsharded task scans a pool of several batches in spawned worker processes
     (``workers`` 0, the pipeline default) from inside a Prefect task: same run files and
     version as one process."""
     import pyarrow.parquet as pq
 
+    from decontam import stream
+
+    # which scan path ran: the worker pool (and with how many processes), or this process
+    real_workers, pools = stream._scanned_in_workers, []
+
+    def spy(batches, n_workers, args):
+        pools.append(n_workers)
+        return real_workers(batches, n_workers, args)
+
+    monkeypatch.setattr(stream, "_scanned_in_workers", spy)
     from decontam.run import DecontamConfig
     from flows.decontaminate import decontaminate_flow
     from flows.ingest import ingest_flow
@@ -269,6 +281,7 @@ def test_unsharded_flow_scans_in_worker_processes_like_one(tmp_path, pools_dir, 
     run_json = json.loads((tmp_path / "w0" / "run.json").read_text())
     # 260 rows, 6 batches: one worker per core
     assert run_json["timings"]["workers"] == (cores if cores > 1 else 1)
+    assert pools == ([cores] if cores > 1 else [])  # workers 0 in worker processes, 1 here
     assert runs[0]["counts"] == runs[1]["counts"] and runs[0]["counts"]["contaminated"] == 10
     for name in ("matches.parquet", "decisions.parquet"):
         a, b = (pq.read_table(tmp_path / f"w{w}" / name) for w in (0, 1))
