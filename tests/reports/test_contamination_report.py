@@ -248,12 +248,16 @@ def test_sensitivity_curve_at_threshold_matches_flag_count(report_dir):
         assert counts == sorted(counts, reverse=True)  # monotone: higher threshold, fewer rows
 
 
-def test_max_evidence_caps_the_report_but_not_the_parquet(run_dir, tmp_path):
+def test_max_evidence_caps_the_report_but_not_the_parquet(run_dir, report_dir, tmp_path):
     paths = render_report(run_dir, tmp_path, max_evidence=2)
     report = json.loads(paths.json.read_text())
+    full = json.loads((report_dir / "report.json").read_text())  # the default cap shows all 6
     assert report["evidence"]["total"] == 6 and report["evidence"]["shown"] == 2
-    assert len(report["evidence"]["rows"]) == 2
-    assert pq.read_table(paths.evidence).num_rows == 6
+    assert report["evidence"]["rows"] == full["evidence"]["rows"][:2]  # the first two, in order
+    assert pq.read_table(paths.evidence).equals(pq.read_table(report_dir / "evidence.parquet"))
+    # only the list is capped: the counts, agreement and curves still describe every pair
+    for key in ("summary", "agreement", "thresholds", "sensitivity"):
+        assert report[key] == full[key], key
     assert "Showing 2 of 6 flagged pairs" in paths.html.read_text()
     assert "Showing 2 of 6 flagged pairs" in paths.markdown.read_text()
     html, md, js = paths  # the tuple form flows.tasks relies on
