@@ -19,6 +19,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Subprocesses (the `sluice` script, `python -c`, spawned workers) import this checkout, not
+# wherever the package was installed from: with an editable install of another checkout, a
+# test of `sluice ...` ran that checkout's code and passed with this one broken.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(Path(__file__).resolve().parents[1]), *filter(None, [os.environ.get("PYTHONPATH")])]
+)
 
 import pytest  # noqa: E402
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -69,7 +70,8 @@ def test_errors_are_one_line_that_names_the_fix(tmp_path):
             [str(SLUICE), *args, "--root", str(tmp_path / "root")],
             capture_output=True,
             text=True,
-            env={"PATH": "/usr/bin:/bin", "COLUMNS": "400"},
+            # a bare environment, but this checkout's code (tests/conftest.py)
+            env={"PATH": "/usr/bin:/bin", "COLUMNS": "400", "PYTHONPATH": os.environ["PYTHONPATH"]},
         )
         assert p.returncode == 2, (args, p.stderr)
         err = p.stderr.strip()
@@ -78,8 +80,6 @@ def test_errors_are_one_line_that_names_the_fix(tmp_path):
 
 
 def _ingest_err(tmp_path, *extra):
-    import os
-
     pool = write_sample_pool(tmp_path / "pool")
     args = ["ingest", str(pool.math), "--map", pool.math_map, "--name", "x", *extra]
     p = subprocess.run(
