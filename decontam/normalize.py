@@ -42,7 +42,8 @@ Batches (:meth:`Normalizer.batch`) are normalized column-wise with polars string
 every real pool and benchmark text). Rows the compiled path cannot treat exactly like Python
 (characters whose Rust lowercase differs from ``casefold``, or unassigned in Python's Unicode
 database) take the per-text path, and ``code``'s power-of-ten rule runs in Python on the rows
-that may contain one; both are counted. :func:`batch_normalize_many` runs several normalizers
+that may contain one, its subscript/ordinal rules on the rows with a chain of ordinals
+(``i^th^th``, which the Rust form's second pass would join differently); all are counted. :func:`batch_normalize_many` runs several normalizers
 over one batch and computes ``code`` only on the rows where it can differ from ``latex``.
 
 Tokens (:func:`tokenize`): maximal runs of Unicode letters/digits (``[^\\W_]+``) in normalized
@@ -59,7 +60,7 @@ import functools
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -123,6 +124,9 @@ class _Rules:
     batch_candidates: str | None = None
     # the same for the tracked path: (text, offsets) -> what ``apply_tracked`` gives (tested)
     fast_tracked: Callable[[str, list[int]], tuple[str, list[int]]] | None = None
+    # a Rust regex that every row on which ``batch`` can differ from ``apply`` matches (inputs
+    # its emulation of a look-around cannot follow): such rows take ``apply`` in Python
+    batch_python: str | None = None
 
     def apply(self, text: str) -> str:
         if self.fast is not None:
@@ -669,6 +673,10 @@ _CODE_SCRIPT_RULES = _Rules(
         ),
         _rx(r"([A-Za-z0-9])\^" + _ORDINAL + r"([^A-Za-z]|$)", "${1}${2}${3}${4}", passes=2),
     ),
+    # a chain of ordinals (``i^th^th``, ``i^{th}^st``): Python's match consumes the ordinal's
+    # last letter, but the second Rust pass sees the rewritten ``ith^th`` and joins ``h^th``
+    # too; only an ordinal right before a "^" lets a pass match a letter Python consumed
+    batch_python=r"(?:st|nd|rd|th)\}?\^",
 )
 
 # --------------------------------------------------------------------------------------------
@@ -973,6 +981,18 @@ def _batch_step(step: _Step, ser, stats: dict[str, int]):
             new = [step.apply(t) for t in ser.gather(idx).to_list()]
             ser = ser.scatter(idx, pl.Series(new, dtype=pl.String))
         return ser
+    if step.batch_python is not None:  # rows the Rust form cannot follow: Python, in place
+        hit = ser.str.contains(_rust_pattern(step.batch_python))
+        if hit.any():
+            idx, rest = hit.arg_true(), (~hit).arg_true()
+            stats["python_step_rows"] = stats.get("python_step_rows", 0) + len(idx)
+            new = [step.apply(t) for t in ser.gather(idx).to_list()]
+            rust = replace(step, batch_python=None)
+            ser = ser.clone()
+            ser.scatter(idx, pl.Series(new, dtype=pl.String))
+            if len(rest):
+                ser.scatter(rest, _batch_step(rust, ser.gather(rest), stats))
+            return ser
     if step.repeat == 1:
         return _rust_rules(ser, step.batch)
     # repeated until a row stops changing (as ``apply``: one unchanged round is a fixed point)
