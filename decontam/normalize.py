@@ -733,9 +733,10 @@ class Normalizer:
 
         ``ascii_words=False`` (for a caller that splits words itself): rows that are ASCII
         before the last step, the text rule (non-alphanumeric runs -> one space, stripped),
-        are returned without it. Their words, the maximal ``[0-9a-z]`` runs, are the final
-        text's; :func:`ascii_word_bytes` finishes a joined buffer of them in two byte passes
-        (the rule rewrites every string in polars: about a third of a ``latex`` batch)."""
+        are returned without it (unless they hold a NUL, the buffer's row separator). Their
+        words, the maximal ``[0-9a-z]`` runs, are the final text's; :func:`ascii_word_bytes`
+        finishes a joined buffer of them in two byte passes (the rule rewrites every string
+        in polars: about a third of a ``latex`` batch)."""
         return _batch_normalize(
             self, texts, stats if stats is not None else {}, ascii_words=ascii_words
         )
@@ -1067,7 +1068,10 @@ def _batch_normalize(
     for step in steps[head : len(steps) - defer]:
         ser = _batch_step(step, ser, stats)
     if defer:  # the text rule on the rows that are not ASCII now (see ``Normalizer.batch``)
-        wide = pl.Series(pc.invert(pc.string_is_ascii(ser.to_arrow()))).arg_true()
+        # and on those holding a NUL, the separator of :func:`ascii_word_bytes`'s buffer (which
+        # keeps it, so a NUL left in a text would make a row boundary of it)
+        not_ascii = pc.invert(pc.string_is_ascii(ser.to_arrow()))
+        wide = (pl.Series(not_ascii) | ser.str.contains("\x00", literal=True)).arg_true()
         if len(wide):
             ser = ser.clone()
             ser.scatter(wide, _batch_step(_TEXT_RULES, ser.gather(wide), stats))
