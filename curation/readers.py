@@ -134,6 +134,8 @@ def data_files(folder: Path) -> list[Path]:
                 files.append(p)
             elif p.name.lower().endswith(_DATA_LIKE):
                 unread.append(p.name)
+        elif kind_of(p) and _special_kind(p):  # a FIFO named pool.jsonl: no silent skip
+            check_regular(p)
         elif p.is_dir() and any(q.is_file() and kind_of(q) for q in p.iterdir()):
             unread.append(p.name + "/")
     configs = [d.rstrip("/") for d in unread if d.endswith("/") and _holds_shards(folder / d)]
@@ -234,6 +236,37 @@ def _cache_folder_error(path: Path) -> ConfigError:
     )
 
 
+def _special_kind(path: Path) -> str | None:
+    """What ``path`` is when it exists but is neither a regular file nor a folder (a FIFO, a
+    device such as /dev/zero, a socket), else None."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+
+
+def check_regular(path: str | Path) -> None:
+    """Refuse a path that is a FIFO, a device or a socket before it is opened: opening a FIFO
+    waited forever for a writer, and /dev/zero (behind a ``.jsonl`` link) was read as one
+    endless line until the process ran out of memory."""
+    what = _special_kind(Path(path))
+    if what is not None:
+        raise InputError(
+            f"{what}, not a regular file: it cannot be read as a data file",
+            file=str(path),
+            hint="write the data to a .jsonl or .parquet file and pass that file",
+        )
+
+
 def parse_source(spec: str) -> SourceSpec:
     """Parse a source spec string; a local path must exist."""
     if spec.startswith("hf://"):
@@ -255,6 +288,7 @@ def parse_source(spec: str) -> SourceSpec:
             hint="pass an existing .jsonl/.jsonl.gz/.json/.parquet/.arrow file, a folder, or "
             "hf://<repo>#<split>",
         )
+    check_regular(path)
     if path.is_dir() and _is_hf_disk(path):
         return SourceSpec("hf_disk", str(path), split=split)
     if path.is_dir() and (path / "dataset_info.json").is_file():
@@ -324,6 +358,8 @@ def _is_damage(exc: BaseException) -> bool:
 
     if isinstance(exc, (EOFError, zlib.error, json.JSONDecodeError)):  # the last: a save_to_disk
         return True  # .arrow file whose embedded features JSON was overwritten
+    if isinstance(exc, UnicodeDecodeError):  # a Parquet string column's bytes flipped: Arrow's
+        return True  # to_pylist raised it (a traceback from ingest)
     if isinstance(exc, OSError):  # gzip.BadGzipFile; Parquet's "Couldn't deserialize thrift"
         return exc.errno is None
     pa = sys.modules.get("pyarrow")  # Arrow is loaded when it raised
@@ -495,6 +531,7 @@ def count_jsonl_rows(path: str | Path, *, chunk_size: int = 1 << 24) -> int:
     may hold a blank one."""
     import numpy as np
 
+    check_regular(path)
     n, tail, first = 0, b"", True
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(chunk_size), b""):
@@ -586,6 +623,7 @@ def parquet_file(path: str | Path):
 
     import pyarrow.parquet as pq
 
+    check_regular(path)
     with damage_names(path, lambda: 0):
         pf = pq.ParquetFile(path)
     counts = collections.Counter(pf.schema_arrow.names)
@@ -727,6 +765,7 @@ def _strict_batches(p: Path, batch_size: int) -> Iterator[RowBatch]:
 
     if not p.exists():
         raise NotFoundError(f"file {p} not found", hint="give an existing JSONL/JSON/Parquet file")
+    check_regular(p)
     if kind_of(p) is None:
         raise InputError(
             f"unsupported file type {p.name!r}",
@@ -843,6 +882,7 @@ def read_table(source: str | Path):
     """A whole file as a pyarrow table (Parquet as it is; JSON rows through
     :func:`rows_to_table`); strict like :func:`iter_records`."""
     p = Path(source)
+    check_regular(p)
     if p.exists() and kind_of(p) == "parquet":
         pf = parquet_file(p)
         with damage_names(p, lambda: 0):
@@ -858,6 +898,7 @@ def iter_tables(source: str | Path, *, batch_size: int = DEFAULT_BATCH_SIZE):
     p = Path(source)
     if not p.exists():
         raise NotFoundError(f"file {p} not found", hint="give an existing JSONL/JSON/Parquet file")
+    check_regular(p)
     row = 0
     with damage_names(p, lambda: row):
         if kind_of(p) == "parquet":
@@ -918,8 +959,10 @@ def _arrow_rows(lines: list[bytes]):
     import pyarrow as pa
     import pyarrow.json as pj
 
-    if any(not line.strip() for line in lines):
-        return None
+    if any(not (s := line.strip()) or s == b"null" for line in lines):
+        return None  # Arrow reads a ``null`` line as a row of nulls: the row path refuses it
+    if any(_too_deep(line) for line in lines):
+        return None  # Arrow's parser recurses without a limit: it crashed the process
     data = b"".join(lines)
     if not data.isascii():  # Arrow keeps invalid UTF-8 in its strings: the row path names it
         try:
@@ -948,6 +991,24 @@ def _arrow_rows(lines: list[bytes]):
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         return None
     return table
+
+
+# nesting deeper than this goes to the per-row path (orjson's own limit is 1024 and it raises);
+# Arrow's JSON reader recurses without one: a line nested 100,000 deep killed the process (SIGSEGV)
+_MAX_NESTING = 512
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+
+
+def _too_deep(line: bytes) -> bool:
+    """Whether ``line`` nests arrays/objects more than :data:`_MAX_NESTING` deep (brackets inside
+    strings not counted). Only a line with that many opening brackets is scanned."""
+    if line.count(b"[") + line.count(b"{") <= _MAX_NESTING:
+        return False
+    import numpy as np
+
+    arr = np.frombuffer(_JSON_STRING.sub(b"", line), dtype=np.uint8)
+    step = ((arr == 91) | (arr == 123)).astype(np.int64) - ((arr == 93) | (arr == 125))
+    return bool(step.size) and int(np.cumsum(step).max()) > _MAX_NESTING
 
 
 def _floating(t) -> bool:

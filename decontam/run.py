@@ -257,6 +257,17 @@ def _resolve_input(input: str, catalog=None):
                 f"unsupported input file type: {p.name}", hint="use .jsonl, .jsonl.gz or .parquet"
             )
         return "file", p
+    if p.is_dir() and (p.suffix in (".jsonl", ".parquet", ".gz", ".json") or os.sep in input):
+        raise ConfigError(
+            f"input {input} is a folder: decontam run reads one JSONL or Parquet file, or a "
+            "catalog version",
+            hint=f"ingest the folder first (sluice ingest {input} --map ... --name ...) and pass "
+            "its name@version, or pass one of its files",
+        )
+    if p.exists():  # a FIFO or a device: opening it would block or never end
+        from curation.readers import check_regular
+
+        check_regular(p)
     if p.suffix in (".jsonl", ".parquet", ".gz", ".json") or os.sep in input:
         raise NotFoundError(
             f"input file {input} not found", hint="give an existing file or a catalog name@version"
@@ -429,7 +440,18 @@ def sample_uids(
                 f"--id-field {id_field!r} is not a column of {source}",
                 hint=column_hint(id_field, table.schema),
             )
-        ids = pc.cast(table[id_field], pa.string()).combine_chunks()
+        col = table[id_field]
+        if pa.types.is_nested(col.type) or pa.types.is_binary(col.type):  # no cast to text
+            valid = pc.is_valid(col)
+            at = pc.index(valid, True).as_py() if pc.any(valid).as_py() else 0
+            raise InputError(
+                f"id must be text or a number, got {col.type}",
+                file=source,
+                row=row_of(max(at, 0)),
+                field=id_field,
+                hint="pick another --id-field (a column of text or numbers)",
+            )
+        ids = pc.cast(col, pa.string()).combine_chunks()
         if ids.null_count:
             row = row_of(pc.index(pc.is_null(ids), True).as_py())
             raise InputError("id is missing", file=source, row=row, field=id_field)

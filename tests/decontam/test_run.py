@@ -781,3 +781,17 @@ def test_a_decontam_config_value_of_the_wrong_type_names_the_file_and_key(tmp_pa
     with pytest.raises(ConfigError) as exc:
         load_config_file(p)
     assert str(exc.value).startswith(f"{p}: {msg}"), str(exc.value)
+
+
+def test_an_id_field_of_lists_is_an_error_naming_row_and_field():
+    # a list column as --id-field: Arrow's cast to text raised ArrowNotImplementedError, shown
+    # as a traceback by `sluice decontam run` (found by the corrupted-input fuzz)
+    import pyarrow as pa
+    import pytest
+
+    from curation.errors import InputError
+    from decontam.run import sample_uids
+
+    table = pa.table({"problem": ["a", "b"], "tags": pa.array([None, [1]], pa.list_(pa.int64()))})
+    with pytest.raises(InputError, match=r"row 2, field 'tags': id must be text or a number"):
+        sample_uids(table, "tags", source="pool.parquet")
