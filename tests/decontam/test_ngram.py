@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -372,6 +373,32 @@ def test_tokens_split_like_bytes_split_and_hash_by_content():
     assert again.hashes[0] == tok.hashes[flat.index(b"eeeeeeeee")]
     assert tok.rows(tok.row_end).tolist() == list(range(len(rows)))
     assert tok.span(0, 3) == b"a bb ccc"
+
+
+def test_a_long_token_hashes_alike_alone_and_among_many():
+    """The longest tokens of a batch finish their hash on Python ints, the rest in numpy
+    rounds: both must give a token the same hash (else a long word in a batch of long words
+    would miss its benchmark n-gram)."""
+    from decontam.ngram import _Tokens
+
+    rng = random.Random(36)
+    words = ["".join(rng.choice("abcxyz") for _ in range(n)) for n in range(9, 400, 7)]
+    crowd = _Tokens([" ".join(words)])
+    for w, h in zip(words, crowd.hashes.tolist(), strict=False):
+        assert _Tokens([w]).hashes[0] == h
+
+
+def test_one_very_long_word_scans_in_seconds(aime, aime_det):
+    """A 4 MB text of one word (minified data, base64) took one numpy round per 8 bytes of
+    it: ~30 s. The quoted problem after it is still found, its span inside the text."""
+    problem = aime.items.column("text")[0].as_py()
+    text = "b" * 4_000_000 + " " + problem
+    t0 = time.perf_counter()
+    m = aime_det.score(text_table(["long"], [text]))
+    assert time.perf_counter() - t0 < 10
+    assert max(m.column("score").to_pylist()) == 1.0
+    for spans in m.column("spans").to_pylist():
+        assert all(0 <= s["sample_start"] < s["sample_end"] <= len(text) for s in spans)
 
 
 def test_same_windows_compares_window_bytes_like_a_join():
