@@ -221,7 +221,7 @@ class MinHashDetector(Detector):
         cfg = self.config
         k = cfg.shingle_size
         mh = self._hasher()
-        win_sets: list[set[bytes]] = []
+        win_sets: list[set[bytes] | frozenset[bytes]] = []
         win_row: list[int] = []
         row_shingles: list[list[bytes]] = []
         for r, norm_text in enumerate(g.normalizer.batch(raw)):
@@ -229,6 +229,9 @@ class MinHashDetector(Detector):
             sh = _shingles(units, k, self._sep)
             row_shingles.append(sh)
             n_sh = len(sh)
+            # a window equal to an earlier one of the row finds the same candidates with the
+            # same Jaccard: skip it (a text repeating one passage 100k times was 100k queries)
+            seen: set[frozenset[bytes]] = set()
             for window in g.windows:
                 per_win = max(1, window - k + 1)  # shingles per window
                 stride = max(1, per_win // 2)
@@ -237,8 +240,11 @@ class MinHashDetector(Detector):
                     win_row.append(r)
                     break  # larger windows would repeat the same whole-text set
                 for s in range(0, n_sh - per_win + stride, stride):
-                    win_sets.append(set(sh[s : s + per_win]))
-                    win_row.append(r)
+                    ws = frozenset(sh[s : s + per_win])
+                    if ws not in seen:
+                        seen.add(ws)
+                        win_sets.append(ws)
+                        win_row.append(r)
         sigs = mh.signatures(win_sets)
         cands: dict[tuple[int, int], float] = {}
         for w, (s, r) in enumerate(zip(win_sets, win_row, strict=True)):

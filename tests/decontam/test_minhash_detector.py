@@ -134,3 +134,28 @@ def test_config_errors():
         MinHashConfig(shingle_kind="wrd")
     with pytest.raises(ConfigError, match="lsh_threshold"):
         MinHashConfig(lsh_threshold=0.0)
+
+
+def test_a_passage_repeated_is_queried_once_per_distinct_window(det, aime, monkeypatch):
+    """A text repeating one sentence (a degenerate response: 100k copies, 9 MB, took 83 s)
+    made one LSH query per window though every window after the first period repeats one
+    already asked. Now each distinct window of a text is queried once, with the same result;
+    the problem quoted after the repeats is still found, its spans inside the text."""
+    problem = aime.items.column("text")[0].as_py()
+    sentence = problem.split(". ")[0] + ". "
+    text = sentence * 3000 + problem
+    queries = 0
+    for g in det._groups.values():
+        real = g.lsh.query
+
+        def counting(sig, real=real):
+            nonlocal queries
+            queries += 1
+            return real(sig)
+
+        monkeypatch.setattr(g.lsh, "query", counting)
+    m = det.score(text_table(["rep"], [text]))
+    assert queries < 200  # ~2,600 windows before, every one queried
+    assert max(m.column("score").to_pylist()) == 1.0
+    for spans in m.column("spans").to_pylist():
+        assert all(0 <= s["sample_start"] < s["sample_end"] <= len(text) for s in spans)
