@@ -12,6 +12,7 @@ are :mod:`decontam.run`'s own functions; this module only imports from it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -444,20 +445,39 @@ def _missing_field(name, id_field, tbl, rows, source, *, json_rows: bool) -> Con
     )
 
 
-def _check_fields_first(src: _Source, text_fields, id_field) -> None:
+def _check_fields_first(src: _Source, text_fields, id_field, batch_rows: int = 0) -> None:
     """Refuse a text or id field the input's first batch lacks before the detectors are fit
     (the error every batch would raise; a mistyped --text-field waited for the whole fit,
-    seconds, or a minute with the embedding model on CPU). The batch is put back."""
+    seconds, or a minute with the embedding model on CPU). The batch is put back.
+
+    So with a bad row of the first batch: its values are checked as the scan checks them (a
+    number or an object as text, a missing id), and a JSON batch shorter than ``batch_rows``
+    was cut by an unreadable row (bad JSON, a lone surrogate) or the end of the file: the
+    next batch is read now, raising that row's error. Both waited for the whole fit (minutes
+    with the embedding model on a cold cache) before naming the row."""
     import itertools
 
     first = next(src.tables, None)
     if first is None:
         return
-    src.tables = itertools.chain([first], src.tables)
-    tbl, rows = first
-    for name in (id_field, *text_fields):
-        if name and name not in tbl.column_names:
-            raise _missing_field(name, id_field, tbl, rows, src.label, json_rows=src.json_rows)
+    ahead = [first]
+    try:
+        tbl, rows = first
+        for name in (id_field, *text_fields):
+            if name and name not in tbl.column_names:
+                raise _missing_field(name, id_field, tbl, rows, src.label, json_rows=src.json_rows)
+        probe = dataclasses.replace(src, tables=iter([first]))
+        try:
+            for _ in _Prepared(probe, text_fields, id_field, row_ids=False, timings={}):
+                pass
+        except _UidsNotUnique:  # rows named row-N instead: the scan's retry, nothing wrong
+            pass
+        if src.json_rows and len(rows) < batch_rows:
+            after = next(src.tables, None)
+            if after is not None:
+                ahead.append(after)
+    finally:
+        src.tables = itertools.chain(ahead, src.tables)
 
 
 class _Prepared:
@@ -736,7 +756,7 @@ def _run_streamed_cli(
     """:func:`run_decontamination` for a streamed input (open it, load the benchmarks, fit
     the detectors, then :func:`_run_streamed_input`)."""
     src = _open_source(input, catalog=catalog, batch_rows=config.stream_rows)
-    _check_fields_first(src, text_fields, id_field)
+    _check_fields_first(src, text_fields, id_field, config.stream_rows)
     bset, root, dets, fit = _fit(config, benchmarks_dir, allow_benchmark_mismatch, data_root)
     worker_args = {
         "config": config, "benchmarks_dir": benchmarks_dir,
