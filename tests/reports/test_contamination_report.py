@@ -153,7 +153,8 @@ def test_summary_counts_agree_with_an_independent_count(report_dir, run_dir):
     assert removed == {f"ttrl-{i}" for i in range(5)} | {"ttrl-8-half"}
 
 
-def test_evidence_spans_point_at_the_same_text_on_both_sides(report_dir, run_dir):
+def _run_texts(run_dir) -> tuple[dict, dict]:
+    """The run's training texts by (sample_uid, field) and benchmark wordings by (item, variant)."""
     texts = {
         (r["sample_uid"], r["field"]): r["text"]
         for r in pq.read_table(run_dir / "texts.parquet").to_pylist()
@@ -162,6 +163,11 @@ def test_evidence_spans_point_at_the_same_text_on_both_sides(report_dir, run_dir
         (r["item_id"], r["variant"]): r["text"]
         for r in pq.read_table(run_dir / "benchmark_items.parquet").to_pylist()
     }
+    return texts, items
+
+
+def test_evidence_spans_point_at_the_same_text_on_both_sides(report_dir, run_dir):
+    texts, items = _run_texts(run_dir)
     ev = pq.read_table(report_dir / "evidence.parquet").to_pylist()
     assert len(ev) == 6
     checked = 0
@@ -195,14 +201,7 @@ def test_html_evidence_marks_the_spans_in_the_right_texts(report_dir, run_dir):
     match was found in, each with its own side of the spans marked."""
     from html import unescape
 
-    texts = {
-        (r["sample_uid"], r["field"]): r["text"]
-        for r in pq.read_table(run_dir / "texts.parquet").to_pylist()
-    }
-    items = {
-        (r["item_id"], r["variant"]): r["text"]
-        for r in pq.read_table(run_dir / "benchmark_items.parquet").to_pylist()
-    }
+    texts, items = _run_texts(run_dir)
     ev = json.loads((report_dir / "report.json").read_text())["evidence"]["rows"]
     html = (report_dir / "report.html").read_text()
     body = html[html.index('id="evidence-table"') :]
