@@ -513,8 +513,11 @@ def _drop_rows(
 
 
 def _reason_kind(reason: str) -> str:
-    """The kind of a reject reason, without row-specific details (for the summary)."""
-    return reason.split(":")[0].split(" (")[0].split(" at byte")[0].split(" with different")[0]
+    """The kind of a reject reason, without row-specific details (for the summary); what the
+    reader said of the whole file (``; the file is gzip-compressed: ...``) is kept."""
+    head, sep, tail = reason.partition("; the file")
+    kind = head.split(":")[0].split(" (")[0].split(" at byte")[0].split(" with different")[0]
+    return kind + sep + tail
 
 
 def _convertible(
@@ -629,6 +632,11 @@ def ingest(
         if c.accepted == 0 and not allow_empty:
             top = max(c.reject_reasons.items(), key=lambda kv: kv[1], default=None)
             why = f"; most common reject: {top[0]} ({top[1]} rows)" if top else ""
+            # the reader's word on the whole file (gzip or Parquet under a .jsonl name, lone
+            # CRs) comes with its first row's reject only: say it whichever reject is commonest
+            said = [k.partition("; ")[2] for k in c.reject_reasons if "; the file" in k]
+            if said and said[0] not in why:
+                why += f"; {said[0]}"
             raise InputError(
                 f"{source}: no usable rows (read {c.read}, rejected {c.rejected}, "
                 f"duplicates {c.duplicates}){why}",

@@ -504,6 +504,20 @@ def _twice(key: str) -> str:
     )
 
 
+def _not_json_lines(line: bytes, lineno: int) -> str:
+    """What a line that did not parse says about the whole file, when it is not JSON Lines at
+    all (the error path only): its first bytes are gzip's or Parquet's, or its rows end with a
+    lone CR (one "line" holding them all). Said after the parse error, with the fix, always
+    as "; the file..." (ingest's summary keeps that part of a reason: ``_reason_kind``)."""
+    if lineno == 1 and line.startswith(b"\x1f\x8b"):
+        return "; the file is gzip-compressed: name it .jsonl.gz"
+    if lineno == 1 and line.startswith(b"PAR1"):
+        return "; the file is Parquet: name it .parquet"
+    if re.search(rb"[}\]][ \t]*\r[ \t]*[{\[]", line):
+        return "; the file's rows end with a lone CR (\\r): convert the line ends to \\n"
+    return ""
+
+
 def _add_line(batch: RowBatch, lineno: int, line: bytes) -> bool:
     """Parse one JSON Lines line into ``batch`` (a row or an error); False for a blank line."""
     line = line.rstrip(b"\r\n")
@@ -515,6 +529,7 @@ def _add_line(batch: RowBatch, lineno: int, line: bytes) -> bool:
     if reason is None and not isinstance(value, dict):
         reason, fld = f"expected a JSON object, got {type(value).__name__}", "<line>"
     if reason is not None:
+        reason += _not_json_lines(line, lineno)
         batch.errors.append(ReadError(batch.file, lineno, fld, reason, excerpt(line)))
     else:
         batch.rows.append(value)

@@ -243,6 +243,37 @@ def test_invalid_utf8_in_a_value_or_a_key_is_an_error_naming_file_row_and_byte(t
     assert next(iter_tables(p))[0].to_pylist() == [{"problem": "café ∑ 数学"}]
 
 
+def test_a_file_that_is_not_json_lines_is_named_for_what_it_is(tmp_path):
+    """gzip or Parquet data under a .jsonl name, or rows ended by lone CRs (one "line"), failed
+    as "invalid UTF-8" or "malformed JSON" on row 1 without saying why; the error now says what
+    the file is and the fix, in both ways in (ingest's rows and decontam's tables)."""
+    from curation.errors import InputError
+    from curation.readers import iter_records, iter_tables
+
+    data = _write_jsonl(tmp_path / "good.jsonl", ROWS[:3]).read_bytes()
+    pq.write_table(pa.Table.from_pylist(ROWS[:3]), tmp_path / "t.parquet")
+    cases = {
+        "gzip-compressed: name it .jsonl.gz": gzip.compress(data),
+        "Parquet: name it .parquet": (tmp_path / "t.parquet").read_bytes(),
+        "lone CR": data.replace(b"\n", b"\r"),
+    }
+    for i, (said, raw) in enumerate(cases.items()):
+        path = tmp_path / f"bad{i}.jsonl"
+        path.write_bytes(raw)
+        for read in (lambda p: list(iter_tables(p)), lambda p: list(iter_records(p))):
+            with pytest.raises(InputError) as exc:
+                read(path)
+            assert exc.value.row == 1 and str(path) in str(exc.value), exc.value
+            assert said in str(exc.value), exc.value
+    # a bad line that is none of these says nothing more
+    plain = tmp_path / "plain.jsonl"
+    plain.write_bytes(b'{"a": 1}\n{"a": \n')
+    with pytest.raises(InputError) as exc:
+        list(iter_tables(plain))
+    assert exc.value.row == 2 and "malformed JSON" in str(exc.value)
+    assert "the file is" not in str(exc.value) and "lone CR" not in str(exc.value)
+
+
 def test_integers_beyond_64_bits_keep_their_digits(tmp_path):
     """orjson and Arrow's JSON reader read 2**100 as a float (1.2676506002282294e+30): a
     reference answer would lose its digits. Every reader keeps them exact."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 import subprocess
 import sys
@@ -57,7 +58,13 @@ def test_list_maps_names_every_shipped_map():
 def test_errors_are_one_line_that_names_the_fix(tmp_path):
     src = tmp_path / "pool.jsonl"
     src.write_text('{"question": "q", "answer": "#### 1"}\n')
+    zipped = tmp_path / "zipped.jsonl"  # gzip data under a plain .jsonl name
+    zipped.write_bytes(gzip.compress(src.read_bytes() * 3))
     cases = [
+        (
+            ["ingest", str(zipped), "--map", "gsm8k", "--name", "x"],
+            "the file is gzip-compressed: name it .jsonl.gz",
+        ),
         (["ingest", str(tmp_path / "missing.jsonl"), "--name", "x"], "source not found"),
         (["ingest", str(src), "--map", "gsm8kk", "--name", "x"], "did you mean 'gsm8k'?"),
         (
