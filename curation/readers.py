@@ -267,6 +267,13 @@ def check_regular(path: str | Path) -> None:
         )
 
 
+def _existing_file(p: Path) -> None:
+    """Refuse a data file that does not exist, or is a FIFO or a device (:func:`check_regular`)."""
+    if not p.exists():
+        raise NotFoundError(f"file {p} not found", hint="give an existing JSONL/JSON/Parquet file")
+    check_regular(p)
+
+
 def parse_source(spec: str) -> SourceSpec:
     """Parse a source spec string; a local path must exist."""
     if spec.startswith("hf://"):
@@ -778,9 +785,7 @@ def _strict_batches(p: Path, batch_size: int) -> Iterator[RowBatch]:
     """The row batches of a JSON/JSONL file, raising on its first unreadable row."""
     from curation.errors import InputError
 
-    if not p.exists():
-        raise NotFoundError(f"file {p} not found", hint="give an existing JSONL/JSON/Parquet file")
-    check_regular(p)
+    _existing_file(p)
     if kind_of(p) is None:
         raise InputError(
             f"unsupported file type {p.name!r}",
@@ -911,9 +916,7 @@ def iter_tables(source: str | Path, *, batch_size: int = DEFAULT_BATCH_SIZE):
     like :func:`iter_records`: the first unreadable row raises, naming file and row."""
 
     p = Path(source)
-    if not p.exists():
-        raise NotFoundError(f"file {p} not found", hint="give an existing JSONL/JSON/Parquet file")
-    check_regular(p)
+    _existing_file(p)
     row = 0
     with damage_names(p, lambda: row):
         if kind_of(p) == "parquet":

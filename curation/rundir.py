@@ -171,13 +171,21 @@ def _collect_dead(out: Path) -> None:
         for sib in out.parent.glob(glob.escape(f".{out.name}{marker}") + "?" * 12):
             if re.fullmatch(r"[0-9a-f]{12}", sib.name[-12:]) and _stale(sib, now):
                 shutil.rmtree(sib, ignore_errors=True)
-        head = f".{out.name}{marker}{_owner_tag().split('-', 1)[0]}-"
-        for sib in out.parent.glob(glob.escape(head) + "*-*"):
-            pid = sib.name[len(head) :].split("-", 1)[0]
-            if not pid.isdigit() or int(pid) == os.getpid():
-                continue
-            if not alive(int(pid)):
-                shutil.rmtree(sib, ignore_errors=True)
+        for sib in _gone_writers(out.parent, f".{out.name}{marker}"):
+            shutil.rmtree(sib, ignore_errors=True)
+
+
+def _gone_writers(folder: Path, prefix: str, suffix: str = "") -> Iterator[Path]:
+    """The entries of ``folder`` named ``<prefix><this host>-<pid>-...<suffix>`` (the
+    :func:`_owner_tag` of their writer) whose writer is a process of this host that is gone; a
+    live writer's, this process's and another host's (a shared file system) are not listed."""
+    import glob
+
+    head = f"{prefix}{host_tag()}-"
+    for p in folder.glob(glob.escape(head) + "*-*" + glob.escape(suffix)):
+        pid = p.name[len(head) :].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not alive(int(pid)):
+            yield p
 
 
 def start(out: str | os.PathLike, *, kind: Kind) -> Path:
@@ -296,16 +304,9 @@ _TMP = ".tmp-"
 def _remove_dead_tmp(path: Path) -> None:
     """Remove the temporary files of :func:`replacing` beside ``path`` whose writer was a
     process of this host that is gone (a report killed with SIGKILL mid-write left one per
-    kill). Only names of exactly that pattern; a live writer's, another host's (a shared file
-    system) and this process's are left alone."""
-    import glob
-
-    head = f".{path.stem}{_TMP}{host_tag()}-"
-    name = re.compile(re.escape(head) + r"([0-9]+)-[0-9a-f]{8}" + re.escape(path.suffix))
-    for left in path.parent.glob(glob.escape(head) + "*" + glob.escape(path.suffix)):
-        m = name.fullmatch(left.name)
-        if m and int(m[1]) != os.getpid() and not alive(int(m[1])):
-            left.unlink(missing_ok=True)
+    kill)."""
+    for left in _gone_writers(path.parent, f".{path.stem}{_TMP}", path.suffix):
+        left.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager

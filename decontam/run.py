@@ -257,7 +257,8 @@ def _resolve_input(input: str, catalog=None):
                 f"unsupported input file type: {p.name}", hint="use .jsonl, .jsonl.gz or .parquet"
             )
         return "file", p
-    if p.is_dir() and (p.suffix in (".jsonl", ".parquet", ".gz", ".json") or os.sep in input):
+    path_like = p.suffix in (".jsonl", ".parquet", ".gz", ".json") or os.sep in input
+    if p.is_dir() and path_like:
         raise ConfigError(
             f"input {input} is a folder: decontam run reads one JSONL or Parquet file, or a "
             "catalog version",
@@ -268,7 +269,7 @@ def _resolve_input(input: str, catalog=None):
         from curation.readers import check_regular
 
         check_regular(p)
-    if p.suffix in (".jsonl", ".parquet", ".gz", ".json") or os.sep in input:
+    if path_like:
         raise NotFoundError(
             f"input file {input} not found", hint="give an existing file or a catalog name@version"
         )
@@ -442,8 +443,7 @@ def sample_uids(
             )
         col = table[id_field]
         if pa.types.is_nested(col.type) or pa.types.is_binary(col.type):  # no cast to text
-            valid = pc.is_valid(col)
-            at = pc.index(valid, True).as_py() if pc.any(valid).as_py() else 0
+            at = pc.index(pc.is_valid(col), True).as_py()  # -1: every value is null
             raise InputError(
                 f"id must be text or a number, got {col.type}",
                 file=source,

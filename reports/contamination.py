@@ -9,6 +9,7 @@ autoescapes and highlighted texts are built from escaped pieces (:func:`highligh
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import math
 import re
@@ -1131,9 +1132,18 @@ def render_report(
             report["agreement"]["detectors"],
         ),
     }
+    # what a signature over report.json covers: the SHA-256 of every file written beside it
+    # (the HTML people read included), taken from the bytes as they are written; `sluice
+    # report verify` checks them
+    written: dict[str, str] = {}
+
+    def write(name: str, data: bytes) -> None:
+        with replacing(out / name) as tmp:
+            tmp.write_bytes(data)
+        written[name] = hashlib.sha256(data).hexdigest()
+
     for name, png in images.items():
-        with replacing(out / "plots" / f"{name}.png") as tmp:
-            tmp.write_bytes(png)
+        write(f"plots/{name}.png", png)
     data_uris = {
         k: "data:image/png;base64," + base64.b64encode(v).decode() for k, v in images.items()
     }
@@ -1145,28 +1155,21 @@ def render_report(
     with replacing(out / "evidence.parquet") as tmp:
         pq.write_table(ev_table, tmp)
     # the full evidence list travels beside the report: its hash ties it to this report.json
-    report["evidence"]["sha256"] = file_sha256(out / "evidence.parquet")
+    report["evidence"]["sha256"] = written["evidence.parquet"] = file_sha256(
+        out / "evidence.parquet"
+    )
     paths = ReportPaths(out / "report.html", out / "report.md", out / "report.json")
     env = _env()
-    with replacing(paths.markdown) as tmp:
-        tmp.write_text(env.get_template("report.md.j2").render(r=report), encoding="utf-8")
-    with replacing(paths.html) as tmp:
-        tmp.write_text(
-            env.get_template("report.html.j2").render(
-                r=report,
-                evidence=_html_evidence(run, report["evidence"]["rows"]),
-                img=data_uris,
-                css=(TEMPLATES / "report.css").read_text(encoding="utf-8"),
-                js=(TEMPLATES / "report.js").read_text(encoding="utf-8"),
-            ),
-            encoding="utf-8",
-        )
-    # what a signature over report.json covers: the SHA-256 of every file written beside it
-    # (the HTML people read included); `sluice report verify` checks them
-    report["report_files_sha256"] = {
-        name: file_sha256(out / name)
-        for name in ("evidence.parquet", "report.html", "report.md", *REPORT_PLOTS)
-    }
+    write("report.md", env.get_template("report.md.j2").render(r=report).encode("utf-8"))
+    html = env.get_template("report.html.j2").render(
+        r=report,
+        evidence=_html_evidence(run, report["evidence"]["rows"]),
+        img=data_uris,
+        css=(TEMPLATES / "report.css").read_text(encoding="utf-8"),
+        js=(TEMPLATES / "report.js").read_text(encoding="utf-8"),
+    )
+    write("report.html", html.encode("utf-8"))
+    report["report_files_sha256"] = written
     with replacing(paths.json) as tmp:
         tmp.write_text(
             json.dumps(report, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8"
@@ -1174,6 +1177,7 @@ def render_report(
     return paths
 
 
+# the plots render_report writes (the keys of its ``images``), as report_files_sha256 names them
 REPORT_PLOTS = ("plots/agreement.png", "plots/scores.png", "plots/sensitivity.png")
 
 
@@ -1192,8 +1196,9 @@ def verify_report(report_dir: str | Path, run_dir: str | Path | None = None) -> 
             f"{rj} not found",
             hint="give the --out folder of `sluice report contamination`",
         )
+    raw = rj.read_bytes()
     try:
-        report = json.loads(rj.read_text(encoding="utf-8"))
+        report = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"not a JSON report: {exc}", file=str(rj)) from None
     files = report.get("report_files_sha256") if isinstance(report, dict) else None
@@ -1204,7 +1209,7 @@ def verify_report(report_dir: str | Path, run_dir: str | Path | None = None) -> 
             hint="write the report again: sluice report contamination RUN_DIR --out "
             f"{d} (it also checks the run's files)",
         )
-    checked: dict[str, str] = {"report.json": file_sha256(rj)}
+    checked: dict[str, str] = {"report.json": hashlib.sha256(raw).hexdigest()}
     problems: list[str] = []
     for name, want in sorted(files.items()):
         p = d / name
