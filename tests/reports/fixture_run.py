@@ -9,13 +9,16 @@ Inputs are fixed, so the run (and the report on it) is deterministic:
   ``pools/math_deepscaler_aime_1983_2023.jsonl`` (older AIME problems with solutions: clean);
 * detectors ``ngram`` and ``minhash`` with their default configs, the default policy.
 
-The run goes through :mod:`decontam.run` (``run_decontamination`` when the benchmark loader
-exists, else the same step functions with a BenchmarkSet read from the shared files), so the run
-directory has exactly the layout ``sluice decontam run`` writes.
+The run goes through :mod:`decontam.run`'s ``run_decontamination``, so the run directory has
+exactly the layout ``sluice decontam run`` writes.
 
 ``variant="b"`` gives the diff tests known differences: TTRL row 3 is dropped (its flag is
 resolved), TTRL row 5 is added (a new flag) and the policy lowers the MinHash threshold to 0.45
 (the half copy is now flagged by MinHash too: a changed flag).
+
+``variant="c"`` adds rows 1-6 of AIME 2025 copied verbatim (uids ``aime25-copy-1`` ...) and scans
+against aime24 and aime25: twelve evidence pairs over two benchmarks, so a report's benchmark
+filter and its numeric sort (``10`` after ``9``, not after ``1``) have something to tell apart.
 
 ``evidence_only=["ngram"]`` keeps n-grams from flagging on their own: the half copy, over the
 n-gram threshold only, is then a flagged pair that is kept.
@@ -41,6 +44,8 @@ def _jsonl(path: Path, n: int) -> list[dict]:
 
 
 def fixture_rows(pools_dir: Path, variant: str = "a") -> list[dict]:
+    """The pool's rows (AIME 2025 copies of variant "c" are added by :func:`build_fixture_run`,
+    which has the benchmarks folder)."""
     ttrl = _jsonl(pools_dir / "math_ttrl_aime24_as_train.jsonl", 9)
     keep = [0, 1, 2, 3, 4] if variant == "a" else [0, 1, 2, 4, 5]
     rows = [
@@ -73,45 +78,6 @@ def fixture_rows(pools_dir: Path, variant: str = "a") -> list[dict]:
     return rows
 
 
-def _benchmark_set(benchmarks_dir: Path):
-    """AIME 2024 with its variant wordings, read directly (until the registry loader exists)."""
-    import hashlib
-
-    import pyarrow as pa
-
-    from decontam.benchmarks import BENCHMARK_ITEM_SCHEMA, BenchmarkInfo, BenchmarkSet
-
-    items, h = [], hashlib.sha256()
-    for fname, var in (
-        ("aime24.jsonl", "primary"),
-        ("variants/aime24_qwq.jsonl", "qwq"),
-        ("variants/aime24_rllm.jsonl", "rllm"),
-    ):
-        for r in _jsonl(benchmarks_dir / fname, 10**6):
-            h.update(f"{r['id']}\0{var}\0{r['problem']}\0".encode())
-            items.append(
-                {
-                    "benchmark": "aime24",
-                    "benchmark_version": "aime24@fixture",
-                    "item_id": r["id"],
-                    "variant": var,
-                    "domain": "math",
-                    "text": r["problem"],
-                    "answer": str(r["answer"]),
-                }
-            )
-    info = BenchmarkInfo(
-        name="aime24",
-        version="aime24@fixture",
-        item_count=len({i["item_id"] for i in items}),
-        text_count=len(items),
-        content_hash=h.hexdigest(),
-        source="local:benchmarks/aime24.jsonl",
-        description="AIME 2024 I+II (MathArena wording; QwQ/HF and rllm wordings as variants)",
-    )
-    return BenchmarkSet(pa.Table.from_pylist(items, schema=BENCHMARK_ITEM_SCHEMA), [info])
-
-
 def build_fixture_run(
     out_dir: Path,
     benchmarks_dir: Path,
@@ -121,76 +87,49 @@ def build_fixture_run(
     evidence_only: list[str] | None = None,
 ) -> Path:
     """Run the real decontamination pipeline on the fixed pool; return the run directory."""
-    from decontam import benchmarks as bmod
     from decontam.policy import PolicyConfig
-    from decontam.run import DecontamConfig
+    from decontam.run import DecontamConfig, run_decontamination
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     pool = out_dir.parent / f"{out_dir.name}-input" / "fixture_pool.jsonl"
     pool.parent.mkdir(exist_ok=True)
-    pool.write_text(
-        "".join(json.dumps(r, sort_keys=True) + "\n" for r in fixture_rows(pools_dir, variant))
-    )
+    rows = fixture_rows(pools_dir, variant)
+    benchmarks = ["aime24"]
+    if variant == "c":
+        benchmarks.append("aime25")
+        rows += [
+            {"uid": f"aime25-copy-{i}", "source": "aime25_copies", "problem": r["problem"],
+             "solution": None}
+            for i, r in enumerate(_jsonl(benchmarks_dir / "aime25.jsonl", 6), start=1)
+        ]  # fmt: skip
+    pool.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     policy = PolicyConfig(
         thresholds={"minhash": 0.45} if variant == "b" else {},
         evidence_only=list(evidence_only or []),
     )
     config = DecontamConfig(
-        benchmarks=["aime24"], detectors=DETECTORS, policy=policy, use_cache=False
+        benchmarks=benchmarks, detectors=DETECTORS, policy=policy, use_cache=False
     )
     # the command that reproduces the run, run from the folder that holds the pool file
     command = (
         f"sluice decontam run {pool.parent.name}/{pool.name} --text-field problem --text-field solution --id-field uid "
-        f"--benchmarks aime24 --detectors {','.join(DETECTORS)} --out {out_dir.name} --no-publish --no-cache"
+        f"--benchmarks {','.join(benchmarks)} --detectors {','.join(DETECTORS)} --out {out_dir.name} --no-publish --no-cache"
     )
     if variant == "b" or evidence_only:
         policy_file = out_dir.parent / f"{out_dir.name}-policy.json"
         doc = {"thresholds": policy.thresholds, "evidence_only": policy.evidence_only}
         policy_file.write_text(json.dumps(doc if evidence_only else policy.thresholds))
         command += f" --policy {policy_file.name}"
-    if hasattr(bmod, "load_benchmarks"):
-        from decontam.run import run_decontamination
-
-        run_decontamination(
-            str(pool),
-            text_fields=POOL_FIELDS,
-            id_field="uid",
-            out_dir=out_dir,
-            config=config,
-            benchmarks_dir=benchmarks_dir,
-            publish=False,
-            data_root=str(out_dir.parent / "data-root"),
-            command=command,
-        )
-        return out_dir
-
-    from decontam.run import (
-        build_detectors,
-        finalize,
-        prepare_text_table,
-        read_input,
-        sample_uids,
-        scan,
-    )
-
-    inp = read_input(str(pool))
-    texts = prepare_text_table(inp.table, POOL_FIELDS, "uid", source=str(pool))
-    uids = sample_uids(inp.table, "uid", source=str(pool))
-    bset = _benchmark_set(benchmarks_dir)
-    dets = build_detectors(config.detectors, config, bset)
-    finalize(
-        inp=inp,
-        texts=texts,
-        matches=scan(texts, dets),
-        uids=uids,
-        detectors=dets,
-        benchmarks=bset,
-        config=config,
-        out_dir=out_dir,
+    run_decontamination(
+        str(pool),
         text_fields=POOL_FIELDS,
         id_field="uid",
-        command=command,
+        out_dir=out_dir,
+        config=config,
+        benchmarks_dir=benchmarks_dir,
         publish=False,
+        data_root=str(out_dir.parent / "data-root"),
+        command=command,
     )
     return out_dir
