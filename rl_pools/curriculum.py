@@ -29,9 +29,10 @@ class CurriculumConfig:
 
     def __post_init__(self) -> None:
         if self.preset is not None:
-            if self.preset not in CURRICULA:
+            # a number or a list was "'int' object is not iterable" / "unhashable type"
+            if not isinstance(self.preset, str) or self.preset not in CURRICULA:
                 raise ConfigError(f"unknown curriculum {self.preset!r}",
-                                  hint=did_you_mean(self.preset, list(CURRICULA)))  # fmt: skip
+                                  hint=did_you_mean(str(self.preset), list(CURRICULA)))  # fmt: skip
             p = CURRICULA[self.preset]
             self.by = self.by or p["by"]
             self.stages = self.stages or [list(s) for s in p["stages"]]

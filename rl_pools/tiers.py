@@ -202,7 +202,9 @@ class SelectionConfig:
     def __post_init__(self) -> None:
         if isinstance(self.tiers, dict):
             self.tiers = TierConfig.from_dict(self.tiers)
-        if self.preset is not None and self.preset not in PRESETS:
+        # a list (unhashable) was "unhashable type: 'list'"
+        if self.preset is not None and (not isinstance(self.preset, str)
+                                        or self.preset not in PRESETS):  # fmt: skip
             raise ConfigError(f"unknown keep-rule preset {self.preset!r}",
                               hint=did_you_mean(str(self.preset), list(PRESETS)))  # fmt: skip
         for k in ("balance_tiers", "balance_sources"):
