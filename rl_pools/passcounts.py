@@ -262,11 +262,12 @@ def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]
     line of a .jsonl / .csv file (a CSV header is line 1; a record whose quoted text spans lines
     is named by its first line), the 1-based row of a Parquet file. Values stay as the file
     wrote them (CSV: text), so each is checked on its own row."""
-    from curation.readers import iter_records, read_table
+    from curation.readers import check_regular, iter_records, read_table
 
     if path.is_dir():
         raise InputError(f"--file {path} is a folder; a counts table file is expected",
                          hint="give one .jsonl, .csv or .parquet file")  # fmt: skip
+    check_regular(path)  # a FIFO or a device: said as such (it was "does not exist")
     if not path.is_file():
         raise NotFoundError(f"file {path} does not exist")
     suf = path.suffix.lower()
@@ -283,13 +284,20 @@ def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]
             line_start = data.rfind(b"\n", 0, exc.start) + 1
             line = data[: exc.start].count(b"\n") + 1
             # the row is the line its record starts on (a quoted text may span lines)
-            records = _csv_records(data.decode("utf-8-sig", errors="replace"))
+            records = _csv_records(data.decode("utf-8-sig", errors="replace"), path)
             row = next((first for first, last, _ in records if first <= line <= last), line)
             raise InputError(f"invalid UTF-8 at byte {exc.start - line_start} of line {line}",
                              file=str(path), row=row,
                              hint="save the table as UTF-8") from None  # fmt: skip
-        records = _csv_records(text)
+        records = _csv_records(text, path)
         cols = records[0][2] if records else []
+        twice = sorted({c for c in cols if cols.count(c) > 1})
+        if twice:  # a dict of the cells kept the last one: the other column was dropped unread
+            raise InputError(
+                f"the header names column {twice[0]!r} {cols.count(twice[0])} times",
+                file=str(path), row=records[0][0], field=twice[0],
+                hint="give each column one name in the header; nothing was imported",
+            )  # fmt: skip
         for first, _, values in records[1:]:
             # as csv.DictReader read them: a short row's missing cells are empty (the checks
             # name a missing count); extra ones were dropped without a word, a count with them
@@ -315,21 +323,40 @@ def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]
     return cols, rows
 
 
-def _csv_records(text: str) -> list[tuple[int, int, list[str]]]:
+def _csv_records(text: str, path: Path) -> list[tuple[int, int, list[str]]]:
     """(first line, last line, values) of each record of a CSV text, the header first; blank
     lines skipped. A quoted value may span lines: the record is named by its first line (csv's
-    ``line_num`` is the last one read)."""
+    ``line_num`` is the last one read). A value of any length is read (csv's own limit, 128 KiB,
+    was a traceback for a long problem text); a quote never closed, or text after a closing
+    quote, is an error naming the record (it was read as one value running to the end of the
+    file, or as the two parts glued together)."""
     import csv
     import io
+    import sys
 
     out = []
-    with io.StringIO(text, newline="") as f:
-        reader = csv.reader(f)
-        last = 0
-        for values in reader:
-            first, last = last + 1, reader.line_num
-            if values:
-                out.append((first, last, values))
+    limit = csv.field_size_limit(sys.maxsize)
+    try:
+        with io.StringIO(text, newline="") as f:
+            reader = csv.reader(f, strict=True)
+            last = 0
+            while True:
+                try:
+                    values = next(reader)
+                except StopIteration:
+                    break
+                except csv.Error as exc:
+                    what = {"unexpected end of data": "a quoted value is never closed"}.get(
+                        str(exc), f"not a well-formed CSV record: {exc}"
+                    )
+                    raise InputError(what, file=str(path), row=last + 1,
+                                     hint='quote a whole value ("a, b"), and double a quote '
+                                     'inside one ("say ""hi""")') from None  # fmt: skip
+                first, last = last + 1, reader.line_num
+                if values:
+                    out.append((first, last, values))
+    finally:
+        csv.field_size_limit(limit)
     return out
 
 
@@ -345,7 +372,7 @@ def _number(v: Any) -> Any:
     return v
 
 
-_INT64_MAX = 2**63 - 1
+_INT32_MAX = 2**31 - 1  # k, passed and n_invalid are int32 columns of PASSCOUNT_SCHEMA
 
 
 def _count(v: Any, path: Path, row: int, name: str) -> int | None:
@@ -357,8 +384,8 @@ def _count(v: Any, path: Path, row: int, name: str) -> int | None:
             or n != int(n)):  # fmt: skip
         raise InputError(f"{name} must be a whole number, got {v!r}", file=str(path), row=row,
                          field=name)  # fmt: skip
-    if abs(n) > _INT64_MAX:  # the counts table's int64 column cannot hold it
-        raise InputError(f"{name} must be at most 2**63 - 1, got {v!r}", file=str(path),
+    if abs(n) > _INT32_MAX:  # the counts table's int32 column cannot hold it
+        raise InputError(f"{name} must be at most 2**31 - 1, got {v!r}", file=str(path),
                          row=row, field=name)  # fmt: skip
     return int(n)
 
@@ -388,12 +415,14 @@ def read_table_rows(
     domain: str | None = "math",
     verifier_version: str = "external",
     problem_field: str = "problem",
+    repeats: list[tuple[int, int]] | None = None,
 ) -> list[tuple[int, dict[str, Any]]]:
     """The checked count rows of a plain table with their row numbers (see :func:`import_table`).
 
     Every value is checked where it is read: a bad one is an error naming the file, the row and
     the field, never a row imported as ungraded. The same (uid, model) twice with different
-    counts is an error naming both rows; an exact repeat is kept once."""
+    counts is an error naming both rows; an exact repeat is kept once, and ``(its row, the row
+    it repeats)`` is appended to ``repeats`` when given, so the caller can say it was skipped."""
     from curation.normalize import problem_uid
 
     path = Path(path)
@@ -414,6 +443,8 @@ def read_table_rows(
         )  # fmt: skip
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
         raise ConfigError(f"--k must be a whole number >= 1, got {k!r}")
+    if k is not None and k > _INT32_MAX:
+        raise ConfigError(f"--k must be at most 2**31 - 1, got {k!r}")
     out: list[tuple[int, dict[str, Any]]] = []
     first: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
     for i, r in raw:
@@ -507,6 +538,8 @@ def read_table_rows(
         prev = first.get((uid, m))
         if prev is not None:
             if prev[1] == rec:
+                if repeats is not None:
+                    repeats.append((i, prev[0]))
                 continue
             raise InputError(
                 f"uid {uid} of model {m!r} has two different counts: row {prev[0]} "

@@ -144,6 +144,8 @@ def import_counts(
 
     if k is not None and k < 1:
         raise ConfigError(f"--k must be a whole number >= 1, got {k}")
+    if k is not None and k > 2**31 - 1:  # the counts' k is an int32 column (was a traceback)
+        raise ConfigError(f"--k must be at most 2**31 - 1, got {k}")
     if fmt == "skywork":  # the pool's model_difficulty names the models and holds the counts
         given = [opt for opt, v in (("--file", file), ("--model", model), ("--domain", domain),
                                     ("--problem-field", problem_field != "problem" or None))
@@ -171,11 +173,15 @@ def import_counts(
             pv = cat.resolve(pool)
             have = set(cat.load(pv.ref, columns=["domain"]).column("domain").to_pylist())
             domain = next(iter(have)) if len(have) == 1 else None
+        repeats: list[tuple[int, int]] = []
         rows = read_table_rows(file, model=model, k=k, domain=domain,
-                               problem_field=problem_field)  # fmt: skip
+                               problem_field=problem_field, repeats=repeats)  # fmt: skip
         counts = counts_table(r for _, r in rows)
         locations = {r["uid"]: f"{file.name} row {n}" for n, r in rows}
         origin = f"table:{file}"
+        if repeats:  # kept once: the skipped copies are counted and named, not hidden
+            extra["repeated_rows"] = [f"{file.name} row {n} repeats row {first}"
+                                      for n, first in repeats]  # fmt: skip
     else:
         raise ConfigError(f"unknown import format {fmt!r}", hint="use table or skywork")
     _echo({**import_counts_ref(counts, pool, catalog=cat, origin=origin, locations=locations),

@@ -40,7 +40,7 @@ def _jsonl(tmp_path, rows, name="counts.jsonl"):
         ({"pass_rate": None, "passed": None}, "passed", "passed is missing"),
         ({"k": 0}, "k", "k must be >= 1"),
         ({"k": 8.5}, "k", "k must be a whole number, got 8.5"),
-        ({"k": 2**64}, "k", "k must be at most 2**63 - 1"),  # was an OverflowError traceback
+        ({"k": 2**64}, "k", "k must be at most 2**31 - 1"),  # was an OverflowError traceback
         ({"passed": True}, "passed", "passed must be a whole number, got True"),
         ({"model": ""}, "model", "model is empty"),
         ({"passed": None, "pass_rate": "high"}, "pass_rate", "must be a number in [0, 1]"),
