@@ -456,8 +456,11 @@ def _duplicate_key(text: bytes, value: Any) -> str | None:
     The parsers keep the last value of a repeated key, so the other would be lost without a
     word. Fast path: when the text has no more key ends than ``value`` has keys, no key was
     repeated; only then (a '":' inside a string, or a repeat) is the text parsed again."""
-    if len(_KEY_END.findall(text)) == _key_count(value):
-        return None
+    try:
+        if len(_KEY_END.findall(text)) == _key_count(value):
+            return None
+    except RecursionError:  # nesting under the reader's limit (512) but past Python's stack
+        pass  # (a trace's metadata 500 deep was a traceback from `sluice ingest`): parse again
     try:
         json.loads(text, object_pairs_hook=_no_duplicates)
     except _DuplicateKey as exc:
