@@ -46,7 +46,8 @@ def _check_types(obj: Any, *, finite: bool = True) -> None:
             "str": (isinstance(v, str), "text"),
             "list[str]": (
                 isinstance(v, list | tuple) and all(isinstance(x, str) for x in v),
-                'a list of names, e.g. ["aime24", "aime25"]',
+                "a list of names, e.g. "
+                + ('["ngram"]' if "detector" in f.name else '["aime24", "aime25"]'),
             ),
         }.get(kind, (True, ""))
         if not ok:
