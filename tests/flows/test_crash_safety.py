@@ -73,15 +73,18 @@ def _refs(results: dict) -> dict[str, tuple]:
     }
 
 
-@pytest.fixture()
-def pool(tmp_path, pools_dir) -> list[dict]:
-    ttrl = write_slice(pools_dir / "math_ttrl_aime24_as_train.jsonl", tmp_path / "ttrl.jsonl")
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory, pools_dir) -> list[dict]:
+    """The pool every test of the module runs on (they only read it)."""
+    d = tmp_path_factory.mktemp("pool")
+    ttrl = write_slice(pools_dir / "math_ttrl_aime24_as_train.jsonl", d / "ttrl.jsonl")
     return [{"name": "ttrl-aime24", "source": str(ttrl), "map": "ttrl"}]
 
 
-@pytest.fixture()
+@pytest.fixture(scope="module")
 def reference(tmp_path_factory, pools_dir, benchmarks_dir):
-    """Refs of an uninterrupted run, computed once per shard count."""
+    """Refs of an uninterrupted run, computed once per shard count for the module (it was
+    computed again in each test: one uninterrupted run more per test)."""
     from flows.curate import curate_flow
 
     cache: dict[int, dict] = {}
