@@ -137,6 +137,33 @@ def _test_hook(stage: str) -> None:
     time.sleep(3600)
 
 
+# Test-only hook for a stop that lands inside a DuckDB query: when SLUICE_CATALOG_TEST_HOOK names
+# one of these stages, the catalog connection runs a query that never ends by itself there, and
+# the marker is written once DuckDB reports the query running (not before it starts), so a
+# test's signal lands inside DuckDB, not in the Python code around the query.
+QUERY_HOOK_STAGES = ("query", "in-transaction-query")
+
+
+def _test_query_hook(con: Any, stage: str) -> None:
+    if os.environ.get(_HOOK_ENV) != stage:
+        return
+    import threading
+
+    marker = os.environ.get(_HOOK_MARKER_ENV)
+    con.execute("SET enable_progress_bar = true")  # query_progress() is -1 without it
+    con.execute("SET enable_progress_bar_print = false")
+    con.execute("SET threads = 1")  # one core busy while the test signals, not all
+
+    def mark_once_running() -> None:
+        while con.query_progress() < 0:
+            time.sleep(0.01)
+        if marker:
+            Path(marker).write_text(stage)
+
+    threading.Thread(target=mark_once_running, daemon=True).start()
+    con.execute("SELECT count(*) FROM range(9223372036854775807) t(i) WHERE i % 7 = 3")
+
+
 # --------------------------------------------------------------------------------------------
 # Data classes
 # --------------------------------------------------------------------------------------------
@@ -723,6 +750,7 @@ class Catalog:
                 raise_if_stopped()  # a Ctrl-C while DuckDB opened the catalog: see below
                 raise
             try:
+                _test_query_hook(con, "query")
                 yield con
             except duckdb.Error as exc:
                 raise storage_error(exc, str(self.db_path)) or self._damaged(exc) from None
@@ -1378,6 +1406,7 @@ class Catalog:
                     self._insert(con, s)
                 for s in staged:
                     self._write_manifest(con, s.name, s.version, group, pending)
+                _test_query_hook(con, "in-transaction-query")
                 _test_hook("in-transaction")
                 con.execute("COMMIT")
             except BaseException:
