@@ -71,7 +71,7 @@ from curation.errors import (
     storage_error,
     writing_to,
 )
-from curation.shutdown import raise_if_stopped
+from curation.shutdown import stops_kept
 
 CATALOG_SCHEMA_VERSION = 1
 # Rows per canonical chunk. The content hash depends on it, so it is part of HASH_ALGO and
@@ -162,6 +162,33 @@ def _test_query_hook(con: Any, stage: str) -> None:
 
     threading.Thread(target=mark_once_running, daemon=True).start()
     con.execute("SELECT count(*) FROM range(9223372036854775807) t(i) WHERE i % 7 = 3")
+
+
+@contextlib.contextmanager
+def _stops_in_duckdb() -> Iterator[None]:
+    """A stop (Ctrl-C, SIGTERM, a served run's cancel) that lands while DuckDB runs a query
+    leaves the block as the exception its signal handler raised, not as what DuckDB made of it.
+
+    DuckDB drops the handler's exception and raises ``RuntimeError('Query interrupted')`` (an
+    ``InterruptException`` where it checks for interrupts itself). In a served flow run, whose
+    SIGTERM handler is Prefect's, the runner's cancel then failed the run with DuckDB's
+    traceback in the command's log, and a library caller's Ctrl-C came out as a RuntimeError.
+    Any error DuckDB raises after a handler raised in the block is the stop's doing; one with
+    no stop behind it (an interrupt nobody asked for, a real failure) goes on as it was.
+    The catalog stays as it was: a transaction the stop broke is rolled back (:meth:`commit`).
+    """
+    import duckdb
+
+    with stops_kept() as kept:
+        try:
+            yield
+        except Exception as exc:
+            interrupted = isinstance(exc, duckdb.InterruptException) or (
+                type(exc) is RuntimeError and str(exc) == "Query interrupted"
+            )
+            if kept.raised is not None or interrupted:
+                kept.raise_again()  # raises the stop if one came; else DuckDB's error goes on
+            raise
 
 
 # --------------------------------------------------------------------------------------------
@@ -725,10 +752,11 @@ class Catalog:
             # exclusively) had not yet made the file, and report a lost catalog
             if not self.db_path.exists():
                 if not write:
-                    with self._lost_catalog() as con:
+                    with _stops_in_duckdb(), self._lost_catalog() as con:
                         yield con
                     return
                 self._refuse_if_lost()
+            stack.enter_context(_stops_in_duckdb())  # outside the handlers below: it sees all
             try:
                 con = duckdb.connect(str(self.db_path), read_only=not write)
                 stack.callback(con.close)
@@ -742,23 +770,19 @@ class Catalog:
                     self._backfill_manifests(con)
                 else:
                     con.execute("SELECT count(*) FROM versions").fetchone()
+            except duckdb.InterruptException:
+                raise  # a stop, not a damaged catalog: _stops_in_duckdb
             except duckdb.Error as exc:
                 raise (
                     self._busy(exc) or storage_error(exc, str(self.db_path)) or self._damaged(exc)
                 ) from None
-            except RuntimeError:
-                raise_if_stopped()  # a Ctrl-C while DuckDB opened the catalog: see below
-                raise
             try:
                 _test_query_hook(con, "query")
                 yield con
+            except duckdb.InterruptException:
+                raise
             except duckdb.Error as exc:
                 raise storage_error(exc, str(self.db_path)) or self._damaged(exc) from None
-            except RuntimeError:
-                # DuckDB turns a Ctrl-C (SIGTERM) during a query into RuntimeError('Query
-                # interrupted'): the command's stop, not a failure of this catalog operation
-                raise_if_stopped()
-                raise
 
     @contextlib.contextmanager
     def _lock(self, write: bool) -> Iterator[None]:
@@ -1188,8 +1212,8 @@ class Catalog:
 
         for v in (a, b):  # as load and scan: a modified or damaged file is refused first
             self._checked_bytes(v, keep=False)
-        con = duckdb.connect()
-        try:
+        # a Ctrl-C in a long diff ends it as a Ctrl-C, not as DuckDB's RuntimeError
+        with _stops_in_duckdb(), contextlib.closing(duckdb.connect()) as con:
             if not self.is_local:
                 con.register_filesystem(self.fs)
             con.execute(f"CREATE VIEW a AS SELECT * FROM read_parquet({lit(a.path)})")
@@ -1262,8 +1286,6 @@ class Catalog:
                 ).fetchone()[0]
             else:
                 n_add, n_rem = b.num_rows, a.num_rows
-        finally:
-            con.close()
         return DatasetDiff(
             a=a.ref,
             b=b.ref,

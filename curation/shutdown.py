@@ -27,7 +27,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from multiprocessing.context import SpawnContext, SpawnProcess
-from typing import NoReturn
+from typing import Any, NoReturn
 
 _STOP: int | None = None  # the signal that asked this process to stop (set by the handlers)
 
@@ -51,6 +51,63 @@ def raise_if_stopped() -> None:
         raise KeyboardInterrupt
     if _STOP is not None:
         raise SystemExit(128 + _STOP)
+
+
+class KeptStop:
+    """What :func:`stops_kept` saw: the exception a stop's signal handler raised in its block."""
+
+    def __init__(self) -> None:
+        self.raised: BaseException | None = None
+
+    def raise_again(self) -> None:
+        """Raise the stop a handler raised in the block (``KeyboardInterrupt``, the command's
+        ``SystemExit(143)``, Prefect's ``TerminationSignal``), or the one the command's handlers
+        recorded (:func:`raise_if_stopped`); return if neither came."""
+        if self.raised is not None:
+            raise self.raised.with_traceback(None) from None  # not what a library made of it
+        raise_if_stopped()
+
+
+@contextlib.contextmanager
+def stops_kept() -> Iterator[KeptStop]:
+    """Keep the exception that a SIGINT or SIGTERM handler raises in this block, so that code
+    calling a native library that drops it can raise it again (:meth:`KeptStop.raise_again`).
+
+    DuckDB turns an exception raised by a signal handler while it runs a query into
+    ``RuntimeError('Query interrupted')`` and drops the exception itself. The command's own
+    handlers record their stop (:func:`raise_if_stopped`), but a served flow run's process has
+    Prefect's SIGTERM handler, which raises ``TerminationSignal``: the runner's cancel, landing
+    in a catalog query, became that RuntimeError, the run failed (its task retried) instead of
+    being cancelled, and its log showed DuckDB's traceback. The handlers in place, whoever's,
+    are wrapped for the block and put back on leaving (unless one replaced itself meanwhile,
+    as the command's SIGTERM handler does); outside the main thread, where no handler runs,
+    nothing is wrapped."""
+    kept = KeptStop()
+    if threading.current_thread() is not threading.main_thread():
+        yield kept
+        return
+    wrapped: dict[int, tuple[Any, Any]] = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(sig)
+        if not callable(handler):  # SIG_DFL, SIG_IGN, or not set from Python
+            continue
+
+        def keeping(signum: int, frame: Any, handler: Any = handler) -> None:
+            try:
+                handler(signum, frame)
+            except BaseException as exc:
+                if kept.raised is None:
+                    kept.raised = exc
+                raise
+
+        signal.signal(sig, keeping)
+        wrapped[sig] = (handler, keeping)
+    try:
+        yield kept
+    finally:
+        for sig, (handler, keeping) in wrapped.items():
+            if signal.getsignal(sig) is keeping:
+                signal.signal(sig, handler)
 
 
 def exit_on_sigterm() -> None:

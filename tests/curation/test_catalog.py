@@ -660,6 +660,77 @@ def test_sigkill_during_publish_leaves_only_complete_versions(tmp_path, stage):
     assert cat.datasets() == ["base", "big"]
 
 
+_STOPPED_IN_QUERY = (
+    GEN_CODE
+    + r"""
+import signal, sys, traceback
+from curation.catalog import Catalog
+
+class Terminated(BaseException):  # what Prefect's SIGTERM handler raises in a flow run
+    pass
+
+def terminated(signum, frame):
+    raise Terminated
+
+signal.signal(signal.SIGTERM, terminated)
+cat = Catalog(sys.argv[1])
+try:
+    if sys.argv[2] == "read":
+        cat.list()
+    else:
+        cat.publish("big", make_problems(50, tag="big"), step="stop-test")
+    print("not stopped", flush=True)
+except BaseException as exc:
+    shown = "".join(traceback.format_exception(exc))  # what Python prints for it
+    print(type(exc).__name__, "Query interrupted" in shown, flush=True)
+"""
+)
+
+
+@pytest.mark.parametrize(
+    ("stage", "sig"),
+    [("query", "SIGINT"), ("query", "SIGTERM"), ("in-transaction-query", "SIGINT"),
+     ("in-transaction-query", "SIGTERM")],
+)  # fmt: skip
+def test_a_stop_inside_a_catalog_query_comes_out_as_itself_and_publishes_nothing(
+    tmp_path, stage, sig
+):
+    """DuckDB turns the exception a signal handler raises while it runs a query into
+    ``RuntimeError('Query interrupted')`` and drops it. A library caller's Ctrl-C came out of
+    the catalog as that RuntimeError, and in a served flow run the runner's cancel (SIGTERM,
+    Prefect's handler raising TerminationSignal) failed the run with DuckDB's traceback. The
+    stop the handler raised now comes out as itself, DuckDB's error out of sight, whichever
+    handler it is (here a stand-in for Prefect's on SIGTERM); a publish it breaks inside the
+    transaction leaves the catalog as it was. A test-only hook holds a DuckDB query open on
+    the catalog's connection and writes the marker once DuckDB runs it."""
+    root = tmp_path / "root"
+    cat = Catalog(root)
+    base = cat.publish("base", make_problems(100, tag="base"))
+    marker = tmp_path / "in-query"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SLUICE_CATALOG_TEST_HOOK": stage,
+           "SLUICE_CATALOG_TEST_HOOK_MARKER": str(marker)}  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _STOPPED_IN_QUERY, str(root),
+         "read" if stage == "query" else "publish"],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
+    )  # fmt: skip
+    try:
+        _wait_for(marker, proc)
+        proc.send_signal(getattr(signal, sig))
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    stop = "KeyboardInterrupt" if sig == "SIGINT" else "Terminated"
+    assert out.strip() == f"{stop} False", out + err  # the stop, DuckDB's error not shown
+    assert [v.ref for v in cat.list()] == [base.ref]
+    _assert_catalog_consistent(cat)
+    if stage == "in-transaction-query":  # the same publish, uninterrupted, goes through
+        assert cat.publish("big", make_problems(50, tag="big")).num_rows == 50
+
+
 @pytest.mark.parametrize("case", ["older-version-again", "new-version", "committed"])
 def test_rebuild_restores_only_committed_publications(tmp_path, case):
     """Manifests are written before the publishing transaction commits. A publisher SIGKILLed

@@ -9,6 +9,8 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import pytest
+
 from curation.shutdown import EndingSpawnContext
 
 
@@ -159,3 +161,50 @@ def test_a_ctrl_c_during_a_catalog_query_stays_a_ctrl_c(tmp_path):
     )  # fmt: skip
     assert res.stdout.strip() == "['KeyboardInterrupt']", res.stdout + res.stderr
     assert res.stderr.startswith("sluice: interrupted (SIGINT, Ctrl-C)"), res.stderr
+
+
+def test_stops_kept_keeps_the_handlers_exception_and_puts_the_handlers_back():
+    """The catalog raises a stop again from what :func:`stops_kept` kept (DuckDB drops the
+    handler's exception: tests/curation/test_catalog.py); the caller's handlers are its own
+    again after the block, except one that replaced itself meanwhile (the command's SIGTERM
+    handler leaves SIG_DFL, so that a second SIGTERM kills)."""
+    import os
+    import signal
+
+    from curation.shutdown import stops_kept
+
+    class Stop(BaseException):
+        pass
+
+    def stop(signum, frame):
+        raise Stop
+
+    def stop_once(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise Stop
+
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop_once)
+        with stops_kept() as kept:
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                signal.pthread_sigmask(signal.SIG_BLOCK, [])  # a call: the handler runs by now
+            except Stop as exc:
+                caught = exc
+            assert kept.raised is caught
+            with pytest.raises(Stop):  # raised again, as DuckDB's caller does
+                kept.raise_again()
+            with pytest.raises(Stop):
+                os.kill(os.getpid(), signal.SIGTERM)
+                signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        assert signal.getsignal(signal.SIGINT) is stop
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        with stops_kept() as kept:
+            pass
+        assert kept.raised is None
+        kept.raise_again()  # nothing kept, no stop recorded: returns
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

@@ -359,3 +359,77 @@ def test_a_hangup_stops_serving_unless_it_is_ignored(tmp_path, hup, code):
         assert "still serving" in res.stdout and "SIGHUP" not in res.stderr
     else:
         assert res.stderr.count("sluice: stopped by SIGHUP") == 1, res.stderr
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_a_served_run_stopped_inside_a_catalog_query_is_cancelled_without_a_traceback(
+    tmp_path, pools_dir, benchmarks_dir, stop
+):
+    """Ctrl-C on `sluice serve` while the served run was inside a DuckDB catalog query: the
+    runner's cancel (SIGTERM to the run's process) landed in DuckDB, which turned Prefect's
+    TerminationSignal into ``RuntimeError('Query interrupted')``; the run failed as if the
+    catalog had, and the command's log showed that error's traceback. The catalog now raises
+    the stop the signal raised, so the run is cancelled as a run waiting on anything else is:
+    one line, exit 130 (143), no traceback, nothing published. A test-only catalog hook holds
+    the run's first catalog query open and says so once DuckDB runs it."""
+    import psutil
+
+    from curation.catalog import Catalog
+
+    pool = write_slice(pools_dir / "math_ttrl_aime24_as_train.jsonl", tmp_path / "ttrl.jsonl")
+    root = tmp_path / "root"
+    cfg = write_config(
+        tmp_path / "pipeline.toml",
+        [{"name": "ttrl", "source": str(pool), "map": "ttrl"}],
+        data_root=root,
+        benchmarks=("aime24",),
+    )
+    marker = tmp_path / "in-query"
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(
+        PREFECT_HOME=str(tmp_path / "prefect"),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="1",
+        PREFECT_RUNNER_POLL_FREQUENCY="1",
+        SLUICE_BENCHMARKS_DIR=str(benchmarks_dir),
+        SLUICE_CATALOG_TEST_HOOK="query",
+        SLUICE_CATALOG_TEST_HOOK_MARKER=str(marker),
+    )
+    log = tmp_path / "serve.log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(
+            [SLUICE, "serve", str(cfg), "--interval", "15"], env=env, stdout=fh,
+            stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )  # fmt: skip
+    servers: list = []
+    try:
+        deadline = time.monotonic() + 300  # a guard against hanging, not a timed assertion
+        while not marker.exists():
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the served run never queried the catalog"
+            time.sleep(0.2)
+        servers = server_children(proc.pid)
+        runs = [
+            c
+            for c in psutil.Process(proc.pid).children(recursive=True)
+            if "prefect.engine" in " ".join(c.cmdline())
+        ]
+        assert len(runs) == 1, [c.cmdline() for c in runs]  # the hook held the run, not sluice
+        if stop == "SIGINT":
+            os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
+        else:
+            proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+        out = log.read_text()
+        said = "interrupted (SIGINT, Ctrl-C)" if stop == "SIGINT" else "stopped by SIGTERM"
+        assert proc.returncode == 128 + getattr(signal, stop), out[-3000:]
+        assert "Traceback" not in out and "Query interrupted" not in out, out[-3000:]
+        assert out.count(f"sluice: {said}") == 1, out[-3000:]
+        assert "Cancelled flow run" in out, out[-3000:]
+        _, alive = psutil.wait_procs(runs + servers, timeout=60)
+        assert alive == [], f"left running: {[p.cmdline() for p in alive]}"
+        assert not [v for v in Catalog(root).list() if ".decontaminated" in v.name]
+    finally:
+        kill_all(proc, servers)
