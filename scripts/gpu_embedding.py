@@ -2,7 +2,7 @@
 
 What runs: Sluice's own ``decontam.embedding.Encoder`` (the class every embedding, fuzzy and
 judge detector encodes through) with ``device="auto"`` and ``backend="auto"``, on real
-LeetCode statement windows (the windows ``word_windows`` cuts from ``--pool``'s ``query``
+LeetCode statement windows (the windows ``text_windows`` cuts from ``--pool``'s ``query``
 texts, repeated to ``--windows``). It checks what the CPU machines cannot: that ``auto``
 resolves to CUDA with the float32 ``torch`` backend (bfloat16 is a CPU choice), that the
 model is loaded at the first text and not before, and that the GPU's vectors agree with the
@@ -41,13 +41,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def _windows(pool: Path, limit: int) -> list[str]:
-    from decontam.embedding import prepare_text, word_windows
+    from decontam.embedding import EmbeddingConfig, get_encoder, text_windows
 
-    out: list[str] = []
+    cfg = EmbeddingConfig()
     with pool.open(encoding="utf-8") as fh:
-        for line in fh:
-            text = json.loads(line).get("query") or ""
-            out.extend(prepare_text(text[s:e]) for s, e in word_windows(text, 160, 80))
+        texts = [json.loads(line).get("query") or "" for line in fh]
+    out = [w.text for ws in text_windows(texts, get_encoder(cfg), cfg) for w in ws if w.text]
     if not out:
         sys.exit(f"{pool}: no 'query' texts")
     return (out * (limit // len(out) + 1))[:limit]

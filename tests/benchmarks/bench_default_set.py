@@ -154,15 +154,11 @@ def _bare_ceiling(pool: Path, n: int, backend: str) -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from decontam.embedding import EmbeddingConfig, prepare_text, resolve_model, word_windows
+    from decontam.embedding import EmbeddingConfig, get_encoder, resolve_model, text_windows
 
     cfg = EmbeddingConfig()
     texts = [json.loads(line)["query"] for line in pool.open(encoding="utf-8")]
-    windows = [
-        prepare_text(t[s:e])
-        for t in texts
-        for s, e in word_windows(t, cfg.window_words, cfg.stride)
-    ]
+    windows = [w.text for ws in text_windows(texts, get_encoder(cfg), cfg) for w in ws]
     model = SentenceTransformer(resolve_model().location, device="cpu")
     half = backend == "torch-bf16"
     if half:

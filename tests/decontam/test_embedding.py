@@ -20,7 +20,6 @@ from decontam.embedding import (
     get_encoder,
     prepare_text,
     resolve_model,
-    word_windows,
 )
 
 
@@ -40,15 +39,24 @@ def _best(matches: pa.Table) -> dict[str, dict]:
     return best
 
 
-def test_word_windows_cover_text_and_overlap():
-    text = " ".join(f"w{i}" for i in range(25))
-    spans = word_windows(text, window_words=10, stride=5)
-    assert spans[0] == (0, len(text))  # the whole text (head) first
-    words = [text[s:e].split() for s, e in spans[1:]]
-    assert [w[0] for w in words] == ["w0", "w5", "w10", "w15"]
-    assert all(len(w) == 10 for w in words)
-    assert words[-1][-1] == "w24"  # the tail is covered
-    assert word_windows("a b c", 10, 5) == [(0, 5)]
+def test_token_windows_cover_text_and_overlap():
+    """Windows of 20 model tokens every 10 over 60 words of one MiniLM token each, as spans of
+    the original text (its odd spacing kept), the whole text first."""
+    from decontam.embedding import Encoder, token_windows
+
+    tok, _ = Encoder(resolve_model()).window_tokenizer()
+    text = "  \n".join(["the cat sat on a mat"] * 10)  # 60 one-token words, odd spacing
+    spans = token_windows(text, tok, 20, 10)
+    assert (spans[0].start, spans[0].end) == (0, len(text))  # the whole text (head) first
+    assert [len(text[w.start : w.end].split()) for w in spans[1:]] == [20] * 5
+    assert [w.tokens for w in spans[1:]] == [20] * 5
+    assert spans[1].start == 0 and spans[-1].end == len(text)  # the tail is covered
+    starts = [
+        i for i in range(len(text)) if not text[i].isspace() and (i == 0 or text[i - 1].isspace())
+    ]
+    assert [w.start for w in spans[1:]] == starts[0::10][:5]  # every 10th word starts one
+    assert [(w.start, w.end) for w in token_windows("a b c", tok, 20, 10)] == [(0, 5)]
+    assert [(w.start, w.end) for w in token_windows("", tok, 20, 10)] == [(0, 0)]
 
 
 def test_prepare_text_drops_diagrams_and_collapses_space():
@@ -66,7 +74,7 @@ def test_default_model_is_offline_and_pinned(monkeypatch):
 
 def test_config_validation_names_the_problem():
     with pytest.raises(ConfigError, match="stride"):
-        EmbeddingConfig(window_words=10, stride=20)
+        EmbeddingConfig(window_tokens=20, stride_tokens=40)
     with pytest.raises(ConfigError, match="device"):
         EmbeddingConfig(device="tpu")
 

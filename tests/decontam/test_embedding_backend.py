@@ -13,7 +13,7 @@ import pytest
 
 from curation.errors import ConfigError
 from decontam import embedding
-from decontam.embedding import EmbeddingConfig, Encoder, embed_texts, get_encoder, word_windows
+from decontam.embedding import EmbeddingConfig, Encoder, embed_texts, get_encoder, text_windows
 
 pytestmark = pytest.mark.shared_data
 
@@ -29,12 +29,10 @@ def statements(pools_dir) -> list[str]:
     from decontam.embedding import prepare_text
 
     path = pools_dir / "code_leetcodedataset_v0.2.0_train.jsonl"
-    out = []
     with path.open(encoding="utf-8") as fh:
-        for _, line in zip(range(12), fh, strict=False):
-            q = json.loads(line)["query"]
-            out += [prepare_text(q[s:e]) for s, e in word_windows(q, 160, 80)]
-    return out
+        qs = [json.loads(line)["query"] for _, line in zip(range(12), fh, strict=False)]
+    cfg = EmbeddingConfig()
+    return [prepare_text(w.text) for ws in text_windows(qs, get_encoder(cfg), cfg) for w in ws]
 
 
 def test_bf16_backend_is_float32_torch_within_rounding_under_its_own_key(statements, tmp_path):
