@@ -116,5 +116,6 @@ def test_signature_rule_on_held_out_leetcode(with_rule):
         assert any(r.startswith("ngram:") for r in reasons)
     # the held-out margin: "distribute elements into two arrays II" shares resultArray(nums) with
     # LCB 3347 (its "I") at cosine 0.781 in float32 (0.779 with the bfloat16 weights `auto` picks
-    # on AMX CPUs), under 0.01 below the floor (a floor of 0.78 flags it in float32)
-    assert 0.777 <= res["best"][("deepcoder_test-131", "3347", "embedding")] < 0.787
+    # on AMX CPUs), under 0.01 below the floor (a floor of 0.78 flags it in float32); embedding/2's
+    # token windows (stop 37) put its best window elsewhere: 0.7767 in bfloat16
+    assert 0.775 <= res["best"][("deepcoder_test-131", "3347", "embedding")] < 0.787
