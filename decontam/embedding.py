@@ -250,6 +250,32 @@ class EmbeddingConfig(DetectorConfig):
             )
 
 
+# embedding/1's window fields and what replaced them (embedding/2 counts windows in tokens)
+RETIRED_KEYS = {"window_words": "window_tokens", "stride": "stride_tokens"}
+
+
+def embedding_config(values: dict[str, Any]) -> EmbeddingConfig:
+    """An :class:`EmbeddingConfig` from a mapping (a detector's ``embedding`` sub-config, a
+    config file's table), with an error that names the fix for a retired or unknown key."""
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(EmbeddingConfig)}
+    for key in values:
+        if key in RETIRED_KEYS:
+            raise ConfigError(
+                f"embedding config key {key!r} is gone: windows are counted in the model's "
+                "tokens since embedding/2",
+                hint=f"use {RETIRED_KEYS[key]!r} (0 = the model's limit / half a window)",
+            )
+        if key not in fields:
+            from curation.errors import did_you_mean
+
+            raise ConfigError(
+                f"unknown embedding config key {key!r}", hint=did_you_mean(key, sorted(fields))
+            )
+    return EmbeddingConfig(**values)
+
+
 # --------------------------------------------------------------------------------------------
 # Model resolution and the encoder wrapper
 # --------------------------------------------------------------------------------------------

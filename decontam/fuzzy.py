@@ -270,9 +270,9 @@ class FuzzyDetector(Detector):
         }
         self._norm_items = None  # at the first score: a run the scan cache serves needs none
         if cfg.candidates == "embedding":
-            from decontam.embedding import EmbeddingConfig, shared_index
+            from decontam.embedding import embedding_config, shared_index
 
-            self._emb_config = EmbeddingConfig(**{"top_k": cfg.top_k, **cfg.embedding})
+            self._emb_config = embedding_config({"top_k": cfg.top_k, **cfg.embedding})
             self._emb_index = shared_index(benchmarks, self._emb_config)
 
     def _normalized_items(self) -> list[str]:

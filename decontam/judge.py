@@ -283,12 +283,12 @@ class JudgeDetector(Detector):
     def fit(self, benchmarks: BenchmarkSet, *, chat: bool = True) -> None:
         """Index the benchmarks for candidate generation; ``chat=False`` skips the model backend
         (enough for :meth:`candidates`, e.g. to measure what a judge could reach)."""
-        from decontam.embedding import EmbeddingConfig, shared_index
+        from decontam.embedding import embedding_config, shared_index
 
         cfg: JudgeConfig = self.config
         if chat:
             self.chat = JudgeChat(cfg)
-        self._emb_config = EmbeddingConfig(**{"top_k": cfg.top_k, **cfg.embedding})
+        self._emb_config = embedding_config({"top_k": cfg.top_k, **cfg.embedding})
         self._index = shared_index(benchmarks, self._emb_config)
         self._fingerprint = None
         if cfg.fingerprint_min is not None:

@@ -736,7 +736,12 @@ def build_detectors(
                 emb["cache_root"] = data_root
             overrides["embedding"] = emb
         try:
-            det_cfg = cls.config_cls(**overrides)
+            if name == "embedding":  # names the fix for embedding/1's retired window keys
+                from decontam.embedding import embedding_config
+
+                det_cfg = embedding_config(overrides)
+            else:
+                det_cfg = cls.config_cls(**overrides)
         except TypeError as exc:
             fields = [f.name for f in dataclasses.fields(cls.config_cls)]
             raise ConfigError(

@@ -150,3 +150,27 @@ def test_detectors_taking_embedding_candidates_key_their_scans_on_its_windows():
     assert FuzzyDetector().describe()["candidates_from"] == EmbeddingDetector.version
     assert JudgeDetector().describe()["candidates_from"] == EmbeddingDetector.version
     assert "candidates_from" not in FuzzyDetector(FuzzyConfig(candidates="all")).describe()
+
+
+def test_embedding_1s_window_keys_name_their_replacement(benchmarks_dir):
+    """A config written for word windows fails with the new key to use, for the embedding
+    detector and for the detectors that take its candidates."""
+    from decontam.embedding import embedding_config
+    from decontam.fuzzy import FuzzyConfig, FuzzyDetector
+    from decontam.run import DecontamConfig, build_detectors
+
+    with pytest.raises(ConfigError, match="window_words") as e:
+        embedding_config({"window_words": 160})
+    assert "window_tokens" in e.value.hint
+    with pytest.raises(ConfigError, match="stride") as e:
+        FuzzyDetector(FuzzyConfig(embedding={"stride": 80})).fit(
+            small_benchmarks(str(benchmarks_dir))
+        )
+    assert "stride_tokens" in e.value.hint
+    with pytest.raises(ConfigError, match="window_word") as e:
+        embedding_config({"window_word": 160})
+    assert "window_tokens" in e.value.hint  # did you mean
+    cfg = DecontamConfig(detector_configs={"embedding": {"window_words": 160}})
+    with pytest.raises(ConfigError, match="window_words") as e:
+        build_detectors(["embedding"], cfg, small_benchmarks(str(benchmarks_dir)))
+    assert "window_tokens" in e.value.hint
