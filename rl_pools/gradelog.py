@@ -38,6 +38,9 @@ class GradeLog:
     def __init__(self, path: str | Path, *, keys: Collection[str] | None = None) -> None:
         self.path = Path(path)
         self.grades: dict[str, dict[str, Any]] = {}
+        # complete lines that are not a grade record (garbled, hand-edited): graded again
+        self.n_skipped = 0
+        self.skipped: list[str] = []  # the first few, ``file F, line N: why``
         if not self.path.exists():
             return
         from curation.generation import SampleStore
@@ -45,7 +48,7 @@ class GradeLog:
         with self._locked():  # a line torn by a kill is cut before anything is appended
             SampleStore._repair_tail(self.path)
         with open(self.path, "rb") as f:
-            for line in f:
+            for n, line in enumerate(f, 1):
                 if not line.endswith(b"\n"):  # another process's line, still being written
                     continue
                 if keys is not None and line.startswith(_KEY_PREFIX):
@@ -55,10 +58,18 @@ class GradeLog:
                 try:
                     g = json.loads(line)
                 except (json.JSONDecodeError, UnicodeDecodeError):
+                    self._skip(n, "not a JSON line")
                     continue
                 if isinstance(g, dict) and isinstance(g.get("key"), str):
                     if keys is None or g["key"] in keys:
                         self.grades[g["key"]] = g
+                else:
+                    self._skip(n, 'not a JSON object with a text "key"')
+
+    def _skip(self, line: int, why: str) -> None:
+        if len(self.skipped) < 5:
+            self.skipped.append(f"file {self.path}, line {line}: {why}")
+        self.n_skipped += 1
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[int]:
@@ -118,16 +129,24 @@ def is_verdict(domain: str, g: Any) -> bool:
     """Whether grade ``g`` (made now, or a log record) is a verdict on the answer: only those are
     logged and reused. A verifier timeout or error and a ``sandbox_error`` say nothing about the
     answer (a loaded machine, a sandbox that failed to start): they are graded again next time.
-    A record without a grade's fields (a hand-edited or foreign line) is no verdict either."""
-    from rl_pools.rollouts import CODE_INVALID, MATH_INVALID
-
-    return (
+    A record without a grade's fields (a hand-edited or foreign line) is no verdict either.
+    A record whose status is not one the grader makes, or whose ``correct`` disagrees with its
+    status, is no verdict either: reused, it would count a pass that never was."""
+    if not (
         isinstance(g, Mapping)
-        and isinstance(g.get("status"), str)
-        and g["status"] not in (CODE_INVALID if domain == "code" else MATH_INVALID)
         and isinstance(g.get("correct"), bool)
-        and all(g.get(k) is None or isinstance(g.get(k), str) for k in ("reason", "extracted"))
-    )
+        and all(k in g and (g[k] is None or isinstance(g[k], str)) for k in ("reason", "extracted"))
+    ):
+        return False
+    if domain == "code":
+        return g.get("status") in _CODE_VERDICTS and g["correct"] is (g["status"] == "passed")
+    return g.get("status") in _MATH_VERDICTS and g["correct"] is (g["status"] == "correct")
+
+
+_MATH_VERDICTS = ("correct", "incorrect", "no_answer")
+# rl_pools.sandbox.STATUSES, less "sandbox_error" (no verdict), and a response without code
+_CODE_VERDICTS = ("passed", "failed", "timeout", "memory", "output_limit", "runtime_error",
+                  "no_code")  # fmt: skip
 
 
 __all__ = ["GradeLog", "grade_settings", "is_verdict"]

@@ -369,6 +369,7 @@ def run_rollouts(
                     bar.close()
             writer.close()
             writer = None
+            dropped = _dropped_records(store, log, grader.rejected)
         if st["failed"]:
             raise GenerationError(
                 f"{st['failed']} of {total} samples failed to generate "
@@ -392,7 +393,7 @@ def run_rollouts(
     finally:
         if own_backend:
             backend.close()
-    warnings = []
+    warnings = list(dropped)
     if (
         not config.think_opened_by_template
         and thinking["opened_by_template"]
@@ -408,6 +409,28 @@ def run_rollouts(
     return RolloutResult(out_path, counts_table(counts.values()), st["generated"], st["reused"],
                          st["graded"], st["grades_reused"], dict(statuses), written,
                          warnings, opened_by)  # fmt: skip
+
+
+def _dropped_records(store: SampleStore, log: GradeLog, rejected: int) -> list[str]:
+    """Warnings naming the records of the store and the grade log that were not read (garbled
+    or hand-edited lines): their samples were generated, their grades made, again."""
+    out = []
+    if store.n_skipped:
+        out.append(
+            f"{store.n_skipped} unreadable line(s) in the sample store were skipped and their "
+            f"samples generated again if the pool needs them (first: {store.skipped[0]})"
+        )
+    if log.n_skipped:
+        out.append(
+            f"{log.n_skipped} unreadable line(s) in the grade log were skipped and their grades "
+            f"made again if the pool needs them (first: {log.skipped[0]})"
+        )
+    if rejected:
+        out.append(
+            f"{rejected} record(s) of {log.path} are not a grade the grader makes (a status "
+            "it does not make, a correct that disagrees with it, a field missing): graded again"
+        )
+    return out
 
 
 def _remove_killed_runs_files(store_dir: Path) -> None:
@@ -492,6 +515,7 @@ class _Grader:
         self.config = config
         self._verifier = None
         self._settings: dict[str, str] = {}  # domain -> grade_settings, as JSON
+        self.rejected = 0  # log records of these samples that are no verdict: graded again
 
     def __enter__(self) -> _Grader:
         return self
@@ -543,6 +567,8 @@ class _Grader:
                 if is_verdict(row["domain"], g):
                     grades[(p, s.sample_index)] = g
                 else:
+                    if g is not None:  # only verdicts are logged: a hand-edited or foreign one
+                        self.rejected += 1
                     todo.append((p, s.sample_index))
         step = self.config.grade_chunk
         for start in range(0, len(todo), step):

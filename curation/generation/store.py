@@ -30,7 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from curation.errors import ConfigError, SluiceError
+from curation.errors import ConfigError, InputError, SluiceError
 from curation.lock_holder import clear_holder, lock_holder, record_holder
 
 SAMPLE_SCHEMA_VERSION = "generation_sample/1"
@@ -150,13 +150,17 @@ class SampleStore:
         self.root.mkdir(parents=True, exist_ok=True)
         fmt = self.root / "FORMAT.json"
         if fmt.exists():
-            info = json.loads(fmt.read_text())
-            if info.get("format") != STORE_FORMAT:
-                raise ConfigError(
-                    f"{self.root} is not a {STORE_FORMAT} store (found {info.get('format')!r})",
-                    hint="point at an empty folder or an existing sample store",
+            n_shards = _read_format(fmt)
+            extra = sorted(p.name for p in self.root.glob("shard-*.jsonl")
+                           if not p.name[6:-6].isdigit() or int(p.name[6:-6]) >= n_shards)  # fmt: skip
+            if extra:
+                raise InputError(
+                    f"says n_shards = {n_shards}, but {extra[0]} is in the store",
+                    file=str(fmt),
+                    field="n_shards",
+                    hint="set n_shards to the store's shard-*.jsonl count: with a wrong one, "
+                    "samples are looked up in the wrong shard and generated again",
                 )
-            n_shards = int(info["n_shards"])
         else:  # a temp name of its own: two processes may create the store at once
             tmp = fmt.with_name(f".{fmt.name}.{os.getpid()}-{time.time_ns()}.tmp")
             tmp.write_text(json.dumps({"format": STORE_FORMAT, "n_shards": n_shards}))
@@ -170,6 +174,9 @@ class SampleStore:
         self._last_sync = time.monotonic()
         self._index: dict[str, tuple[bool, int, int, int]] | None = None
         self._readers: dict[int, int] = {}
+        # records that are not read (not JSON, no key): their samples are generated again
+        self.n_skipped = 0
+        self.skipped: list[str] = []  # the first few, where and why
 
     # ------------------------------------------------------------------ writing
     def __enter__(self) -> SampleStore:
@@ -305,7 +312,7 @@ class SampleStore:
         for line, _, _ in self._scan():
             try:
                 yield Sample(**json.loads(line))
-            except (json.JSONDecodeError, TypeError):
+            except (ValueError, TypeError, AttributeError):  # not a record (see _record_error)
                 continue
 
     def _entries(self) -> dict[str, tuple[bool, int, int, int]]:
@@ -317,11 +324,27 @@ class SampleStore:
                 try:
                     d = json.loads(line)
                     key, failed = d["key"], d.get("text") is None
-                except (json.JSONDecodeError, KeyError, TypeError):
+                    if not isinstance(key, str):
+                        raise TypeError
+                except (ValueError, KeyError, TypeError, AttributeError):  # ValueError: non-UTF-8
+                    self._skip(shard, offset, "not a JSON sample record with a text key")
                     continue
                 self._remember(idx, key, (failed, shard, offset, len(line)))
             self._index = idx
         return self._index
+
+    def _skip(self, shard: int, offset: int, why: str) -> None:
+        """Note a record that is not read (its sample is generated again): named, counted."""
+        if len(self.skipped) < 5:
+            self.skipped.append(f"{self._where(shard, offset)}: {why}")
+        self.n_skipped += 1
+
+    def _where(self, shard: int, offset: int) -> str:
+        """``file F, line N`` of the record at ``offset`` (an error path: counts the lines)."""
+        path = self._shard_path(shard)
+        with open(path, "rb") as f:
+            line = f.read(offset).count(b"\n") + 1
+        return f"file {path}, line {line}"
 
     def index(self) -> Mapping[str, Sample]:
         """key -> best :class:`Sample` (read from disk when accessed)."""
@@ -335,7 +358,18 @@ class SampleStore:
         fd = self._readers.get(shard)
         if fd is None:
             fd = self._readers[shard] = os.open(self._shard_path(shard), os.O_RDONLY)
-        return Sample(**json.loads(os.pread(fd, length, offset)))
+        d = json.loads(os.pread(fd, length, offset))
+        bad = _record_error(d)
+        if bad is None:
+            try:
+                return Sample(**d)
+            except TypeError as exc:  # pragma: no cover - _record_error names these
+                bad = ("", str(exc))
+        raise InputError(
+            f"{self._where(shard, offset)}: sample record field {bad[0]!r} {bad[1]}",
+            hint="a hand-edited line or one another Sluice version wrote: delete that line and "
+            "rerun (its sample is generated again)",
+        )
 
     def done(self, key: str) -> bool:
         e = self._entries().get(key)
@@ -349,6 +383,64 @@ class SampleStore:
     def count_lines(self) -> int:
         """Complete records on disk, duplicates included (tests use it to prove none)."""
         return sum(1 for _ in self._scan())
+
+
+_SAMPLE_TYPES: dict[str, tuple[type, ...]] = {
+    "model": (str,), "sampling_params": (str,), "prompt_hash": (str,), "sample_index": (int,),
+    "text": (str, type(None)), "finish_reason": (str, type(None)),
+    "prompt_tokens": (int, type(None)), "completion_tokens": (int, type(None)),
+    "error": (str, type(None)), "seed": (int, type(None)), "backend": (str,),
+    "latency_s": (int, float), "created_at": (int, float), "key": (str,), "params_hash": (str,),
+    "reasoning": (str, type(None)),
+}  # fmt: skip
+_REQUIRED = ("model", "sampling_params", "prompt_hash", "sample_index", "text", "finish_reason")
+
+
+def _record_error(d: Any) -> tuple[str, str] | None:
+    """(field, what is wrong) of a store record that is not a :class:`Sample`, or None."""
+    if not isinstance(d, dict):
+        return "", f"is not an object: {type(d).__name__}"
+    for name in _REQUIRED:
+        if name not in d:
+            return name, "is missing"
+    for name, v in d.items():
+        types = _SAMPLE_TYPES.get(name)
+        if types is None:
+            return name, f"is not a field of {SAMPLE_SCHEMA_VERSION} (a newer store format?)"
+        if not isinstance(v, types) or (isinstance(v, bool) and bool not in types):
+            return name, f"has the wrong type: {v!r}"
+    return None
+
+
+def _read_format(fmt: Path) -> int:
+    """The shard count of the store whose ``FORMAT.json`` is ``fmt``; one error naming the file
+    when it is not a store's (unreadable, another format, a bad shard count)."""
+    fix = "point at an empty folder or an existing sample store"
+    try:
+        info = json.loads(fmt.read_bytes())
+    except (ValueError, OSError) as exc:  # ValueError: not JSON, not UTF-8
+        raise InputError(
+            f"not a sample store's format record ({exc})",
+            file=str(fmt),
+            hint=f"{fix}; a store whose FORMAT.json was lost: rewrite it as "
+            f'{{"format": "{STORE_FORMAT}", "n_shards": N}} with N its shard-*.jsonl count',
+        ) from None
+    found = info.get("format") if isinstance(info, dict) else None
+    if found != STORE_FORMAT:
+        raise ConfigError(
+            f"{fmt.parent} is not a {STORE_FORMAT} store (found {found!r})",
+            hint=fix,
+        )
+    n = info.get("n_shards")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InputError(
+            f"must be a whole number >= 1, got {n!r}",
+            file=str(fmt),
+            field="n_shards",
+            hint="set it to the number of shard-*.jsonl files the store was made with (16 "
+            "by default): a wrong count puts samples in the wrong shard",
+        )
+    return n
 
 
 class _LazyIndex(Mapping):
