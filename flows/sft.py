@@ -70,6 +70,14 @@ def load_sft_config(path: str | os.PathLike) -> dict[str, Any]:
     for key in ("pool", "name", "out", "data_root", "benchmarks_dir"):
         if key in cfg and not isinstance(cfg[key], str):
             raise ConfigError(f"{p}: [sft] {key} must be text, got {cfg[key]!r}")
+        if key in cfg and not cfg[key].strip():  # "" was the config's own folder, or no pool
+            raise ConfigError(
+                f"{p}: [sft] {key} is empty", hint="leave the key out for its default"
+            )
+    for key in ("generation", "teacher", "filters"):
+        if not isinstance(cfg.get(key) or {}, dict):
+            raise ConfigError(f"{p}: [sft.{key}] must be a table, got {cfg[key]!r}",
+                              hint="see docs/sft.md for the format")  # fmt: skip
     grid = cfg.get("grid") or {}
     if not isinstance(grid, dict):
         raise ConfigError(f"{p}: [sft.grid] must be a table, got {grid!r}")
@@ -113,6 +121,14 @@ def load_sft_config(path: str | os.PathLike) -> dict[str, Any]:
     for key in ("out", "data_root", "benchmarks_dir"):
         if key in cfg:
             cfg[key] = resolve_path(cfg[key], p.resolve().parent)
+            where = Path(cfg[key])
+            if where.exists() and not where.is_dir():
+                raise ConfigError(f"{p}: [sft] {key} {str(where)!r} is not a folder",
+                                  hint="give a folder path")  # fmt: skip
+            if key == "benchmarks_dir" and not where.exists():
+                raise ConfigError(f"{p}: [sft] benchmarks_dir {str(where)!r} does not exist",
+                                  hint="give the folder of the benchmark files, or leave the key "
+                                  "out for the default")  # fmt: skip
     return cfg
 
 

@@ -139,11 +139,23 @@ class GenerationConfig:
             )
         if not self.model:
             raise ConfigError("a generation config needs a model", hint="pass --model NAME")
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise ConfigError(f"model (--model) must be a name, got {self.model!r}")
+        for key in ("system_prompt", "tokenizer"):
+            if not isinstance(getattr(self, key), str | None):
+                raise ConfigError(f"{key} must be text, got {getattr(self, key)!r}")
+        if not isinstance(self.api_key_env, str) or not self.api_key_env.strip():
+            raise ConfigError(
+                f"api_key_env must name an environment variable, got {self.api_key_env!r}",
+                hint="the default is SLUICE_API_KEY",
+            )
         if self.backend == "openai" and not self.base_url:
             raise ConfigError(
                 "the openai backend needs a base URL",
                 hint="pass --base-url http://localhost:8000/v1 (e.g. a `vllm serve` server)",
             )
+        if self.base_url is not None:
+            _check_url(self.base_url)
         if not isinstance(self.device, str) or not re.fullmatch(
             r"auto|cpu|mps|cuda(:\d+)?", self.device
         ):
@@ -162,6 +174,14 @@ class GenerationConfig:
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{key} ({flag}) must be a whole number >= 1, got {v!r}")
+        for key in ("timeout_s", "backoff_s"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise ConfigError(f"{key} must be a number of seconds, got {v!r}")
+        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int):
+            raise ConfigError(
+                f"max_retries (--max-retries) must be a whole number >= 0, got {self.max_retries!r}"
+            )
         if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
             raise ConfigError(
                 f"timeout_s (--timeout) must be a finite number > 0, got {self.timeout_s}",
@@ -184,3 +204,24 @@ class GenerationConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _check_url(url: Any) -> None:
+    """A base URL the HTTP client can reach: ``http(s)://host[:port][/path]``, or one error
+    naming what is wrong (it used to surface as a connection error per request, or not at all
+    until the first request)."""
+    from urllib.parse import urlsplit
+
+    fix = "e.g. --base-url http://localhost:8000/v1 (a `vllm serve` server)"
+    if not isinstance(url, str):
+        raise ConfigError(f"base_url (--base-url) must be text, got {url!r}", hint=fix)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port that is no number or out of range
+    except ValueError as exc:
+        raise ConfigError(f"base_url (--base-url) {url!r} is not a URL: {exc}", hint=fix) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or re.search(r"\s", url):
+        raise ConfigError(
+            f"base_url (--base-url) {url!r} is not an http:// or https:// URL with a host",
+            hint=fix,
+        )
