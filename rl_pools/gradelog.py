@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 from collections.abc import Collection, Iterator, Mapping
@@ -134,19 +135,29 @@ def is_verdict(domain: str, g: Any) -> bool:
     status, is no verdict either: reused, it would count a pass that never was."""
     if not (
         isinstance(g, Mapping)
+        and isinstance(g.get("status"), str)
         and isinstance(g.get("correct"), bool)
         and all(k in g and (g[k] is None or isinstance(g[k], str)) for k in ("reason", "extracted"))
     ):
         return False
     if domain == "code":
-        return g.get("status") in _CODE_VERDICTS and g["correct"] is (g["status"] == "passed")
-    return g.get("status") in _MATH_VERDICTS and g["correct"] is (g["status"] == "correct")
+        return g["status"] in _verdicts(domain) and g["correct"] is (g["status"] == "passed")
+    return g["status"] in _verdicts(domain) and g["correct"] is (g["status"] == "correct")
 
 
-_MATH_VERDICTS = ("correct", "incorrect", "no_answer")
-# rl_pools.sandbox.STATUSES, less "sandbox_error" (no verdict), and a response without code
-_CODE_VERDICTS = ("passed", "failed", "timeout", "memory", "output_limit", "runtime_error",
-                  "no_code")  # fmt: skip
+@functools.cache
+def _verdicts(domain: str) -> frozenset[str]:
+    """The statuses the grader makes that are verdicts: the verifier's or the sandbox's own
+    list, less the ones that say nothing about the answer; a response without code is one."""
+    from rl_pools.rollouts import CODE_INVALID, MATH_INVALID
+
+    if domain == "code":
+        from rl_pools.sandbox import STATUSES
+
+        return frozenset(s for s in STATUSES if s not in CODE_INVALID) | {"no_code"}
+    from rl_pools.verify import STATUSES
+
+    return frozenset(s for s in STATUSES if s not in MATH_INVALID)
 
 
 __all__ = ["GradeLog", "grade_settings", "is_verdict"]
