@@ -987,18 +987,33 @@ def window_sizes(encoder: Encoder, config: EmbeddingConfig) -> tuple[Any, int, i
     return tok, window, stride
 
 
+# The windows of the last batch cut, per (model, window, stride): the embedding detector and the
+# detectors that take their candidates from it (fuzzy, the judge) search the same batch one after
+# the other, and cutting it again (a tokenizer pass over every text) tripled fuzzy's time on 600
+# LeetCode statements (0.3 -> 0.9 s). One batch is kept, so memory stays bounded.
+_LAST_WINDOWS: dict[tuple, dict[str, list[Window]]] = {}
+
+
 def text_windows(texts: list[str], encoder: Encoder, config: EmbeddingConfig) -> list[list[Window]]:
     """:func:`token_windows` of each text, the prepared texts tokenized in one batch call of
-    the fast tokenizer (its Rust ``encode_batch``)."""
+    the fast tokenizer (its Rust ``encode_batch``); texts the last call cut (the same batch,
+    searched by another detector) are not cut again."""
     tok, window, stride = window_sizes(encoder, config)
-    prepped = [prepare_with_offsets(t or "") for t in texts]
+    key = (encoder.key, window, stride)
+    last = _LAST_WINDOWS.get(key, {})
+    texts = [t or "" for t in texts]
+    todo = [t for t in dict.fromkeys(texts) if t not in last]
+    prepped = [prepare_with_offsets(t) for t in todo]
     encs = tok.encode_batch([p for p, _, _ in prepped], add_special_tokens=False)
-    out = []
-    for t, (prepared, prep_start, raw_start), enc in zip(texts, prepped, encs, strict=True):
+    cut: dict[str, list[Window]] = {}
+    for t, (prepared, prep_start, raw_start), enc in zip(todo, prepped, encs, strict=True):
         if not prepared:
-            out.append([Window(0, len(t or ""), "", 0)])
+            cut[t] = [Window(0, len(t), "", 0)]
         else:
-            out.append(_cut(t, prepared, prep_start, raw_start, enc, window, stride))
+            cut[t] = _cut(t, prepared, prep_start, raw_start, enc, window, stride)
+    out = [cut[t] if t in cut else last[t] for t in texts]
+    _LAST_WINDOWS.clear()
+    _LAST_WINDOWS[key] = {t: w for t, w in zip(texts, out, strict=True)}
     return out
 
 

@@ -174,3 +174,23 @@ def test_embedding_1s_window_keys_name_their_replacement(benchmarks_dir):
     with pytest.raises(ConfigError, match="window_words") as e:
         build_detectors(["embedding"], cfg, small_benchmarks(str(benchmarks_dir)))
     assert "window_tokens" in e.value.hint
+
+
+def test_a_batch_searched_again_is_not_cut_again(detector, pools_dir, monkeypatch):
+    """Fuzzy and the judge search the batch the embedding detector just searched: its windows
+    are reused, not cut again (a tokenizer pass over every text tripled fuzzy's time), and a
+    text the last batch did not hold is cut."""
+    from decontam import embedding
+
+    enc = detector.index.encoder
+    lines = (pools_dir / "code_leetcodedataset_v0.2.0_train.jsonl").open(encoding="utf-8")
+    texts = [json.loads(next(lines))["query"] for _ in range(20)]
+    cfg = EmbeddingConfig()
+    first = embedding.text_windows(texts, enc, cfg)
+    cut = []
+    real = embedding.prepare_with_offsets
+    monkeypatch.setattr(embedding, "prepare_with_offsets", lambda t: cut.append(t) or real(t))
+    assert embedding.text_windows(texts, enc, cfg) == first and cut == []
+    new = "Given an array nums, return the number of pairs (i, j) with nums[i] == nums[j]."
+    assert embedding.text_windows([*texts[:3], new], enc, cfg)[:3] == first[:3]
+    assert cut == [new]
