@@ -82,3 +82,17 @@ def stop_group(proc, signum: int, timeout: float = 120) -> tuple[int, str]:
     os.killpg(proc.pid, signum)
     _, err = proc.communicate(timeout=timeout)
     return proc.returncode, err.decode()
+
+
+def sluice_in_process(capsys, *argv: str) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of ``sluice ARGV`` run in this process: a Sluice error is
+    exit 2; anything else propagates, so the traceback a user would see fails the test."""
+    from flows.cli import main
+
+    try:
+        main(list(argv))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err

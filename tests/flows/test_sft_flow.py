@@ -123,14 +123,15 @@ def test_sft_config_paths_are_relative_to_the_config_file(tmp_path, monkeypatch)
         'benchmarks_dir = "${SFT_TEST_BENCH}/b"\n[sft.teacher]\nmodel = "m"\n'
         '[sft.generation]\nbase_url = "http://127.0.0.1:9/v1"\n'
     )
-    monkeypatch.setenv("SFT_TEST_BENCH", "/srv")
+    (tmp_path / "srv" / "b").mkdir(parents=True)  # an absolute path: kept, not rebased
+    monkeypatch.setenv("SFT_TEST_BENCH", str(tmp_path / "srv"))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     cfg = load_sft_config(conf / "sft.toml")
     assert cfg["out"] == str(conf / "runs" / "sft")
     assert cfg["data_root"] == str(tmp_path / "root")
-    assert cfg["benchmarks_dir"] == "/srv/b"
+    assert cfg["benchmarks_dir"] == str(tmp_path / "srv" / "b")
 
 
 @pytest.mark.parametrize(

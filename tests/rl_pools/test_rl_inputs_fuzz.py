@@ -18,11 +18,11 @@ import sys
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from process_helpers import sluice_in_process
+from rl_helpers import ingest_real
 
 from curation.errors import InputError
-from flows.cli import main
 from rl_pools.passcounts import read_table_rows
-from tests.rl_pools.rl_helpers import ingest_real
 
 QWEN = "rollouts_qwen25math_math_cot_100_k8.jsonl"
 N = 6  # real rows per table
@@ -41,17 +41,7 @@ def pool(pools_dir, data_root):
     return ingest_real(pools_dir, QWEN, "g", "generic_math", 12)
 
 
-def _cli(capsys, *argv: str) -> tuple[int, str, str]:
-    """`sluice ARGV` in this process: a Sluice error is exit 2, anything else propagates (the
-    traceback a user would see fails the test)."""
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
+_cli = sluice_in_process
 
 # (name, value) written into one row's field; None drops the field
 VALUES = [

@@ -13,26 +13,18 @@ import shutil
 
 import pytest
 from generation_helpers import StandInServer
+from process_helpers import sluice_in_process
 from rl_helpers import MathOracle, ingest_real
 
 from curation.catalog import Catalog
 from curation.errors import InputError
 from curation.generation import SampleStore
-from flows.cli import main
 from rl_pools.gradelog import GradeLog, is_verdict
 
 K, N = 2, 4  # samples per prompt, real prompts
 
 
-def _cli(capsys, *argv: str) -> tuple[int, str, str]:
-    """`sluice ARGV` in this process: a Sluice error is exit 2, anything else propagates."""
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
+_cli = sluice_in_process
 
 
 def _first(path) -> dict:

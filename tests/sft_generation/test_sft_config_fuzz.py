@@ -10,8 +10,7 @@ import os
 import random
 
 import pytest
-
-from flows.cli import main
+from process_helpers import sluice_in_process
 
 BASE = '[sft]\npool = "p@1"\n'
 GEN = '[sft.generation]\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n'
@@ -55,12 +54,8 @@ BAD = [
 
 
 def _cli(capsys, *argv: str) -> tuple[int, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    return code, capsys.readouterr().err
+    code, _, err = sluice_in_process(capsys, *argv)
+    return code, err
 
 
 @pytest.mark.parametrize("command", ["run", "serve"])

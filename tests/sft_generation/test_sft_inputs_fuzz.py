@@ -12,8 +12,7 @@ import subprocess
 import sys
 
 import pytest
-
-from flows.cli import main
+from process_helpers import sluice_in_process
 
 TRACES = "sft_r1distill_math_traces_thoughtanchors.jsonl"
 
@@ -24,15 +23,7 @@ def traces(pools_dir):
         return [json.loads(next(f)) for _ in range(4)]
 
 
-def _cli(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
+_cli = sluice_in_process
 
 HOSTILE = [
     None, 7, -1, 2**70, 1e308, True, "", "x\x00y", [], ["a"], {"a": 1},
