@@ -29,6 +29,7 @@ def read_config_file(
             hint="give the path of the .toml or .yaml file in it",
         )
     if not p.is_file():
+        _refuse_special(p, "config file")
         raise NotFoundError(f"config file {str(p)!r} not found", hint=hint)
     try:
         text = p.read_bytes().decode("utf-8")
@@ -116,6 +117,7 @@ def read_json_or_toml(path: str | os.PathLike, *, what: str = "config file") -> 
 
     p = Path(path)
     if not p.is_file():
+        _refuse_special(p, what)
         raise NotFoundError(f"{what} {p} not found")
     kind = "TOML" if p.suffix.lower() == ".toml" else "JSON"
     fix = f"fix the {kind} there, or give another {what}"
@@ -153,3 +155,16 @@ def read_json_or_toml(path: str | os.PathLike, *, what: str = "config file") -> 
             hint=fix,
         )
     return data
+
+
+def _refuse_special(p: Path, what: str) -> None:
+    """A path that exists but is no file nor folder (a FIFO, a device) is said as such, not as
+    "not found" (reading a FIFO would wait for a writer forever)."""
+    from curation.readers import _special_kind
+
+    kind = _special_kind(p)
+    if kind is not None:
+        raise ConfigError(
+            f"{what} {str(p)!r} is {kind}, not a file",
+            hint="give the path of the .toml, .yaml or .json file",
+        )

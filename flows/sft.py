@@ -111,9 +111,10 @@ def load_sft_config(path: str | os.PathLike) -> dict[str, Any]:
             f"{gen['model']!r} differ",
             hint="name the teacher once (either table); it is the model that is sampled",
         )
-    _typed(GenerationConfig, gen, f"{p} [sft.generation]")
-    _typed(TeacherConfig, teacher, f"{p} [sft.teacher]")
-    _typed(FilterConfig, cfg.get("filters") or {}, f"{p} [sft.filters]")
+    tables = {"generation": GenerationConfig, "teacher": TeacherConfig, "filters": FilterConfig}
+    values = {"generation": gen, "teacher": teacher, "filters": cfg.get("filters") or {}}
+    for table, klass in tables.items():
+        _typed(klass, values[table], f"{p} [sft.{table}]", siblings=tables)
     # paths are relative to the file's folder, as in the pipeline config (they were relative to
     # wherever the command ran, so a served flow wrote elsewhere than the same config run by hand)
     from curation.config_files import resolve_path
@@ -132,15 +133,28 @@ def load_sft_config(path: str | os.PathLike) -> dict[str, Any]:
     return cfg
 
 
-def _typed(klass: type, values: dict[str, Any], where: str) -> Any:
+def _typed(
+    klass: type, values: dict[str, Any], where: str, siblings: dict[str, type] | None = None
+) -> Any:
     """``klass(**values)`` for one table of the file: an unknown key (a TypeError traceback)
-    or a bad value is one error naming the file and the table (``where``)."""
+    or a bad value is one error naming the file and the table (``where``). An unknown key close
+    to none of this table's but to a key of a sibling table (``siblings``: table name -> class)
+    says where that key is: ``temprature`` under [sft.generation] is [sft.teacher]'s."""
     import dataclasses
+    import difflib
 
     allowed = sorted(f.name for f in dataclasses.fields(klass))
     for k in values:
         if k not in allowed:
-            raise ConfigError(f"{where}: unknown key {k!r}", hint=did_you_mean(k, allowed))
+            hint = did_you_mean(k, allowed)
+            if not difflib.get_close_matches(k, allowed, n=1):  # none of its own: a sibling's?
+                for table, other in (siblings or {}).items():
+                    theirs = [f.name for f in dataclasses.fields(other)]
+                    close = difflib.get_close_matches(k, theirs, n=1)
+                    if other is not klass and close:
+                        hint = f"did you mean {close[0]!r}? It is a key of [sft.{table}]"
+                        break
+            raise ConfigError(f"{where}: unknown key {k!r}", hint=hint)
     try:
         return klass(**values)
     except ConfigError as exc:

@@ -87,6 +87,15 @@ def stop_group(proc, signum: int, timeout: float = 120) -> tuple[int, str]:
 def sluice_in_process(capsys, *argv: str) -> tuple[int, str, str]:
     """(exit code, stdout, stderr) of ``sluice ARGV`` run in this process: a Sluice error is
     exit 2; anything else propagates, so the traceback a user would see fails the test."""
+    import sys
+
+    if "prefect.main" not in sys.modules:
+        # Prefect sets its log handlers up on the stderr of the moment `prefect.main` is first
+        # imported (`from prefect import flow`): under capsys that stream is closed after the
+        # test, and a later test's flow run in the same process failed logging to it ("I/O
+        # operation on closed file"). Import it on the session's stream instead.
+        with capsys.disabled():
+            import prefect.main  # noqa: F401
     from flows.cli import main
 
     try:

@@ -329,6 +329,10 @@ class SampleStore:
                 except (ValueError, KeyError, TypeError, AttributeError):  # ValueError: non-UTF-8
                     self._skip(shard, offset, "not a JSON sample record with a text key")
                     continue
+                missing = next((f for f in _REQUIRED if f not in d), None)
+                if missing is not None:  # was taken for a failed sample, with no word
+                    self._skip(shard, offset, f"a record without its {missing!r} field")
+                    continue
                 self._remember(idx, key, (failed, shard, offset, len(line)))
             self._index = idx
         return self._index

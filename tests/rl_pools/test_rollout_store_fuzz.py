@@ -231,6 +231,15 @@ def test_a_record_of_wrong_types_names_its_file_line_and_field(tmp_path):
     assert s.n_skipped == 1 and "line 1" in s.skipped[0]
 
 
+def test_a_record_with_only_its_key_is_skipped_and_counted(tmp_path):
+    """``{"key": K}`` alone was taken for a failed sample (no text) and generated again without
+    a word: it is skipped, named and counted like a garbled line."""
+    s = SampleStore(tmp_path / "s", n_shards=1)
+    (tmp_path / "s" / "shard-000.jsonl").write_text(json.dumps({"key": "k1"}) + "\n")
+    assert not s.done("k1")
+    assert s.n_skipped == 1 and "line 1" in s.skipped[0] and "'model'" in s.skipped[0]
+
+
 def test_grade_log_counts_what_it_skips_and_a_flipped_verdict_is_none(tmp_path):
     p = tmp_path / "grades.jsonl"
     good = {"key": "a", "status": "incorrect", "reason": None, "extracted": "3", "correct": False}

@@ -79,3 +79,20 @@ def test_good_base_urls_pass():
     for url in ("http://localhost:8000/v1", "https://api.example.com/v1", "http://[::1]:8000",
                 "http://10.0.0.2:8000/v1/"):  # fmt: skip
         GenerationConfig(model="m", base_url=url)
+
+
+def test_a_key_of_another_table_says_which(tmp_path, capsys, data_root):
+    """``temprature`` under [sft.generation] said "unknown key" and listed the generation keys
+    only; it is [sft.teacher]'s ``temperature``."""
+    cfg = tmp_path / "sft.toml"
+    cfg.write_text(BASE + GEN + "temprature = 0.6\n")
+    code, err = _cli(capsys, "sft", "run", str(cfg))
+    assert code == 2 and "unknown key 'temprature'" in err
+    assert "'temperature'? It is a key of [sft.teacher]" in err
+
+
+def test_a_fifo_as_the_config_file_is_said_as_such(tmp_path, capsys):
+    fifo = tmp_path / "sft.toml"
+    os.mkfifo(fifo)
+    code, err = _cli(capsys, "sft", "run", str(fifo))
+    assert code == 2 and "is a FIFO (named pipe), not a file" in err and "Traceback" not in err
