@@ -17,6 +17,21 @@ from flow_helpers import kill_all, server_children, write_config, write_slice
 SLUICE = str(Path(sys.executable).with_name("sluice"))
 
 
+def _served(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    """``sluice ... serve`` started as from a terminal, its output in ``log`` (a file, not a pipe:
+    a server left behind holds no pipe open): its own process group, where Ctrl-C signals the
+    whole group, and SIGINT not ignored (a shell's background job would ignore it)."""
+    with open(log, "w") as fh:
+        return subprocess.Popen(
+            argv,
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+
+
 def _flow_done(log: Path) -> bool:
     """A served flow run (not one of its subflows) has finished: its Completed line is in the
     command's log."""
@@ -54,18 +69,8 @@ def test_serve_without_a_server_runs_its_schedule_and_ctrl_c_stops_it(
         PREFECT_RUNNER_POLL_FREQUENCY="1",  # and pick them up without delay (default: 10 s)
         SLUICE_BENCHMARKS_DIR=str(benchmarks_dir),
     )
-    log = tmp_path / "serve.log"  # a file, not a pipe: a server left behind holds no pipe open
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(
-            [SLUICE, "serve", str(cfg), "--interval", "15"],
-            env=env,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            # its own process group, as in a terminal, where Ctrl-C signals the whole group;
-            # SIGINT not ignored (a shell's background job would ignore it)
-            start_new_session=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )
+    log = tmp_path / "serve.log"
+    proc = _served([SLUICE, "serve", str(cfg), "--interval", "15"], env, log)
     servers: list = []
     try:
         deadline = time.monotonic() + 300  # a guard against hanging, not a timed assertion
@@ -225,12 +230,7 @@ def _sft_serving(tmp_path, pools_dir, make_reply, generation: str = ""):
             "[sft.filters]\ndecontaminate = false\n"
         )
         log = tmp_path / "serve.log"
-        with open(log, "w") as fh:
-            proc = subprocess.Popen(
-                [SLUICE, "sft", "serve", str(cfg), "--interval", "15"], env=env, stdout=fh,
-                stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-            )  # fmt: skip
+        proc = _served([SLUICE, "sft", "serve", str(cfg), "--interval", "15"], env, log)
         servers: list = []
         try:
             deadline = time.monotonic() + 300  # a guard against hanging, not a timed assertion
@@ -397,12 +397,7 @@ def test_a_served_run_stopped_inside_a_catalog_query_is_cancelled_without_a_trac
         SLUICE_CATALOG_TEST_HOOK_MARKER=str(marker),
     )
     log = tmp_path / "serve.log"
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(
-            [SLUICE, "serve", str(cfg), "--interval", "15"], env=env, stdout=fh,
-            stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )  # fmt: skip
+    proc = _served([SLUICE, "serve", str(cfg), "--interval", "15"], env, log)
     servers: list = []
     try:
         deadline = time.monotonic() + 300  # a guard against hanging, not a timed assertion

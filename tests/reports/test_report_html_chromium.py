@@ -6,6 +6,7 @@ errors, the plots load, sorting and filtering work, and a screenshot is a real p
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -163,13 +164,13 @@ def test_page_renders_and_scripts_work(report_html, tmp_path):
     assert not problems, problems
 
 
-def test_removed_only_filter_hides_the_kept_pairs(benchmarks_dir, pools_dir, tmp_path):
-    """With n-grams evidence only, the half copy is a flagged pair that is kept: 'removed only'
-    hides exactly it (in the main fixture every pair is removed, so the box changed nothing)."""
+@contextlib.contextmanager
+def _opened_report(tmp_path: Path, benchmarks_dir, pools_dir, **fixture):
+    """The report of a fixture run (``build_fixture_run`` options) open in a Chromium page."""
     sync_api = pytest.importorskip(
         "playwright.sync_api", reason="python package playwright not installed"
     )
-    run = build_fixture_run(tmp_path / "run", benchmarks_dir, pools_dir, evidence_only=["ngram"])
+    run = build_fixture_run(tmp_path / "run", benchmarks_dir, pools_dir, **fixture)
     html = render_report(run, tmp_path / "report").html
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
@@ -177,50 +178,45 @@ def test_removed_only_filter_hides_the_kept_pairs(benchmarks_dir, pools_dir, tmp
             page = browser.new_page()
             page.goto(html.as_uri())
             page.wait_for_load_state("load")
-            assert page.inner_text("#ev-count") == "6 of 6 shown"
-            page.check("#ev-removed")
-            assert page.inner_text("#ev-count") == "5 of 6 shown"
-            visible = page.locator("#evidence-table tbody tr:visible .uid").all_inner_texts()
-            assert len(visible) == 5 and "ttrl-8-half" not in visible
-            page.uncheck("#ev-removed")
-            assert page.inner_text("#ev-count") == "6 of 6 shown"
+            yield page
         finally:
             browser.close()
+
+
+def test_removed_only_filter_hides_the_kept_pairs(benchmarks_dir, pools_dir, tmp_path):
+    """With n-grams evidence only, the half copy is a flagged pair that is kept: 'removed only'
+    hides exactly it (in the main fixture every pair is removed, so the box changed nothing)."""
+    with _opened_report(tmp_path, benchmarks_dir, pools_dir, evidence_only=["ngram"]) as page:
+        assert page.inner_text("#ev-count") == "6 of 6 shown"
+        page.check("#ev-removed")
+        assert page.inner_text("#ev-count") == "5 of 6 shown"
+        visible = page.locator("#evidence-table tbody tr:visible .uid").all_inner_texts()
+        assert len(visible) == 5 and "ttrl-8-half" not in visible
+        page.uncheck("#ev-removed")
+        assert page.inner_text("#ev-count") == "6 of 6 shown"
 
 
 def test_benchmark_filter_and_numeric_sort_on_two_benchmarks(benchmarks_dir, pools_dir, tmp_path):
     """Twelve pairs over aime24 and aime25 (fixture variant "c"): the benchmark filter shows one
     benchmark's pairs only, and the "#" column sorts as numbers (with one benchmark and six
     rows, a filter that hid nothing and a sort by text passed)."""
-    sync_api = pytest.importorskip(
-        "playwright.sync_api", reason="python package playwright not installed"
-    )
-    run = build_fixture_run(tmp_path / "run", benchmarks_dir, pools_dir, variant="c")
-    html = render_report(run, tmp_path / "report").html
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        try:
-            page = browser.new_page()
-            page.goto(html.as_uri())
-            page.wait_for_load_state("load")
-            assert page.inner_text("#ev-count") == "12 of 12 shown"
+    with _opened_report(tmp_path, benchmarks_dir, pools_dir, variant="c") as page:
+        assert page.inner_text("#ev-count") == "12 of 12 shown"
 
-            def visible(cell: str) -> list[str]:
-                return page.locator(
-                    f"#evidence-table tbody tr:visible td:nth-child({cell})"
-                ).all_inner_texts()
+        def visible(cell: str) -> list[str]:
+            return page.locator(
+                f"#evidence-table tbody tr:visible td:nth-child({cell})"
+            ).all_inner_texts()
 
-            for bench, prefix in (("aime25", "aime25-copy-"), ("aime24", "ttrl-")):
-                page.select_option("#ev-benchmark", bench)
-                assert page.inner_text("#ev-count") == "6 of 12 shown"
-                uids = page.locator("#evidence-table tbody tr:visible .uid").all_inner_texts()
-                assert len(uids) == 6 and all(u.startswith(prefix) for u in uids), uids
-            page.select_option("#ev-benchmark", "")
-            assert page.inner_text("#ev-count") == "12 of 12 shown"
+        for bench, prefix in (("aime25", "aime25-copy-"), ("aime24", "ttrl-")):
+            page.select_option("#ev-benchmark", bench)
+            assert page.inner_text("#ev-count") == "6 of 12 shown"
+            uids = page.locator("#evidence-table tbody tr:visible .uid").all_inner_texts()
+            assert len(uids) == 6 and all(u.startswith(prefix) for u in uids), uids
+        page.select_option("#ev-benchmark", "")
+        assert page.inner_text("#ev-count") == "12 of 12 shown"
 
-            page.click("#evidence-table th:nth-child(1)")  # "#", ascending
-            assert visible("1") == [str(i) for i in range(1, 13)]
-            page.click("#evidence-table th:nth-child(1)")  # descending: 12 first, not 9
-            assert visible("1") == [str(i) for i in range(12, 0, -1)]
-        finally:
-            browser.close()
+        page.click("#evidence-table th:nth-child(1)")  # "#", ascending
+        assert visible("1") == [str(i) for i in range(1, 13)]
+        page.click("#evidence-table th:nth-child(1)")  # descending: 12 first, not 9
+        assert visible("1") == [str(i) for i in range(12, 0, -1)]
