@@ -32,6 +32,34 @@ def _served(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen
         )
 
 
+def _serve_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of a served command: no server (``PREFECT_API_URL`` unset), its own
+    Prefect home, runs scheduled at once and picked up at once (the runner polls every 10 s by
+    default)."""
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(
+        PREFECT_HOME=str(tmp_path / "prefect"),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="1",
+        PREFECT_RUNNER_POLL_FREQUENCY="1",
+        **extra,
+    )
+    return env
+
+
+def _ttrl_pipeline(tmp_path: Path, pools_dir: Path, benchmarks_dir: Path, **extra_env: str):
+    """(data root, pipeline config, served environment) for the TTRL AIME 2024 slice."""
+    pool = write_slice(pools_dir / "math_ttrl_aime24_as_train.jsonl", tmp_path / "ttrl.jsonl")
+    root = tmp_path / "root"
+    cfg = write_config(
+        tmp_path / "pipeline.toml",
+        [{"name": "ttrl", "source": str(pool), "map": "ttrl"}],
+        data_root=root,
+        benchmarks=("aime24",),
+    )
+    return root, cfg, _serve_env(tmp_path, SLUICE_BENCHMARKS_DIR=str(benchmarks_dir), **extra_env)
+
+
 def _flow_done(log: Path) -> bool:
     """A served flow run (not one of its subflows) has finished: its Completed line is in the
     command's log."""
@@ -53,22 +81,7 @@ def test_serve_without_a_server_runs_its_schedule_and_ctrl_c_stops_it(
 
     from curation.catalog import Catalog
 
-    pool = write_slice(pools_dir / "math_ttrl_aime24_as_train.jsonl", tmp_path / "ttrl.jsonl")
-    root = tmp_path / "root"
-    cfg = write_config(
-        tmp_path / "pipeline.toml",
-        [{"name": "ttrl", "source": str(pool), "map": "ttrl"}],
-        data_root=root,
-        benchmarks=("aime24",),
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    env.update(
-        PREFECT_HOME=str(tmp_path / "prefect"),
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="1",  # schedule the runs without delay
-        PREFECT_RUNNER_POLL_FREQUENCY="1",  # and pick them up without delay (default: 10 s)
-        SLUICE_BENCHMARKS_DIR=str(benchmarks_dir),
-    )
+    root, cfg, env = _ttrl_pipeline(tmp_path, pools_dir, benchmarks_dir)
     log = tmp_path / "serve.log"
     proc = _served([SLUICE, "serve", str(cfg), "--interval", "15"], env, log)
     servers: list = []
@@ -214,13 +227,7 @@ def _sft_serving(tmp_path, pools_dir, make_reply, generation: str = ""):
     root = tmp_path / "root"
     res = ingest(str(pools_dir / "math_ttrl_amc23_as_train.jsonl"), field_map="ttrl", name="amc",
                  catalog=Catalog(root), limit=3)  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    env.update(
-        PREFECT_HOME=str(tmp_path / "prefect"),
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="1",
-        PREFECT_RUNNER_POLL_FREQUENCY="1",  # the runner picks a run up without delay (10 s)
-    )
+    env = _serve_env(tmp_path)
     with StandInServer(make_reply(Catalog(root).load(res.ref).to_pylist())) as srv:
         cfg = tmp_path / "sft.toml"
         cfg.write_text(
@@ -377,22 +384,11 @@ def test_a_served_run_stopped_inside_a_catalog_query_is_cancelled_without_a_trac
 
     from curation.catalog import Catalog
 
-    pool = write_slice(pools_dir / "math_ttrl_aime24_as_train.jsonl", tmp_path / "ttrl.jsonl")
-    root = tmp_path / "root"
-    cfg = write_config(
-        tmp_path / "pipeline.toml",
-        [{"name": "ttrl", "source": str(pool), "map": "ttrl"}],
-        data_root=root,
-        benchmarks=("aime24",),
-    )
     marker = tmp_path / "in-query"
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    env.update(
-        PREFECT_HOME=str(tmp_path / "prefect"),
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="1",
-        PREFECT_RUNNER_POLL_FREQUENCY="1",
-        SLUICE_BENCHMARKS_DIR=str(benchmarks_dir),
+    root, cfg, env = _ttrl_pipeline(
+        tmp_path,
+        pools_dir,
+        benchmarks_dir,
         SLUICE_CATALOG_TEST_HOOK="query",
         SLUICE_CATALOG_TEST_HOOK_MARKER=str(marker),
     )
