@@ -85,6 +85,18 @@ class DetectorConfig:
     threshold: float = field(
         default=0.5, metadata={"help": "score at or above which a match flags"}
     )
+    # keys an earlier version of the detector took: key -> (the key that replaced it, why), so
+    # a config written for that version fails naming the fix, not as an unknown field
+    retired_keys: ClassVar[dict[str, tuple[str, str]]] = {}
+
+    @classmethod
+    def refuse_retired(cls, values: Mapping[str, Any], what: str) -> None:
+        """One :class:`ConfigError` naming the replacement of the first retired key in
+        ``values`` (``what``: the config's name in the message)."""
+        for key in values:
+            if key in cls.retired_keys:
+                new, why = cls.retired_keys[key]
+                raise ConfigError(f"{what} key {key!r} is gone: {why}", hint=f"use {new!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -196,6 +196,13 @@ class EmbeddingConfig(DetectorConfig):
         },
     )
     top_k: int = field(default=5, metadata={"help": "nearest benchmark texts per window"})
+    # embedding/1's word windows (embedding/2 counts windows in the model's tokens)
+    retired_keys: ClassVar[dict[str, tuple[str, str]]] = {
+        "window_words": ("window_tokens", "windows are counted in the model's tokens since "
+                         "embedding/2 (0 = the model's limit)"),
+        "stride": ("stride_tokens", "windows are counted in the model's tokens since "
+                   "embedding/2 (0 = half a window)"),
+    }  # fmt: skip
     window_tokens: int = field(
         default=0,
         metadata={
@@ -250,23 +257,14 @@ class EmbeddingConfig(DetectorConfig):
             )
 
 
-# embedding/1's window fields and what replaced them (embedding/2 counts windows in tokens)
-RETIRED_KEYS = {"window_words": "window_tokens", "stride": "stride_tokens"}
-
-
 def embedding_config(values: dict[str, Any]) -> EmbeddingConfig:
-    """An :class:`EmbeddingConfig` from a mapping (a detector's ``embedding`` sub-config, a
-    config file's table), with an error that names the fix for a retired or unknown key."""
+    """An :class:`EmbeddingConfig` from a mapping (fuzzy's and the judge's ``embedding``
+    sub-config), with an error that names the fix for a retired or unknown key."""
     import dataclasses
 
+    EmbeddingConfig.refuse_retired(values, "embedding config")
     fields = {f.name for f in dataclasses.fields(EmbeddingConfig)}
     for key in values:
-        if key in RETIRED_KEYS:
-            raise ConfigError(
-                f"embedding config key {key!r} is gone: windows are counted in the model's "
-                "tokens since embedding/2",
-                hint=f"use {RETIRED_KEYS[key]!r} (0 = the model's limit / half a window)",
-            )
         if key not in fields:
             from curation.errors import did_you_mean
 

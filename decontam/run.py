@@ -735,13 +735,9 @@ def build_detectors(
             if data_root and not emb.get("cache_root"):
                 emb["cache_root"] = data_root
             overrides["embedding"] = emb
+        cls.config_cls.refuse_retired(overrides, f"detector {name!r} config")
         try:
-            if name == "embedding":  # names the fix for embedding/1's retired window keys
-                from decontam.embedding import embedding_config
-
-                det_cfg = embedding_config(overrides)
-            else:
-                det_cfg = cls.config_cls(**overrides)
+            det_cfg = cls.config_cls(**overrides)
         except TypeError as exc:
             fields = [f.name for f in dataclasses.fields(cls.config_cls)]
             raise ConfigError(

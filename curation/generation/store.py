@@ -389,15 +389,23 @@ class SampleStore:
         return sum(1 for _ in self._scan())
 
 
-_SAMPLE_TYPES: dict[str, tuple[type, ...]] = {
-    "model": (str,), "sampling_params": (str,), "prompt_hash": (str,), "sample_index": (int,),
-    "text": (str, type(None)), "finish_reason": (str, type(None)),
-    "prompt_tokens": (int, type(None)), "completion_tokens": (int, type(None)),
-    "error": (str, type(None)), "seed": (int, type(None)), "backend": (str,),
-    "latency_s": (int, float), "created_at": (int, float), "key": (str,), "params_hash": (str,),
-    "reasoning": (str, type(None)),
-}  # fmt: skip
-_REQUIRED = ("model", "sampling_params", "prompt_hash", "sample_index", "text", "finish_reason")
+def _sample_fields() -> tuple[dict[str, tuple[type, ...]], tuple[str, ...]]:
+    """(field -> the JSON types its value may have, the fields a record must hold), read from
+    :class:`Sample` itself, so a field added there is checked without a second list."""
+    import dataclasses
+    import typing
+
+    types: dict[str, tuple[type, ...]] = {}
+    for name, hint in typing.get_type_hints(Sample).items():
+        args = typing.get_args(hint) or (hint,)
+        types[name] = args + ((int,) if float in args else ())  # JSON writes 1.0 as 1
+    required = tuple(f.name for f in dataclasses.fields(Sample)
+                     if f.default is dataclasses.MISSING
+                     and f.default_factory is dataclasses.MISSING)  # fmt: skip
+    return types, required
+
+
+_SAMPLE_TYPES, _REQUIRED = _sample_fields()
 
 
 def _record_error(d: Any) -> tuple[str, str] | None:
