@@ -174,20 +174,23 @@ class StandInServer:
                     self._send(404, {"error": "not found"})
 
             def do_POST(self):  # noqa: N802 - http.server API
-                with outer._lock:
-                    outer.in_flight += 1
-                    outer.max_in_flight = max(outer.max_in_flight, outer.in_flight)
-                try:
-                    self._post()
-                finally:
-                    with outer._lock:
-                        outer.in_flight -= 1
-
-            def _post(self):
+                # in flight once the server holds the whole request: counted when its headers
+                # came, a request whose client stopped while sending its body (a Ctrl-C) was
+                # counted, then failed to parse and was let go, so a test that waited for 2 in
+                # flight saw 1 (it happened once in CI, under load)
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with outer._lock:
                     outer.requests.append({"path": self.path, "body": body,
                                            "auth": self.headers.get("Authorization")})  # fmt: skip
+                    outer.in_flight += 1
+                    outer.max_in_flight = max(outer.max_in_flight, outer.in_flight)
+                try:
+                    self._post(body)
+                finally:
+                    with outer._lock:
+                        outer.in_flight -= 1
+
+            def _post(self, body):
                 text = prompt_text(body)
                 if outer.latency_s:
                     time.sleep(outer.latency_s)
