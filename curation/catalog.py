@@ -972,6 +972,16 @@ class Catalog:
         with self._connect(write=False) as con:
             return self._resolve(con, ref)
 
+    def holds(self, refs: Iterable[str]) -> bool:
+        """Whether every ``name@version`` of ``refs`` is in the catalog (a stopped command
+        reads it to say whether its publish went through: a stopped commit is rolled back)."""
+        try:
+            for ref in refs:
+                self.resolve(ref)
+        except NotFoundError:
+            return False
+        return True
+
     def show(self, ref: str) -> dict[str, Any]:
         """All recorded metadata of a version, JSON-ready (with its :meth:`publications`)."""
         with self._connect(write=False) as con:

@@ -25,11 +25,17 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.context import SpawnContext, SpawnProcess
 from typing import Any, NoReturn
 
 _STOP: int | None = None  # the signal that asked this process to stop (set by the handlers)
+
+# what a stop now would leave (stop_note), outermost first: one cell per block, so a block's
+# set_stop_note replaces its own note; the handlers keep what was there when the signal came
+StopNote = str | Callable[[], str | None] | None
+_NOTES: list[list[StopNote]] = []
+_NOTES_AT_STOP: tuple[StopNote, ...] = ()
 
 
 def stop_requested() -> int | None:
@@ -51,6 +57,53 @@ def raise_if_stopped() -> None:
         raise KeyboardInterrupt
     if _STOP is not None:
         raise SystemExit(128 + _STOP)
+
+
+@contextlib.contextmanager
+def stop_note(note: StopNote) -> Iterator[None]:
+    """Say what a Ctrl-C or SIGTERM in this block leaves and how to go on: the ``sluice``
+    command prints it once after its ``sluice: interrupted`` / ``stopped by SIGTERM`` line.
+
+    ``note``: a clause (``"nothing was published"``), or a callable that returns one when the
+    line is printed (after the stop, so a count it reads is the one the stop left; ``None``
+    or an exception: no clause). Blocks nest: the line is the notes of the blocks the stop
+    landed in, outermost first, joined by "; " (the command's "decontam run stopped before
+    publishing", a stage's "3 batches are kept in the scan cache"). :func:`set_stop_note`
+    changes the innermost block's note as the stage goes on; leaving the block restores the
+    notes before it. Without a note nothing more is printed (a stop is never guessed at).
+    Setting a note costs a list append: the handlers read it only when a signal comes."""
+    cell: list[StopNote] = [note]
+    _NOTES.append(cell)
+    try:
+        yield
+    finally:
+        del _NOTES[next(i for i, c in enumerate(_NOTES) if c is cell)]  # this block's, by identity
+
+
+def set_stop_note(note: StopNote) -> None:
+    """Replace the note of the innermost :func:`stop_note` block (none: nothing is set)."""
+    if _NOTES:
+        _NOTES[-1][0] = note
+
+
+def _keep_notes() -> None:  # called by the handlers: the blocks are left as the stop unwinds
+    global _NOTES_AT_STOP
+    if not _NOTES_AT_STOP:  # the first stop's
+        _NOTES_AT_STOP = tuple(cell[0] for cell in _NOTES)
+
+
+def stop_note_line() -> str | None:
+    """The line that says what the stop left (``sluice: ...``), from the notes of the blocks
+    the stop landed in; ``None`` when none said anything."""
+    said = []
+    for note in _NOTES_AT_STOP:
+        try:
+            text = note() if callable(note) else note
+        except Exception:  # noqa: BLE001 - a note that cannot tell says nothing
+            text = None
+        if text:
+            said.append(text.rstrip(". "))
+    return f"sluice: {'; '.join(said)}." if said else None
 
 
 class KeptStop:
@@ -122,6 +175,7 @@ def exit_on_sigterm() -> None:
     def _stop(signum, frame):  # noqa: ARG001
         global _STOP
         _STOP = signal.SIGTERM
+        _keep_notes()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills at once
         print("sluice: stopped by SIGTERM", file=sys.stderr, flush=True)
         raise SystemExit(128 + signal.SIGTERM)
@@ -131,6 +185,7 @@ def exit_on_sigterm() -> None:
         # it printed only a blank line, so a log did not show that the run was stopped
         global _STOP
         _STOP = signal.SIGINT
+        _keep_notes()
         print("sluice: interrupted (SIGINT, Ctrl-C)", file=sys.stderr, flush=True)
         raise KeyboardInterrupt
 

@@ -1123,7 +1123,17 @@ def _publish_name(inp: InputData, publish: bool, publish_as: str | None) -> str 
 
 
 def _publish(
-    cat, name: str, inp: InputData, clean, excluded, *, config, text_fields, id_field, final
+    cat,
+    name: str,
+    inp: InputData,
+    clean,
+    excluded,
+    *,
+    config,
+    text_fields,
+    id_field,
+    final,
+    on_staged: Callable[[list[str]], None] | None = None,
 ) -> tuple[str, str]:
     """Publish ``<name>.decontaminated`` and ``<name>.excluded`` (parent: a catalog input)
     together or not at all. ``clean`` / ``excluded``: ``(data, schema)`` as
@@ -1142,12 +1152,13 @@ def _publish(
     if inp.path:
         run_cfg["input_file"] = {"path": inp.path, "sha256": inp.content_hash}
     kw = {"parents": parents, "step": "decontaminate", "config": run_cfg}
-    cv, ev = cat.commit(
-        [
-            cat.stage(f"{name}.decontaminated", clean[0], schema=clean[1], **kw),
-            cat.stage(f"{name}.excluded", excluded[0], schema=excluded[1], **kw),
-        ]
-    )
+    staged = [
+        cat.stage(f"{name}.decontaminated", clean[0], schema=clean[1], **kw),
+        cat.stage(f"{name}.excluded", excluded[0], schema=excluded[1], **kw),
+    ]
+    if on_staged is not None:  # the refs a stop from here on asks the catalog about
+        on_staged([s.ref for s in staged])
+    cv, ev = cat.commit(staged)
     return f"{cv.name}@{cv.version}", f"{ev.name}@{ev.version}"
 
 

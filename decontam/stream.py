@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from curation.errors import ConfigError, DatasetRef, InputError
 from curation.lock_holder import alive
+from curation.shutdown import stop_note
 from decontam.base import TEXT_TABLE_SCHEMA, Detector, empty_matches
 from decontam.run import (
     _JSON_VALUES,
@@ -615,14 +616,19 @@ def _run_streamed(
     from decontam.scan_cache import ScanCache, cache_key
 
     source, inp = src.label, src.inp
-    cache = None
+    cache = cat = None
     if config.use_cache and data_root is not None and "://" not in str(data_root):
         cache = ScanCache(data_root, cache_key(_scan_key(detectors, benchmarks)))
     final = Path(out_dir)
     out = rundir.start(final, kind=RUN_DIR_KIND)
+    # what a stop leaves (curation.shutdown.stop_note): the batches decided so far, whose scans
+    # the cache keeps; read only if a stop comes
+    left = {"batches": 0, "rows": 0, "workers": 1, "refs": None, "published": False}
     try:
         with contextlib.ExitStack() as stack:
-            cat = None
+            stack.enter_context(
+                stop_note(lambda: _stop_note(left, src, cache, config, final, publish_name, cat))
+            )
             if publish_name:
                 from curation.catalog import Catalog
 
@@ -654,8 +660,10 @@ def _run_streamed(
             else:
                 batches = ((*b, *scan_here(b[2])) for b in prepared)
             stack.callback(batches.close)  # a failed run stops its scan workers
-            timings["workers"] = max(n_workers, 1)
+            timings["workers"] = left["workers"] = max(n_workers, 1)
             for tbl, rows, texts, uids, matches, st in batches:
+                left["batches"] += 1  # scanned: the cache keeps it (cached_scan added it)
+                left["rows"] += tbl.num_rows
                 for k in ("texts", "texts_scanned", "texts_cached"):
                     stats[k] += st[k]
                 timings = _merge_timings(timings, st["timings"])
@@ -723,7 +731,9 @@ def _run_streamed(
                     cat, publish_name, inp, (clean_p.batches(schema, as_json), schema),
                     (excluded_p.batches(excl_schema, as_json), excl_schema), config=config,
                     text_fields=text_fields, id_field=id_field, final=final,
+                    on_staged=lambda refs: left.update(refs=refs),
                 )  # fmt: skip
+                left["published"] = True
             else:
                 shutil.rmtree(scratch)
             return _finish_run(
@@ -735,6 +745,38 @@ def _run_streamed(
             )  # fmt: skip
     finally:
         rundir.abandon(out)  # gone after finish(); removes the partial folder on failure
+
+
+def _stop_note(left, src, cache, config, final, publish_name, cat) -> str:
+    """What a stopped streamed run left, for the command's last line: whether its publish
+    went through (a stopped commit is rolled back: the catalog says), and what a rerun of the
+    same command reuses (the scan cache keeps each batch once it is scanned)."""
+    refs = left["refs"]
+    if left["published"] or (refs and cat is not None and cat.holds(refs)):
+        state = (
+            f"decontam run stopped after publishing {' and '.join(refs)}; {final} was not written"
+        )
+    elif refs:
+        state = "decontam run stopped while publishing; the publish was rolled back, nothing was published"
+    elif publish_name:
+        state = "decontam run stopped before publishing; nothing was published"
+    else:
+        state = f"decontam run stopped; {final} was not written"
+    n, rows = left["batches"], left["rows"]
+    if cache is None:
+        why = "--no-cache" if not config.use_cache else "no local data root"
+        return f"{state}. No scan cache is kept ({why}): run the same command again to scan from the start"
+    if refs:  # every batch was scanned
+        return f"{state}. Run the same command again to finish: the scan cache ({cache.dir}) keeps every batch"
+    total = src.known_rows  # a file's count, if its thread has finished (never waited for)
+    if total is None and src.facts is not None and src.facts._counted.is_set():
+        total = src.facts._rows
+    of = f" of {-(-total // config.stream_rows)}" if total else ""
+    least = "at least " if left["workers"] > 1 else ""  # workers may have scanned more
+    return (
+        f"{state}. {least}{n}{of} batches ({rows:,} rows) are kept in the scan cache "
+        f"({cache.dir}): run the same command again to resume from them"
+    )
 
 
 def _run_streamed_cli(

@@ -110,7 +110,7 @@ def run() -> None:
     active exception"; it happened once in a CI run of ``sluice rl export``). Callers that
     import :func:`main` keep their process.
     """
-    from curation.shutdown import end_process, exit_on_sigterm, stop_requested
+    from curation.shutdown import end_process, exit_on_sigterm, stop_note_line, stop_requested
 
     exit_on_sigterm()
     code = 0
@@ -127,6 +127,10 @@ def run() -> None:
         # a command that was asked to stop says so in its exit code, even where a library
         # dropped the stop and the command ended as if it had not come (see raise_if_stopped)
         code = 128 + stopped
+        # what the stop left (published or not, what a rerun resumes from), where a stage said
+        line = stop_note_line()
+        if line:
+            print(line, file=sys.stderr, flush=True)
     end_process(code)
 
 
