@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -50,6 +50,10 @@ from curation.readers import (
     read_batches,
 )
 from curation.records import PROBLEM_SCHEMA, SFT_SAMPLE_SCHEMA, dumps_metadata, schema_version
+from curation.shutdown import stop_note
+
+if TYPE_CHECKING:
+    from curation.catalog import Catalog, StagedVersion
 
 INGEST_VERSION = "ingest/1"
 # the datasets an ingest of NAME publishes beside it: no ingest may be called by one of them
@@ -613,7 +617,12 @@ def ingest(
     cat = catalog if catalog is not None else Catalog()
     # Scratch files live under the data root (not $TMPDIR) and a killed run's folder is
     # collected by the next one; the three (four) datasets are committed together or not at all.
-    with cat.staging("ingest") as staging, writing_to(f"the data root {cat.root}"):
+    staged: list[StagedVersion] = []  # once staged, a stop asks the catalog (stop_note)
+    with (
+        stop_note(lambda: _stop_note(cat, name, staged)),
+        cat.staging("ingest") as staging,
+        writing_to(f"the data root {cat.root}"),
+    ):
         if progress:
             files = _with_progress(
                 spec, fmap, staging, max_row_bytes, limit, batch_size, on_conflict
@@ -706,7 +715,7 @@ def ingest(
             },
             schema=files.schema,
         )
-        staged = [rejects_v, dups_v, *([near_v] if near_v else []), main_v]
+        staged += [rejects_v, dups_v, *([near_v] if near_v else []), main_v]
         cat.commit(staged)
         kept = cat.resolve(main_v.ref).metadata
         keys = ("counts", "rejects", "duplicates", "near_duplicates")
@@ -726,6 +735,20 @@ def ingest(
         seconds=round(time.perf_counter() - t0, 3),
         publish_seconds=round(time.perf_counter() - t_publish, 3),
         earlier_record=earlier,
+    )
+
+
+def _stop_note(cat: Catalog, name: str, staged: list[StagedVersion]) -> str:
+    """What a stopped ingest left, for the command's last line: its datasets are committed
+    together or not at all (a stopped commit is rolled back: the catalog says which), and
+    nothing else is kept (the staging folder is removed, or collected by the next run)."""
+    refs = [s.ref for s in staged]
+    if refs and cat.holds(refs):
+        return f"ingest of {name} stopped after publishing {', '.join(refs)}; nothing is left to do"
+    when = "while publishing; the publish was rolled back," if refs else "before publishing;"
+    return (
+        f"ingest of {name} stopped {when} nothing was published. An ingest keeps no partial "
+        "work: run the same command again to ingest from the start"
     )
 
 
