@@ -42,6 +42,7 @@ from curation.generation import (
     make_backend,
 )
 from curation.lock_holder import alive
+from curation.shutdown import stop_note
 from rl_pools import prompts as prompt_templates
 from rl_pools.answers import extract_code, open_thinking, prompt_opens_thinking, thinking_unclosed
 from rl_pools.gradelog import GradeLog, grade_settings, is_verdict
@@ -331,7 +332,15 @@ def run_rollouts(
     written = 0
     gbar = rbar = None
     try:
-        with SampleStore(store_dir, wait=True) as store, _Grader(config) as grader:
+        with (
+            stop_note(
+                "rl rollouts stopped before publishing; nothing was published. The sample store "
+                f"({store_dir}) keeps the samples made so far and its grade log the grades: run "
+                "the same command again to resume"
+            ),
+            SampleStore(store_dir, wait=True) as store,
+            _Grader(config) as grader,
+        ):
             _remove_killed_runs_files(store_dir)
             gbar = Progress(total, f"rollouts {gen.model}") if show else None
             rbar = Progress(total, "grade", new="graded") if show else None

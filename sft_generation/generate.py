@@ -101,6 +101,7 @@ def generate_responses(
 ) -> GenerateResult:
     """Sample ``responses_per_prompt`` teacher responses for every problem (missing ones only)."""
     from curation.generation import SampleStore, generate, make_backend
+    from curation.shutdown import stop_note
 
     if responses_per_prompt < 1:
         raise ConfigError(
@@ -120,7 +121,11 @@ def generate_responses(
     be = backend or make_backend(generation)
     store_dir = Path(store_dir)
     try:
-        with SampleStore(store_dir, wait=True) as store:  # takes turns with a run on it
+        with (
+            stop_note("teacher generation stopped before publishing its responses; nothing of "
+                      "them was published"),
+            SampleStore(store_dir, wait=True) as store,  # takes turns with a run on it
+        ):  # fmt: skip
             res = generate(prompts, responses_per_prompt, params, be, store, progress=progress)
     finally:
         if backend is None:

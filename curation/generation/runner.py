@@ -12,6 +12,7 @@ from curation.generation.backends import Backend, Prompt, Request, _with_system
 from curation.generation.config import SamplingParams
 from curation.generation.progress import Progress
 from curation.generation.store import Sample, SampleStore, prompt_hash, sample_key, samples_table
+from curation.shutdown import stop_note
 
 
 @dataclass
@@ -87,8 +88,15 @@ def generate(
             if bar is not None:
                 bar.update(len(samples), tokens=sum(x.completion_tokens or 0 for x in samples))
 
+        def kept() -> str:  # read only if a stop comes (curation.shutdown.stop_note)
+            return (
+                f"{generated} of the {todo} samples asked for are kept in the sample store "
+                f"({store.root}): run the same command again to generate only the missing ones"
+            )
+
         try:
-            backend.run(requests, params, sink)
+            with stop_note(kept):
+                backend.run(requests, params, sink)
         except BaseException:
             if bar is not None and own:
                 bar.close("stopped")
