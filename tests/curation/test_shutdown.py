@@ -208,3 +208,25 @@ def test_stops_kept_keeps_the_handlers_exception_and_puts_the_handlers_back():
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def test_stop_notes_nest_restore_and_are_read_only_after_the_stop(monkeypatch):
+    from curation import shutdown
+
+    monkeypatch.setattr(shutdown, "_NOTES", [])
+    monkeypatch.setattr(shutdown, "_NOTES_AT_STOP", ())
+    n = {"done": 0}
+    with shutdown.stop_note("outer stopped; nothing was published"):
+        with shutdown.stop_note(lambda: f"{n['done']} kept: run again"):
+            n["done"] = 2
+            shutdown._keep_notes()  # what a handler does when the signal comes
+        shutdown.set_stop_note("replaced")
+        assert [c[0] for c in shutdown._NOTES] == ["replaced"]  # the inner block restored
+    assert shutdown._NOTES == []
+    n["done"] = 3  # read when printed
+    assert (
+        shutdown.stop_note_line()
+        == "sluice: outer stopped; nothing was published; 3 kept: run again."
+    )
+    monkeypatch.setattr(shutdown, "_NOTES_AT_STOP", (None, lambda: 1 / 0))
+    assert shutdown.stop_note_line() is None  # nothing said, nothing guessed
