@@ -333,10 +333,10 @@ def run_rollouts(
     gbar = rbar = None
     try:
         with (
-            stop_note(
-                "rl rollouts stopped before publishing; nothing was published. The sample store "
-                f"({store_dir}) keeps the samples made so far and its grade log the grades: run "
-                "the same command again to resume"
+            stop_note(  # what a stop leaves: the command's last line (curation.shutdown)
+                "rl rollouts stopped before publishing; nothing was published. The sample "
+                f"store ({store_dir}) and its grade log keep every sample and grade made before "
+                "the stop: run the same command again to generate and grade only the rest"
             ),
             SampleStore(store_dir, wait=True) as store,
             _Grader(config) as grader,
@@ -367,7 +367,9 @@ def run_rollouts(
                 for start in range(0, len(rows), config.chunk_prompts):
                     chunk = rows[start : start + config.chunk_prompts]
                     prompts = [prompt_templates.messages(r, tmpl.get(r["domain"])) for r in chunk]
-                    res = generate(prompts, k, params, backend, store, progress=gbar or False)
+                    res = generate(  # say_kept: this chunk's counts are not the run's
+                        prompts, k, params, backend, store, progress=gbar or False, say_kept=False
+                    )
                     for key in ("generated", "reused", "failed", "empty"):
                         st[key] += getattr(res, key)
                     errors += [e for e in res.errors if e not in errors][:5]

@@ -48,11 +48,15 @@ def generate(
     store: SampleStore,
     *,
     progress: Progress | bool | None = None,
+    say_kept: bool = True,
 ) -> GenerationResult:
     """Make sure ``store`` holds samples ``0..n-1`` of every prompt; generate only the missing.
 
     ``prompts`` are chat message lists or plain strings. A sample whose request failed is kept
     in the store as a failure and asked again by the next call. Returns every prompt's samples.
+    ``say_kept``: a stop while generating names the samples this call kept (the command's
+    last line, :func:`curation.shutdown.stop_note`); a caller that calls it chunk by chunk
+    says it for the whole run instead (this call's counts are one chunk's).
     """
     if n < 1:
         raise ConfigError(f"samples per prompt must be >= 1, got {n}", hint="pass --k 1 or more")
@@ -88,9 +92,12 @@ def generate(
             if bar is not None:
                 bar.update(len(samples), tokens=sum(x.completion_tokens or 0 for x in samples))
 
-        def kept() -> str:  # read only if a stop comes (curation.shutdown.stop_note)
+        def kept() -> str | None:  # read only if a stop comes (curation.shutdown.stop_note)
+            if not say_kept:
+                return None
+            are = "is" if generated == 1 else "are"
             return (
-                f"{generated} of the {todo} samples asked for are kept in the sample store "
+                f"{generated} of the {todo} samples asked for {are} kept in the sample store "
                 f"({store.root}): run the same command again to generate only the missing ones"
             )
 

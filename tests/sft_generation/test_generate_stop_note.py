@@ -44,7 +44,7 @@ def test_ctrl_c_mid_generation_names_the_samples_kept_and_the_rerun_reuses_them(
         assert "sluice: interrupted (SIGINT, Ctrl-C)\n" in err, err[-3000:]
         assert err.rstrip().splitlines()[-1] == (  # after the bar's "(stopped)" line
             "sluice: teacher generation stopped before publishing its responses; nothing of them "
-            f"was published; 1 of the 48 samples asked for are kept in the sample store ({store}): "
+            f"was published; 1 of the 48 samples asked for is kept in the sample store ({store}): "
             "run the same command again to generate only the missing ones."
         ), err[-3000:]
         assert not [d for d in Catalog(data_root).datasets() if "sft_raw" in d]
