@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from curation.errors import ConfigError, NotFoundError, SluiceError
+from curation.shutdown import stop_note
 from training.config import TrainConfig
 from training.pools import PoolInfo, build_prompt_rows, check_pools
 from training.resampling import (
@@ -938,21 +939,39 @@ def run_grpo(
         callbacks=list(callbacks or []),
         metrics_path=run_dir / "metrics.jsonl",
     )
+    at: dict[str, Any] = {"stage": None, "index": 0}
+
+    def left() -> str:  # what a stop leaves (curation.shutdown.stop_note), read after it
+        n = len(resolved.stages)
+        where = f" in stage {at['stage']} ({at['index'] + 1} of {n})" if at["stage"] else ""
+        said = f"training stopped{where}; no checkpoint was registered"
+        finished = [r["name"] for r in stage_records if r.get("checkpoint")]
+        if not finished:
+            return f"{said}. No stage was finished: run the same command again to start over"
+        one = len(finished) == 1
+        what = f"Stage {finished[0]} is" if one else f"Stages {', '.join(finished)} are"
+        return (
+            f"{said}. {what} finished, with a checkpoint in {run_dir}: run the same command "
+            f"again (the same run directory) to resume after stage {finished[-1]}"
+        )
+
     try:
-        for si, stage in enumerate(resolved.stages):
-            if si < len(done):
-                continue
-            counts_before = reward_counts(rewards)
-            offset = sum(r["steps"] for r in stage_records)
-            rec = _train_stage(ctx, si, stage, datasets_by_stage[stage.name], offset)
-            rec["skipped_rows"] = skipped_by_stage.get(stage.name, 0)
-            rec["reward_counts"] = _count_delta(counts_before, reward_counts(rewards))
-            rec["base_commit"] = base_commit
-            stage_records.append(rec)
-            if rec["checkpoint"]:
-                checkpoint_dir = Path(rec["checkpoint"])
-                # the stage is finished: a rerun of this config resumes after it
-                _write_json(run_dir / "stages" / stage.name / "stage.json", rec)
+        with stop_note(left):
+            for si, stage in enumerate(resolved.stages):
+                if si < len(done):
+                    continue
+                at.update(stage=stage.name, index=si)
+                counts_before = reward_counts(rewards)
+                offset = sum(r["steps"] for r in stage_records)
+                rec = _train_stage(ctx, si, stage, datasets_by_stage[stage.name], offset)
+                rec["skipped_rows"] = skipped_by_stage.get(stage.name, 0)
+                rec["reward_counts"] = _count_delta(counts_before, reward_counts(rewards))
+                rec["base_commit"] = base_commit
+                stage_records.append(rec)
+                if rec["checkpoint"]:
+                    checkpoint_dir = Path(rec["checkpoint"])
+                    # the stage is finished: a rerun of this config resumes after it
+                    _write_json(run_dir / "stages" / stage.name / "stage.json", rec)
     finally:
         close_rewards(rewards)
 

@@ -338,6 +338,60 @@ def test_interrupted_run_resumes_after_its_last_finished_stage(
         run_grpo(changed, other, catalog=pool_catalog["catalog"])
 
 
+def test_a_stop_in_the_second_stage_names_the_finished_one_and_the_rerun_resumes(
+    tiny_model, pool_catalog, tmp_path, monkeypatch
+):
+    """Ctrl-C as the code stage starts: the command's last line (curation.shutdown.stop_note)
+    says no checkpoint was registered and that the math stage is finished in the run
+    directory; the same run again resumes after it, as the line says."""
+    import signal
+
+    import training.grpo as grpo
+    from curation import shutdown
+
+    stage = {"max_completion_length": 4, "steps": 1, "max_prompts": 4, "temperature": 1.0}
+    cfg = _config(tiny_model, pool_catalog, stages=[
+        {"name": "math", "pools": [pool_catalog["math"]], **stage},
+        {"name": "code", "pools": [pool_catalog["code"]], **stage},
+    ])  # fmt: skip
+    out = tmp_path / "stopped"
+    real = grpo._train_stage
+    cat = pool_catalog["catalog"]
+
+    def checkpoints():
+        names = [d for d in cat.datasets() if d.endswith(".checkpoint")]
+        return sorted((n, v.version) for n in names for v in cat.versions(n))
+
+    before = checkpoints()
+
+    def ctrl_c_at_code(ctx, si, st, *rest):
+        if st.name == "code":
+            signal.raise_signal(signal.SIGINT)  # the command's handler: its line, then the stop
+        return real(ctx, si, st, *rest)
+
+    monkeypatch.setattr(grpo, "_train_stage", ctrl_c_at_code)
+    monkeypatch.setattr(shutdown, "_STOP", None)  # restored after the test: later tests run on
+    monkeypatch.setattr(shutdown, "_NOTES_AT_STOP", ())
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+    shutdown.exit_on_sigterm()  # the `sluice` command's handlers
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_grpo(cfg, out, catalog=pool_catalog["catalog"])
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+    assert shutdown.stop_note_line() == (
+        "sluice: training stopped in stage code (2 of 2); no checkpoint was registered. Stage "
+        f"math is finished, with a checkpoint in {out}: run the same command again (the same "
+        "run directory) to resume after stage math."
+    )
+    assert checkpoints() == before  # nothing registered (the module's catalog is shared)
+    monkeypatch.setattr(grpo, "_train_stage", real)
+    res = run_grpo(cfg, out, catalog=pool_catalog["catalog"])
+    assert res.manifest["resumed_after_stages"] == ["math"] and res.checkpoint_ref
+
+
 @pytest.mark.parametrize(
     ("trl", "message"),
     [
