@@ -287,16 +287,27 @@ def _encode_storing(
     cache: EmbeddingCache,
     flush_every_s: float,
 ) -> np.ndarray:
+    from curation.shutdown import stop_note
+
     pending: list[np.ndarray] = []  # positions in ``texts`` of finished, unstored batches
     pending_vecs: list[np.ndarray] = []
     last = time.monotonic()
+    stored = 0
 
     def store() -> None:
+        nonlocal stored
         if pending:
             rows = np.concatenate(pending)
             cache.put_many([keys[i] for i in rows], np.vstack(pending_vecs))
+            stored += len(rows)
             pending.clear()
             pending_vecs.clear()
+
+    def kept() -> str:  # what a stop leaves (the command's last line), read after the stop
+        return (
+            f"{stored:,} of the {len(texts):,} texts being embedded are kept in the embedding "
+            f"cache ({cache.dir}): a rerun embeds only the rest"
+        )
 
     def on_batch(positions: np.ndarray, vectors: np.ndarray) -> None:
         nonlocal last
@@ -307,7 +318,8 @@ def _encode_storing(
             last = time.monotonic()
 
     try:
-        out = np.asarray(encode(texts, on_batch=on_batch), dtype=np.float32)
+        with stop_note(kept):
+            out = np.asarray(encode(texts, on_batch=on_batch), dtype=np.float32)
     except BaseException:
         store()  # keep the finished batches: the rerun starts after them
         raise

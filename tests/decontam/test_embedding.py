@@ -188,16 +188,21 @@ def test_a_stopped_encode_keeps_its_finished_batches_and_the_rerun_does_the_rest
     tmp_path, contam_dev_path, monkeypatch
 ):
     """Ctrl-C (or the SystemExit of a SIGTERM) after 3 batches: those 12 vectors are in the
-    cache, the rerun encodes only the other texts, and every vector equals an uninterrupted
-    run's (the rerun's texts form the same later batches)."""
+    cache, the command's last line says so (curation.shutdown.stop_note), the rerun encodes
+    only the other texts, and every vector equals an uninterrupted run's (the rerun's texts
+    form the same later batches)."""
+    from curation import shutdown
+
     enc = Encoder(resolve_model(), device="cpu", batch_size=4)
     texts = _distinct_pool(contam_dev_path, 24)
     reference = enc.encode(texts)
     real, calls = enc.model.encode, []
+    monkeypatch.setattr(shutdown, "_NOTES_AT_STOP", ())  # restored after the test
 
     def stopped_after_3(*args, **kwargs):
         calls.append(1)
         if len(calls) > 3:
+            shutdown._keep_notes()  # what the command's SIGINT handler does, then its stop
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
@@ -205,6 +210,10 @@ def test_a_stopped_encode_keeps_its_finished_batches_and_the_rerun_does_the_rest
     cache = EmbeddingCache(enc.key, "test-prep", root=tmp_path)
     with pytest.raises(KeyboardInterrupt):
         encode_with_cache(texts, enc.encode, cache)  # default interval: stored on the stop
+    assert shutdown.stop_note_line() == (
+        f"sluice: 12 of the 24 texts being embedded are kept in the embedding cache ({cache.dir}):"
+        " a rerun embeds only the rest."
+    )
     monkeypatch.undo()
 
     kept = EmbeddingCache(enc.key, "test-prep", root=tmp_path)
