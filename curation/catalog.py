@@ -1079,6 +1079,29 @@ class Catalog:
         self._write_check(v.content_hash, v.num_rows)
         return v
 
+    def verify_all(
+        self, names: Iterable[str] | None = None
+    ) -> Iterator[tuple[DatasetVersion, IntegrityError | None]]:
+        """Every version of ``names`` (default: every dataset), each with the
+        :class:`IntegrityError` its file gives (``None``: it matches its record), in name order,
+        newest version first. A file several versions share is re-hashed once; a damaged one
+        does not stop the rest (a nightly audit reports every damaged version, not the first)."""
+        seen: dict[tuple[str, int], tuple[str, IntegrityError | None]] = {}
+        for name in self.datasets() if names is None else names:
+            for v in self.versions(name):
+                key = (v.content_hash, v.num_rows)
+                if key not in seen:
+                    try:
+                        self.verify(v.ref)
+                        seen[key] = (v.ref, None)
+                    except IntegrityError as exc:
+                        seen[key] = (v.ref, exc)
+                first, err = seen[key]
+                if err is not None and first != v.ref:  # the error names the first holder
+                    err = IntegrityError(f"{v.ref} has the file of {first}: {err.message}",
+                                         hint=err.hint)  # fmt: skip
+                yield v, err
+
     # ---- integrity of object files ------------------------------------------------------
 
     def _check_rel(self, digest: str) -> str:

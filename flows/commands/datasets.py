@@ -211,12 +211,76 @@ def path(
 
 @app.command("verify")
 def verify(
-    ref: str = typer.Argument(..., help="NAME, NAME@latest or NAME@VERSION."),
+    ref: str = typer.Argument(
+        None, help="NAME, NAME@latest or NAME@VERSION; with --all, a NAME (all its versions)."
+    ),
+    all_versions: bool = typer.Option(
+        False,
+        "--all",
+        help="Every version of NAME, or of every dataset without NAME: exit 1 "
+        "if any does not match its record (all are checked, each damaged one listed).",
+    ),
     root: str = _root_option(),
+    as_json: bool = _json_option(),
 ) -> None:
     """Re-hash a version's file and check it against the recorded row count and hash."""
-    v = _catalog(root).verify(ref)
-    typer.echo(f"ok: {v.ref} ({v.num_rows:,} rows, sha256 {v.content_hash})")
+    from curation.errors import ConfigError
+
+    cat = _catalog(root)
+    if not all_versions:
+        if ref is None:
+            raise ConfigError(
+                "name the version to verify", hint="pass NAME or NAME@VERSION, or --all for "
+                "every version in the catalog"
+            )  # fmt: skip
+        v = cat.verify(ref)
+        if as_json:
+            _echo_json([_verified(v, None)])
+        else:
+            typer.echo(f"ok: {v.ref} ({v.num_rows:,} rows, sha256 {v.content_hash})")
+        return
+    if ref is not None and "@" in ref:
+        raise ConfigError(
+            f"--all verifies every version of a dataset, and {ref!r} names one version",
+            hint=f"pass {ref.split('@', 1)[0]!r} with --all, or {ref!r} without it",
+        )
+    results = []
+    for v, err in cat.verify_all(None if ref is None else [ref]):
+        results.append(_verified(v, err))
+        if not as_json:
+            if err is None:
+                typer.echo(f"ok: {v.ref} ({v.num_rows:,} rows, sha256 {v.content_hash})")
+            else:  # one line each, the fix once below
+                typer.echo(f"damaged: {err.message}", err=True)
+    bad = [r for r in results if not r["ok"]]
+    files = len({r["content_hash"] for r in results})
+    if as_json:
+        _echo_json(results)
+    elif not results:
+        typer.echo(f"no datasets in the catalog at {cat.root}")
+    elif not bad:
+        typer.echo(
+            f"verified {len(results)} versions ({files} files): every one matches its record"
+        )
+    if bad:
+        typer.echo(
+            f"error: {len(bad)} of {len(results)} versions do not match their records"
+            + ("" if as_json else " (listed above)")
+            + f": {bad[0]['hint']}",
+            err=True,
+        )
+        raise typer.Exit(1)
+
+
+def _verified(v: Any, err: Any) -> dict[str, Any]:
+    return {
+        "ref": v.ref,
+        "ok": err is None,
+        "num_rows": v.num_rows,
+        "content_hash": v.content_hash,
+        "error": None if err is None else err.message,
+        "hint": None if err is None else err.hint,
+    }
 
 
 @app.command("rebuild")

@@ -872,6 +872,54 @@ def test_flipped_byte_in_a_compressed_page_is_an_integrity_error(data_root):
     assert v.ref in p.stderr + p.stdout
 
 
+def test_verify_all_lists_every_damaged_version_and_exits_1(data_root):
+    """`sluice datasets verify --all`: a nightly audit of the whole catalog. It re-hashed one
+    version per call, so a damaged file among hundreds was found only by naming it. Now every
+    version is checked (a file two versions share once), each damaged one is listed, and the
+    exit code is 1 if any is."""
+    cat = Catalog(data_root)
+    v1 = cat.publish("pool", make_problems(200))
+    v2 = cat.publish("pool", make_problems(300))
+    other = cat.publish("other", make_problems(50, start=7))
+    same = cat.publish("copy", make_problems(200))  # v1's content: one file for both
+    assert same.content_hash == v1.content_hash
+    p = _sluice("datasets", "verify", "--all", root=data_root)
+    assert p.returncode == 0, p.stderr
+    assert "verified 4 versions (3 files): every one matches its record" in p.stdout
+    # a flipped byte in v1's file (shared with `copy`), and `other`'s file gone
+    md = pq.ParquetFile(v1.path).metadata
+    col = md.row_group(0).column(4)
+    raw = bytearray(Path(v1.path).read_bytes())
+    raw[col.data_page_offset + col.total_compressed_size // 2] ^= 0xFF
+    os.chmod(v1.path, 0o644)
+    Path(v1.path).write_bytes(bytes(raw))
+    os.chmod(other.path, 0o644)
+    Path(other.path).unlink()
+    p = _sluice("datasets", "verify", "--all", root=data_root)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    damaged = [ln for ln in p.stderr.splitlines() if ln.startswith("damaged: ")]
+    assert len(damaged) == 3, p.stderr
+    assert f"damaged: {same.ref} does not match its record: " in p.stderr  # `copy` comes first
+    assert f"damaged: {v1.ref} has the file of {same.ref}: " in p.stderr  # hashed once
+    assert f"damaged: the file of {other.ref} is missing" in p.stderr
+    assert f"ok: {v2.ref}" in p.stdout
+    assert "error: 3 of 4 versions do not match their records (listed above)" in p.stderr
+    assert "re-run the step that published it" in p.stderr
+    # one dataset's versions, as JSON for a scheduler
+    p = _sluice("datasets", "verify", "pool", "--all", "--json", root=data_root)
+    assert p.returncode == 1, p.stderr
+    got = {r["ref"]: r["ok"] for r in json.loads(p.stdout)}
+    assert got == {v1.ref: False, v2.ref: True}
+    # mistakes: one line each
+    for args, msg in (
+        (("datasets", "verify", v2.ref, "--all"), "names one version"),
+        (("datasets", "verify"), "name the version to verify"),
+    ):
+        p = _sluice(*args, root=data_root)
+        errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
+        assert p.returncode == 2 and len(errors) == 1 and msg in errors[0], p.stderr
+
+
 def test_truncated_catalog_names_rebuild_and_rebuild_restores_it(data_root):
     cat = Catalog(data_root)
     a1 = cat.publish("a", make_problems(10, tag="a1"), step="s1", metadata={"k": 1})
