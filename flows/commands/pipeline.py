@@ -33,6 +33,16 @@ def _print_results(results: dict) -> None:
         )
 
 
+# what a stopped `sluice run` leaves (the command's last line; docs/flows.md "Crash safety"):
+# each publish is atomic and version ids are content hashes, so a rerun publishes what an
+# uninterrupted run does, and scan shards written before the stop are not scanned again
+RUN_STOPPED = (
+    "sluice run stopped; what its steps published before the stop stays in the catalog, and a "
+    "publish the stop came into was rolled back. Run the same command again: it publishes what "
+    "an uninterrupted run publishes, and does not scan again the shards already scanned"
+)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("run")
     def run_cmd(
@@ -45,10 +55,12 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Run the curate flow (ingest -> decontaminate -> report) for every pool in CONFIG."""
+        from curation.shutdown import stop_note
         from flows.curate import PoolsFailed
 
         try:
-            results = run_pipeline(config, data_root=data_root, ray_address=ray_address)
+            with stop_note(RUN_STOPPED):
+                results = run_pipeline(config, data_root=data_root, ray_address=ray_address)
         except PoolsFailed as exc:
             _print_results(exc.results)  # the pools that ran; then the error, exit 2
             raise

@@ -168,7 +168,10 @@ def test_sigterm_under_prefect_ends_the_run_server_and_all_then_rerun(
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
-    assert err.rstrip().endswith("sluice: stopped by SIGTERM"), err[-2000:]
+    from flows.commands.pipeline import RUN_STOPPED
+
+    # the signal's line, then what the stop left (curation.shutdown.stop_note)
+    assert err.rstrip().endswith(f"sluice: stopped by SIGTERM\nsluice: {RUN_STOPPED}."), err[-2000:]
     assert "Crashed(" in err and "Traceback" not in err
     deadline = time.monotonic() + 30
     while True:  # the group is empty once its processes are reaped (killpg(0) then fails)
