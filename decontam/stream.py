@@ -354,6 +354,10 @@ class _FileFacts:
         self._wait(self._counted)
         return self._rows
 
+    def rows_if_counted(self) -> int | None:
+        """The row count if the counting thread has finished (never waits for it)."""
+        return self._rows if self._counted.is_set() and self._error is None else None
+
     def sha256(self) -> str:
         self._wait(self._hashed)
         assert self._hash is not None
@@ -769,8 +773,8 @@ def _stop_note(left, src, cache, config, final, publish_name, cat) -> str:
     if refs:  # every batch was scanned
         return f"{state}. Run the same command again to finish: the scan cache ({cache.dir}) keeps every batch"
     total = src.known_rows  # a file's count, if its thread has finished (never waited for)
-    if total is None and src.facts is not None and src.facts._counted.is_set():
-        total = src.facts._rows
+    if total is None and src.facts is not None:
+        total = src.facts.rows_if_counted()
     of = f" of {-(-total // config.stream_rows)}" if total else ""
     least = "at least " if left["workers"] > 1 else ""  # workers may have scanned more
     return (
