@@ -34,8 +34,9 @@ def _served(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen
 
 def _serve_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The environment of a served command: no server (``PREFECT_API_URL`` unset), its own
-    Prefect home, runs scheduled at once and picked up at once (the runner polls every 10 s by
-    default)."""
+    Prefect home (``tmp_path/prefect``: the tests that serve take ``migrated_prefect_home``, an
+    already migrated database), runs scheduled at once and picked up at once (the runner polls
+    every 10 s by default)."""
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     env.update(
         PREFECT_HOME=str(tmp_path / "prefect"),
@@ -69,6 +70,7 @@ def _flow_done(log: Path) -> bool:
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.usefixtures("migrated_prefect_home")
 def test_serve_without_a_server_runs_its_schedule_and_ctrl_c_stops_it(
     tmp_path, pools_dir, benchmarks_dir
 ):
@@ -172,6 +174,7 @@ def test_served_runs_do_not_overlap_by_default(tmp_path, monkeypatch):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.usefixtures("migrated_prefect_home")
 def test_sigterm_stops_serve_with_exit_143(tmp_path, pools_dir, benchmarks_dir):
     """SIGTERM (systemd stopping the service, `kill`) on `sluice serve` exited 0: Prefect's
     runner replaces Sluice's SIGTERM handler and returns normally after its clean shutdown,
@@ -252,6 +255,7 @@ def _sft_serving(tmp_path, pools_dir, make_reply, generation: str = ""):
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.usefixtures("migrated_prefect_home")
 def test_sft_serve_without_a_server_runs_its_schedule(tmp_path, pools_dir):
     """`sluice sft serve` (and `rl run --cron`) served against Prefect's own temporary server,
     which runs no scheduler, when PREFECT_API_URL was not set: as `sluice serve` did, its
@@ -288,6 +292,7 @@ def test_sft_serve_without_a_server_runs_its_schedule(tmp_path, pools_dir):
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.usefixtures("migrated_prefect_home")
 def test_ctrl_c_cancels_a_served_run_in_flight_and_only_sluice_takes_it(tmp_path, pools_dir):
     """A terminal's Ctrl-C signals its whole foreground process group, and the served flow-run
     process (``python -m prefect.engine``) was in it: it took the SIGINT itself while the
@@ -370,6 +375,7 @@ def test_a_hangup_stops_serving_unless_it_is_ignored(tmp_path, hup, code):
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+@pytest.mark.usefixtures("migrated_prefect_home")
 def test_a_served_run_stopped_inside_a_catalog_query_is_cancelled_without_a_traceback(
     tmp_path, pools_dir, benchmarks_dir, stop
 ):
