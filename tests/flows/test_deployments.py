@@ -15,6 +15,12 @@ import pytest
 from flow_helpers import kill_all, server_children, write_config, write_slice
 
 SLUICE = str(Path(sys.executable).with_name("sluice"))
+# The served tests' schedule. Prefect anchors an interval schedule when the deployment is built,
+# just before it is registered, so the first tick comes a whole interval later: at 15 s each
+# served test waited 15 s for it. A run lasts longer than either interval (about 15 s on
+# 2 cores), so at 15 s too the next tick was due, waiting on the limit of one run at a time,
+# when the test stopped the command ("1 scheduled runs skipped (at capacity)" in its log).
+SERVE_INTERVAL = "3"
 
 
 def _served(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
@@ -85,7 +91,7 @@ def test_serve_without_a_server_runs_its_schedule_and_ctrl_c_stops_it(
 
     root, cfg, env = _ttrl_pipeline(tmp_path, pools_dir, benchmarks_dir)
     log = tmp_path / "serve.log"
-    proc = _served([SLUICE, "serve", str(cfg), "--interval", "15"], env, log)
+    proc = _served([SLUICE, "serve", str(cfg), "--interval", SERVE_INTERVAL], env, log)
     servers: list = []
     try:
         deadline = time.monotonic() + 300  # a guard against hanging, not a timed assertion
@@ -218,7 +224,7 @@ def test_sigterm_stops_serve_with_exit_143(tmp_path, pools_dir, benchmarks_dir):
 
 @contextlib.contextmanager
 def _sft_serving(tmp_path, pools_dir, make_reply, generation: str = ""):
-    """`sluice sft serve` (every 15 s, no PREFECT_API_URL) of 3 real AMC problems with a
+    """`sluice sft serve` (every SERVE_INTERVAL s, no PREFECT_API_URL) of 3 real AMC problems with a
     stand-in teacher answering ``make_reply(pool_rows)(text, body)``, started as in a terminal
     (its own process group, SIGINT not ignored). Yields ``(root, srv, proc, log, servers)``
     once the first tick has sent a request; the command and its servers never outlive it."""
@@ -240,7 +246,7 @@ def _sft_serving(tmp_path, pools_dir, make_reply, generation: str = ""):
             "[sft.filters]\ndecontaminate = false\n"
         )
         log = tmp_path / "serve.log"
-        proc = _served([SLUICE, "sft", "serve", str(cfg), "--interval", "15"], env, log)
+        proc = _served([SLUICE, "sft", "serve", str(cfg), "--interval", SERVE_INTERVAL], env, log)
         servers: list = []
         try:
             deadline = time.monotonic() + 300  # a guard against hanging, not a timed assertion
@@ -399,7 +405,7 @@ def test_a_served_run_stopped_inside_a_catalog_query_is_cancelled_without_a_trac
         SLUICE_CATALOG_TEST_HOOK_MARKER=str(marker),
     )
     log = tmp_path / "serve.log"
-    proc = _served([SLUICE, "serve", str(cfg), "--interval", "15"], env, log)
+    proc = _served([SLUICE, "serve", str(cfg), "--interval", SERVE_INTERVAL], env, log)
     servers: list = []
     try:
         deadline = time.monotonic() + 300  # a guard against hanging, not a timed assertion
