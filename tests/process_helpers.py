@@ -105,3 +105,24 @@ def sluice_in_process(capsys, *argv: str) -> tuple[int, str, str]:
         code = exc.code
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def gsm8k_scan_argv(
+    tmp_path: Path, pools_dir: Path, benchmarks_dir: Path, *, workers: int, publish_as: str | None
+) -> list[str]:
+    """`sluice decontam run` argv of 4000 real GSM8K questions in 20 batches of 200 (ngram and
+    minhash against AIME 2024 and LCB v5), with ``workers`` scan workers, published as
+    ``publish_as`` (``None``: not published); run folder ``tmp_path/run``, data root
+    ``tmp_path/root``."""
+    import json
+
+    src = tmp_path / "pool.jsonl"
+    with open(pools_dir / "math_gsm8k_train.jsonl") as fh, open(src, "w") as out:
+        for _, line in zip(range(4000), fh, strict=False):
+            out.write(json.dumps({"question": json.loads(line)["question"]}) + "\n")
+    (tmp_path / "small.toml").write_text("stream_rows = 200\nbatch_size = 200\n")
+    argv = ["decontam", "run", str(src), "--text-field", "question", "--detectors", "ngram,minhash"]
+    argv += ["--benchmarks", "aime24,lcb_v5", "--benchmarks-dir", str(benchmarks_dir)]
+    argv += ["--config", str(tmp_path / "small.toml"), "--workers", str(workers)]
+    argv += ["--publish-as", publish_as] if publish_as else ["--no-publish"]
+    return argv + ["--out", str(tmp_path / "run"), "--root", str(tmp_path / "root")]

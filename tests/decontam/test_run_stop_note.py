@@ -7,19 +7,6 @@ import json
 import signal
 
 
-def _argv(tmp_path, pools_dir, benchmarks_dir) -> list[str]:
-    """`decontam run` of 4000 GSM8K questions in 20 batches of 200, one process, published."""
-    src = tmp_path / "pool.jsonl"
-    with open(pools_dir / "math_gsm8k_train.jsonl") as fh, open(src, "w") as out:
-        for _, line in zip(range(4000), fh, strict=False):
-            out.write(json.dumps({"question": json.loads(line)["question"]}) + "\n")
-    (tmp_path / "small.toml").write_text("stream_rows = 200\nbatch_size = 200\n")
-    argv = ["decontam", "run", str(src), "--text-field", "question", "--detectors", "ngram,minhash"]
-    argv += ["--benchmarks", "aime24,lcb_v5", "--benchmarks-dir", str(benchmarks_dir)]
-    argv += ["--config", str(tmp_path / "small.toml"), "--workers", "1", "--publish-as", "gsm"]
-    return argv + ["--out", str(tmp_path / "run"), "--root", str(tmp_path / "root")]
-
-
 def test_a_run_stopped_mid_scan_names_the_batches_kept_and_the_rerun_resumes(
     tmp_path, pools_dir, benchmarks_dir
 ):
@@ -29,9 +16,10 @@ def test_a_run_stopped_mid_scan_names_the_batches_kept_and_the_rerun_resumes(
     import subprocess
     import sys
 
-    from process_helpers import REPO, sluice_held_after, stop_group
+    from process_helpers import REPO, gsm8k_scan_argv, sluice_held_after, stop_group
 
-    argv = _argv(tmp_path, pools_dir, benchmarks_dir)
+    # 20 batches of 200, one process, published
+    argv = gsm8k_scan_argv(tmp_path, pools_dir, benchmarks_dir, workers=1, publish_as="gsm")
     proc = sluice_held_after("decontam.stream:scan_metadata", argv, env={},
                              marker=tmp_path / "held")  # fmt: skip
     code, err = stop_group(proc, signal.SIGTERM)

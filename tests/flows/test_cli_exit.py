@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from process_helpers import gsm8k_scan_argv
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -106,17 +107,7 @@ _SCAN_CODE = "import sys\nsys.argv = ['sluice', *sys.argv[1:]]\nfrom flows.cli i
 
 def _scan_argv(tmp_path, pools_dir, benchmarks_dir) -> list[str]:
     """`decontam run` of 4000 GSM8K questions in batches of 200, with 2 scan workers."""
-    import json
-
-    src = tmp_path / "pool.jsonl"
-    with open(pools_dir / "math_gsm8k_train.jsonl") as fh, open(src, "w") as out:
-        for _, line in zip(range(4000), fh, strict=False):
-            out.write(json.dumps({"question": json.loads(line)["question"]}) + "\n")
-    (tmp_path / "small.toml").write_text("stream_rows = 200\nbatch_size = 200\n")
-    argv = ["decontam", "run", str(src), "--text-field", "question", "--detectors", "ngram,minhash"]
-    argv += ["--benchmarks", "aime24,lcb_v5", "--benchmarks-dir", str(benchmarks_dir)]
-    argv += ["--config", str(tmp_path / "small.toml"), "--workers", "2", "--no-publish"]
-    return argv + ["--out", str(tmp_path / "run"), "--root", str(tmp_path / "root")]
+    return gsm8k_scan_argv(tmp_path, pools_dir, benchmarks_dir, workers=2, publish_as=None)
 
 
 def _start_sharded_scan(tmp_path, pools_dir, benchmarks_dir):
