@@ -2129,3 +2129,17 @@ __all__ = [
     "resolve",
     "split_ref",
 ]
+
+
+def publish_stop_state(cat: Catalog | None, what: str, staged_refs: list[str]) -> tuple[bool, str]:
+    """(published, the clause) of a stopped command's last line
+    (:func:`curation.shutdown.stop_note`) on its publish of ``staged_refs`` (empty: nothing was
+    staged yet, and ``cat`` may be ``None``): after it, during it (rolled back: a commit is all
+    or nothing: ``cat`` is asked), or before it. ``what``: the command."""
+    if staged_refs and cat is not None and cat.holds(staged_refs):
+        return True, f"{what} stopped after publishing {', '.join(staged_refs)}"
+    if staged_refs:
+        return False, (
+            f"{what} stopped while publishing; the publish was rolled back, nothing was published"
+        )
+    return False, f"{what} stopped before publishing; nothing was published"

@@ -742,14 +742,12 @@ def _stop_note(cat: Catalog, name: str, staged: list[StagedVersion]) -> str:
     """What a stopped ingest left, for the command's last line: its datasets are committed
     together or not at all (a stopped commit is rolled back: the catalog says which), and
     nothing else is kept (the staging folder is removed, or collected by the next run)."""
-    refs = [s.ref for s in staged]
-    if refs and cat.holds(refs):
-        return f"ingest of {name} stopped after publishing {', '.join(refs)}; nothing is left to do"
-    when = "while publishing; the publish was rolled back," if refs else "before publishing;"
-    return (
-        f"ingest of {name} stopped {when} nothing was published. An ingest keeps no partial "
-        "work: run the same command again to ingest from the start"
-    )
+    from curation.catalog import publish_stop_state
+
+    published, state = publish_stop_state(cat, f"ingest of {name}", [s.ref for s in staged])
+    if published:
+        return f"{state}; nothing is left to do"
+    return f"{state}. An ingest keeps no partial work: run the same command again to ingest from the start"
 
 
 def source_bytes(spec: SourceSpec) -> int | None:

@@ -31,8 +31,8 @@ from typing import Any, NoReturn
 
 _STOP: int | None = None  # the signal that asked this process to stop (set by the handlers)
 
-# what a stop now would leave (stop_note), outermost first: one cell per block, so a block's
-# set_stop_note replaces its own note; the handlers keep what was there when the signal came
+# what a stop now would leave (stop_note), outermost first: one cell per block, removed by
+# identity (blocks of several threads interleave); the handlers keep what was there at the signal
 StopNote = str | Callable[[], str | None] | None
 _NOTES: list[list[StopNote]] = []
 _NOTES_AT_STOP: tuple[StopNote, ...] = ()
@@ -68,9 +68,8 @@ def stop_note(note: StopNote) -> Iterator[None]:
     line is printed (after the stop, so a count it reads is the one the stop left; ``None``
     or an exception: no clause). Blocks nest: the line is the notes of the blocks the stop
     landed in, outermost first, joined by "; " (the command's "decontam run stopped before
-    publishing", a stage's "3 batches are kept in the scan cache"). :func:`set_stop_note`
-    changes the innermost block's note as the stage goes on; leaving the block restores the
-    notes before it. Without a note nothing more is printed (a stop is never guessed at).
+    publishing", a stage's "3 batches are kept in the scan cache"); leaving the block
+    restores the notes before it. Without a note nothing more is printed (a stop is never guessed at).
     Setting a note costs a list append: the handlers read it only when a signal comes."""
     cell: list[StopNote] = [note]
     _NOTES.append(cell)
@@ -78,12 +77,6 @@ def stop_note(note: StopNote) -> Iterator[None]:
         yield
     finally:
         del _NOTES[next(i for i, c in enumerate(_NOTES) if c is cell)]  # this block's, by identity
-
-
-def set_stop_note(note: StopNote) -> None:
-    """Replace the note of the innermost :func:`stop_note` block (none: nothing is set)."""
-    if _NOTES:
-        _NOTES[-1][0] = note
 
 
 def _keep_notes() -> None:  # called by the handlers: the blocks are left as the stop unwinds

@@ -627,7 +627,7 @@ def _run_streamed(
     out = rundir.start(final, kind=RUN_DIR_KIND)
     # what a stop leaves (curation.shutdown.stop_note): the batches decided so far, whose scans
     # the cache keeps; read only if a stop comes
-    left = {"batches": 0, "rows": 0, "workers": 1, "refs": None, "published": False}
+    left = {"batches": 0, "rows": 0, "workers": 1, "refs": None}
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(
@@ -737,7 +737,6 @@ def _run_streamed(
                     text_fields=text_fields, id_field=id_field, final=final,
                     on_staged=lambda refs: left.update(refs=refs),
                 )  # fmt: skip
-                left["published"] = True
             else:
                 shutil.rmtree(scratch)
             return _finish_run(
@@ -756,14 +755,12 @@ def _stop_note(left, src, cache, config, final, publish_name, cat) -> str:
     went through (a stopped commit is rolled back: the catalog says), and what a rerun of the
     same command reuses (the scan cache keeps each batch once it is scanned)."""
     refs = left["refs"]
-    if left["published"] or (refs and cat is not None and cat.holds(refs)):
-        state = (
-            f"decontam run stopped after publishing {' and '.join(refs)}; {final} was not written"
-        )
-    elif refs:
-        state = "decontam run stopped while publishing; the publish was rolled back, nothing was published"
-    elif publish_name:
-        state = "decontam run stopped before publishing; nothing was published"
+    if publish_name:
+        from curation.catalog import publish_stop_state
+
+        published, state = publish_stop_state(cat, "decontam run", refs or [])
+        if published:
+            state += f"; {final} was not written"
     else:
         state = f"decontam run stopped; {final} was not written"
     n, rows = left["batches"], left["rows"]
