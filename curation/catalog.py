@@ -715,6 +715,10 @@ class Catalog:
             self._meta_dir = cache / key
         self.db_path = self._meta_dir / "catalog.duckdb"
         self.lock_path = self._meta_dir / "catalog.lock"
+        # refs whose commit through this object went through (committed_here): a stopped
+        # command's last line says whether its own publish did, which holding the ref does not
+        # tell (the same content may be an earlier publication)
+        self._committed: set[str] = set()
 
     def __repr__(self) -> str:
         return f"Catalog({self.root!r})"
@@ -976,15 +980,13 @@ class Catalog:
         with self._connect(write=False) as con:
             return self._resolve(con, ref)
 
-    def holds(self, refs: Iterable[str]) -> bool:
-        """Whether every ``name@version`` of ``refs`` is in the catalog (a stopped command
-        reads it to say whether its publish went through: a stopped commit is rolled back)."""
-        try:
-            for ref in refs:
-                self.resolve(ref)
-        except NotFoundError:
-            return False
-        return True
+    def committed_here(self, refs: Iterable[str]) -> bool:
+        """Whether :meth:`commit` on this object committed every ``name@version`` of ``refs``
+        (a stopped command reads it to say whether its publish went through: a stopped commit
+        is rolled back). Not whether the catalog holds them: a publish of content that an
+        earlier run published (an older version made the latest again) is a publication of its
+        own, and a stop that rolled it back leaves the catalog holding the ref."""
+        return all(ref in self._committed for ref in refs)
 
     def show(self, ref: str) -> dict[str, Any]:
         """All recorded metadata of a version, JSON-ready (with its :meth:`publications`)."""
@@ -1468,6 +1470,7 @@ class Catalog:
                 _test_query_hook(con, "in-transaction-query")
                 _test_hook("in-transaction")
                 con.execute("COMMIT")
+                self._committed.update(members)  # at once: what a stop's last line reads
             except BaseException:
                 con.execute("ROLLBACK")
                 for s in staged:  # manifests follow the catalog again
@@ -2135,8 +2138,8 @@ def publish_stop_state(cat: Catalog | None, what: str, staged_refs: list[str]) -
     """(published, the clause) of a stopped command's last line
     (:func:`curation.shutdown.stop_note`) on its publish of ``staged_refs`` (empty: nothing was
     staged yet, and ``cat`` may be ``None``): after it, during it (rolled back: a commit is all
-    or nothing: ``cat`` is asked), or before it. ``what``: the command."""
-    if staged_refs and cat is not None and cat.holds(staged_refs):
+    or nothing: ``cat`` says whether it committed them), or before it. ``what``: the command."""
+    if staged_refs and cat is not None and cat.committed_here(staged_refs):
         return True, f"{what} stopped after publishing {', '.join(staged_refs)}"
     if staged_refs:
         return False, (
