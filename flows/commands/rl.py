@@ -380,6 +380,19 @@ def presets() -> None:
         typer.echo(f"curriculum {name}: by {c['by']}, stages {c['stages']}")
 
 
+# what a stopped `sluice rl run` leaves (the command's last line; docs/flows.md "Crash safety"):
+# validate, rollouts and select each publish in one commit; every task's result is cached under
+# the data root (a stopped one is not), and the rollouts' sample store and grade log keep each
+# sample and grade as it is made
+RL_RUN_STOPPED = (
+    "sluice rl run stopped; what its steps published before the stop stays in the catalog (the "
+    "validated pool, the rollouts with their pass counts, the RL pool), and a publish the stop "
+    "came into was rolled back. The sample store and its grade log keep every sample and grade "
+    "made: run the same command again to finish; it skips the steps that finished (their "
+    "results are cached under the data root) and makes no model call for the samples in the store"
+)
+
+
 @app.command("run")
 def run(
     pool: str = typer.Argument(..., help="decontaminated pool version"),
@@ -420,9 +433,11 @@ def run(
             deployment = rl_pool_deployment(params, cron=cron)
             serve_deployment(deployment, cron=cron)  # 1 run at a time
         return
+    from curation.shutdown import stop_note
     from flows.rl_pool import rl_pool_flow
 
-    res = rl_pool_flow(**params)
+    with stop_note(RL_RUN_STOPPED):
+        res = rl_pool_flow(**params)
     _echo({"ref": res["select"]["ref"], "report": res["report"]["html"], **res["exports"]})
     for w in [*(res["rollouts"].get("warnings") or []), *(res["select"].get("warnings") or [])]:
         typer.echo(f"warning: {w}", err=True)

@@ -291,6 +291,21 @@ def export(
     _say(f"wrote {path} ({table.num_rows} conversations, reasoning {reasoning})")
 
 
+# what a stopped `sluice sft run` leaves (the command's last line; docs/flows.md "Crash safety"):
+# the generate step publishes NAME.sft_raw once every response is in; the build publishes
+# NAME.sft_responses and its grid sets in one commit; the sample store keeps each response as
+# it comes, the grade log each grade (a chunk at a time), and the generate step asks the model
+# only for what the store lacks (the build task reruns: a stopped one is not cached)
+SFT_RUN_STOPPED = (
+    "sluice sft run stopped; what its steps published before the stop stays in the catalog (the "
+    "teacher's responses once generation has finished, then the build's responses and SFT sets "
+    "together), and a publish the stop came into was rolled back. The sample store keeps the "
+    "responses the teacher gave, and the grade log the grades made: run the same command again "
+    "to finish; it makes no model call for the responses in the store and grades only what the "
+    "grade log lacks"
+)
+
+
 @app.command("run")
 def run_cmd(
     config: str = typer.Argument(..., help=escape("config file with an [sft] table (docs/sft.md)")),
@@ -304,9 +319,11 @@ def run_cmd(
     from curation.settings import data_root as resolve_root
 
     prefect_env_defaults(resolve_root(data_root or cfg.get("data_root")))
+    from curation.shutdown import stop_note
     from flows.sft import sft_flow
 
-    res = sft_flow(config_path=config, data_root=data_root)
+    with stop_note(SFT_RUN_STOPPED):
+        res = sft_flow(config_path=config, data_root=data_root)
     _say(f"responses: {res['responses_ref']} ({res['counts']['kept']} kept)")
     for g in res["grid"]:
         _say(f"  {g.get('ref')}: {g['rows']} rows")

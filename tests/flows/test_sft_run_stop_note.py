@@ -1,0 +1,86 @@
+"""A stopped `sluice sft run` says, in its last line, what its steps published, what the sample
+store and the grade log keep, and that the same command finishes (curation.shutdown.stop_note,
+flows/commands/sft.py); the rerun it names makes no model call and grades nothing again."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from generation_helpers import StandInServer
+
+from curation.catalog import Catalog
+from curation.ingest import ingest
+
+pytestmark = [pytest.mark.shared_data, pytest.mark.xdist_group("prefect")]
+
+
+def test_sigterm_in_the_build_says_what_stays_and_the_rerun_finishes_from_the_store(
+    prefect_harness, pools_dir, tmp_path
+):
+    """SIGTERM once the build step has graded the 10 responses (the teacher's responses are
+    published, the build's are not): the line says what stays and what is kept; the same
+    command again makes no model call, takes every grade from the grade log and publishes the
+    build (the responses and both grid cells)."""
+    from prefect.settings import PREFECT_API_URL
+    from process_helpers import REPO, sluice_held_after, stop_group
+
+    from flows.commands.sft import SFT_RUN_STOPPED
+
+    root = tmp_path / "root"
+    cat = Catalog(root)
+    res = ingest(str(pools_dir / "math_ttrl_amc23_as_train.jsonl"), field_map="ttrl", name="amc",
+                 catalog=cat, limit=5)  # fmt: skip
+    answers = {r["problem"]: r["answer"] for r in cat.load(res.ref).to_pylist()}
+
+    def reply(text, body):
+        ans = next((a for p, a in answers.items() if p in text), "0")
+        return f"Thinking.</think>\n\nThe answer is \\boxed{{{ans}}}."
+
+    env = {"PREFECT_API_URL": PREFECT_API_URL.value(), "SLUICE_DATA_ROOT": str(root)}
+    with StandInServer(reply) as srv:
+        cfg = tmp_path / "sft.toml"
+        cfg.write_text(
+            f'[sft]\npool = "{res.ref}"\nresponses_per_prompt = 2\nout = "{tmp_path / "run"}"\n'
+            f'data_root = "{root}"\n[sft.teacher]\nmodel = "stand-in"\n'
+            f'[sft.generation]\nbackend = "openai"\nbase_url = "{srv.url}"\n'
+            f'[sft.filters]\ndecontam_benchmarks = ["aime24"]\n'
+            f"[sft.grid]\nprompts = [2, 5]\nresponses = [1, 2]\n"
+        )
+        argv = ["sft", "run", str(cfg)]
+        # held in the build step, once its grades are made and logged (before its publish)
+        proc = sluice_held_after("sft_generation.build:grade", argv, env=env,
+                                 marker=tmp_path / "held", timeout=300)  # fmt: skip
+        code, err = stop_group(proc, signal.SIGTERM)
+        assert code == 143, err[-3000:]
+        # the signal's line, then what the stop left (curation.shutdown.stop_note)
+        line = f"sluice: stopped by SIGTERM\nsluice: {SFT_RUN_STOPPED}."
+        assert err.rstrip().endswith(line), err[-3000:]
+        calls = len(srv.posts())
+        assert calls == 10, calls  # 5 prompts x 2 responses
+        # what the line says stays: the teacher's responses; the build published nothing
+        datasets = Catalog(root).datasets()
+        assert "amc.sft_raw" in datasets and "amc.sft_responses" not in datasets, datasets
+        raw = Catalog(root).resolve("amc.sft_raw@latest").ref
+        grades = root / "cache" / "grades" / "sft.jsonl"
+        assert grades.read_bytes().count(b"\n") == 10
+
+        again = subprocess.run(
+            [sys.executable, "-m", "flows.cli", *argv], cwd=REPO, capture_output=True, text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO), **env}, timeout=300,
+        )  # fmt: skip
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert len(srv.posts()) == calls  # no model call: every response was in the store
+    cat = Catalog(root)
+    assert cat.resolve("amc.sft_raw@latest").ref == raw  # the same responses, not republished
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["counts"]["grades"]["reused"] == 10 and run["counts"]["grades"]["made"] == 0
+    assert run["outputs"]["responses"] == cat.resolve("amc.sft_responses@latest").ref
+    assert f"responses: {run['outputs']['responses']} (5 kept)" in again.stderr, again.stderr
+    assert {g["ref"] for g in run["grid"]} == {
+        cat.resolve(f"amc.sft.p{p}.r{r}@latest").ref for p in (2, 5) for r in (1, 2)
+    }
