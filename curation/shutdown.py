@@ -36,6 +36,7 @@ _STOP: int | None = None  # the signal that asked this process to stop (set by t
 StopNote = str | Callable[[], str | None] | None
 _NOTES: list[list[StopNote]] = []
 _NOTES_AT_STOP: tuple[StopNote, ...] = ()
+_UNWOUND: list[list[StopNote]] = []  # blocks left by Prefect's SIGTERM exception, innermost first
 
 
 def stop_requested() -> int | None:
@@ -75,14 +76,27 @@ def stop_note(note: StopNote) -> Iterator[None]:
     _NOTES.append(cell)
     try:
         yield
+    except BaseException as exc:
+        if _unwound_by_sigterm(exc):
+            _UNWOUND.append(cell)
+        raise
     finally:
         del _NOTES[next(i for i, c in enumerate(_NOTES) if c is cell)]  # this block's, by identity
 
 
+def _unwound_by_sigterm(exc: BaseException) -> bool:
+    """Whether ``exc`` is Prefect's ``TerminationSignal`` (by name: the library never imports
+    Prefect). Inside a flow or task run Prefect's SIGTERM handler is the one in place: it
+    raises that exception, and only once the run has unwound does it send the signal again to
+    the handler it replaced (the command's), so the blocks the stop landed in are left before
+    the command's handler could keep their notes; they are kept as they are left instead."""
+    return any(t.__name__ == "TerminationSignal" for t in type(exc).__mro__)
+
+
 def _keep_notes() -> None:  # called by the handlers: the blocks are left as the stop unwinds
     global _NOTES_AT_STOP
-    if not _NOTES_AT_STOP:  # the first stop's
-        _NOTES_AT_STOP = tuple(cell[0] for cell in _NOTES)
+    if not _NOTES_AT_STOP:  # the first stop's; blocks a Prefect run already left are inner
+        _NOTES_AT_STOP = tuple(cell[0] for cell in [*_NOTES, *reversed(_UNWOUND)])
 
 
 def stop_note_line() -> str | None:

@@ -631,7 +631,11 @@ def _run_streamed(
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(
-                stop_note(lambda: _stop_note(left, src, cache, config, final, publish_name, cat))
+                stop_note(
+                    lambda: _stop_note(
+                        left, src, cache, config, final, publish_name, cat, _stage(command)
+                    )
+                )
             )
             if publish_name:
                 from curation.catalog import Catalog
@@ -750,7 +754,15 @@ def _run_streamed(
         rundir.abandon(out)  # gone after finish(); removes the partial folder on failure
 
 
-def _stop_note(left, src, cache, config, final, publish_name, cat) -> str:
+def _stage(command: str | None) -> str:
+    """The name a stopped run's clause gives it: ``decontam run``, or the command that runs
+    the scan as one of its steps (``sft build (response decontamination)``)."""
+    if not command or command.startswith("sluice decontam "):
+        return "decontam run"
+    return command.removeprefix("sluice ")
+
+
+def _stop_note(left, src, cache, config, final, publish_name, cat, stage="decontam run") -> str:
     """What a stopped streamed run left, for the command's last line: whether its publish
     went through (a stopped commit is rolled back: the catalog says), and what a rerun of the
     same command reuses (the scan cache keeps each batch once it is scanned)."""
@@ -758,11 +770,11 @@ def _stop_note(left, src, cache, config, final, publish_name, cat) -> str:
     if publish_name:
         from curation.catalog import publish_stop_state
 
-        published, state = publish_stop_state(cat, "decontam run", refs or [])
+        published, state = publish_stop_state(cat, stage, refs or [])
         if published:
             state += f"; {final} was not written"
     else:
-        state = f"decontam run stopped; {final} was not written"
+        state = f"{stage} stopped; {final} was not written"
     n, rows = left["batches"], left["rows"]
     if cache is None:
         why = "--no-cache" if not config.use_cache else "no local data root"
