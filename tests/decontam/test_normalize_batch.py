@@ -27,6 +27,18 @@ def _real_texts(shared_dir) -> list[str]:
     return texts
 
 
+@functools.cache
+def _per_text(shared_dir, name: str) -> list[str]:
+    """``[norm(t) for t in _real_texts(shared_dir)]``, the reference the three whole-data tests
+    below compare with: computed once per process (they share an xdist group, so one worker)."""
+    norm = get_normalizer(name)
+    return [norm(t) for t in _real_texts(shared_dir)]
+
+
+# the three tests over every real text share their per-text references on one worker
+_ONE_WORKER = pytest.mark.xdist_group("normalize_every_text")
+
+
 def _texts_of(value, out: list[str]) -> None:
     """Every string in a JSON value (problems, answers, chat turns, test cases...)."""
     if isinstance(value, str):
@@ -40,6 +52,7 @@ def _texts_of(value, out: list[str]) -> None:
 
 
 @pytest.mark.shared_data
+@_ONE_WORKER
 def test_batch_equals_per_text_on_every_pool_and_benchmark_text(shared_dir):
     """Every string of every row of every pool file and every benchmark file (all variant
     wordings) normalizes to exactly the same text through both paths, for every normalizer."""
@@ -48,7 +61,7 @@ def test_batch_equals_per_text_on_every_pool_and_benchmark_text(shared_dir):
     for name, norm in sorted(NORMALIZERS.items()):
         stats: dict[str, int] = {}
         got = norm.batch(texts, stats)
-        want = [norm(t) for t in texts]
+        want = _per_text(shared_dir, name)
         bad = [i for i, (a, b) in enumerate(zip(got, want, strict=True)) if a != b]
         assert not bad, (name, texts[bad[0]][:200], got[bad[0]][:200], want[bad[0]][:200])
         assert stats["rows"] == len(texts)
@@ -104,6 +117,7 @@ def test_batch_counts_rows_that_took_the_python_path():
 
 
 @pytest.mark.shared_data
+@_ONE_WORKER
 def test_batch_normalize_many_equals_per_text_on_every_pool_and_benchmark_text(shared_dir):
     """``batch_normalize_many`` (code derived from latex on the rows where code's own first steps
     and latex's diagram rule cannot match) gives every normalizer's own output on every real
@@ -115,7 +129,7 @@ def test_batch_normalize_many_equals_per_text_on_every_pool_and_benchmark_text(s
     got = batch_normalize_many([CODE, LATEX], texts, stats)
     assert sorted(got) == ["code", "latex"]
     for norm in (CODE, LATEX):
-        want = [norm(t) for t in texts]
+        want = _per_text(shared_dir, norm.name)
         bad = [i for i, (a, b) in enumerate(zip(got[norm.name], want, strict=True)) if a != b]
         assert not bad, (norm.name, texts[bad[0]][:200], got[norm.name][bad[0]][:200])
     assert stats["rows"] < 1.9 * len(texts), stats  # code ran on a part of the rows only
@@ -129,6 +143,7 @@ def _words(texts: list[str], finish: bool) -> list[bytes]:
 
 
 @pytest.mark.shared_data
+@_ONE_WORKER
 def test_ascii_words_are_the_final_words_on_every_pool_and_benchmark_text(shared_dir):
     """``ascii_words=False`` leaves the text rule to a caller that splits words on bytes:
     :func:`ascii_word_bytes` of the joined texts gives exactly the words of the final texts,
@@ -140,7 +155,7 @@ def test_ascii_words_are_the_final_words_on_every_pool_and_benchmark_text(shared
     deferred = batch_normalize_many([CODE, LATEX], texts, ascii_words=False)
     deferred["text"] = TEXT.batch(texts, ascii_words=False)
     for norm in (CODE, LATEX, TEXT):
-        final = [norm(t) for t in texts]
+        final = _per_text(shared_dir, norm.name)
         assert _words(deferred[norm.name], True) == _words(final, False), norm.name
         assert sum(a != b for a, b in zip(deferred[norm.name], final, strict=True)) > len(texts) / 2
 
