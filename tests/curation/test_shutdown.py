@@ -229,3 +229,30 @@ def test_stop_notes_nest_restore_and_are_read_only_after_the_stop(monkeypatch):
     )
     monkeypatch.setattr(shutdown, "_NOTES_AT_STOP", (None, lambda: 1 / 0))
     assert shutdown.stop_note_line() is None  # nothing said, nothing guessed
+
+
+def test_blocks_left_by_prefects_sigterm_exception_keep_their_notes(monkeypatch):
+    """Inside a Prefect run, Prefect's SIGTERM handler raises its ``TerminationSignal`` and the
+    command's handler runs only once the run has unwound: the blocks that exception left keep
+    their notes, inner after outer; a block left by another exception keeps nothing."""
+    from curation import shutdown
+
+    class TerminationSignal(BaseException):  # Prefect's, by name (the library never imports it)
+        pass
+
+    monkeypatch.setattr(shutdown, "_NOTES", [])
+    monkeypatch.setattr(shutdown, "_NOTES_AT_STOP", ())
+    monkeypatch.setattr(shutdown, "_UNWOUND", [])
+    with shutdown.stop_note("command stopped"):
+        try:
+            with shutdown.stop_note("a failed step"):
+                raise ValueError
+        except ValueError:
+            pass
+        try:
+            with shutdown.stop_note("stage stopped"), shutdown.stop_note("3 batches kept"):
+                raise TerminationSignal
+        except TerminationSignal:
+            pass
+        shutdown._keep_notes()  # the command's handler, once the signal is sent again
+    assert shutdown.stop_note_line() == ("sluice: command stopped; stage stopped; 3 batches kept.")
