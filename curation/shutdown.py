@@ -74,14 +74,17 @@ def stop_note(note: StopNote) -> Iterator[None]:
     Setting a note costs a list append: the handlers read it only when a signal comes."""
     cell: list[StopNote] = [note]
     _NOTES.append(cell)
+    unwound = False
     try:
         yield
     except BaseException as exc:
-        if _unwound_by_sigterm(exc):
+        if unwound := _unwound_by_sigterm(exc):
             _UNWOUND.append(cell)
         raise
     finally:
         del _NOTES[next(i for i, c in enumerate(_NOTES) if c is cell)]  # this block's, by identity
+        if not _NOTES and not unwound:  # the outermost block ended otherwise: what an earlier
+            _UNWOUND.clear()  # cancelled run left behind is not this one's
 
 
 def _unwound_by_sigterm(exc: BaseException) -> bool:

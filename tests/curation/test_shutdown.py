@@ -255,4 +255,8 @@ def test_blocks_left_by_prefects_sigterm_exception_keep_their_notes(monkeypatch)
         except TerminationSignal:
             pass
         shutdown._keep_notes()  # the command's handler, once the signal is sent again
-    assert shutdown.stop_note_line() == ("sluice: command stopped; stage stopped; 3 batches kept.")
+    assert shutdown.stop_note_line() == "sluice: command stopped; stage stopped; 3 batches kept."
+    # a later run's outermost block that ends (a long-lived process): nothing carried over
+    with shutdown.stop_note("next run"):
+        pass
+    assert shutdown._UNWOUND == []
