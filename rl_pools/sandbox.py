@@ -30,9 +30,19 @@ Isolation (see docs/sandbox.md for what is and is not covered):
   ``RLIMIT_CPU`` (CPU seconds), ``RLIMIT_NPROC`` (processes/threads), ``RLIMIT_FSIZE`` (file
   size), ``RLIMIT_NOFILE`` and ``RLIMIT_CORE=0``. The parent enforces the wall-clock limit and
   the stdout/stderr caps.
+* The whole run (``cgroups="auto"``, where this process may make cgroups below its own; see
+  :mod:`rl_pools.sandbox_cgroups`): each execution runs in a new cgroup with ``memory_mb`` as the
+  memory of everything the run holds together (all processes, tmpfs and ``/dev/shm`` pages,
+  kernel memory; swap does not add to it) and ``max_processes`` (+1 for bwrap) as its task
+  count. The child joins it before it execs ``setpriv``/``bwrap``, so no code of the program
+  runs outside it. The OOM killer's kill in it ends the run as ``memory``; the cgroup is read
+  (peak memory, OOM kills: ``ExecutionResult.cgroup``) and removed once every process is gone.
+  ``cgroups="require"`` makes a machine without them :class:`SandboxUnavailable`; ``"off"``
+  leaves the rlimits alone, as before. Rlimits alone let one run hold ``max_processes x
+  memory_mb`` (16 GiB by default) plus its tmpfs pages.
 
-Not done: no cgroup accounting (cgroup v1 is writable on our machines, but rlimits were enough
-for the attack corpus in tests/rl_pools/test_sandbox_attacks.py).
+Not done: no CPU share or I/O bandwidth limit per run (its CPU time is ``RLIMIT_CPU`` per
+process and the wall clock), and no whole-run cap where cgroups are not usable.
 """
 
 from __future__ import annotations
@@ -58,6 +68,11 @@ from pathlib import Path
 from typing import Any
 
 from curation.errors import ConfigError, SluiceError
+from rl_pools.sandbox_cgroups import CGROUP_MODES, JOIN_EXIT, JOIN_MESSAGE, JOIN_SCRIPT, RunCgroup
+from rl_pools.sandbox_cgroups import DEFAULT_ROOT as DEFAULT_CGROUP_ROOT
+from rl_pools.sandbox_cgroups import PIDS_OVERHEAD as _PIDS_OVERHEAD
+from rl_pools.sandbox_cgroups import support as _cgroup_support
+from rl_pools.sandbox_cgroups import sweep as _cgroup_sweep
 
 #: Every execution / test-run outcome. ``passed`` for a plain run means "exited 0".
 STATUSES = (
@@ -97,11 +112,26 @@ class SandboxConfig:
         default=None,
         metadata={"help": "CPU-time limit per execution (RLIMIT_CPU); default ceil(time_limit_s)"},
     )
+    # One memory figure for the run, as a judge's "memory limit 256 MB" is meant: each process's
+    # address space (RLIMIT_AS) and, where cgroups are in force, the sum of everything the run
+    # holds. A single-process program is held by RLIMIT_AS first (its address space is larger
+    # than what it keeps resident), so it is limited as before; what changes is that forking
+    # more processes, or filling /work, /tmp and /dev/shm, no longer multiplies the figure. A
+    # separate whole-run field would let a config say 512 MiB and still mean 16 GiB.
     memory_mb: int = field(
-        default=512, metadata={"help": "address-space limit (RLIMIT_AS) of the program, MiB"}
+        default=512,
+        metadata={
+            "help": "memory limit, MiB: each process's address space (RLIMIT_AS) and, where "
+            "cgroups are in force, all the run holds together (every process's memory, its "
+            "tmpfs and /dev/shm files, kernel memory); swap does not add to it"
+        },
     )
     max_processes: int = field(
-        default=32, metadata={"help": "max processes+threads of the sandbox uid (RLIMIT_NPROC)"}
+        default=32,
+        metadata={
+            "help": "max processes+threads: RLIMIT_NPROC of the sandbox uid and, where cgroups "
+            "are in force, the run's pids.max (plus 1: bwrap itself is in the run's cgroup)"
+        },
     )
     max_output_bytes: int = field(
         default=1 << 20,
@@ -130,8 +160,31 @@ class SandboxConfig:
         metadata={"help": "interpreter run inside the sandbox; default /usr/bin/python3"},
     )
     bwrap: str = field(default="/usr/bin/bwrap", metadata={"help": "bubblewrap binary"})
+    cgroups: str = field(
+        default="auto",
+        metadata={
+            "help": "a cgroup per run capping the whole run's memory (memory_mb) and tasks "
+            "(max_processes): auto (when this machine allows it, else rlimits only), require "
+            "(SandboxUnavailable where it does not), off"
+        },
+    )
+    cgroup_root: str = field(
+        default=DEFAULT_CGROUP_ROOT,
+        metadata={"help": "where the cgroup hierarchies are mounted (only mounts under it count)"},
+    )
 
     def __post_init__(self) -> None:
+        if self.cgroups not in CGROUP_MODES:
+            raise ConfigError(
+                f"SandboxConfig.cgroups must be one of {', '.join(CGROUP_MODES)}, "
+                f"got {self.cgroups!r}",
+                hint="auto (use cgroups when usable), require or off",
+            )
+        if not (isinstance(self.cgroup_root, str) and os.path.isabs(self.cgroup_root)):
+            raise ConfigError(
+                f"SandboxConfig.cgroup_root must be an absolute path, got {self.cgroup_root!r}",
+                hint=f"the default is {DEFAULT_CGROUP_ROOT}",
+            )
         for name in ("time_limit_s", "memory_mb", "max_processes", "max_output_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"SandboxConfig.{name} must be > 0, got {getattr(self, name)}")
@@ -198,6 +251,9 @@ class ExecutionResult:
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     limits: dict[str, Any] = field(default_factory=dict)
+    # The run's cgroup: {"in_force": True, "version": "v1", "memory_limit_bytes", "swap_capped",
+    # "pids_max", "memory_peak_bytes", "oom_kills", ...} or {"in_force": False, "reason": ...}
+    cgroup: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -314,6 +370,26 @@ def check_available(config: SandboxConfig | None = None) -> None:
     if not os.path.exists(py):
         raise SandboxUnavailable(f"sandbox interpreter {py} does not exist", hint="set python=")
     seccomp_filter()  # raises SandboxUnavailable when libseccomp cannot compile the filter
+    if cfg.cgroups == "require":
+        sup = _cgroup_support(cfg.cgroup_root)
+        if not sup.usable:
+            raise SandboxUnavailable(
+                f"SandboxConfig.cgroups='require' but per-run cgroups are not usable here: "
+                f"{sup.reason}",
+                hint=sup.hint,
+            )
+
+
+def cgroup_status(config: SandboxConfig | None = None) -> dict[str, Any]:
+    """Whether runs under ``config`` get their own cgroup on this machine, and why not."""
+    cfg = config or SandboxConfig()
+    if cfg.cgroups == "off":
+        return {"mode": "off", "in_force": False, "reason": "SandboxConfig.cgroups='off'"}
+    sup = _cgroup_support(cfg.cgroup_root)
+    if not sup.usable:
+        return {"mode": cfg.cgroups, "in_force": False, "reason": sup.reason}
+    return {"mode": cfg.cgroups, "in_force": True, "version": sup.label,
+            "cgroups_below": [h.parent for h in sup.hierarchies]}  # fmt: skip
 
 
 # System calls a sandboxed program never needs and an escape often does. They fail with EPERM
@@ -544,6 +620,25 @@ class _Namespace:
         return done
 
 
+def _run_cgroup(cfg: SandboxConfig) -> tuple[RunCgroup | None, dict[str, Any]]:
+    """The run's own cgroup, made with its limits, or None and why not."""
+    if cfg.cgroups == "off":
+        return None, {"in_force": False, "reason": "SandboxConfig.cgroups='off'"}
+    sup = _cgroup_support(cfg.cgroup_root)
+    if not sup.usable:
+        return None, {"in_force": False, "reason": sup.reason}
+    _cgroup_sweep(sup)  # what a killed process of this tree left behind
+    try:
+        cg = RunCgroup.create(
+            sup,
+            memory_bytes=cfg.memory_mb * 1024 * 1024,
+            pids_max=cfg.max_processes + _PIDS_OVERHEAD,
+        )
+    except OSError as exc:
+        return None, {"in_force": False, "reason": f"could not create the run's cgroup: {exc}"}
+    return cg, {}
+
+
 def _run_bwrap(
     cfg: SandboxConfig,
     host_dir: str,
@@ -552,10 +647,62 @@ def _run_bwrap(
     time_limit_s: float,
     env: dict[str, str] | None = None,
 ) -> ExecutionResult:
-    """Start the sandbox, feed stdin, read capped stdout/stderr, enforce the wall clock.
+    """Start the sandbox in its own cgroup (where cgroups are usable), feed stdin, read capped
+    stdout/stderr, enforce the wall clock and the whole run's memory.
 
-    Returns only after every process of the run is gone (see :class:`_Namespace`).
+    Returns only after every process of the run is gone (see :class:`_Namespace`) and its
+    cgroup is removed.
     """
+    cg, why_not = _run_cgroup(cfg)
+    if cg is None:
+        if cfg.cgroups == "require":
+            return ExecutionResult(
+                "sandbox_error", None, "", "", 0.0, limits=cfg.limits(), cgroup=why_not,
+                reason=f"SandboxConfig.cgroups='require': {why_not['reason']}",
+            )  # fmt: skip
+        res = _run_bwrap_in(cfg, host_dir, argv, stdin_data, time_limit_s, env, None)
+        res.cgroup = why_not
+        return res
+    try:
+        res = _run_bwrap_in(cfg, host_dir, argv, stdin_data, time_limit_s, env, cg)
+        stats = cg.read_stats()  # before the removal: the peak and the OOM kills go with it
+        left = cg.members()
+    finally:
+        removed = cg.remove()
+    res.cgroup = cg.describe()
+    res.cgroup["removed"] = removed
+    oom = stats["oom_kills"]
+    if oom is None:  # a kernel that does not count OOM kills: a hit limit and a SIGKILL
+        sig = res.exit_code - 128 if res.exit_code and res.exit_code > 128 else None
+        oom = int(bool(stats["memory_limit_hits"]) and sig == signal.SIGKILL)
+    if left:
+        # execute() must never return with a process of the run alive (the namespace's
+        # teardown makes this unreachable; the cgroup is a second check)
+        res.status = "sandbox_error"
+        res.reason = f"{len(left)} process(es) of the run were still in its cgroup at the end"
+    elif oom and res.status != "sandbox_error":
+        # The OOM kill came before any kill of ours (nothing of the run allocates after our
+        # SIGKILL), so it decides: the run went over its memory, whatever it printed or
+        # returned after losing a process to it.
+        res.status = "memory"
+        res.reason = (
+            f"memory limit {cfg.memory_mb} MiB exceeded by the whole run (its cgroup's OOM "
+            f"killer ended {oom} process(es))"
+        )
+    return res
+
+
+def _run_bwrap_in(
+    cfg: SandboxConfig,
+    host_dir: str,
+    argv: list[str],
+    stdin_data: bytes,
+    time_limit_s: float,
+    env: dict[str, str] | None,
+    cg: RunCgroup | None,
+) -> ExecutionResult:
+    """The run itself, in cgroup ``cg`` when given. Returns only after every process of the
+    run is gone (see :class:`_Namespace`)."""
     bpf = seccomp_filter()
     info_r, info_w = os.pipe()
     err_r, err_w = os.pipe()  # the program's stderr; bwrap's own goes to proc.stderr
@@ -578,6 +725,14 @@ def _run_bwrap(
             "--",
             *cmd,
         ]
+    if cg is not None:
+        # Join the run's cgroup before anything else runs: bash writes itself into it (v1
+        # tasks, v2 cgroup.procs), still as this process's uid (before setpriv's drop: the
+        # cgroup files are ours, not the sandbox uid's), then execs setpriv/bwrap. Every
+        # process of the run descends from it. Popen keeps its vfork (no preexec_fn, which
+        # also is unsafe with run_many's threads); the cost is one exec of bash.
+        files = cg.join_files
+        cmd = [_BASH, "-c", JOIN_SCRIPT, "sluice-cgroup-join", str(len(files)), *files, *cmd]
     cap = cfg.max_output_bytes
     # stdin from an anonymous file: no writer thread, no pipe deadlock with huge input. The
     # program gets a read-only descriptor of it (reopened through /proc): the read-write one
@@ -611,6 +766,7 @@ def _run_bwrap(
             "sandbox_error", None, "", "", 0.0, reason=f"could not start bwrap: {exc}",
             limits=cfg.limits(),
         )  # fmt: skip
+    oom_fd = cg.oom_fd if cg is not None else None
     for f in (stdin_f, bpf_f):
         f.close()
     os.close(info_w)
@@ -632,6 +788,8 @@ def _run_bwrap(
     # leftover children) is killed at once, so a finished program is never reported `timeout`.
     bwrap_fd = os.pidfd_open(proc.pid)
     sel.register(bwrap_fd, selectors.EVENT_READ)
+    if oom_fd is not None:  # cgroup v1: the run's memory cgroup hit its limit (OOM)
+        sel.register(oom_fd, selectors.EVENT_READ)
     killed_for: str | None = None
 
     def kill() -> None:
@@ -656,6 +814,15 @@ def _run_bwrap(
             if fd == bwrap_fd:
                 sel.unregister(fd)
                 ns.kill()
+                continue
+            if fd == oom_fd:
+                # The kernel found no memory to reclaim for the run and its OOM killer is
+                # ending a process: end the whole run now, as cgroup v2's memory.oom.group does
+                sel.unregister(fd)
+                if killed_for is None:
+                    killed_for = "memory"
+                    kill()
+                    deadline = time.monotonic() + 5.0
                 continue
             try:
                 chunk = os.read(fd, 65536)
@@ -732,6 +899,10 @@ def _classify(
         res.status = "output_limit"
         res.reason = f"output exceeded {cfg.max_output_bytes} bytes; captured output is truncated"
         return
+    if killed_for == "memory":
+        res.status = "memory"
+        res.reason = f"memory limit {cfg.memory_mb} MiB exceeded by the whole run (its cgroup)"
+        return
     tail = res.stderr[-2000:]
     if rc == 0:
         return
@@ -745,6 +916,8 @@ def _classify(
         res.status, res.reason = "output_limit", f"file size limit {cfg.max_file_mb} MiB exceeded"
     elif rc == 1 and bwrap_err.startswith("bwrap:"):  # bwrap's stderr, never the program's
         res.status, res.reason = "sandbox_error", bwrap_err.strip()[:500]
+    elif rc == JOIN_EXIT and JOIN_MESSAGE in bwrap_err:  # the cgroup join, before bwrap ran
+        res.status, res.reason = "sandbox_error", bwrap_err.strip()[-500:]
     elif sig in _SIGNALS:
         res.status, res.reason = "runtime_error", f"killed by {_SIGNALS[sig]}"
     else:

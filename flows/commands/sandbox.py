@@ -14,11 +14,21 @@ def run(
     program: Path = typer.Argument(..., help="Python program to run", exists=False),
     stdin: Path | None = typer.Option(None, "--stdin", help="file fed to the program's stdin"),
     time_limit: float = typer.Option(5.0, "--time-limit", help="wall-clock limit, seconds"),
-    memory_mb: int = typer.Option(512, "--memory-mb", help="memory (address space) limit, MiB"),
+    memory_mb: int = typer.Option(
+        512,
+        "--memory-mb",
+        help="memory limit, MiB: each process's address space and, with cgroups, the whole run",
+    ),
+    cgroups: str = typer.Option(
+        "auto",
+        "--cgroups",
+        help="a cgroup per run capping its memory and processes: auto | require | off",
+    ),
 ) -> None:
     """Run PROGRAM once in the sandbox and print one JSON result object.
 
     Exit code 0 whenever the sandbox worked, whatever the program did; read `status`.
+    `cgroup` says whether the run had its own cgroup (and its peak memory) or why not.
     """
     from curation.errors import ConfigError, InputError, NotFoundError
     from rl_pools.sandbox import SandboxConfig, execute
@@ -41,9 +51,15 @@ def run(
             )
         data = stdin.read_bytes()
     try:
-        cfg = SandboxConfig(time_limit_s=time_limit, memory_mb=memory_mb)
+        cfg = SandboxConfig(time_limit_s=time_limit, memory_mb=memory_mb, cgroups=cgroups)
     except ConfigError as e:  # name the option the user typed, not only the config field
-        opt = "--memory-mb" if "memory_mb" in e.message else "--time-limit"
+        opt = (
+            "--memory-mb"
+            if "memory_mb" in e.message
+            else "--cgroups"
+            if "cgroups" in e.message
+            else "--time-limit"
+        )
         raise ConfigError(f"{opt}: {e.message}", hint=e.hint) from None
     # The file's bytes, unchanged: Python decodes them in the sandbox (coding line or UTF-8), so
     # the program that runs is the file, whatever its encoding.
