@@ -94,7 +94,7 @@ def bench_math(n_items: int) -> None:
 
 
 def bench_sandbox(n_execs: int) -> None:
-    from rl_pools.sandbox import SandboxConfig, _default_python, run_many
+    from rl_pools.sandbox import SandboxConfig, _default_python, cgroup_status, run_many
 
     py = _default_python()
     stdin = "1000\n" + " ".join(str(i) for i in range(1000)) + "\n"
@@ -112,6 +112,17 @@ def bench_sandbox(n_execs: int) -> None:
     res1 = run_many(jobs, cfg, workers=1)
     t_sb1 = time.perf_counter() - t0
     assert all(r.status == "passed" for r in res1)
+    cg = cgroup_status(cfg)
+
+    # the same runs without the per-run cgroup (SandboxConfig.cgroups="off"), in this run
+    off = SandboxConfig(time_limit_s=10, cgroups="off")
+    t0 = time.perf_counter()
+    res_off2 = run_many(jobs, off, workers=2)
+    t_off2 = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    res_off1 = run_many(jobs, off, workers=1)
+    t_off1 = time.perf_counter() - t0
+    assert all(r.status == "passed" for r in res_off2 + res_off1)
 
     with tempfile.TemporaryDirectory() as d:
         prog = os.path.join(d, "prog.py")
@@ -133,9 +144,12 @@ def bench_sandbox(n_execs: int) -> None:
     per_sb = t_sb1 / n_execs
     per_bare = statistics.mean(bare_same)
     print(f"sandbox executions: {n_execs} (interpreter in the sandbox: {py})")
+    print(f"  per-run cgroup: {cg.get('in_force')} ({cg.get('version') or cg.get('reason')})")
     print(f"  sandboxed, 2 workers:         {n_execs / t_sb2:8.1f} executions/s")
+    print(f"    same, cgroups off:          {n_execs / t_off2:8.1f} executions/s")
     print(f"  bare subprocess, 2 threads:   {n_execs / t_bare2:8.1f} executions/s")
     print(f"  sandboxed, sequential:        {per_sb * 1000:8.1f} ms/execution (incl. grading)")
+    print(f"    same, cgroups off:          {t_off1 / n_execs * 1000:8.1f} ms/execution")
     print(f"  bare subprocess.run, same py: {per_bare * 1000:8.1f} ms/execution")
     print(
         f"  bare subprocess.run, {Path(sys.executable).name} (venv): {statistics.mean(bare_venv) * 1000:8.1f} ms/execution"
