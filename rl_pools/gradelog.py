@@ -112,12 +112,17 @@ def grade_settings(
     from rl_pools.rollouts import verifier_version
 
     if domain == "code":
-        from rl_pools.sandbox import SandboxConfig, _default_python
+        from rl_pools.sandbox import SandboxConfig, _default_python, cgroup_status
 
-        sb = dataclasses.asdict(SandboxConfig(time_limit_s=code_time_limit_s))
+        cfg = SandboxConfig(time_limit_s=code_time_limit_s)
+        sb = dataclasses.asdict(cfg)
         # the interpreter the programs run under, resolved (python3 -> python3.12): another
         # Python can pass or fail the same program
         sb["python"] = os.path.realpath(sb["python"] or _default_python())
+        # whether a run's cgroup caps the whole run's memory here (a forking program passes
+        # without it and fails with it), not the mode "auto" that says it depends on the machine
+        sb["cgroups"] = "on" if cgroup_status(cfg)["in_force"] else "off"
+        del sb["cgroup_root"]
         return {"grader": verifier_version("code"), "sandbox": sb}
     from rl_pools.verify import VerifyConfig
 

@@ -121,3 +121,19 @@ def test_a_sandbox_error_is_not_logged_and_is_run_again(data_root, pools_dir, gr
                               RolloutConfig(k=2, sandbox_workers=2, code_time_limit_s=10.0), store,
                               progress=False)  # fmt: skip
     assert longer["graded"] == 4 and graded["code"] == 4  # another time limit: run again
+
+
+def test_the_code_grade_key_says_whether_a_cgroup_caps_the_run(monkeypatch):
+    """A forking program can pass under the rlimits alone and fail under the run's cgroup: the
+    code grade settings record whether the cgroup is in force on this machine (not the mode
+    ``auto``, which is the same on both), so a grade made without it is not reused with it."""
+    import rl_pools.sandbox as sandbox
+    from rl_pools.gradelog import grade_settings
+
+    here = grade_settings("code")["sandbox"]
+    assert here["cgroups"] == ("on" if sandbox.cgroup_status()["in_force"] else "off")
+    assert "cgroup_root" not in here
+    monkeypatch.setattr(sandbox, "cgroup_status", lambda cfg=None: {"in_force": False})
+    without = grade_settings("code")
+    monkeypatch.setattr(sandbox, "cgroup_status", lambda cfg=None: {"in_force": True})
+    assert grade_settings("code") != without
