@@ -94,3 +94,35 @@ def kill_all(proc, servers: list) -> None:
     for s in servers:
         with contextlib.suppress(psutil.NoSuchProcess):
             s.kill()
+
+
+def amc_teacher(pools_dir: Path, root: Path):
+    """(the ref of 5 AMC prompts ingested under ``root``, a stand-in teacher's reply function
+    that thinks briefly and boxes each prompt's reference answer) for the SFT flow tests."""
+    from curation.catalog import Catalog
+    from curation.ingest import ingest
+
+    cat = Catalog(root)
+    res = ingest(str(pools_dir / "math_ttrl_amc23_as_train.jsonl"), field_map="ttrl", name="amc",
+                 catalog=cat, limit=5)  # fmt: skip
+    answers = {r["problem"]: r["answer"] for r in cat.load(res.ref).to_pylist()}
+
+    def reply(text, body):
+        ans = next((a for p, a in answers.items() if p in text), "0")
+        return f"Thinking.</think>\n\nThe answer is \\boxed{{{ans}}}."
+
+    return res.ref, reply
+
+
+def write_sft_config(path: Path, ref: str, base_url: str, out: Path, data_root=None) -> Path:
+    """An ``[sft]`` config: 2 responses per prompt from the stand-in at ``base_url``, responses
+    decontaminated against aime24, a 2 x 2 grid (prompts 2 and 5, responses 1 and 2)."""
+    root = f'data_root = "{data_root}"\n' if data_root is not None else ""
+    path.write_text(
+        f'[sft]\npool = "{ref}"\nresponses_per_prompt = 2\nout = "{out}"\n{root}'
+        f'[sft.teacher]\nmodel = "stand-in"\n'
+        f'[sft.generation]\nbackend = "openai"\nbase_url = "{base_url}"\n'
+        f'[sft.filters]\ndecontam_benchmarks = ["aime24"]\n'
+        f"[sft.grid]\nprompts = [2, 5]\nresponses = [1, 2]\n"
+    )
+    return path

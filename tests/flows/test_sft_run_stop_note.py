@@ -12,10 +12,10 @@ import subprocess
 import sys
 
 import pytest
+from flow_helpers import amc_teacher, write_sft_config
 from generation_helpers import StandInServer
 
 from curation.catalog import Catalog
-from curation.ingest import ingest
 
 pytestmark = [pytest.mark.shared_data, pytest.mark.xdist_group("prefect")]
 
@@ -28,25 +28,10 @@ def _sft_run_held(target, tmp_path, pools_dir):
     from process_helpers import sluice_held_after
 
     root = tmp_path / "root"
-    cat = Catalog(root)
-    res = ingest(str(pools_dir / "math_ttrl_amc23_as_train.jsonl"), field_map="ttrl", name="amc",
-                 catalog=cat, limit=5)  # fmt: skip
-    answers = {r["problem"]: r["answer"] for r in cat.load(res.ref).to_pylist()}
-
-    def reply(text, body):
-        ans = next((a for p, a in answers.items() if p in text), "0")
-        return f"Thinking.</think>\n\nThe answer is \\boxed{{{ans}}}."
-
+    ref, reply = amc_teacher(pools_dir, root)
     env = {"PREFECT_API_URL": PREFECT_API_URL.value(), "SLUICE_DATA_ROOT": str(root)}
     with StandInServer(reply) as srv:
-        cfg = tmp_path / "sft.toml"
-        cfg.write_text(
-            f'[sft]\npool = "{res.ref}"\nresponses_per_prompt = 2\nout = "{tmp_path / "run"}"\n'
-            f'data_root = "{root}"\n[sft.teacher]\nmodel = "stand-in"\n'
-            f'[sft.generation]\nbackend = "openai"\nbase_url = "{srv.url}"\n'
-            f'[sft.filters]\ndecontam_benchmarks = ["aime24"]\n'
-            f"[sft.grid]\nprompts = [2, 5]\nresponses = [1, 2]\n"
-        )
+        cfg = write_sft_config(tmp_path / "sft.toml", ref, srv.url, tmp_path / "run", root)
         argv = ["sft", "run", str(cfg)]
         proc = sluice_held_after(target, argv, env=env, marker=tmp_path / "held", timeout=300)
         yield proc, argv, env, root, srv
