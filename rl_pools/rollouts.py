@@ -335,8 +335,9 @@ def run_rollouts(
         with (
             stop_note(  # what a stop leaves: the command's last line (curation.shutdown)
                 "rl rollouts stopped before publishing; nothing was published. The sample "
-                f"store ({store_dir}) and its grade log keep every sample and grade made before "
-                "the stop: run the same command again to generate and grade only the rest"
+                f"store ({store_dir}) and its grade log keep every sample made and every verdict "
+                "graded before the stop (a verifier timeout or error is graded again): run the "
+                "same command again to generate and grade only the rest"
             ),
             SampleStore(store_dir, wait=True) as store,
             _Grader(config) as grader,

@@ -383,13 +383,14 @@ def presets() -> None:
 # what a stopped `sluice rl run` leaves (the command's last line; docs/flows.md "Crash safety"):
 # validate, rollouts and select each publish in one commit; every task's result is cached under
 # the data root (a stopped one is not), and the rollouts' sample store and grade log keep each
-# sample and grade as it is made
+# sample and verdict as it is made
 RL_RUN_STOPPED = (
     "sluice rl run stopped; what its steps published before the stop stays in the catalog (the "
     "validated pool, the rollouts with their pass counts, the RL pool), and a publish the stop "
-    "came into was rolled back. The sample store and its grade log keep every sample and grade "
-    "made: run the same command again to finish; it skips the steps that finished (their "
-    "results are cached under the data root) and makes no model call for the samples in the store"
+    "came into was rolled back. The sample store and its grade log keep every sample made and "
+    "every verdict graded (a timeout or error is graded again): run the same command again to "
+    "finish; it skips the steps that finished (their results are cached under the data root) "
+    "and makes no model call for the samples in the store"
 )
 
 

@@ -294,15 +294,15 @@ def export(
 # what a stopped `sluice sft run` leaves (the command's last line; docs/flows.md "Crash safety"):
 # the generate step publishes NAME.sft_raw once every response is in; the build publishes
 # NAME.sft_responses and its grid sets in one commit; the sample store keeps each response as
-# it comes, the grade log each grade (a chunk at a time), and the generate step asks the model
+# it comes, the grade log each verdict (a chunk at a time), and the generate step asks the model
 # only for what the store lacks (the build task reruns: a stopped one is not cached)
 SFT_RUN_STOPPED = (
     "sluice sft run stopped; what its steps published before the stop stays in the catalog (the "
     "teacher's responses once generation has finished, then the build's responses and SFT sets "
     "together), and a publish the stop came into was rolled back. The sample store keeps the "
-    "responses the teacher gave, and the grade log the grades made: run the same command again "
-    "to finish; it makes no model call for the responses in the store and grades only what the "
-    "grade log lacks"
+    "responses the teacher gave, and the grade log the verdicts graded (a timeout or error is "
+    "graded again): run the same command again to finish; it makes no model call for the "
+    "responses in the store and grades only what the grade log lacks"
 )
 
 

@@ -48,8 +48,9 @@ def test_sigterm_after_the_first_chunk_names_the_store_and_the_rerun_finishes(
         assert "sluice: stopped by SIGTERM\n" in err, err[-3000:]
         assert err.rstrip().splitlines()[-1] == (
             "sluice: rl rollouts stopped before publishing; nothing was published. The sample "
-            f"store ({store}) and its grade log keep every sample and grade made before the "
-            "stop: run the same command again to generate and grade only the rest."
+            f"store ({store}) and its grade log keep every sample made and every verdict "
+            "graded before the stop (a verifier timeout or error is graded again): run the same "
+            "command again to generate and grade only the rest."
         ), err[-3000:]
         assert "mathpool.rollouts" not in Catalog(data_root).datasets()
         at_stop = SampleStore(store).count_lines()
