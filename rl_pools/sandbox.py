@@ -380,14 +380,21 @@ def check_available(config: SandboxConfig | None = None) -> None:
             )
 
 
+def _usable_cgroups(cfg: SandboxConfig) -> tuple[Any, str]:
+    """(this machine's cgroup support for ``cfg``, "") when its runs get their own cgroup, else
+    (None, why not): the one answer of :func:`cgroup_status` and of each run."""
+    if cfg.cgroups == "off":
+        return None, "SandboxConfig.cgroups='off'"
+    sup = _cgroup_support(cfg.cgroup_root)
+    return (sup, "") if sup.usable else (None, sup.reason)
+
+
 def cgroup_status(config: SandboxConfig | None = None) -> dict[str, Any]:
     """Whether runs under ``config`` get their own cgroup on this machine, and why not."""
     cfg = config or SandboxConfig()
-    if cfg.cgroups == "off":
-        return {"mode": "off", "in_force": False, "reason": "SandboxConfig.cgroups='off'"}
-    sup = _cgroup_support(cfg.cgroup_root)
-    if not sup.usable:
-        return {"mode": cfg.cgroups, "in_force": False, "reason": sup.reason}
+    sup, why_not = _usable_cgroups(cfg)
+    if sup is None:
+        return {"mode": cfg.cgroups, "in_force": False, "reason": why_not}
     return {"mode": cfg.cgroups, "in_force": True, "version": sup.label,
             "cgroups_below": [h.parent for h in sup.hierarchies]}  # fmt: skip
 
@@ -622,11 +629,9 @@ class _Namespace:
 
 def _run_cgroup(cfg: SandboxConfig) -> tuple[RunCgroup | None, dict[str, Any]]:
     """The run's own cgroup, made with its limits, or None and why not."""
-    if cfg.cgroups == "off":
-        return None, {"in_force": False, "reason": "SandboxConfig.cgroups='off'"}
-    sup = _cgroup_support(cfg.cgroup_root)
-    if not sup.usable:
-        return None, {"in_force": False, "reason": sup.reason}
+    sup, why_not = _usable_cgroups(cfg)
+    if sup is None:
+        return None, {"in_force": False, "reason": why_not}
     _cgroup_sweep(sup)  # what a killed process of this tree left behind
     try:
         cg = RunCgroup.create(
