@@ -19,6 +19,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Under xdist, each worker gets its share of the cores for OpenMP (torch, faiss) before anything
+# imports them, and the commands it starts inherit it, as `decontam run`'s scan workers do
+# (decontam/stream.py). Two workers with torch's default of a thread per core ran 600 dev-set
+# texts through MiniLM in 24.6 s each, side by side on 2 cores; with one thread each, 16.0 s.
+# A user's OMP_NUM_THREADS wins.
+_XDIST_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+if _XDIST_WORKERS > 1:
+    _share = max(1, len(os.sched_getaffinity(0)) // _XDIST_WORKERS)
+    os.environ.setdefault("OMP_NUM_THREADS", str(_share))
 # Subprocesses (the `sluice` script, `python -c`, spawned workers) import this checkout, not
 # wherever the package was installed from: with an editable install of another checkout, a
 # test of `sluice ...` ran that checkout's code and passed with this one broken.
