@@ -68,7 +68,14 @@ from pathlib import Path
 from typing import Any
 
 from curation.errors import ConfigError, SluiceError
-from rl_pools.sandbox_cgroups import CGROUP_MODES, JOIN_EXIT, JOIN_MESSAGE, JOIN_SCRIPT, RunCgroup
+from rl_pools.sandbox_cgroups import (
+    CGROUP_MODES,
+    JOIN_EXIT,
+    JOIN_MESSAGE,
+    JOIN_SCRIPT,
+    JOIN_SHELL,
+    RunCgroup,
+)
 from rl_pools.sandbox_cgroups import DEFAULT_ROOT as DEFAULT_CGROUP_ROOT
 from rl_pools.sandbox_cgroups import PIDS_OVERHEAD as _PIDS_OVERHEAD
 from rl_pools.sandbox_cgroups import support as _cgroup_support
@@ -737,7 +744,7 @@ def _run_bwrap_in(
         # process of the run descends from it. Popen keeps its vfork (no preexec_fn, which
         # also is unsafe with run_many's threads); the cost is one exec of bash.
         files = cg.join_files
-        cmd = [_BASH, "-c", JOIN_SCRIPT, "sluice-cgroup-join", str(len(files)), *files, *cmd]
+        cmd = [JOIN_SHELL, "-c", JOIN_SCRIPT, "sluice-cgroup-join", str(len(files)), *files, *cmd]
     cap = cfg.max_output_bytes
     # stdin from an anonymous file: no writer thread, no pipe deadlock with huge input. The
     # program gets a read-only descriptor of it (reopened through /proc): the read-write one
