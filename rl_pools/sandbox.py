@@ -738,11 +738,11 @@ def _run_bwrap_in(
             *cmd,
         ]
     if cg is not None:
-        # Join the run's cgroup before anything else runs: bash writes itself into it (v1
+        # Join the run's cgroup before anything else runs: a shell writes itself into it (v1
         # tasks, v2 cgroup.procs), still as this process's uid (before setpriv's drop: the
         # cgroup files are ours, not the sandbox uid's), then execs setpriv/bwrap. Every
         # process of the run descends from it. Popen keeps its vfork (no preexec_fn, which
-        # also is unsafe with run_many's threads); the cost is one exec of bash.
+        # also is unsafe with run_many's threads); the cost is one exec of /bin/sh.
         files = cg.join_files
         cmd = [JOIN_SHELL, "-c", JOIN_SCRIPT, "sluice-cgroup-join", str(len(files)), *files, *cmd]
     cap = cfg.max_output_bytes
