@@ -111,12 +111,19 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Write the project's own sample pool + config and run the whole pipeline on it."""
         from curation.rundir import check_out_folder
-        from flows.demo import run_demo
+        from flows.demo import next_steps, run_demo_pipeline
 
         if out is not None:
             check_out_folder(out, holds="the demo (sample pool, config, data root, report)")
-        report = run_demo(out)
-        _console().print(f"report: [bold]{report}[/]", soft_wrap=True, highlight=False)
+        config, results = run_demo_pipeline(out)
+        _print_results(results)
+        con = _console()
+        con.print(
+            f"demo folder: {config.parent} (sample pool, {config.name}, data root .sluice)\n"
+            "look at it:\n" + "\n".join(f"  {c}" for c in next_steps(config, results)),
+            soft_wrap=True,
+            highlight=False,
+        )
 
 
 def run_pipeline(

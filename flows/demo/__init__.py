@@ -69,14 +69,37 @@ report_dir = "reports"
     return config
 
 
-def run_demo(out: str | Path | None = None, benchmarks_dir: str | Path | None = None) -> Path:
-    """Write the demo into ``out`` (default: a new temp folder), run the curate flow on it
-    with embedded defaults, and return the path of the HTML report."""
+def run_demo_pipeline(
+    out: str | Path | None = None, benchmarks_dir: str | Path | None = None
+) -> tuple[Path, dict]:
+    """Write the demo into ``out`` (default: a new temp folder) and run the curate flow on it
+    with embedded defaults: (the demo's config path, the flow's results per pool)."""
     import tempfile
 
     from flows.commands.pipeline import run_pipeline
 
     out = Path(out) if out else Path(tempfile.mkdtemp(prefix="sluice-demo-"))
     config = write_demo(out, benchmarks_dir)
-    results = run_pipeline(config)
+    return config, run_pipeline(config)
+
+
+def run_demo(out: str | Path | None = None, benchmarks_dir: str | Path | None = None) -> Path:
+    """:func:`run_demo_pipeline`, returning the path of the HTML report."""
+    _config, results = run_demo_pipeline(out, benchmarks_dir)
     return Path(results["demo-pool"]["report"]["html"])
+
+
+def next_steps(config: Path, results: dict) -> list[str]:
+    """The commands to look at what the demo made (printed after its summary; each one runs
+    as printed, from any folder)."""
+    import shlex
+
+    root = config.parent / ".sluice"  # demo.toml's data_root
+    q = shlex.quote
+    report_dir = Path(results["demo-pool"]["report"]["html"]).parent
+    return [
+        f"sluice datasets list --root {q(str(root))}",
+        f"sluice datasets diff demo-pool@latest demo-pool.decontaminated@latest --root {q(str(root))}",
+        f"sluice report verify {q(str(report_dir))}",
+        f"sluice run {q(str(config))}   # again: every step from the cache",
+    ]

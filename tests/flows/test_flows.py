@@ -215,12 +215,52 @@ def test_a_pool_that_fails_does_not_stop_the_others(tmp_path, two_pools, benchma
 
 
 def test_demo_writes_its_pool_and_runs_end_to_end(tmp_path, benchmarks_dir):
-    from curation.catalog import Catalog
-    from flows.demo import run_demo
+    """`sluice demo --out DIR` as a user runs it: its pool's line (as `sluice run` prints it),
+    then commands to look at what it made, each of which runs as printed from another folder
+    (the demo printed only the report's path before)."""
+    import os
+    import shlex
+    import subprocess
+    import sys
 
+    from prefect.settings import PREFECT_API_URL
+
+    from curation.catalog import Catalog
+
+    sluice = str(Path(sys.executable).with_name("sluice"))
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "PYTHONPATH": str(REPO)}
     out = tmp_path / "demo"
-    report = run_demo(out)
+    res = subprocess.run([sluice, "demo", "--out", str(out)], env=env, capture_output=True,
+                         text=True, cwd=tmp_path)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    m = re.search(
+        r"^demo-pool: 63 rows, 3 contaminated, 60 clean -> (demo-pool\.decontaminated@\w+)\n"
+        r"  report: (file://\S+)$",
+        res.stdout,
+        flags=re.M,
+    )
+    assert m, res.stdout
+    report = Path(unquote(urlparse(m.group(2)).path))
     assert report.name == "report.html" and report.is_file()
+    assert f"demo folder: {out.resolve()} " in res.stdout
+    steps = res.stdout.split("look at it:\n", 1)[1].splitlines()
+    assert [c.split()[1] for c in steps] == ["datasets", "datasets", "report", "run"], steps
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    said = []
+    for line in steps:
+        argv = shlex.split(line, comments=True)
+        assert argv[0] == "sluice"
+        r = subprocess.run([sluice, *argv[1:]], env=env, capture_output=True, text=True,
+                           cwd=elsewhere)  # fmt: skip
+        assert r.returncode == 0, (line, r.stdout[-2000:], r.stderr[-2000:])
+        said.append(r.stdout)
+    clean_version = m.group(1).split("@")[1]
+    assert clean_version in said[0]  # datasets list: the published clean version
+    assert "rows removed / added" in said[1] and "-3" in said[1]  # the 3 copies taken out
+    assert said[2].startswith("verified: ")  # the report's files match their record
+    assert m.group(0) in said[3]  # the rerun: the same counts and clean version
+    assert not list(elsewhere.iterdir())  # nothing written where the commands ran
     assert (out / "sample_math.jsonl").is_file() and (out / "demo.toml").is_file()
     run = json.loads(next((out / ".sluice" / "runs").rglob("run.json")).read_text())
     # the three rows planted from AIME 2024 are found, the generated ones are not flagged
