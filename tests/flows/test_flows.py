@@ -18,6 +18,32 @@ pytestmark = [pytest.mark.xdist_group("prefect"), pytest.mark.usefixtures("prefe
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _sluice(*args: str, cwd: Path | None = None):
+    """The real `sluice` command in a subprocess (this checkout's code), reporting to the
+    session's test server."""
+    import os
+    import subprocess
+    import sys
+
+    from prefect.settings import PREFECT_API_URL
+
+    sluice = str(Path(sys.executable).with_name("sluice"))
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "PYTHONPATH": str(REPO)}
+    return subprocess.run([sluice, *args], env=env, capture_output=True, text=True, cwd=cwd)
+
+
+def _pool_line(
+    stdout: str, pool: str, counts: str = r"(\d+) rows, (\d+) contaminated, (\d+) clean"
+):
+    """The pool's two lines as `sluice run` prints them: groups (counts..., clean ref, report
+    URL)."""
+    m = re.search(
+        rf"^{re.escape(pool)}: {counts} -> (\S+)\n  report: (file://\S+)$", stdout, flags=re.M
+    )
+    assert m, stdout
+    return m
+
+
 def _versions(root: Path) -> list[str]:
     from curation.catalog import Catalog
 
@@ -152,27 +178,13 @@ def test_deployment_carries_the_schedule_and_config(tmp_path, two_pools):
 
 def test_sluice_run_command(tmp_path, two_pools, benchmarks_dir):
     """The real command in a subprocess, reporting to the session's test server."""
-    import os
-    import subprocess
-    import sys
-
-    from prefect.settings import PREFECT_API_URL
-
-    sluice = str(Path(sys.executable).with_name("sluice"))
-    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "PYTHONPATH": str(REPO)}
     cfg = write_config(tmp_path / "pipeline.toml", two_pools[:1], data_root=tmp_path / "root")
-    res = subprocess.run([sluice, "run", str(cfg)], env=env, capture_output=True, text=True)
+    res = _sluice("run", str(cfg))
     assert res.returncode == 0, res.stderr[-3000:]
     assert "ttrl-aime24.decontaminated@" in res.stdout
     assert "report: file://" in res.stdout
     # the pool's line: its counts, its published version and its report are the run's own
-    m = re.search(
-        r"^ttrl-aime24: (\d+) rows, (\d+) contaminated, (\d+) clean -> (\S+)\n"
-        r"  report: (file://\S+)$",
-        res.stdout,
-        flags=re.M,
-    )
-    assert m, res.stdout
+    m = _pool_line(res.stdout, "ttrl-aime24")
     rows, contaminated, clean = (int(x) for x in m.groups()[:3])
     html = Path(unquote(urlparse(m.group(5)).path))
     summary = json.loads(html.with_name("report.json").read_text())["summary"]
@@ -185,7 +197,7 @@ def test_sluice_run_command(tmp_path, two_pools, benchmarks_dir):
 
     bad = tmp_path / "bad.toml"
     bad.write_text("[[pools]]\nname = 'x'\nsource = 'x.jsonl'\nmapp = 'ttrl'\n")
-    res = subprocess.run([sluice, "run", str(bad)], env=env, capture_output=True, text=True)
+    res = _sluice("run", str(bad))
     assert res.returncode == 2
     assert "did you mean 'map'" in res.stderr and "Traceback" not in res.stderr
 
@@ -193,20 +205,12 @@ def test_sluice_run_command(tmp_path, two_pools, benchmarks_dir):
 def test_a_pool_that_fails_does_not_stop_the_others(tmp_path, two_pools, benchmarks_dir):
     """A pool that passes the config checks but fails at run time (every row rejected) is
     named in the error, the run exits 2, and the pools after it still ran and published."""
-    import os
-    import subprocess
-    import sys
-
-    from prefect.settings import PREFECT_API_URL
-
     rows = [json.loads(x) for x in Path(two_pools[0]["source"]).read_text().splitlines()[:2]]
     broken = tmp_path / "broken.jsonl"  # the real rows with their problems blanked
     broken.write_text("".join(json.dumps({**r, "prompt": " "}) + "\n" for r in rows))
     pools = [{"name": "broken", "source": str(broken), "map": "ttrl"}, two_pools[0]]
     cfg = write_config(tmp_path / "pipeline.toml", pools, data_root=tmp_path / "root")
-    sluice = str(Path(sys.executable).with_name("sluice"))
-    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "PYTHONPATH": str(REPO)}
-    res = subprocess.run([sluice, "run", str(cfg)], env=env, capture_output=True, text=True)
+    res = _sluice("run", str(cfg))
     assert res.returncode == 2, res.stderr[-3000:]
     assert "1 of 2 pools failed (the other 1 ran)" in res.stderr
     assert "pool 'broken'" in res.stderr and "no usable rows" in res.stderr
@@ -218,28 +222,15 @@ def test_demo_writes_its_pool_and_runs_end_to_end(tmp_path, benchmarks_dir):
     """`sluice demo --out DIR` as a user runs it: its pool's line (as `sluice run` prints it),
     then commands to look at what it made, each of which runs as printed from another folder
     (the demo printed only the report's path before)."""
-    import os
     import shlex
-    import subprocess
-    import sys
-
-    from prefect.settings import PREFECT_API_URL
 
     from curation.catalog import Catalog
 
-    sluice = str(Path(sys.executable).with_name("sluice"))
-    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "PYTHONPATH": str(REPO)}
     out = tmp_path / "demo"
-    res = subprocess.run([sluice, "demo", "--out", str(out)], env=env, capture_output=True,
-                         text=True, cwd=tmp_path)  # fmt: skip
+    res = _sluice("demo", "--out", str(out), cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
-    m = re.search(
-        r"^demo-pool: 63 rows, 3 contaminated, 60 clean -> (demo-pool\.decontaminated@\w+)\n"
-        r"  report: (file://\S+)$",
-        res.stdout,
-        flags=re.M,
-    )
-    assert m, res.stdout
+    m = _pool_line(res.stdout, "demo-pool", "63 rows, 3 contaminated, 60 clean")
+    assert m.group(1).startswith("demo-pool.decontaminated@")
     report = Path(unquote(urlparse(m.group(2)).path))
     assert report.name == "report.html" and report.is_file()
     assert f"demo folder: {out.resolve()} " in res.stdout
@@ -251,8 +242,7 @@ def test_demo_writes_its_pool_and_runs_end_to_end(tmp_path, benchmarks_dir):
     for line in steps:
         argv = shlex.split(line, comments=True)
         assert argv[0] == "sluice"
-        r = subprocess.run([sluice, *argv[1:]], env=env, capture_output=True, text=True,
-                           cwd=elsewhere)  # fmt: skip
+        r = _sluice(*argv[1:], cwd=elsewhere)
         assert r.returncode == 0, (line, r.stdout[-2000:], r.stderr[-2000:])
         said.append(r.stdout)
     clean_version = m.group(1).split("@")[1]
