@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+import pytest
+
+#: the code sandbox's tests need bubblewrap (``scripts/setup.sh`` installs it)
+needs_bwrap = pytest.mark.skipif(
+    not os.path.exists("/usr/bin/bwrap"), reason="bubblewrap missing: apt-get install bubblewrap"
+)
 
 
 def sigint_blocked(pid: int) -> bool:

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from process_helpers import needs_bwrap
 
 SLUICE = str(Path(sys.executable).parent / "sluice")
-needs_bwrap = pytest.mark.skipif(
-    not os.path.exists("/usr/bin/bwrap"), reason="bubblewrap missing: apt-get install bubblewrap"
-)
 
 
 def _sluice(*args: str, timeout: float = 120) -> tuple[int, dict | None, str]:

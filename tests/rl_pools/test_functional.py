@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 
 import pytest
+from process_helpers import needs_bwrap
 from test_testcases import _records, _rows
 
 from rl_pools.functional import NotALiteral, host_plan, read_literal, values_equal
 from rl_pools.sandbox import SandboxConfig, TestCase, run_tests
 
-needs_bwrap = pytest.mark.skipif(
-    not os.path.exists("/usr/bin/bwrap"), reason="bubblewrap missing: apt-get install bubblewrap"
-)
 CFG = SandboxConfig(time_limit_s=5, cpu_limit_s=4, memory_mb=256)
 
 

@@ -6,6 +6,7 @@ import json
 import os
 
 import pytest
+from process_helpers import needs_bwrap
 
 from curation.errors import ConfigError
 from rl_pools.sandbox import (
@@ -18,9 +19,7 @@ from rl_pools.sandbox import (
     run_tests,
 )
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists("/usr/bin/bwrap"), reason="bubblewrap missing: apt-get install bubblewrap"
-)
+pytestmark = needs_bwrap
 
 CFG = SandboxConfig(time_limit_s=5)
 ADD = "a, b = map(int, input().split())\nprint(a + b)\n"

@@ -11,13 +11,12 @@ import threading
 
 import psutil
 import pytest
+from process_helpers import needs_bwrap
 
 import rl_pools.sandbox as sandbox_mod
 from rl_pools.sandbox import SandboxConfig, execute
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists("/usr/bin/bwrap"), reason="bubblewrap missing: apt-get install bubblewrap"
-)
+pytestmark = needs_bwrap
 
 FAST = SandboxConfig(time_limit_s=3, cpu_limit_s=2, memory_mb=256, max_processes=16)
 

@@ -16,6 +16,7 @@ import sys
 import time
 
 import pytest
+from process_helpers import needs_bwrap
 
 import rl_pools.sandbox_cgroups as sc
 from curation.errors import ConfigError
@@ -27,9 +28,7 @@ from rl_pools.sandbox import (
     run_tests,
 )
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists("/usr/bin/bwrap"), reason="bubblewrap missing: apt-get install bubblewrap"
-)
+pytestmark = needs_bwrap
 
 _STATUS = cgroup_status(SandboxConfig())
 needs_cgroups = pytest.mark.skipif(

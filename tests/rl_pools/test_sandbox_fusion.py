@@ -4,18 +4,16 @@ own bubblewrap sandbox and answers in SandboxFusion's format)."""
 from __future__ import annotations
 
 import json
-import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from process_helpers import needs_bwrap
 
 from rl_pools.sandbox import SandboxConfig, SandboxUnavailable, execute
 from rl_pools.sandbox_fusion import SandboxFusionClient, SandboxFusionConfig
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists("/usr/bin/bwrap"), reason="bubblewrap missing: apt-get install bubblewrap"
-)
+pytestmark = needs_bwrap
 
 
 class _StandIn(BaseHTTPRequestHandler):

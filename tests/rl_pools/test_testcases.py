@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pyarrow as pa
 import pytest
+from process_helpers import needs_bwrap
 
 from curation.errors import InputError
 from curation.records import PROBLEM_SCHEMA
 from rl_pools.testcases import VALIDATION_SCHEMA, ValidationConfig, validate_problems
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists("/usr/bin/bwrap"), reason="bubblewrap missing: apt-get install bubblewrap"
-)
+pytestmark = needs_bwrap
 
 
 def _rows(path, n):
