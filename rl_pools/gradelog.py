@@ -121,7 +121,10 @@ def grade_settings(
         sb["python"] = os.path.realpath(sb["python"] or _default_python())
         # whether a run's cgroup caps the whole run's memory here (a forking program passes
         # without it and fails with it), not the mode "auto" that says it depends on the machine
-        sb["cgroups"] = "on" if cgroup_status(cfg)["in_force"] else "off"
+        status = cgroup_status(cfg)
+        sb["cgroups"] = "on" if status["in_force"] else "off"
+        # and whether it caps the run's CPU here (a multi-threaded program can time out with it)
+        sb["cpu_cores"] = status.get("cpu_max_cores")
         del sb["cgroup_root"]
         return {"grader": verifier_version("code"), "sandbox": sb}
     from rl_pools.verify import VerifyConfig

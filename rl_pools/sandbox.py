@@ -40,9 +40,13 @@ Isolation (see docs/sandbox.md for what is and is not covered):
   ``cgroups="require"`` makes a machine without them :class:`SandboxUnavailable`; ``"off"``
   leaves the rlimits alone, as before. Rlimits alone let one run hold ``max_processes x
   memory_mb`` (16 GiB by default) plus its tmpfs pages.
+* The run's CPU (``cpu_cores``, 1 by default), where the cgroup's ``cpu`` controller is there
+  too: a CFS quota of that many cores for all its processes together. ``RLIMIT_CPU`` is per
+  process, so without it a program that forks busy children takes every core for its whole
+  wall-clock limit and the runs beside it time out. Where the controller is missing the run
+  goes on without the cap and ``ExecutionResult.cgroup`` says why (``cpu_reason``).
 
-Not done: no CPU share or I/O bandwidth limit per run (its CPU time is ``RLIMIT_CPU`` per
-process and the wall clock), and no whole-run cap where cgroups are not usable.
+Not done: no I/O bandwidth limit per run, and no whole-run cap where cgroups are not usable.
 """
 
 from __future__ import annotations
@@ -175,6 +179,13 @@ class SandboxConfig:
             "(SandboxUnavailable where it does not), off"
         },
     )
+    cpu_cores: float | None = field(
+        default=1.0,
+        metadata={
+            "help": "CPU of the whole run, in cores (a cgroup CPU quota for all its processes "
+            "together), where cgroups with the cpu controller are in force; None = uncapped"
+        },
+    )
     cgroup_root: str = field(
         default=DEFAULT_CGROUP_ROOT,
         metadata={"help": "where the cgroup hierarchies are mounted (only mounts under it count)"},
@@ -219,6 +230,16 @@ class SandboxConfig:
                 raise ConfigError(
                     f"SandboxConfig.{name} must be at most {_MAX_COUNT}, got {getattr(self, name)}"
                 )
+        if self.cpu_cores is not None and not (
+            isinstance(self.cpu_cores, (int, float))
+            and math.isfinite(self.cpu_cores)
+            and 0.01 <= self.cpu_cores <= 4096
+        ):
+            raise ConfigError(
+                f"SandboxConfig.cpu_cores must be a number of cores from 0.01 to 4096, "
+                f"got {self.cpu_cores!r}",
+                hint="e.g. 1 (one core for the whole run), or None for no CPU cap",
+            )
         if self.cpu_limit_s is not None and self.cpu_limit_s <= 0:
             raise ConfigError(f"SandboxConfig.cpu_limit_s must be > 0, got {self.cpu_limit_s}")
         if self.memory_mb < 32:
@@ -242,6 +263,7 @@ class SandboxConfig:
             "max_output_bytes": self.max_output_bytes,
             "max_file_mb": self.max_file_mb,
             "tmpfs_mb": self.tmpfs_mb,
+            "cpu_cores": self.cpu_cores,
         }
 
 
@@ -402,8 +424,19 @@ def cgroup_status(config: SandboxConfig | None = None) -> dict[str, Any]:
     sup, why_not = _usable_cgroups(cfg)
     if sup is None:
         return {"mode": cfg.cgroups, "in_force": False, "reason": why_not}
-    return {"mode": cfg.cgroups, "in_force": True, "version": sup.label,
-            "cgroups_below": [h.parent for h in sup.hierarchies]}  # fmt: skip
+    out = {"mode": cfg.cgroups, "in_force": True, "version": sup.label,
+           "cgroups_below": [h.parent for h in sup.hierarchies]}  # fmt: skip
+    out.update(_cpu_record(cfg, sup))
+    return out
+
+
+def _cpu_record(cfg: SandboxConfig, sup: Any) -> dict[str, Any]:
+    """Whether runs under ``cfg`` get a CPU cap (``cpu_max_cores``), and why not."""
+    if cfg.cpu_cores is None:
+        return {"cpu_max_cores": None, "cpu_reason": "SandboxConfig.cpu_cores=None"}
+    if not sup.cpu:
+        return {"cpu_max_cores": None, "cpu_reason": sup.cpu_reason}
+    return {"cpu_max_cores": cfg.cpu_cores}
 
 
 # System calls a sandboxed program never needs and an escape often does. They fail with EPERM
@@ -645,6 +678,7 @@ def _run_cgroup(cfg: SandboxConfig) -> tuple[RunCgroup | None, dict[str, Any]]:
             sup,
             memory_bytes=cfg.memory_mb * 1024 * 1024,
             pids_max=cfg.max_processes + _PIDS_OVERHEAD,
+            cpu_cores=cfg.cpu_cores if sup.cpu else None,
         )
     except OSError as exc:
         return None, {"in_force": False, "reason": f"could not create the run's cgroup: {exc}"}
@@ -682,6 +716,8 @@ def _run_bwrap(
     finally:
         removed = cg.remove()
     res.cgroup = cg.describe()
+    if cg.cpu_cores is None:
+        res.cgroup.update(_cpu_record(cfg, _usable_cgroups(cfg)[0]))
     res.cgroup["removed"] = removed
     oom = stats["oom_kills"]
     if oom is None:  # a kernel that does not count OOM kills: a hit limit and a SIGKILL

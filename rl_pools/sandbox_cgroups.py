@@ -39,6 +39,7 @@ pid namespace's inode keeps a process from judging pids it cannot see.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import os
 import secrets
@@ -54,7 +55,12 @@ from curation.lock_holder import alive, host_tag
 CGROUP_MODES = ("auto", "require", "off")
 DEFAULT_ROOT = "/sys/fs/cgroup"
 PREFIX = "sluice-sbx-"
-CONTROLLERS = ("memory", "pids")
+CONTROLLERS = ("memory", "pids")  # required: without them a run gets no cgroup
+# used where this machine has it (a run is capped by it, or its record says why not): without a
+# CPU cap a program that forks busy children takes every core for its whole wall-clock limit,
+# and the runs beside it (other programs being graded) time out
+OPTIONAL_CONTROLLERS = ("cpu",)
+CPU_PERIOD_US = 100_000  # the kernel's default CFS period; the quota is cores x this
 # The run's cgroup also holds bwrap itself (outside the sandbox), which RLIMIT_NPROC does not
 # count (the sandbox's init, its pid 1, it does): pids.max = max_processes + 1 lets a program
 # have exactly as many tasks as RLIMIT_NPROC does (measured: 6 children of a program with
@@ -94,6 +100,12 @@ class Support:
     hierarchies: tuple[Hierarchy, ...] = ()
     reason: str = ""
     hint: str = ""
+    cpu_reason: str = ""  # why runs get no CPU cap (the cpu controller), when usable without it
+
+    @property
+    def cpu(self) -> bool:
+        """Whether runs' cgroups can cap their CPU (the cpu controller is among them)."""
+        return any("cpu" in h.controllers for h in self.hierarchies)
 
     @property
     def label(self) -> str:
@@ -165,10 +177,12 @@ def _own_dir(mnt_root: str, mountpoint: str, own: str) -> str | None:
 def discover(
     root: str = DEFAULT_ROOT, *, mountinfo: str | None = None, own_cgroups: str | None = None
 ) -> Support:
-    """Find this process's own cgroup of ``memory`` and ``pids`` among the cgroup mounts under
-    ``root`` (mount points from ``/proc/self/mountinfo``, own paths from ``/proc/self/cgroup``;
-    both can be given as text), check that runs' cgroups can be made below it, then make and
-    remove one to be sure. Not cached: see :func:`support`."""
+    """Find this process's own cgroup of ``memory`` and ``pids`` (and ``cpu``, where it is
+    there) among the cgroup mounts under ``root`` (mount points from ``/proc/self/mountinfo``,
+    own paths from ``/proc/self/cgroup``; both can be given as text), check that runs' cgroups
+    can be made below it, then make and remove one to be sure. A ``cpu`` controller that is
+    missing or cannot be used leaves the support usable without it (``cpu_reason`` says why).
+    Not cached: see :func:`support`."""
     try:
         if mountinfo is None:
             mountinfo = _read("/proc/self/mountinfo")
@@ -189,7 +203,7 @@ def discover(
             v2_mounts.append((mnt_root, mp))
         else:
             for opt in (r[2] if len(r) > 2 else "").split(","):
-                if opt in CONTROLLERS:
+                if opt in CONTROLLERS or opt in OPTIONAL_CONTROLLERS:
                     v1_mounts.setdefault(opt, (mnt_root, mp))
     own_v1: dict[str, str] = {}
     own_v2: str | None = None
@@ -203,7 +217,7 @@ def discover(
             own_v1[c] = parts[2]
     where: dict[str, Hierarchy] = {}
     missing: list[str] = []
-    for c in CONTROLLERS:
+    for c in CONTROLLERS + OPTIONAL_CONTROLLERS:
         if c in v1_mounts and c in own_v1:
             d = _own_dir(*v1_mounts[c], own_v1[c])
             if d and os.path.isdir(d):
@@ -223,6 +237,14 @@ def discover(
                     break
         if not found:
             missing.append(c)
+    cpu_reason = ""
+    for c in OPTIONAL_CONTROLLERS:
+        if c in missing:
+            missing.remove(c)
+            cpu_reason = (
+                f"no cgroup hierarchy with the {c} controller is mounted under {root} for this "
+                "process"
+            )
     if missing:
         return Support(
             False,
@@ -234,9 +256,27 @@ def discover(
             ),
             hint=_HINT,
         )
-    # One Hierarchy per directory (cgroup v2 serves both controllers from one).
+    base = _checked(where, CONTROLLERS)
+    if not base.usable:
+        return base
+    opt = [c for c in OPTIONAL_CONTROLLERS if c in where]
+    if opt:  # the cap where it works; the required ones alone where it does not
+        full = _checked(where, CONTROLLERS + tuple(opt))
+        if full.usable:
+            return full
+        cpu_reason = full.reason
+    why = _trial(base)
+    if why:
+        return Support(False, reason=why, hint=_HINT)
+    return dataclasses.replace(base, cpu_reason=cpu_reason)
+
+
+def _checked(where: dict[str, Hierarchy], controllers: tuple[str, ...]) -> Support:
+    """The support made of ``controllers``' hierarchies: writable, enabled (v2) and tried (the
+    trial only with an optional controller among them: the caller tries the required alone)."""
+    # One Hierarchy per directory (cgroup v2 serves every controller from one).
     merged: dict[str, Hierarchy] = {}
-    for c in CONTROLLERS:
+    for c in controllers:
         h = where[c]
         prev = merged.get(h.parent)
         merged[h.parent] = Hierarchy(h.version, h.parent, (*(prev.controllers if prev else ()), c))
@@ -254,9 +294,10 @@ def discover(
             if why:
                 return Support(False, reason=why, hint=_HINT)
     sup = Support(True, hs)
-    why = _trial(sup)
-    if why:
-        return Support(False, reason=why, hint=_HINT)
+    if any(c in OPTIONAL_CONTROLLERS for c in controllers):
+        why = _trial(sup)
+        if why:
+            return Support(False, reason=why, hint=_HINT)
     return sup
 
 
@@ -288,7 +329,13 @@ def _enable_v2(h: Hierarchy) -> str:
 def _trial(sup: Support) -> str:
     """Make a cgroup as a run would, move a process into it the way a run's does, remove it."""
     try:
-        cg = RunCgroup.create(sup, memory_bytes=64 << 20, pids_max=8, watch_oom=False)
+        cg = RunCgroup.create(
+            sup,
+            memory_bytes=64 << 20,
+            pids_max=8,
+            cpu_cores=1.0 if sup.cpu else None,
+            watch_oom=False,
+        )
     except OSError as exc:
         return f"could not create a cgroup below this process's own: {exc}"
     why = ""
@@ -425,8 +472,8 @@ def sweep(sup: Support) -> list[str]:
 
 @dataclass
 class RunCgroup:
-    """The cgroup(s) of one sandbox run: one directory per hierarchy (v1: memory and pids; v2:
-    one for both), with the limits written before any process joins."""
+    """The cgroup(s) of one sandbox run: one directory per hierarchy (v1: memory, pids and cpu;
+    v2: one for all), with the limits written before any process joins."""
 
     dirs: list[str]
     versions: list[int]
@@ -436,6 +483,9 @@ class RunCgroup:
     memory_bytes: int
     pids_max: int
     swap_capped: bool
+    cpu_dir: str | None = None  # where the CPU cap is written (None: no cap)
+    cpu_version: int = 0
+    cpu_cores: float | None = None
     oom_fd: int | None = None  # v1: an eventfd that turns readable on an OOM in the run
     _ctl_fd: int | None = None
     name: str = ""
@@ -452,17 +502,27 @@ class RunCgroup:
 
     @classmethod
     def create(
-        cls, sup: Support, *, memory_bytes: int, pids_max: int, watch_oom: bool = True
+        cls,
+        sup: Support,
+        *,
+        memory_bytes: int,
+        pids_max: int,
+        cpu_cores: float | None = None,
+        watch_oom: bool = True,
     ) -> RunCgroup:
-        """Make the run's cgroup(s) with their limits. OSError when that fails (nothing left)."""
+        """Make the run's cgroup(s) with their limits. OSError when that fails (nothing left).
+        ``cpu_cores``: the run's CPU bandwidth, in cores (CFS quota over a 100 ms period), where
+        ``sup`` has the cpu controller; None leaves the CPU uncapped."""
         name = _new_name()
         with _mine_lock:
             _mine.add(name)
         made: list[tuple[str, int]] = []
         try:
-            mem = pids = None
+            mem = pids = cpu = None
             swap_capped = False
             for h in sup.hierarchies:
+                if h.controllers == ("cpu",) and cpu_cores is None:
+                    continue  # a v1 cpu hierarchy of its own: nothing to write there
                 d = os.path.join(h.parent, name)
                 os.mkdir(d, 0o755)
                 made.append((d, h.version))
@@ -488,6 +548,15 @@ class RunCgroup:
                 if "pids" in h.controllers:
                     pids = d
                     _write(os.path.join(d, "pids.max"), str(pids_max))
+                if "cpu" in h.controllers and cpu_cores is not None:
+                    cpu = (d, h.version)
+                    # the kernel's minimum quota is 1 ms a period
+                    quota = max(1000, round(cpu_cores * CPU_PERIOD_US))
+                    if h.version == 1:
+                        _write(os.path.join(d, "cpu.cfs_period_us"), str(CPU_PERIOD_US))
+                        _write(os.path.join(d, "cpu.cfs_quota_us"), str(quota))
+                    else:
+                        _write(os.path.join(d, "cpu.max"), f"{quota} {CPU_PERIOD_US}")
             assert mem is not None and pids is not None
             cg = cls(
                 dirs=[d for d, _ in made],
@@ -498,6 +567,9 @@ class RunCgroup:
                 memory_bytes=memory_bytes,
                 pids_max=pids_max,
                 swap_capped=swap_capped,
+                cpu_dir=cpu[0] if cpu else None,
+                cpu_version=cpu[1] if cpu else 0,
+                cpu_cores=cpu_cores if cpu else None,
                 name=name,
             )
         except BaseException:
@@ -581,7 +653,36 @@ class RunCgroup:
             "pids_peak": num(os.path.join(p, "pids.peak")),
             "forks_refused": refused,
         }
+        if self.cpu_dir is not None:
+            self.stats.update(self._cpu_stats())
         return self.stats
+
+    def _cpu_stats(self) -> dict[str, Any]:
+        """How often and how long the CPU cap held the run back (cpu.stat), and the CPU time
+        the run used where the kernel says (v2 cpu.stat; v1 cpuacct.usage when cpuacct is
+        mounted with cpu)."""
+        d = self.cpu_dir
+        assert d is not None
+        try:
+            text = _read(os.path.join(d, "cpu.stat"))
+        except OSError:
+            return {"cpu_throttled_periods": None, "cpu_throttled_s": None, "cpu_usage_s": None}
+        usage: float | None = None
+        if self.cpu_version == 1:
+            throttled_ns = _keyed(text, "throttled_time")
+            throttled = throttled_ns / 1e9 if throttled_ns is not None else None
+            with contextlib.suppress(OSError, ValueError):
+                usage = int(_read(os.path.join(d, "cpuacct.usage"))) / 1e9
+        else:
+            throttled_us = _keyed(text, "throttled_usec")
+            throttled = throttled_us / 1e6 if throttled_us is not None else None
+            usage_us = _keyed(text, "usage_usec")
+            usage = usage_us / 1e6 if usage_us is not None else None
+        return {
+            "cpu_throttled_periods": _keyed(text, "nr_throttled"),
+            "cpu_throttled_s": throttled,
+            "cpu_usage_s": usage,
+        }
 
     def close_watch(self) -> None:
         for fd in (self.oom_fd, self._ctl_fd):
@@ -608,5 +709,6 @@ class RunCgroup:
             "memory_limit_bytes": self.memory_bytes,
             "swap_capped": self.swap_capped,
             "pids_max": self.pids_max,
+            "cpu_max_cores": self.cpu_cores,
             **self.stats,
         }

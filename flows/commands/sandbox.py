@@ -24,6 +24,11 @@ def run(
         "--cgroups",
         help="a cgroup per run capping its memory and processes: auto | require | off",
     ),
+    cpu_cores: float = typer.Option(
+        1.0,
+        "--cpu-cores",
+        help="CPU of the whole run, in cores, where cgroups have the cpu controller; 0 = no cap",
+    ),
 ) -> None:
     """Run PROGRAM once in the sandbox and print one JSON result object.
 
@@ -51,11 +56,18 @@ def run(
             )
         data = stdin.read_bytes()
     try:
-        cfg = SandboxConfig(time_limit_s=time_limit, memory_mb=memory_mb, cgroups=cgroups)
+        cfg = SandboxConfig(
+            time_limit_s=time_limit,
+            memory_mb=memory_mb,
+            cgroups=cgroups,
+            cpu_cores=cpu_cores if cpu_cores != 0 else None,
+        )
     except ConfigError as e:  # name the option the user typed, not only the config field
         opt = (
             "--memory-mb"
             if "memory_mb" in e.message
+            else "--cpu-cores"
+            if "cpu_cores" in e.message
             else "--cgroups"
             if "cgroups" in e.message
             else "--time-limit"
