@@ -58,6 +58,34 @@ if TYPE_CHECKING:
 INGEST_VERSION = "ingest/1"
 # the datasets an ingest of NAME publishes beside it: no ingest may be called by one of them
 RESERVED_SUFFIXES = (".rejects", ".duplicates", ".near_duplicates")
+# what the later stages publish from a pool NAME (the stage that does): an ingested table under
+# one of these names would pass for that stage's output (raw copies of benchmark problems as
+# ``NAME.decontaminated``, the "clean" pool). ``.rl.stageN`` and ``.sft.pP.rR`` end in a
+# variable part: the checks are on the middle (``.rl.stage``, ``.sft.``).
+STAGE_SUFFIXES = {
+    ".decontaminated": "sluice decontam run",
+    ".excluded": "sluice decontam run",
+    ".validated": "sluice rl validate",
+    ".validation_drops": "sluice rl validate",
+    ".rollouts": "sluice rl rollouts",
+    ".passcounts": "sluice rl rollouts / rl import-counts",
+    ".rl": "sluice rl select",
+    ".rl_dropped": "sluice rl select",
+    ".sft_raw": "sluice sft generate",
+    ".sft_responses": "sluice sft build",
+}
+_STAGE_INFIXES = {".rl.stage": "sluice rl select", ".sft.": "sluice sft build"}
+
+
+def stage_suffix(name: str) -> tuple[str, str] | None:
+    """``(suffix, stage)`` when ``name`` is one a later stage publishes, else None."""
+    for suffix, stage in STAGE_SUFFIXES.items():
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return suffix, stage
+    for infix, stage in _STAGE_INFIXES.items():
+        if infix in name[1:]:
+            return infix, stage
+    return None
 DEFAULT_MAX_ROW_BYTES = 1_000_000  # of problem (or prompt+response) text, UTF-8
 MAX_CONFLICT_EXAMPLES = 20  # conflicts listed in the counts (all are in the evidence tables)
 
@@ -611,6 +639,14 @@ def ingest(
             f"datasets ({name.removesuffix(reserved)}{reserved} belongs to the ingest of "
             f"{name.removesuffix(reserved)!r})",
             hint="choose a name without that suffix",
+        )
+    taken = stage_suffix(name)
+    if taken:
+        raise ConfigError(
+            f"dataset name {name!r} ends in {taken[0]!r}, which {taken[1]} gives the datasets it "
+            f"publishes from a pool: an ingested table under that name would pass for its output",
+            hint="choose a name without that suffix (ingest names the pool itself, e.g. "
+            f"{name.split(taken[0])[0]!r})",
         )
     spec = parse_source(source)
     fmap = select_map(field_map, spec)

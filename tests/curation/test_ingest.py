@@ -169,6 +169,17 @@ def test_names_ingest_cannot_take_are_refused_before_reading(tmp_path, data_root
     for name in ("pool.rejects", "pool.duplicates", "pool.near_duplicates"):
         with pytest.raises(ConfigError, match=f"ends in '{name[4:]}'"):
             ingest(str(src), field_map="generic_math", name=name)
+    # the names later stages publish from a pool: an ingest under one passed for their output
+    # (benchmark copies ingested as "pool.decontaminated" looked like the scanned, clean pool)
+    for name, stage in (
+        ("pool.decontaminated", "decontam run"), ("pool.excluded", "decontam run"),
+        ("pool.validated", "rl validate"), ("pool.passcounts", "rl rollouts"),
+        ("pool.rl", "rl select"), ("pool.rl.stage2", "rl select"),
+        ("pool.sft_raw", "sft generate"), ("pool.sft.p4.r1", "sft build"),
+    ):  # fmt: skip
+        with pytest.raises(ConfigError, match=f"which sluice {stage}") as e:
+            ingest(str(src), field_map="generic_math", name=name)
+        assert "'pool'" in e.value.hint, e.value.hint
     with pytest.raises(ConfigError, match="invalid dataset name 'ñame'"):
         ingest(str(src), field_map="generic_math", name="ñame")
     with pytest.raises(ConfigError, match="too long: 300 characters"):
