@@ -1062,9 +1062,14 @@ def _write_run(
 
 
 def _run_environment() -> dict[str, str]:
+    """What the command line does not show but the run read: its working directory, and the
+    settings of the environment that chose its data (the data root a ``name@version`` input
+    and the caches live in, the benchmark copies), local paths made absolute."""
     env = {"cwd": os.getcwd()}
-    if os.environ.get("SLUICE_BENCHMARKS_DIR"):
-        env["SLUICE_BENCHMARKS_DIR"] = os.environ["SLUICE_BENCHMARKS_DIR"]
+    for var in ("SLUICE_DATA_ROOT", "SLUICE_BENCHMARKS_DIR"):
+        value = os.environ.get(var)
+        if value:
+            env[var] = value if "://" in value else os.path.abspath(value)
     return env
 
 

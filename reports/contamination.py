@@ -212,7 +212,7 @@ def _provenance(run: RunData) -> dict[str, Any]:
         "sluice_version": m.get("sluice_version"),
         "command": m.get("command"),
         "environment": env,
-        "reproduce": _reproduce(m.get("command"), env),
+        "reproduce": _reproduce(m.get("command"), env, m.get("input")),
         # every key the templates read is present (older or partial manifests render too)
         "input": dict.fromkeys(_INPUT_KEYS) | (m.get("input") or {}),
         "text_fields": m.get("text_fields") or [],
@@ -225,17 +225,41 @@ def _provenance(run: RunData) -> dict[str, Any]:
     }
 
 
-def _reproduce(command: Any, env: dict[str, Any]) -> str | None:
+def _reproduce(command: Any, env: dict[str, Any], inp: Any = None) -> str | None:
     """The run's command as a shell line that repeats it: in its working directory, with the
-    benchmark copies it read (``SLUICE_BENCHMARKS_DIR``), when the run recorded them."""
+    data root and benchmark copies it read (``SLUICE_DATA_ROOT``, ``SLUICE_BENCHMARKS_DIR``)
+    when the run recorded them, and a catalog input pinned to the version the run scanned
+    (``pool@latest`` names another version once the pool is ingested again)."""
     import shlex
 
     if not isinstance(command, str) or not command:
         return None
     prefix = f"cd {shlex.quote(str(env['cwd']))} && " if env.get("cwd") else ""
-    if env.get("SLUICE_BENCHMARKS_DIR"):
-        prefix += f"SLUICE_BENCHMARKS_DIR={shlex.quote(str(env['SLUICE_BENCHMARKS_DIR']))} "
-    return prefix + command
+    for var in ("SLUICE_DATA_ROOT", "SLUICE_BENCHMARKS_DIR"):
+        if env.get(var):
+            prefix += f"{var}={shlex.quote(str(env[var]))} "
+    return prefix + _pinned(command, inp if isinstance(inp, dict) else {})
+
+
+def _pinned(command: str, inp: dict[str, Any]) -> str:
+    """``command`` with its catalog input (``NAME@SPEC``, or a bare ``NAME`` right after
+    ``run``) replaced by the scanned version's ref. Names cannot hold '@', so no other
+    argument (an --publish-as NAME, a path) is taken for it."""
+    import shlex
+
+    ref, name = inp.get("ref"), inp.get("name")
+    if not (isinstance(ref, str) and isinstance(name, str) and "@" in ref and not inp.get("path")):
+        return command
+    try:
+        args = shlex.split(command)
+    except ValueError:
+        return command
+    changed = False
+    for i, a in enumerate(args):
+        bare = a == name and i > 0 and args[i - 1] == "run"
+        if a != ref and (bare or (a.startswith(name + "@") and a.split("@", 1)[0] == name)):
+            args[i], changed = ref, True
+    return shlex.join(args) if changed else command
 
 
 def _unverified_warning(run: RunData) -> str | None:

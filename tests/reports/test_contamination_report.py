@@ -1126,3 +1126,46 @@ def test_a_report_stopped_while_writing_leaves_no_report_json(run_dir, tmp_path)
     evidence = hashlib.sha256((out / "evidence.parquet").read_bytes()).hexdigest()
     assert report["evidence"]["shown"] == 2 and report["evidence"]["sha256"] == evidence
     assert "Showing 2 of 6 flagged pairs" in (out / "report.html").read_text()
+
+
+def test_the_reproduce_line_rescans_the_same_version_from_a_bare_shell(
+    pools_dir, benchmarks_dir, tmp_path
+):
+    """The report's reproduce line once named ``pool@latest`` and not the data root: from a
+    shell without SLUICE_DATA_ROOT it found no catalog, and after the pool was ingested again
+    it scanned the new version. It now pins the scanned version and sets the data root."""
+    import shlex
+    import subprocess
+    import sys
+
+    bin_dir = os.path.dirname(sys.executable)
+    env = dict(os.environ, SLUICE_DATA_ROOT=str(tmp_path / "root"), HF_HUB_OFFLINE="1",
+               SLUICE_BENCHMARKS_DIR=str(benchmarks_dir),
+               PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))  # fmt: skip
+
+    def sluice(*argv: str, **kw) -> str:
+        p = subprocess.run([os.path.join(bin_dir, "sluice"), *argv], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=300, **kw)  # fmt: skip
+        assert p.returncode == 0, p.stdout + p.stderr
+        return p.stdout
+
+    sluice("ingest", str(pools_dir / "math_ttrl_aime24_as_train.jsonl"), "--map", "ttrl",
+           "--name", "pool")  # fmt: skip
+    sluice("decontam", "run", "pool@latest", "--text-field", "problem", "--detectors", "ngram",
+           "--benchmarks", "aime24", "--out", "runs/a")  # fmt: skip
+    first = json.loads((tmp_path / "runs/a/run.json").read_text())
+    sluice("report", "contamination", "runs/a", "--out", "rep")
+    line = json.loads((tmp_path / "rep/report.json").read_text())["provenance"]["reproduce"]
+    ref = first["input"]["ref"]
+    assert f" {ref} " in line and "@latest" not in line, line
+    assert f"SLUICE_DATA_ROOT={shlex.quote(str(tmp_path / 'root'))} " in line, line
+    # the pool's next version, then the line from another folder, the data root unset
+    sluice("ingest", str(pools_dir / "math_ttrl_amc23_as_train.jsonl"), "--map", "ttrl",
+           "--name", "pool")  # fmt: skip
+    bare = {k: v for k, v in env.items() if k != "SLUICE_DATA_ROOT"}
+    p = subprocess.run(["bash", "-c", line], cwd="/", env=bare, capture_output=True, text=True,
+                       timeout=300)  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    again = json.loads((tmp_path / "runs/a/run.json").read_text())
+    assert again["input"]["ref"] == ref and again["counts"]["contaminated"] == 30, again["input"]
+    assert first["counts"]["contaminated"] == 30
