@@ -58,6 +58,8 @@ if TYPE_CHECKING:
 INGEST_VERSION = "ingest/1"
 # the datasets an ingest of NAME publishes beside it: no ingest may be called by one of them
 RESERVED_SUFFIXES = (".rejects", ".duplicates", ".near_duplicates")
+DEFAULT_MAX_ROW_BYTES = 1_000_000  # of problem (or prompt+response) text, UTF-8
+MAX_CONFLICT_EXAMPLES = 20  # conflicts listed in the counts (all are in the evidence tables)
 # what the later stages publish from a pool NAME (the stage that does): an ingested table under
 # one of these names would pass for that stage's output (raw copies of benchmark problems as
 # ``NAME.decontaminated``, the "clean" pool). ``.rl.stageN`` and ``.sft.pP.rR`` end in a
@@ -86,8 +88,7 @@ def stage_suffix(name: str) -> tuple[str, str] | None:
         if infix in name[1:]:
             return infix, stage
     return None
-DEFAULT_MAX_ROW_BYTES = 1_000_000  # of problem (or prompt+response) text, UTF-8
-MAX_CONFLICT_EXAMPLES = 20  # conflicts listed in the counts (all are in the evidence tables)
+
 
 REJECTS_SCHEMA = pa.schema(
     [
