@@ -24,7 +24,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,6 +114,46 @@ def check_out_folder(out: str | os.PathLike, *, holds: str, option: str = "--out
             hint="give a folder path whose parents are folders; nothing was written",
         )
     return p
+
+
+REPORT_MARK = ".sluice-report"
+
+
+def claim_report_folder(
+    out: str | os.PathLike, *, files: Sequence[str], kind: Kind, option: str = "--out"
+) -> Path:
+    """Before a report writes its ``files`` (names relative to ``out``; glob patterns allowed)
+    into ``out``: refuse when one of them is there and the folder holds no report of ``kind``
+    (its manifest says so, or the mark an unfinished one left), since writing would replace a
+    file that is not the report's; then mark the folder (made if new) as the report's until
+    :func:`release_report_folder`, once its manifest is written (a report stopped before that
+    leaves the mark, so its rerun may replace what it wrote). The other files of the folder are
+    left alone."""
+    out = Path(out)
+    mark = out / REPORT_MARK
+    try:
+        marked = mark.read_text(encoding="utf-8").strip() == kind.schema_prefix
+    except OSError:
+        marked = False
+    if not (marked or kind.written_here(out)):
+        present = sorted(p for f in files for p in out.glob(f)) if out.is_dir() else []
+        if present:
+            name = present[0].relative_to(out)
+            raise StorageError(
+                f"{option} {out} holds {name}, which is not part of a report written by "
+                f"`{kind.command}` (its {kind.manifest_name} would say so): writing the report "
+                "there would replace it",
+                hint=f"choose a new or empty folder for {option}, or move {name} away",
+            )
+    out.mkdir(parents=True, exist_ok=True)
+    if not marked:
+        mark.write_text(kind.schema_prefix + "\n", encoding="utf-8")
+    return out
+
+
+def release_report_folder(out: str | os.PathLike) -> None:
+    """The report in ``out`` is finished (its manifest says what it is): drop the mark."""
+    (Path(out) / REPORT_MARK).unlink(missing_ok=True)
 
 
 def check_out_dir(out: str | os.PathLike, *, kind: Kind) -> Path:

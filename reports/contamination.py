@@ -24,10 +24,12 @@ import pyarrow.parquet as pq
 from markupsafe import Markup, escape
 
 from curation.errors import ConfigError, InputError, NotFoundError
+from curation.rundir import Kind
 from reports import plots
 from reports.run_data import Pair, RunData, load_run
 
 REPORT_SCHEMA_VERSION = "contamination_report/1"
+REPORT_KIND = Kind("contamination_report/", "sluice report contamination", "report.json")
 TEMPLATES = Path(__file__).parent / "templates"
 MAX_TEXT_CHARS = 12_000  # longer texts are shown as an excerpt around the overlapping spans
 SENSITIVITY_POINTS = 41
@@ -1135,9 +1137,15 @@ def render_report(
     report, ev_table, plot_data = build_report(
         run, evaluation_dir=evaluation_dir, max_evidence=max_evidence
     )
-    from curation.rundir import file_sha256, replacing
+    from curation.rundir import (
+        claim_report_folder,
+        file_sha256,
+        release_report_folder,
+        replacing,
+    )
 
-    out = Path(out_dir)
+    # a folder holding a report.md (or any file of ours) of someone else's is not overwritten
+    out = claim_report_folder(out_dir, files=REPORT_FILES, kind=REPORT_KIND)
     # an earlier report's files go first, report.json (what says the report is finished) is
     # written last, each file through a temporary name: a report stopped midway (Ctrl-C, a
     # full disk) left its new report.json and evidence beside the earlier report.html
@@ -1198,11 +1206,13 @@ def render_report(
         tmp.write_text(
             json.dumps(report, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8"
         )
+    release_report_folder(out)
     return paths
 
 
 # the plots render_report writes (the keys of its ``images``), as report_files_sha256 names them
 REPORT_PLOTS = ("plots/agreement.png", "plots/scores.png", "plots/sensitivity.png")
+REPORT_FILES = ("report.json", "report.md", "report.html", "evidence.parquet", *REPORT_PLOTS)
 
 
 def verify_report(report_dir: str | Path, run_dir: str | Path | None = None) -> dict[str, str]:

@@ -305,16 +305,17 @@ def write_diff(diff: RunDiff, out_dir: str | Path) -> tuple[Path, Path]:
     An earlier diff's two files go first and ``diff.json`` is written last, each through a
     temporary name: a diff stopped midway (Ctrl-C) left its new diff.md beside the earlier
     diff.json, two files that disagreed."""
-    from curation.rundir import replacing
+    from curation.rundir import Kind, claim_report_folder, release_report_folder, replacing
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    kind = Kind(DIFF_SCHEMA_VERSION.split("/")[0] + "/", "sluice report diff", "diff.json")
+    out = claim_report_folder(out_dir, files=("diff.md", "diff.json"), kind=kind)
     md, js = out / "diff.md", out / "diff.json"
     for p in (js, md):
         p.unlink(missing_ok=True)
     for p, text in ((md, diff.to_markdown()), (js, diff.to_json())):
         with replacing(p) as tmp:
             tmp.write_text(text, encoding="utf-8")
+    release_report_folder(out)
     return md, js
 
 

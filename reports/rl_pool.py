@@ -156,8 +156,10 @@ def render_rl_report(ref: str, out_dir: str | Path, *, catalog: Any = None,
         p = Path(contamination_report).resolve()
         link = p.as_uri() if p.exists() else str(contamination_report)
     r = build_rl_report(ref, catalog, link)
-    out.mkdir(parents=True, exist_ok=True)
-    from curation.rundir import replacing
+    from curation.rundir import Kind, claim_report_folder, release_report_folder, replacing
+
+    kind = Kind(SCHEMA_VERSION.split("/")[0] + "/", "sluice rl report", "rl_pool.json")
+    claim_report_folder(out, files=("rl_pool.html", "rl_pool.json", "rl_*.png"), kind=kind)
 
     paths = {"html": out / "rl_pool.html", "json": out / "rl_pool.json"}
     # rl_pool.json marks a finished report: an earlier one goes first and this one's is written
@@ -177,4 +179,5 @@ def render_rl_report(ref: str, out_dir: str | Path, *, catalog: Any = None,
     ):
         with replacing(paths[key]) as tmp:
             tmp.write_text(text, encoding="utf-8")
+    release_report_folder(out)
     return paths

@@ -100,8 +100,12 @@ def write_sft_report(run_dir: str | Path, out_dir: str | Path | None = None) -> 
     report under ``response_report/``) into ``out_dir`` (default: the run directory)."""
     run = Path(run_dir)
     out = Path(out_dir) if out_dir else run
-    out.mkdir(parents=True, exist_ok=True)
     report, evidence, manifest = build_sft_report(run)
+    from curation.rundir import Kind, claim_report_folder, release_report_folder
+
+    kind = Kind(SFT_REPORT_SCHEMA.split("/")[0] + "/", "sluice sft build", "sft_report.json")
+    files = ("sft_report.html", "sft_report.json", "plots/sft_lengths.png")
+    claim_report_folder(out, files=files, kind=kind)
     paths: dict[str, Path] = {}
     if report["decontam"] is not None:
         cp = render_report(manifest["response_decontam"], out / "response_report")
@@ -120,4 +124,5 @@ def write_sft_report(run_dir: str | Path, out_dir: str | Path | None = None) -> 
     paths["html"].write_text(html, encoding="utf-8")
     paths["json"] = out / "sft_report.json"
     paths["json"].write_text(json.dumps(report, indent=2, sort_keys=True, default=str) + "\n")
+    release_report_folder(out)
     return paths

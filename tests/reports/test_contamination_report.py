@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from fixture_run import build_fixture_run
 
-from curation.errors import InputError, IntegrityError, NotFoundError
+from curation.errors import InputError, IntegrityError, NotFoundError, StorageError
 from curation.rundir import reseal
 from reports.contamination import (
     REPORT_SCHEMA_VERSION,
@@ -1169,3 +1169,28 @@ def test_the_reproduce_line_rescans_the_same_version_from_a_bare_shell(
     again = json.loads((tmp_path / "runs/a/run.json").read_text())
     assert again["input"]["ref"] == ref and again["counts"]["contaminated"] == 30, again["input"]
     assert first["counts"]["contaminated"] == 30
+
+
+def test_a_folder_holding_a_file_of_the_reports_name_is_not_overwritten(run_dir, tmp_path):
+    """`report contamination --out s` replaced a report.md of the user's in s; decontam run's
+    --out refuses such folders. A report now writes its files only into a folder where none of
+    them is, or that holds a report (finished, or stopped midway: its mark); the folder's other
+    files are left alone."""
+    mine = tmp_path / "s"
+    mine.mkdir()
+    (mine / "report.md").write_text("my notes\n")
+    with pytest.raises(StorageError, match="holds report.md, which is not part of a report") as e:
+        render_report(run_dir, mine)
+    assert "move report.md away" in e.value.hint
+    assert sorted(p.name for p in mine.iterdir()) == ["report.md"]
+    assert (mine / "report.md").read_text() == "my notes\n"
+    # other files: the report goes beside them, and its rerun replaces it (no mark left)
+    shared = tmp_path / "t"
+    shared.mkdir()
+    (shared / "notes.txt").write_text("kept\n")
+    render_report(run_dir, shared)
+    first = (shared / "report.json").read_text()
+    render_report(run_dir, shared)
+    assert (shared / "notes.txt").read_text() == "kept\n" and (shared / "report.json").read_text()
+    assert json.loads(first)["schema_version"] == "contamination_report/1"
+    assert not (shared / ".sluice-report").exists()

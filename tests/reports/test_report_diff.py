@@ -202,7 +202,8 @@ def test_a_diff_stopped_while_writing_leaves_no_diff_json(runs, tmp_path):
     proc = sluice_held_after("os:replace", argv, env={}, marker=tmp_path / "held")
     code, err = stop_group(proc, signal.SIGINT)
     assert code == 130 and "Traceback" not in err and "sluice: interrupted" in err, err
-    assert sorted(p.name for p in out.iterdir()) == ["diff.md"]
+    # and the mark that lets the rerun replace the diff.md it left (rundir.claim_report_folder)
+    assert sorted(p.name for p in out.iterdir()) == [".sluice-report", "diff.md"]
     assert "## Resolved flags (1)" in (out / "diff.md").read_text()  # the new one
     res = subprocess.run([sys.executable, "-m", "flows.cli", *argv], capture_output=True,
                          text=True, timeout=300, cwd=REPO)  # fmt: skip
