@@ -76,6 +76,8 @@ class BenchmarkInfo:
     description: str = ""
     domain: str = ""  # math | code
     variants: tuple[str, ...] = ()  # wordings loaded (primary first)
+    # items with no contest_date that a window kept (it cannot place them outside itself)
+    undated: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -253,19 +255,103 @@ def _parse_window(value: object, where: str) -> tuple[str, str]:
 _SOURCE_KEYS = {f for f in SourceSpec.__dataclass_fields__} - {"kind"}
 
 
-def _parse_source(d: object, kind: str, where: str, fields: dict) -> SourceSpec:
+_TOML_TYPES = {
+    str: "a string", int: "an integer", float: "a float", bool: "a boolean", list: "an array",
+    dict: "a table", _dt.date: "a date", _dt.datetime: "a date-time", _dt.time: "a time",
+}  # fmt: skip
+
+
+def _toml_type(v: object) -> str:
+    return _TOML_TYPES.get(type(v), type(v).__name__)
+
+
+def _str_key(raw: Mapping, key: str, where: str, default: str | None = None) -> str | None:
+    """``raw[key]`` if it is a string (``default`` when absent), else a ConfigError naming the
+    definition file and key."""
+    if key not in raw:
+        return default
+    v = raw[key]
+    if not isinstance(v, str):
+        raise ConfigError(
+            f"{where}: {key} must be a string, got {v!r} ({_toml_type(v)})",
+            hint=f'quote it: {key} = "{v}"',
+        )
+    return v
+
+
+def _table_key(raw: Mapping, key: str, where: str) -> dict:
+    v = raw.get(key)
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise ConfigError(
+            f"{where}: {key} must be a table, got {v!r} ({_toml_type(v)})",
+            hint=f"write it as a [{key}] section or {key} = {{ ... }}",
+        )
+    return v
+
+
+def _count_key(raw: Mapping, key: str, where: str) -> int | None:
+    """A pinned item count: a positive integer (not a string, float or boolean)."""
+    v = raw.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ConfigError(
+            f"{where}: {key} must be a positive integer, got {v!r} ({_toml_type(v)})",
+            hint=f"write the number without quotes, e.g. {key} = 30, or leave the pin out",
+        )
+    return v
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _sha_key(raw: Mapping, key: str, where: str) -> str | None:
+    """A pinned sha256: 64 hex digits (a malformed pin could never verify)."""
+    v = _str_key(raw, key, where)
+    if v is None:
+        return None
+    if not _SHA256.fullmatch(v.lower()):
+        raise ConfigError(
+            f"{where}: {key} must be a sha256 (64 hex digits), got {v!r}",
+            hint="compute it with decontam.benchmarks.content_hash / file_sha256 "
+            "(see docs/benchmarks.md), or leave the pin out",
+        )
+    return v.lower()
+
+
+def _parse_source(
+    d: object, kind: str, where: str, fields: dict, *, pins: bool = False
+) -> SourceSpec:
+    """One source section; ``pins``: it may carry its own item_count / content_hash (a
+    [[variants]] entry; the primary's pins live at the top of the definition)."""
     if not isinstance(d, dict):
-        raise ConfigError(f"{where}: expected a table, got {type(d).__name__}")
+        raise ConfigError(f"{where}: expected a table, got {d!r} ({_toml_type(d)})")
     unknown = set(d) - _SOURCE_KEYS
     if unknown:
         k = sorted(unknown)[0]
         raise ConfigError(f"{where}: unknown key {k!r}", hint=did_you_mean(k, sorted(_SOURCE_KEYS)))
-    if kind == "local" and not d.get("file"):
+    if kind == "local" and not _str_key(d, "file", where):
         raise ConfigError(f"{where}: 'file' is required")
-    if kind == "hub" and not d.get("repo"):
+    if kind == "hub" and not _str_key(d, "repo", where):
         raise ConfigError(f"{where}: 'repo' is required")
+    for pin in ("item_count", "content_hash"):
+        if pin in d and not pins:
+            raise ConfigError(
+                f"{where}: {pin} is pinned at the top of the definition, not in this section",
+                hint=f"move {pin} above the first [section]",
+            )
+    for key in ("variant", "revision", "split", "config"):
+        _str_key(d, key, where)
+    data_files = d.get("data_files", [])
+    if not isinstance(data_files, list) or not all(isinstance(f, str) for f in data_files):
+        raise ConfigError(
+            f"{where}: data_files must be an array of strings, got {data_files!r}",
+            hint='e.g. data_files = ["test.jsonl", "test2.jsonl"]',
+        )
     merged = dict(fields)
-    merged.update(d.get("fields") or {})
+    merged.update(_table_key(d, "fields", where))
     for target in merged:
         if target not in _ITEM_FIELDS:
             raise ConfigError(
@@ -301,18 +387,18 @@ def _parse_source(d: object, kind: str, where: str, fields: dict) -> SourceSpec:
         raise ConfigError(f"{where}: 'where' must map columns to single values")
     return SourceSpec(
         kind=kind,
-        variant=str(d.get("variant", "primary")),
+        variant=d.get("variant", "primary"),
         file=d.get("file"),
-        sha256=d.get("sha256"),
+        sha256=_sha_key(d, "sha256", where),
         repo=d.get("repo"),
-        revision=str(d.get("revision", "main")),
-        split=str(d.get("split", "train")),
+        revision=d.get("revision", "main"),
+        split=d.get("split", "train"),
         config=d.get("config"),
-        data_files=tuple(d.get("data_files", ())),
+        data_files=tuple(data_files),
         where=tuple(sorted(filters.items())),
         fields=tuple(sorted(mapped.items(), key=lambda kv: kv[0])),
-        item_count=d.get("item_count"),
-        content_hash=d.get("content_hash"),
+        item_count=_count_key(d, "item_count", where),
+        content_hash=_sha_key(d, "content_hash", where),
     )
 
 
@@ -337,44 +423,52 @@ def parse_definition(path: str | os.PathLike, *, builtin: bool = False) -> Bench
         k = sorted(unknown)[0]
         raise ConfigError(f"{where}: unknown key {k!r}", hint=did_you_mean(k, sorted(_DEF_KEYS)))
     for key in ("name", "version", "domain"):
-        if not raw.get(key):
+        if not _str_key(raw, key, where):
             raise ConfigError(f"{where}: {key!r} is required")
-    name = str(raw["name"])
+    for key in ("description", "normalizer"):
+        _str_key(raw, key, where)
+    name = raw["name"]
     if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]*", name):
         raise ConfigError(f"{where}: benchmark name {name!r} must be lowercase [a-z0-9_.-]")
     if raw["domain"] not in ("math", "code"):
         raise ConfigError(f"{where}: domain must be 'math' or 'code', got {raw['domain']!r}")
-    fields = raw.get("fields") or {}
+    fields = _table_key(raw, "fields", where)
     local = (
         _parse_source(raw["local"], "local", f"{where} [local]", fields) if "local" in raw else None
     )
     hub = _parse_source(raw["hub"], "hub", f"{where} [hub]", fields) if "hub" in raw else None
     if local is None and hub is None:
         raise ConfigError(f"{where}: a definition needs a [local] file or a [hub] dataset")
+    raw_variants = raw.get("variants") or []
+    if not isinstance(raw_variants, list):
+        raise ConfigError(
+            f"{where}: variants must be an array of tables, got {_toml_type(raw_variants)}",
+            hint="write each wording as its own [[variants]] section (two brackets)",
+        )
     variants = tuple(
-        _parse_source(v, "local", f"{where} [[variants]] #{i + 1}", fields)
-        for i, v in enumerate(raw.get("variants") or [])
+        _parse_source(v, "local", f"{where} [[variants]] #{i + 1}", fields, pins=True)
+        for i, v in enumerate(raw_variants)
     )
     for v in variants:
         if v.variant == "primary":
             raise ConfigError(f"{where}: each [[variants]] entry needs a variant name")
     windows = tuple(
         (str(k), _parse_window(v, f"{where} windows.{k}"))
-        for k, v in sorted((raw.get("windows") or {}).items())
+        for k, v in sorted(_table_key(raw, "windows", where).items())
     )
     from decontam.normalize import get_normalizer
 
-    get_normalizer(str(raw.get("normalizer", "text")))  # validates the name
+    get_normalizer(raw.get("normalizer", "text"))  # validates the name
     return BenchmarkDef(
         name=name,
-        version=str(raw["version"]),
-        domain=str(raw["domain"]),
+        version=raw["version"],
+        domain=raw["domain"],
         path=str(p.resolve()),
         builtin=builtin,
-        description=str(raw.get("description", "")),
-        normalizer=str(raw.get("normalizer", "text")),
-        item_count=raw.get("item_count"),
-        content_hash=raw.get("content_hash"),
+        description=raw.get("description", ""),
+        normalizer=raw.get("normalizer", "text"),
+        item_count=_count_key(raw, "item_count", where),
+        content_hash=_sha_key(raw, "content_hash", where),
         windows=windows,
         local=local,
         hub=hub,
@@ -432,10 +526,11 @@ def get_definition(name: str, definition_files: Sequence[str | os.PathLike] = ()
 # --------------------------------------------------------------------------------------------
 
 
-def _read_rows(path: Path) -> list[dict]:
-    """Rows of a local JSONL / JSON / Parquet file, through the project's one reader
-    (:func:`curation.readers.read_records`: a bad row is an error naming file and row)."""
-    from curation.readers import kind_of, read_records
+def _read_rows(path: Path) -> list[tuple[int, dict]]:
+    """``(row number, row)`` of a local JSONL / JSON / Parquet file, through the project's one
+    reader (:func:`curation.readers.iter_records`: a bad row is an error naming file and row; row
+    numbers are the file's own, blank lines counted)."""
+    from curation.readers import iter_records, kind_of
 
     if kind_of(path) is None:
         suffix = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
@@ -444,7 +539,7 @@ def _read_rows(path: Path) -> list[dict]:
             file=str(path),
             hint="use .jsonl, .jsonl.gz, .json or .parquet",
         )
-    return read_records(path)
+    return list(iter_records(path))
 
 
 def _as_str(v: object) -> str | None:
@@ -459,13 +554,57 @@ def _as_str(v: object) -> str | None:
     return str(v)
 
 
+DATE_FORMS = "YYYY-MM-DD or an ISO date-time such as 2024-08-01T18:30:00"
+_ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def _item_value(target: str, v: object) -> str | None:
+    """One mapped item field as stored, or ValueError saying what is wrong with ``v``.
+
+    ``item_id``: a string or an integer (read as its digits); ``text``: a string, never coerced
+    (a number where the statement should be is a broken row, not a statement);
+    ``contest_date``: an ISO date or date-time, kept as written (windows compare its first ten
+    characters, the day); every other field: its text (JSON text for lists and objects)."""
+    if v is None:
+        return None
+    if target == "item_id":
+        if isinstance(v, bool) or not isinstance(v, (str, int)):
+            raise ValueError(f"item_id must be a string or an integer, got {type(v).__name__}")
+        return str(v)
+    if target == "text":
+        if not isinstance(v, str):
+            raise ValueError(f"text must be a string, got {type(v).__name__} {v!r:.40}")
+        return v
+    if target == "contest_date":
+        if isinstance(v, (_dt.date, _dt.datetime)):  # Parquet dates and timestamps
+            return v.isoformat()
+        if not isinstance(v, str):
+            raise ValueError(f"contest_date must be a string, got {type(v).__name__} {v!r:.40}")
+        try:
+            if not _ISO_DAY.match(v) or v[10:11] not in ("", "T", " "):
+                raise ValueError
+            _dt.datetime.fromisoformat(v)  # a real day (no 2024-02-30) and a readable time
+        except ValueError:
+            raise ValueError(f"contest_date {v!r:.40} is not an ISO date") from None
+        return v
+    return _as_str(v)
+
+
+def _column(src: str | DerivedField) -> str:
+    return src.field if isinstance(src, DerivedField) else src
+
+
 def _map_rows(
-    rows: list[dict], spec: SourceSpec, defn: BenchmarkDef, where: str
+    rows: Iterable[tuple[int, dict]], spec: SourceSpec, defn: BenchmarkDef, where: str
 ) -> list[dict[str, object]]:
-    """Apply ``where`` filters and the field mapping; one BENCHMARK_ITEM_SCHEMA dict per row."""
+    """Apply ``where`` filters and the field mapping; one BENCHMARK_ITEM_SCHEMA dict per row.
+    Every row is checked here, as it is read: a missing, non-string or blank id or text, a
+    malformed contest date or an id seen before is an InputError naming file, row and field."""
     where_items = dict(spec.where)
+    columns = {target: _column(src) for target, src in spec.fields}
+    first_row: dict[object, int] = {}  # item_id -> the row it was first seen on
     out = []
-    for i, row in enumerate(rows, start=1):
+    for i, row in rows:
         if any(col in row and row[col] != val for col, val in where_items.items()):
             continue
         item: dict[str, object] = {
@@ -492,14 +631,40 @@ def _map_rows(
                         file=where, row=i, field=src,
                         hint=f"columns: {', '.join(sorted(row))}; fix fields.{target} in {defn.path}",
                     )  # fmt: skip
-                value = _as_str(row.get(src))
+                try:
+                    value = _item_value(target, row.get(src))
+                except ValueError as exc:
+                    hint = (
+                        f"write {DATE_FORMS}, or null for an undated item"
+                        if target == "contest_date"
+                        else f"fix the row, or map fields.{target} in {defn.path} to another column"
+                    )
+                    raise InputError(str(exc), file=where, row=i, field=src, hint=hint) from None
             item[target] = value
         for required in ("item_id", "text"):
-            if not item.get(required):
+            v = item.get(required)
+            if not isinstance(v, str) or not v.strip():
                 raise InputError(
-                    f"empty {required}", file=where, row=i, field=dict(spec.fields)[required]
-                )
+                    f"empty {required}",
+                    file=where, row=i, field=columns[required],
+                    hint="every benchmark item needs an id and a statement: fill it in or drop the row",
+                )  # fmt: skip
+        iid = item["item_id"]
+        if iid in first_row:
+            raise InputError(
+                f"duplicate item_id {iid!r} (first on row {first_row[iid]})",
+                file=where, row=i, field=columns["item_id"],
+                hint="each item of one wording needs its own id: drop or renumber one of the rows",
+            )  # fmt: skip
+        first_row[iid] = i
         out.append(item)
+    if not out:
+        why = f": no row matches where = {where_items}" if where_items else ""
+        raise InputError(
+            f"benchmark {defn.name} ({spec.variant} wording) has no items{why}",
+            file=where,
+            hint=f"fill the file with the benchmark's items, or fix {defn.path}",
+        )
     return out
 
 
@@ -580,18 +745,13 @@ class _Copy:
 
 
 def _wording(rows: list[dict], spec: SourceSpec, defn: BenchmarkDef, label: str) -> list[_Check]:
-    count, chash = defn.pinned(spec.variant)
-    ids = [r["item_id"] for r in rows]
-    checks = [
+    count, chash = defn.pinned(spec.variant)  # (ids are unique: _map_rows refuses a repeat)
+    return [
         _Check(f"{label} item count", count, len(rows)),
         _Check(
             f"{label} content hash", chash, content_hash((r["item_id"], r["text"]) for r in rows)
         ),
     ]
-    dups = len(ids) - len(set(ids))
-    if dups:
-        checks.append(_Check(f"{label} duplicate item ids", 0, dups))
-    return checks
 
 
 def _stamp(defn: BenchmarkDef, base: Path | None) -> tuple:
@@ -629,7 +789,7 @@ def _read_copy(defn: BenchmarkDef, bdir: str | None, include_variants: bool, sta
         spec = defn.hub
         looked = str(local) if local is not None else ("no mirror directory" if defn.local else "")
         hub_rows, source = _read_hub(spec, defn, looked)
-        rows = _map_rows(hub_rows, spec, defn, source)
+        rows = _map_rows(enumerate(hub_rows, start=1), spec, defn, source)
         checks += _wording(rows, spec, defn, spec.variant)
         loaded.append(spec.variant)
         variant_specs = ()
@@ -689,12 +849,21 @@ def _resolve_window(defn: BenchmarkDef, window: WindowArg) -> tuple[str, str] | 
     return _parse_window(window, f"window for {defn.name}")
 
 
-def _apply_window(items: pa.Table, window: tuple[str, str]) -> pa.Table:
-    import pyarrow.compute as pc
-
-    dates = pc.utf8_slice_codeunits(items.column("contest_date"), 0, 10)
-    keep = pc.and_(pc.greater_equal(dates, window[0]), pc.less(dates, window[1]))
-    return items.filter(pc.fill_null(keep, False))
+def _apply_window(items: pa.Table, window: tuple[str, str]) -> tuple[pa.Table, list[str]]:
+    """The rows of the items dated inside ``window`` (END exclusive) and of the items with no
+    date, and the ids of the latter. An item's date is its first dated row's (the primary
+    wording's), so variant wordings without a date of their own follow their item. An undated
+    item cannot be placed outside the window, so it is kept: dropping it would let a copy of it
+    through unnoticed; the caller counts and names it."""
+    ids = items.column("item_id").to_pylist()
+    dates: dict[str, str | None] = {}
+    for iid, day in zip(ids, items.column("contest_date").to_pylist(), strict=True):
+        if dates.get(iid) is None:
+            dates[iid] = day
+    start, end = window
+    keep = {i for i, d in dates.items() if d is None or start <= d[:10] < end}
+    undated = sorted(i for i, d in dates.items() if d is None)
+    return items.filter(pa.array([i in keep for i in ids], pa.bool_())), undated
 
 
 def load_benchmark(
@@ -723,12 +892,22 @@ def load_benchmark(
         )
     win = _resolve_window(defn, window)
     items = copy.items
+    notes = list(copy.notes)
+    undated: list[str] = []
     if win is not None:
         if items.column("contest_date").null_count == len(items):
             win = None  # undated benchmark: a window does not apply
         else:
-            items = _apply_window(items, win)
-    notes = list(copy.notes)
+            items, undated = _apply_window(items, win)
+    if undated:
+        n = len(undated)
+        shown = ", ".join(undated[:5]) + (", ..." if n > 5 else "")
+        note = (
+            f"window {win[0]}..{win[1]}: {n} undated item{'s' if n > 1 else ''} kept ({shown}); "
+            f"give {'them' if n > 1 else 'it'} a contest_date to place {'them' if n > 1 else 'it'}"
+        )
+        notes.append(note)
+        log.warning("%s: %s", defn.name, note)
     if bad:
         notes.append("UNVERIFIED: " + "; ".join(f"{c.what} differs" for c in bad))
     desc = " ".join([defn.description.strip(), *(f"[{n}]" for n in notes)]).strip()
@@ -744,6 +923,7 @@ def load_benchmark(
         description=desc,
         domain=defn.domain,
         variants=copy.variants,
+        undated=len(undated),
     )
     return items, info
 

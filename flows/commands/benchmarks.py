@@ -158,6 +158,10 @@ def show_benchmark(
     for wname, (s, e) in d.windows:
         t.add_row(f"window {wname}", f"{s} .. {e} (end exclusive)")
     t.add_row("window applied", "..".join(info.window) if info.window else "none (all items)")
+    if info.undated:
+        t.add_row(
+            "undated items kept", f"[yellow]{info.undated}[/] (no contest_date to place them)"
+        )
     con.print(t)
     for key, c in counts.items():
         if c:

@@ -304,7 +304,7 @@ def test_user_benchmark_pins_are_checked(tmp_path):
     good = content_hash((r["pid"], r["statement"]) for r in ROWS)
     toml = _user_bench(tmp_path, ROWS, extra=f'item_count = 2\ncontent_hash = "{good}"')
     assert load_benchmark("olymp", definition_files=[toml])[1].verified
-    toml = _user_bench(tmp_path, ROWS, extra='item_count = 3\ncontent_hash = "00"')
+    toml = _user_bench(tmp_path, ROWS, extra=f'item_count = 3\ncontent_hash = "{"0" * 64}"')
     with pytest.raises(IntegrityError, match="expected 3, got 2"):
         load_benchmark("olymp", definition_files=[toml])
 
