@@ -442,6 +442,19 @@ _TRL_MIN = {
 }
 
 
+# [trl] string fields with a fixed set of values that TRL checks only inside training: an
+# unknown one passed `train grpo --check`, and the run loaded the model, generated, then ended
+# in a traceback ("Unknown loss type"), leaving an unfinished run behind. The values TRL 1.16's
+# GRPOTrainer takes (its code; GRPOConfig declares no choices): a test checks each against
+# GRPOConfig's help text, so a TRL that renames one is noticed.
+TRL_CHOICES: dict[str, tuple[str, ...]] = {
+    "loss_type": ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"),
+    "scale_rewards": ("group", "batch", "none"),
+    "importance_sampling_level": ("token", "sequence"),
+    "multi_objective_aggregation": ("sum_then_normalize", "normalize_then_sum"),
+}
+
+
 def _check_trl_values(trl: dict[str, Any], grpo_config: type) -> None:
     """Each [trl] value has its GRPOConfig field's type (a quoted number or a number for a
     string field passed GRPOConfig and failed later with a TypeError traceback)."""
@@ -469,6 +482,12 @@ def _check_trl_values(trl: dict[str, Any], grpo_config: type) -> None:
                     hint="[trl] values go to trl.GRPOConfig as they are; write numbers and "
                     "true/false without quotes",
                 )
+        if key in TRL_CHOICES and value not in TRL_CHOICES[key]:
+            raise ConfigError(
+                f"[trl] {key} must be one of {', '.join(TRL_CHOICES[key])}, got {value!r}",
+                hint="TRL checks it only once training has started; see trl.GRPOConfig's "
+                f"help for {key}",
+            )
         if key in _TRL_MIN and isinstance(value, int | float) and value < _TRL_MIN[key][0]:
             raise ConfigError(
                 f"[trl] {key} must be >= {_TRL_MIN[key][0]}, got {value!r}",

@@ -383,6 +383,10 @@ def test_verl_overrides_name_keys_of_verls_own_config(tiny_model, pool_catalog, 
         (("[trl]", "[trl]\nlearning_rate = nan"), "[trl] learning_rate must be a finite number"),
         (("[trl]", "[trl]\nbeta = inf"), "[trl] beta must be a finite number"),
         (("[trl]", "[trl]\nadam_beta2 = -inf"), "[trl] adam_beta2 must be a finite number"),
+        # string choices TRL checks only once training runs (a traceback after generating)
+        (("[trl]", '[trl]\nloss_type = "nope"'), "[trl] loss_type must be one of grpo, dr_grpo"),
+        (("[trl]", '[trl]\nscale_rewards = "bogus"'), "[trl] scale_rewards must be one of group"),
+        (("[trl]", '[trl]\nimportance_sampling_level = "seq"'), "importance_sampling_level must"),
     ],
 )
 def test_non_finite_config_numbers_are_one_error_line(tmp_path, edit, message):
@@ -401,6 +405,25 @@ def test_non_finite_config_numbers_are_one_error_line(tmp_path, edit, message):
     )  # fmt: skip
     assert r.returncode == 2, r.stderr
     assert message in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_the_trl_choices_sluice_checks_are_the_ones_trl_documents():
+    """training.grpo.TRL_CHOICES is written from TRL's trainer code (GRPOConfig declares no
+    choices): every value must be named in the field's help, and every quoted value the help
+    names must be in the table, so a TRL that adds, drops or renames one fails here."""
+    import dataclasses
+    import re
+
+    from trl import GRPOConfig
+
+    from training.grpo import TRL_CHOICES
+
+    helps = {f.name: f.metadata.get("help", "") for f in dataclasses.fields(GRPOConfig)}
+    for key, values in TRL_CHOICES.items():
+        assert all(v in helps[key] for v in values), (key, helps[key])
+        quoted = set(re.findall(r"(?<!=)'([a-z_]+)'", helps[key]))  # not "x='y'"
+        assert quoted <= set(values), (key, quoted - set(values))
+        assert GRPOConfig(output_dir="/tmp/x", use_cpu=True, bf16=False, **{key: values[-1]})
 
 
 def test_entropy_sweep_of_an_sft_set_says_it_is_not_a_problem_pool(
