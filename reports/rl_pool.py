@@ -59,14 +59,18 @@ def build_rl_report(ref: str, catalog: Any = None, contamination_report: str | N
     from rl_pools.tiers import TierConfig
 
     cat = catalog or Catalog()
-    from rl_pools.build import selected_pool
+    from rl_pools.build import selected_pool, selection_key
 
     v = selected_pool(cat, ref, "rl report")
     pool = cat.load(v.ref)
-    cfg = v.config or {}
     # a curriculum stage is reported inside the selected pool it was cut from: that pool's
     # inputs, drops, tiers and stages (the stage version records none of its own)
     rl_v = cat.resolve(v.parents[0]) if v.step == "rl.curriculum" and v.parents else v
+    # the selection that last published it: two `rl select` runs that keep the same rows
+    # publish one version (its own config is the first run's), each with its own curriculum
+    pubs = cat.publications(rl_v.ref)
+    sel_cfg = (pubs[-1]["config"] if pubs else None) or rl_v.config or {}
+    cfg = sel_cfg if v is rl_v else (v.config or {})
     tcfg = TierConfig(**(cfg.get("selection") or {}).get("tiers", {}))
     tiers = [t for t in tcfg.all_tiers()]
     lineage = [n.to_dict() for n in cat.lineage(v.ref)]
@@ -102,9 +106,14 @@ def build_rl_report(ref: str, catalog: Any = None, contamination_report: str | N
     for name in cat.datasets():
         if name.startswith(f"{rl_v.name}.stage"):
             for sv in cat.versions(name):
-                if rl_v.ref in sv.parents:
-                    stages.append({"ref": sv.ref, "stage": sv.config.get("stage"),
-                                   "values": sv.config.get("stage_values"), "rows": sv.num_rows})  # fmt: skip
+                if rl_v.ref not in sv.parents:
+                    continue
+                # the stages of that selection only (not those of another with the same rows)
+                mine = [p["config"] for p in cat.publications(sv.ref)
+                        if selection_key(p["config"]) == selection_key(sel_cfg)]  # fmt: skip
+                if mine:
+                    stages.append({"ref": sv.ref, "stage": mine[-1].get("stage"),
+                                   "values": mine[-1].get("stage_values"), "rows": sv.num_rows})  # fmt: skip
     stages.sort(key=lambda s: s["stage"] or 0)
     decon = next((n for n in lineage if n["step"] == "decontaminate"), None)
     rows_in = rl_v.metadata.get("rows_in")

@@ -11,6 +11,7 @@ catalog unchanged.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,16 @@ def base_name(name: str) -> str:
         if name.endswith(suffix):
             name = name[: -len(suffix)]
     return name
+
+
+def selection_key(config: Any) -> str:
+    """The config one `rl select` run publishes its pool and its curriculum stages with, without
+    a stage's own number and values: the same for NAME.rl and every stage of that run. Two
+    runs that keep the same rows publish one NAME.rl version (content addressed); each
+    publication keeps its own config (``Catalog.publications``), which tells them apart."""
+    c = config if isinstance(config, dict) else {}
+    return json.dumps({k: v for k, v in c.items() if k not in ("stage", "stage_values")},
+                      sort_keys=True, default=str)  # fmt: skip
 
 
 def selected_pool(cat: Catalog, ref: str, what: str):

@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from curation.errors import ConfigError, InputError, IntegrityError, SluiceError
+from rl_pools.build import selection_key
 from rl_pools.testcases import test_preamble
 
 # What a training row needs, by domain: math rows are scored against `answer`, code rows run
@@ -159,6 +160,40 @@ def _check_one_selection(catalog: Any, infos: list[PoolInfo]) -> None:
                 f"one selection (those of {latest}), or select again with the curriculum "
                 "this config trains",
             )
+    # Two selections that keep the same rows publish the same NAME.rl version (content
+    # addressed), so the parent alone did not tell an easy-to-hard stage3 beside an srpo stage1.
+    # Each publication of a stage keeps the config it was published with: the stages of one
+    # selection share one (but for the stage's own number and values).
+    stages: dict[str, list[str]] = {}
+    for i in infos:
+        v = catalog.resolve(i.resolved)
+        if v.step == "rl.curriculum" and v.parents:
+            stages.setdefault(v.parents[0].split("@")[0], []).append(i.resolved)
+    for name, refs in stages.items():
+        if len(refs) < 2:
+            continue
+        keys = [{selection_key(p["config"]): p["config"] for p in catalog.publications(r)}
+                for r in refs]  # fmt: skip
+        if not set.intersection(*(set(k) for k in keys)):
+            what = "; ".join(
+                f"{r} from {' or '.join(sorted({_curriculum_name(c) for c in k.values()}))}"
+                for r, k in zip(refs, keys, strict=True)
+            )
+            raise ConfigError(
+                f"the curriculum stages come from different `rl select` runs of {name} (the "
+                f"same rows kept, other curricula): {what}",
+                hint="train the stages of one selection, or select again with the curriculum "
+                "this config trains (its stages are then the @latest ones)",
+            )
+
+
+def _curriculum_name(config: Any) -> str:
+    cur = (config or {}).get("curriculum") if isinstance(config, dict) else None
+    if not isinstance(cur, dict):
+        return "a selection"
+    if cur.get("preset"):
+        return f"curriculum {cur['preset']!r}"
+    return f"curriculum by {cur.get('by')} {cur.get('stages')}"
 
 
 # --------------------------------------------------------------------------------------------

@@ -403,3 +403,48 @@ def test_curriculum_stages_of_two_selections_are_refused(pools_dir, data_root):
     assert len(check_pools(cat, [s["ref"] for s in second["stages"]], allow_uncleaned=True)) == 2
     other = cat.publish("other", pa.table({"uid": ["x"], "domain": ["math"], "problem": ["p"]}))
     check_pools(cat, [second["stages"][0]["ref"], other.ref], allow_uncleaned=True)
+
+
+def test_curriculum_stages_of_two_selections_keeping_the_same_rows_are_refused(
+    pools_dir, data_root
+):
+    """Two `rl select` runs with the same keep rules and other curricula publish the same
+    NAME.rl version (content addressed): the check on the stages' parent passed an srpo
+    stage1 beside the easy-to-hard selection's stage3 (those rows trained twice). The stages'
+    publications say which selection published them."""
+    from curation.catalog import Catalog
+    from curation.ingest import ingest
+    from rl_pools.build import import_counts_ref, select_ref
+    from rl_pools.curriculum import CurriculumConfig
+    from rl_pools.passcounts import counts_table
+    from rl_pools.tiers import SelectionConfig
+
+    ingest(str(pools_dir / "math_deepscaler_math_train.jsonl"), field_map="deepscaler_math",
+           name="cur", limit=40)  # fmt: skip
+    cat = Catalog()
+    uids = cat.load("cur@latest").column("uid").to_pylist()
+    import_counts_ref(counts_table({"uid": u, "model": "m", "verifier_version": "v", "k": 8,
+                                    "passed": i % 8} for i, u in enumerate(uids)), "cur@latest")  # fmt: skip
+    first = select_ref("cur@latest", "m", SelectionConfig(preset="srpo"),
+                       curriculum=CurriculumConfig(preset="easy-to-hard"))  # fmt: skip
+    second = select_ref("cur@latest", "m", SelectionConfig(preset="srpo"),
+                        curriculum=CurriculumConfig(by="tier", stages=[["easy", "medium"], ["hard"]]))  # fmt: skip
+    assert second["ref"] == first["ref"]  # the same rows kept: one NAME.rl version
+    mixed = ["cur.rl.stage1@latest", "cur.rl.stage3@latest"]  # the second's, the first's
+    with pytest.raises(ConfigError) as e:
+        check_pools(cat, mixed, allow_uncleaned=True)
+    msg = str(e.value)
+    assert "different `rl select` runs of cur.rl" in msg, msg
+    assert "curriculum 'easy-to-hard'" in msg and "curriculum by tier" in msg, msg
+    # each selection's own stages are fine, at @latest (the second) and pinned (the first)
+    assert len(check_pools(cat, ["cur.rl.stage1@latest", "cur.rl.stage2@latest"],
+                           allow_uncleaned=True)) == 2  # fmt: skip
+    assert len(check_pools(cat, [s["ref"] for s in first["stages"]], allow_uncleaned=True)) == 4
+    # the RL pool report of cur.rl@latest lists the second selection's two stages (it listed
+    # both selections' six), with that selection's curriculum
+    from reports.rl_pool import build_rl_report
+
+    r = build_rl_report("cur.rl@latest", cat, None)
+    assert [(s["stage"], s["values"]) for s in r["stages"]] == [
+        (1, ["easy", "medium"]), (2, ["hard"])
+    ], r["stages"]  # fmt: skip
