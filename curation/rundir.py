@@ -156,12 +156,35 @@ def release_report_folder(out: str | os.PathLike) -> None:
     (Path(out) / REPORT_MARK).unlink(missing_ok=True)
 
 
-def check_out_dir(out: str | os.PathLike, *, kind: Kind) -> Path:
-    """Refuse an ``--out`` that cannot become a folder (:func:`check_out_folder`), or that
-    holds anything but an earlier run directory of ``kind`` (it would be replaced, and its
-    contents lost), before any work is done."""
+def _refuse_inputs_inside(out: Path, inputs: Iterable[str | os.PathLike]) -> None:
+    """Refuse an input file that lies inside ``out`` (symlinks resolved, and the link itself):
+    replacing ``out`` would delete the input the run read, and its manifest would name a file
+    that is gone."""
+    if not out.is_dir():
+        return
+    here = out.resolve()
+    for given in inputs:
+        p = Path(given)
+        for where in (p.resolve(), p.absolute().parent.resolve() / p.name):
+            if where.is_relative_to(here):
+                shown = given if where == p.absolute() else f"{given} (that is {where})"
+                raise ConfigError(
+                    f"input {shown} is inside --out {out}: writing the run there would "
+                    "replace that folder, and the input with it",
+                    hint=f"choose another folder for --out, or move or copy {where.name} out "
+                    f"of {out} first; nothing was written",
+                )
+
+
+def check_out_dir(
+    out: str | os.PathLike, *, kind: Kind, inputs: Iterable[str | os.PathLike] = ()
+) -> Path:
+    """Refuse an ``--out`` that cannot become a folder (:func:`check_out_folder`), that holds
+    anything but an earlier run directory of ``kind`` (it would be replaced, and its contents
+    lost), or that holds one of the run's ``inputs`` (files), before any work is done."""
     out = check_out_folder(out, holds=f"the run directory of `{kind.command}`")
     _refuse_replacing(out, kind)
+    _refuse_inputs_inside(out, inputs)
     parent = out.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent

@@ -24,6 +24,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -129,6 +130,11 @@ class DecontamConfig:
 
     def __post_init__(self) -> None:
         self._check_types()
+        # a name given twice (`--detectors ngram,ngram`) runs once, in first-given order, as a
+        # text field named twice is scanned once (a detector run twice recorded every match
+        # twice and missed the scan cache)
+        self.detectors = list(dict.fromkeys(self.detectors))
+        self.benchmarks = list(dict.fromkeys(self.benchmarks))
         if isinstance(self.policy, dict):
             self.policy = PolicyConfig.from_dict(self.policy)
         self.policy.check_detectors()
@@ -247,9 +253,24 @@ def _file_stem(name: str) -> str:
     return name
 
 
+def _dataset_name(input: str) -> str | None:
+    """INPUT's dataset name when it reads as ``NAME`` or ``NAME@VERSION`` (a name may hold
+    '/': ``team/aime@latest``), else None."""
+    from curation.catalog import check_name, split_ref
+
+    try:
+        return check_name(split_ref(input)[0])
+    except ConfigError:
+        return None
+
+
 def _resolve_input(input: str, catalog=None):
     """INPUT as ``("file", path)`` (an existing JSONL/Parquet file) or ``("catalog", (catalog,
-    version))``; the one place that decides, for the whole-table and the streamed path."""
+    version))``; the one place that decides, for the whole-table and the streamed path.
+
+    An existing file wins; a path with a data suffix is a file; a path with '/' is a catalog
+    name when the catalog holds that name (``team/aime@latest``), else a file that is missing
+    (or a folder)."""
     p = Path(input)
     if p.is_file():
         if _file_stem(p.name) == p.name:
@@ -257,7 +278,20 @@ def _resolve_input(input: str, catalog=None):
                 f"unsupported input file type: {p.name}", hint="use .jsonl, .jsonl.gz or .parquet"
             )
         return "file", p
-    path_like = p.suffix in (".jsonl", ".parquet", ".gz", ".json") or os.sep in input
+    if p.exists():  # a FIFO or a device: opening it would block or never end
+        from curation.readers import check_regular
+
+        check_regular(p)
+    from curation.catalog import Catalog
+
+    by_suffix = p.suffix in (".jsonl", ".parquet", ".gz", ".json")
+    path_like = by_suffix or os.sep in input or "/" in input
+    name = None if by_suffix else _dataset_name(input)
+    if path_like and name is not None:
+        cat = catalog or Catalog()
+        names = cat.datasets()
+        if name in names:
+            return "catalog", (cat, cat.resolve(input))
     if p.is_dir() and path_like:
         raise ConfigError(
             f"input {input} is a folder: decontam run reads one JSONL or Parquet file, or a "
@@ -265,18 +299,26 @@ def _resolve_input(input: str, catalog=None):
             hint=f"ingest the folder first (sluice ingest {input} --map ... --name ...) and pass "
             "its name@version, or pass one of its files",
         )
-    if p.exists():  # a FIFO or a device: opening it would block or never end
-        from curation.readers import check_regular
-
-        check_regular(p)
+    if path_like and name is not None:
+        raise NotFoundError(
+            f"input {input} not found: no such file, and no dataset {name!r} in the catalog "
+            f"at {cat.root}",
+            hint="give an existing file or a catalog name@version; "
+            + did_you_mean(name, names, limit=5, see_all=f"sluice datasets list --root {cat.root}"),
+        )
     if path_like:
         raise NotFoundError(
             f"input file {input} not found", hint="give an existing file or a catalog name@version"
         )
-    from curation.catalog import Catalog
-
     cat = catalog or Catalog()
     return "catalog", (cat, cat.resolve(input))
+
+
+def input_files(input: str) -> list[Path]:
+    """The files INPUT reads directly: itself when it is a file (a catalog version's file is
+    the catalog's)."""
+    p = Path(input)
+    return [p] if p.is_file() else []
 
 
 def read_input(input: str, *, catalog=None) -> InputData:
@@ -1308,16 +1350,38 @@ def _matched_items(matches: pa.Table, items: pa.Table) -> pa.Table:
     return items.filter(pa.array(mask, pa.bool_()))
 
 
+# the columns a run adds to its excluded rows (excluded.parquet, <name>.excluded), after the
+# input's: this run's sample id, reasons and benchmarks, from the decisions
+EXCLUDED_COLUMNS = {
+    "sluice_sample_uid": "sample_uid",
+    "sluice_reasons": "reasons",
+    "sluice_benchmarks": "benchmarks",
+}
+_EARLIER_RUN_COLUMN = re.compile(r"(input_)*(" + "|".join(EXCLUDED_COLUMNS) + ")")
+
+
+def excluded_input_column(name: str) -> str:
+    """The name an input column has among the excluded rows: its own, except for a column a
+    run adds (an excluded set scanned again) or an earlier run's copy of one, which gets one
+    more ``input_`` in front: ``sluice_reasons`` -> ``input_sluice_reasons`` (the reasons of
+    the run that excluded the row before), ``input_sluice_reasons`` ->
+    ``input_input_sluice_reasons``. Nothing of the input is lost and the run's own columns
+    keep their names; a rule on the name alone, so every batch of a streamed input agrees."""
+    return f"input_{name}" if _EARLIER_RUN_COLUMN.fullmatch(name) else name
+
+
 def _excluded_rows(rows: pa.Table, decisions: pa.Table) -> pa.Table:
-    """The contaminated rows of ``rows`` with their sample id, reasons and benchmarks."""
+    """The contaminated rows of ``rows`` (columns named by :func:`excluded_input_column`) with
+    their sample id, reasons and benchmarks (:data:`EXCLUDED_COLUMNS`)."""
     contaminated = decisions["contaminated"]
     excl_dec = decisions.filter(contaminated)
-    return (
-        rows.filter(contaminated)
-        .append_column("sluice_sample_uid", excl_dec["sample_uid"])
-        .append_column("sluice_reasons", excl_dec["reasons"])
-        .append_column("sluice_benchmarks", excl_dec["benchmarks"])
-    )
+    out = rows.filter(contaminated)
+    names = [excluded_input_column(n) for n in out.column_names]
+    if names != out.column_names:
+        out = out.rename_columns(names)
+    for column, decision in EXCLUDED_COLUMNS.items():
+        out = out.append_column(column, excl_dec[decision])
+    return out
 
 
 # ----------------------------------------------------------------------------- all together
@@ -1450,7 +1514,8 @@ def run_decontamination(
     if detectors:
         config = dataclasses.replace(config, detectors=list(detectors))
     check_benchmark_names(config.benchmarks)
-    rundir.check_out_dir(out_dir, kind=RUN_DIR_KIND)  # before reading or scanning anything
+    # before reading or scanning anything; an input file inside --out would be replaced with it
+    rundir.check_out_dir(out_dir, kind=RUN_DIR_KIND, inputs=input_files(input))
     command = (
         command
         if command is not None

@@ -34,6 +34,7 @@ from decontam.run import (
     _JSON_VALUES,
     _MATCH_SORT,
     _NON_TEXT,
+    EXCLUDED_COLUMNS,
     RUN_DIR_KIND,
     DecontamConfig,
     InputData,
@@ -55,6 +56,7 @@ from decontam.run import (
     build_detectors,
     cached_scan,
     column_hint,
+    excluded_input_column,
     file_chunks,
     first_row_error,
     ingest_accounting,
@@ -718,10 +720,15 @@ def _run_streamed(
             del id_hashes
             schema, as_json = columns.union()
             dec_schema, _ = _Columns(decisions_p.schemas).union()
-            sluice_cols = [f for f in excluded_p.schemas[0] if f.name.startswith("sluice_")]
-            excl_schema = pa.schema([*schema, *sluice_cols], metadata=schema.metadata)
+            # the excluded rows: the input's columns as _excluded_rows names them, then the run's
+            excl_schema = pa.schema(
+                [f.with_name(excluded_input_column(f.name)) for f in schema]
+                + [excluded_p.schemas[0].field(n) for n in EXCLUDED_COLUMNS],
+                metadata=schema.metadata,
+            )
+            excl_json = frozenset(map(excluded_input_column, as_json))
             decisions_p.write(out / "decisions.parquet", dec_schema)
-            excluded_p.write(out / "excluded.parquet", excl_schema, as_json)
+            excluded_p.write(out / "excluded.parquet", excl_schema, excl_json)
             matches = (
                 pa.concat_tables(match_parts).sort_by(_MATCH_SORT)
                 if match_parts
@@ -737,7 +744,7 @@ def _run_streamed(
             if cat is not None and clean_p is not None:
                 clean_ref, excluded_ref = _publish(
                     cat, publish_name, inp, (clean_p.batches(schema, as_json), schema),
-                    (excluded_p.batches(excl_schema, as_json), excl_schema), config=config,
+                    (excluded_p.batches(excl_schema, excl_json), excl_schema), config=config,
                     text_fields=text_fields, id_field=id_field, final=final,
                     on_staged=lambda refs: left.update(refs=refs),
                 )  # fmt: skip

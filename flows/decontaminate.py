@@ -52,13 +52,14 @@ def decontaminate_flow(
     ``DecontamConfig`` as a dict (default: the library defaults). Returns refs, paths, counts."""
     from curation import rundir
     from curation.settings import data_root as resolve_root
-    from decontam.run import RUN_DIR_KIND, DecontamConfig
+    from decontam.run import RUN_DIR_KIND, DecontamConfig, input_files
 
     root = resolve_root(data_root)
     ref = pin_ref(root, input_ref)
     cfg = DecontamConfig(**(decontam or {})).to_dict()
     out = out_dir or str(default_run_dir(root, ref))
-    rundir.check_out_dir(out, kind=RUN_DIR_KIND)  # before the shards are prepared and scanned
+    # before the shards are prepared and scanned
+    rundir.check_out_dir(out, kind=RUN_DIR_KIND, inputs=input_files(ref))
     common = dict(text_fields=list(text_fields), id_field=id_field, decontam=cfg, data_root=root)
     if shards <= 1 and not ray_address:
         summary = cached_or_rerun(

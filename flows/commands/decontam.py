@@ -69,7 +69,9 @@ def _reproduce(
 @app.command("run")
 def run(
     input: str = typer.Argument(
-        ..., help="catalog reference (name@version) or a JSONL/Parquet file"
+        ...,
+        help="a JSONL/Parquet file, or a catalog reference (name@version; a name may hold "
+        "'/'): an existing file wins",
     ),
     text_field: list[str] = typer.Option(
         ...,
@@ -91,7 +93,7 @@ def run(
         ...,
         "--out",
         help="run directory to write: a new or empty folder, or an earlier run directory "
-        "(replaced); any other folder is refused",
+        "(replaced; refused if it holds the input file); any other folder is refused",
     ),
     benchmarks_dir: str | None = typer.Option(
         None,
@@ -127,7 +129,12 @@ def run(
         None, "--root", help="data root (default $SLUICE_DATA_ROOT or ./.sluice)"
     ),
 ) -> None:
-    """Scan INPUT's text fields against benchmarks; write matches, decisions and evidence to --out."""
+    """Scan INPUT's text fields against benchmarks; write matches, decisions and evidence to --out.
+
+    Excluded rows are the input's columns, then this run's sluice_sample_uid, sluice_reasons
+    and sluice_benchmarks.
+
+    An excluded set scanned again keeps its earlier run's as input_sluice_* (input_input_...)."""
     import dataclasses
     import shlex
     import sys

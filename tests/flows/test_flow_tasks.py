@@ -209,6 +209,45 @@ def test_sharded_scan_matches_the_single_process_run(tmp_path, pools_dir, benchm
     )
 
 
+def test_a_dataset_name_with_a_slash_goes_through_the_flow_tasks(
+    tmp_path, pools_dir, benchmarks_dir
+):
+    """`ingest --name team/aime` is accepted, but its name@version was taken for a missing
+    file (a '/' in it) by everything that reads a decontamination input: the one-task run and
+    the sharded tasks (prepare reads the input, finalize reads it again)."""
+    root = str(tmp_path / "root")
+    src = write_slice(pools_dir / "math_ttrl_aime24_as_train.jsonl", tmp_path / "t.jsonl", 8)
+    ref = ingest_pool.fn({"name": "team/aime", "source": str(src), "map": "ttrl"}, root)["ref"]
+    assert ref.startswith("team/aime@")
+    cfg = _decontam()
+    kw = dict(text_fields=["problem"], id_field="uid", decontam=cfg, data_root=root)
+    kw["benchmarks_dir"] = str(benchmarks_dir)
+    single = decontaminate_pool.fn(ref, out_dir=str(tmp_path / "single"), **kw)
+    assert single["clean_ref"].startswith("team/aime.decontaminated@")
+    shards = prepare_shards.fn(ref, ["problem"], "uid", 2, str(tmp_path / "work"), root)
+    scans = [scan_shard.fn(p, cfg, root, str(benchmarks_dir)) for p in shards]
+    sharded = finalize_shards.fn(
+        ref, [s["matches_path"] for s in scans], out_dir=str(tmp_path / "sharded"), **kw
+    )
+    assert sharded["counts"]["contaminated"] == single["counts"]["contaminated"] == 8
+
+
+def test_the_decontaminate_flow_refuses_an_input_inside_its_run_directory(tmp_path, pools_dir):
+    """An input file inside the run directory the flow would replace is refused before the
+    shards are prepared (the run would delete it and record a file that is gone)."""
+    from flows.decontaminate import decontaminate_flow
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "run.json").write_text('{"schema_version": "decontam_run/1"}')
+    src = write_slice(pools_dir / "math_ttrl_aime24_as_train.jsonl", out / "t.jsonl", 4)
+    with pytest.raises(ConfigError, match=rf"input {src} is inside --out {out}"):
+        decontaminate_flow.fn(
+            str(src), ["prompt"], out_dir=str(out), data_root=str(tmp_path / "root"), shards=2
+        )
+    assert sorted(p.name for p in out.iterdir()) == ["run.json", "t.jsonl"]
+
+
 def test_config_file_round_trip_via_helper(tmp_path):
     cfg = write_config(
         tmp_path / "c.toml",
