@@ -1134,8 +1134,14 @@ def _batch_decisions(
     provenance columns (``id_field``: the run's --id-field; its values, the ``uids``, are the
     rows' source_id when they have no source_id column)."""
     decisions = decide(matches, uids, policy)
-    if "source" in rows.column_names:
-        decisions = decisions.append_column("source", pc.cast(rows["source"], pa.string()))
+    # always the column (null where the input has none): README lists it, and the decisions of
+    # two runs (or the batches of one) have one schema
+    source = (
+        pc.cast(rows["source"], pa.string())
+        if "source" in rows.column_names
+        else pa.nulls(decisions.num_rows, pa.string())
+    )
+    decisions = decisions.append_column("source", source)
     return with_provenance(decisions, rows, path, row_numbers, uids if id_field else None)
 
 

@@ -428,8 +428,16 @@ def _grpo_args(config: TrainConfig, stage: Any, temperature: float, out: Path, s
         seed=seed,
         reward_weights=config.reward_weights(),
     )
+    import warnings
+
     try:
-        return GRPOConfig(**kw)
+        with warnings.catch_warnings():
+            # TRL's own default (gradient_checkpointing) trips a transformers deprecation on
+            # every GRPOConfig: two lines before each message of a run, none of them the user's
+            warnings.filterwarnings(
+                "ignore", message="`gradient_checkpointing` is deprecated", category=FutureWarning
+            )
+            return GRPOConfig(**kw)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"stage {stage.name!r}: TRL rejected the settings: {exc}") from exc
 
@@ -497,6 +505,12 @@ def _check_trl_values(trl: dict[str, Any], grpo_config: type) -> None:
 
 def _check_model_folder(mc: Any) -> None:
     where = os.path.expanduser(mc.name_or_path)
+    if where.startswith(("/", ".", "~")) and os.path.isfile(where):
+        raise ConfigError(
+            f"cannot load model {mc.name_or_path!r}: it is a file, not a model folder",
+            hint="[model] name_or_path: give the folder save_pretrained wrote (its config.json "
+            "and weights), not one file of it",
+        )
     if where.startswith(("/", ".", "~")) and not os.path.isdir(where):
         # a missing local folder was reported as a malformed Hub repo id
         raise ConfigError(

@@ -116,6 +116,10 @@ def test_clean_pool_exits_zero_and_flags_nothing(pools_dir, tmp_path):
     assert r.returncode == 0, r.stderr
     d = pq.read_table(out / "decisions.parquet")
     assert d.num_rows == 200 and not any(d["contaminated"].to_pylist())
+    # README's columns, `source` included, also for an input without one (null there: it was
+    # missing, so the decisions of two inputs had two schemas)
+    assert _readme_columns("`DIR/decisions.parquet` (one row per input row:") == d.column_names
+    assert d["source"].null_count == 200
 
 
 def test_bad_text_field_is_one_clear_line(pools_dir, tmp_path):

@@ -440,6 +440,26 @@ def test_a_missing_local_model_folder_is_named_as_such(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_model(ModelConfig(name_or_path=str(tmp_path / "no-such-model")))
     assert "no such folder" in str(e.value) and "Repo id" not in str(e.value)
+    # a file of a model folder (its weights) given for the folder: said so, not "no such folder"
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"\0" * 8)
+    with pytest.raises(ConfigError) as e:
+        load_model(ModelConfig(name_or_path=str(weights)))
+    assert "it is a file, not a model folder" in str(e.value), str(e.value)
+
+
+def test_grpo_args_print_no_deprecation_of_trls_own_defaults(tmp_path):
+    """Every `train grpo` message came after two lines of transformers' FutureWarning about
+    `gradient_checkpointing`, a default of TRL's the user never set."""
+    import warnings
+
+    from training.grpo import _grpo_args
+
+    cfg = _config(tmp_path / "model", {"math": "m@latest", "code": "c@latest"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _grpo_args(cfg, cfg.stages[0], 1.0, tmp_path, 0)
+    assert not [w for w in caught if "gradient_checkpointing" in str(w.message)], caught
 
 
 def _checkpoint_manifest(beta: float | None = None) -> dict:
