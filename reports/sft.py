@@ -105,7 +105,9 @@ def write_sft_report(run_dir: str | Path, out_dir: str | Path | None = None) -> 
 
     kind = Kind(SFT_REPORT_SCHEMA.split("/")[0] + "/", "sluice sft build", "sft_report.json")
     files = ("sft_report.html", "sft_report.json", "plots/sft_lengths.png")
-    claim_report_folder(out, files=files, kind=kind)
+    if out.resolve() != run.resolve():  # the build's own run directory is the build's to write
+        claim_report_folder(out, files=files, kind=kind)
+    out.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
     if report["decontam"] is not None:
         cp = render_report(manifest["response_decontam"], out / "response_report")
