@@ -73,7 +73,7 @@ def validate_ref(ref: str, config: Any = None, catalog: Catalog | None = None) -
     cat = catalog or Catalog()
     v = cat.resolve(ref)
     cfg = config or PoolValidationConfig()
-    res = validate_pool(cat.load(v.ref), cfg)
+    res = validate_pool(cat.load(v.ref), cfg, source=v.ref)
     base = base_name(v.name)
     conf = {"validation": asdict(cfg), "summary": res.summary()}
     # one commit: a validated pool is never published without the record of its drops

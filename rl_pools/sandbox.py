@@ -399,6 +399,7 @@ def check_available(config: SandboxConfig | None = None) -> None:
     if not os.path.exists(py):
         raise SandboxUnavailable(f"sandbox interpreter {py} does not exist", hint="set python=")
     seccomp_filter()  # raises SandboxUnavailable when libseccomp cannot compile the filter
+    host_dir_base()  # raises SandboxUnavailable when bwrap could not reach the program files
     if cfg.cgroups == "require":
         sup = _cgroup_support(cfg.cgroup_root)
         if not sup.usable:
@@ -973,11 +974,63 @@ def _classify(
         res.status, res.reason = "runtime_error", f"exit code {rc}" + (f": {last}" if last else "")
 
 
+# Where a run's program files may go when $TMPDIR is out of the sandbox uid's reach: the
+# system's own temp folders, which every user may traverse.
+_HOST_DIR_FALLBACKS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def _sandbox_uid_can_reach(path: str) -> bool:
+    """Whether the sandbox's host uid (:data:`SANDBOX_UID`, group :data:`SANDBOX_UID` and no
+    other, as setpriv leaves it) may traverse ``path`` and every folder above it: bwrap, running
+    as that uid, must find the program folder made there to bind it. Mode bits only (an ACL that
+    grants more is not read)."""
+    import stat  # here: a function below names a local `stat`
+
+    p = Path(os.path.realpath(path))
+    for d in (p, *p.parents):
+        try:
+            st = os.stat(d)
+        except OSError:
+            return False
+        if st.st_uid == SANDBOX_UID:
+            bit = stat.S_IXUSR
+        elif st.st_gid == SANDBOX_UID:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not st.st_mode & bit:
+            return False
+    return True
+
+
+def host_dir_base() -> str:
+    """The folder each run's program folder is made in: ``tempfile.gettempdir()`` ($TMPDIR,
+    default /tmp) when bwrap can reach it, which is always so when bwrap runs as this user.
+    As root bwrap runs as :data:`SANDBOX_UID`, which cannot traverse a private $TMPDIR (mode
+    0700, as pam_tmpdir makes): then the first of /tmp, /var/tmp, /dev/shm it can reach (the
+    files are only the program and the test harness, world-readable inside the sandbox
+    anyway). None of them: :class:`SandboxUnavailable` naming $TMPDIR and the fix; bwrap failed
+    every run with "Can't find source path ...: Permission denied" before."""
+    tmp = tempfile.gettempdir()
+    if os.geteuid() != 0:
+        return tmp
+    for cand in dict.fromkeys((tmp, *_HOST_DIR_FALLBACKS)):
+        if os.path.isdir(cand) and os.access(cand, os.W_OK) and _sandbox_uid_can_reach(cand):
+            return cand
+    raise SandboxUnavailable(
+        f"the sandbox's uid {SANDBOX_UID} cannot reach the temp folder {tmp} ($TMPDIR), nor "
+        f"{', '.join(_HOST_DIR_FALLBACKS)}: bwrap binds each run's program folder from there",
+        hint=f"point TMPDIR at a folder every user may traverse (e.g. TMPDIR=/tmp, or chmod "
+        f"o+x {tmp} and each folder above it)",
+    )
+
+
 class _HostDir:
-    """A host temp dir with the program files, bound read-only into the sandbox, then removed."""
+    """A host temp dir with the program files, bound read-only into the sandbox, then removed.
+    Made under :func:`host_dir_base`, where the sandbox uid can reach it."""
 
     def __init__(self, files: dict[str, str | bytes]) -> None:
-        self.path = tempfile.mkdtemp(prefix="sluice-sbx-")
+        self.path = tempfile.mkdtemp(prefix="sluice-sbx-", dir=host_dir_base())
         try:
             os.chmod(self.path, 0o755)  # readable by the sandbox uid
             for name, text in files.items():

@@ -8,6 +8,9 @@ with a named reason, never kept silently.
   reference solutions is kept as ``unvalidated`` (counted);
 * anything else (unknown domain, empty problem) is dropped.
 
+A code problem the sandbox could not run (``sandbox_error``) is neither kept nor dropped: it is
+tried once more, and the validation stops with one error (nothing published) when it fails again.
+
 Rows in = kept + dropped, always; the counts per reason are returned and recorded.
 """
 
@@ -110,12 +113,20 @@ def require_columns(table: pa.Table, where: str = "the pool") -> None:
         )
 
 
-def validate_pool(table: pa.Table, config: PoolValidationConfig | None = None) -> PoolValidation:
+def validate_pool(
+    table: pa.Table, config: PoolValidationConfig | None = None, *, source: str | None = None
+) -> PoolValidation:
+    """Check every row (see the module). ``source``: the pool's ``name@version``, named in
+    errors. A code problem whose reference solutions the sandbox failed to run (``sandbox_error``:
+    bwrap could not start, never the program's doing) is tried once more; one that fails again
+    stops the whole validation with :class:`rl_pools.sandbox.SandboxUnavailable` (nothing is
+    returned, so nothing is published): it was dropped as ``reference_solution_fails``, and a
+    private $TMPDIR emptied a whole pool that way."""
     from rl_pools.sandbox import TestCase
     from rl_pools.verify import MathVerifier, VerifyConfig
 
     cfg = config or PoolValidationConfig()
-    require_columns(table)
+    require_columns(table, source or "the pool")
     rows = table.to_pylist()
     drops: dict[int, tuple[str, str]] = {}
     math_rows: list[int] = []
@@ -161,13 +172,24 @@ def validate_pool(table: pa.Table, config: PoolValidationConfig | None = None) -
         from rl_pools.sandbox import SandboxConfig
         from rl_pools.testcases import ValidationConfig, validate_problems
 
-        sub = table.take(pa.array(code_rows, pa.int64()))
         vcfg = ValidationConfig(
             max_solutions=cfg.max_solutions,
             workers=cfg.sandbox_workers,
             sandbox=SandboxConfig(time_limit_s=cfg.time_limit_s, stop_on_first_failure=False),
         )
-        for i, r in zip(code_rows, validate_problems(sub, vcfg).to_pylist(), strict=True):
+
+        def check(idx: list[int]) -> list[dict[str, Any]]:
+            sub = table.take(pa.array(idx, pa.int64()))
+            rows_no = [i + 1 for i in idx]
+            return validate_problems(sub, vcfg, source=source, rows=rows_no).to_pylist()
+
+        results = dict(zip(code_rows, check(code_rows), strict=True))
+        unrun = [i for i in code_rows if results[i]["status"] == "sandbox_error"]
+        if unrun:  # a transient failure (a busy machine) gets one more try
+            results.update(zip(unrun, check(unrun), strict=True))
+            _refuse_unrun(results, code_rows, rows, source)
+        for i in code_rows:
+            r = results[i]
             if r["status"] == "broken":
                 drops[i] = ("reference_solution_fails", r["reason"])
             elif r["status"] == "unvalidated":
@@ -188,6 +210,31 @@ def validate_pool(table: pa.Table, config: PoolValidationConfig | None = None) -
     counts = Counter(reason for reason, _ in drops.values())
     assert kept.num_rows + dropped.num_rows == len(rows)
     return PoolValidation(kept, dropped, dict(counts), len(rows), unvalidated)
+
+
+def _refuse_unrun(
+    results: dict[int, dict[str, Any]],
+    code_rows: list[int],
+    rows: list[dict[str, Any]],
+    source: str | None,
+) -> None:
+    """Stop with one error when the sandbox failed on some code problem twice: a validation
+    that could not run says nothing about the problem, and dropping it (or keeping it as if
+    checked) would publish a verdict nobody reached."""
+    from rl_pools.sandbox import SandboxUnavailable
+
+    unrun = [i for i in code_rows if results[i]["status"] == "sandbox_error"]
+    if not unrun:
+        return
+    i = unrun[0]
+    raise SandboxUnavailable(
+        f"{source or 'the pool'}: the sandbox failed on {len(unrun)} of {len(code_rows)} code "
+        f"problem(s), twice, so their reference solutions were not checked (first: row {i + 1}, "
+        f"uid {rows[i]['uid']}: {results[i]['reason']}); nothing was published",
+        hint="fix the sandbox (`sluice sandbox run` of a one-line program shows the same error; "
+        "docs/sandbox.md lists what it needs) and validate again, or pass --no-run-solutions "
+        "to keep code problems unvalidated",
+    )
 
 
 def summary_json(v: PoolValidation) -> str:

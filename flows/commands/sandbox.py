@@ -32,11 +32,13 @@ def run(
 ) -> None:
     """Run PROGRAM once in the sandbox and print one JSON result object.
 
-    Exit code 0 whenever the sandbox worked, whatever the program did; read `status`.
+    Exit code 0 whenever the sandbox worked, whatever the program did; read `status`. Exit
+    code 2 when it did not: status sandbox_error (the JSON is still printed, then one error
+    line), the sandbox unavailable, or a bad argument.
     `cgroup` says whether the run had its own cgroup (and its peak memory) or why not.
     """
     from curation.errors import ConfigError, InputError, NotFoundError
-    from rl_pools.sandbox import SandboxConfig, execute
+    from rl_pools.sandbox import SandboxConfig, SandboxUnavailable, execute
 
     if program.is_dir():
         raise InputError(f"program {program} is a folder", hint="pass the path of a .py file")
@@ -77,3 +79,8 @@ def run(
     # the program that runs is the file, whatever its encoding.
     res = execute(program.read_bytes(), data, cfg)
     typer.echo(res.to_json())
+    if res.status == "sandbox_error":  # the program never ran: not a result a caller may read
+        raise SandboxUnavailable(
+            f"the sandbox failed; {program} did not run: {res.reason}",
+            hint="fix what it says (docs/sandbox.md lists what the sandbox needs) and run again",
+        )

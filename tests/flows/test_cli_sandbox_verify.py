@@ -50,6 +50,49 @@ def test_sandbox_run_reports_program_failures_with_exit_code_zero(tmp_path):
     assert obj["stdout"] == "partial\n"
 
 
+# `sluice sandbox run` with bwrap made to fail (a bind of a path that does not exist): bwrap's
+# own complaint, as a real setup fault gives it
+_BROKEN_BWRAP = """
+import sys
+import rl_pools.sandbox as sb
+real = sb._bwrap_argv
+def broken(*a, **k):
+    args = real(*a, **k)
+    i = args.index("--chdir")
+    return args[:i] + ["--ro-bind", "/nonexistent-sluice-path", "/x"] + args[i:]
+sb._bwrap_argv = broken
+from flows.cli import run
+sys.argv = ["sluice", *sys.argv[1:]]
+run()
+"""
+
+
+@needs_bwrap
+def test_sandbox_run_exits_2_when_the_sandbox_failed(tmp_path):
+    """status sandbox_error (the program never ran) exited 0, as if the sandbox had worked; a
+    private $TMPDIR (mode 0700, pam_tmpdir) gave it on every run as root. Now: the JSON, then
+    one error line, exit 2 (a tool error, as the help says); a private $TMPDIR just works."""
+    import os
+
+    prog = tmp_path / "p.py"
+    prog.write_text("print(1)\n")
+    p = subprocess.run([sys.executable, "-c", _BROKEN_BWRAP, "sandbox", "run", str(prog)],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    obj = json.loads(p.stdout)
+    assert obj["status"] == "sandbox_error" and obj["reason"].startswith("bwrap:"), obj
+    err = p.stderr.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith("error: the sandbox failed") and str(prog) in err, err
+    assert "Can't find source path /nonexistent-sluice-path" in err, err
+    private = tmp_path / "privtmp"
+    private.mkdir(mode=0o700)
+    p = subprocess.run([SLUICE, "sandbox", "run", str(prog)], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "TMPDIR": str(private)})  # fmt: skip
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    assert json.loads(p.stdout)["stdout"] == "1\n"
+
+
 def test_sandbox_run_missing_program_is_a_tool_error(tmp_path):
     # a tool error: exit 2 and one line naming the path, never a traceback (exit 1) that
     # happens to contain "not found", nor a JSON object as if the program had run

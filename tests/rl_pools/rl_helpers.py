@@ -19,6 +19,29 @@ def ingest_real(pools_dir, file: str, name: str, field_map: str, limit: int) -> 
     return Catalog().resolve(f"{name}@latest").ref if res else ""
 
 
+def break_bwrap(monkeypatch, calls: set[int] | None = None):
+    """Make bwrap itself fail (a bind of a path that does not exist: its own "bwrap: ..."
+    complaint, as a setup fault gives it) on the given run numbers (1-based), or on every run."""
+    import threading
+
+    from rl_pools import sandbox as sandbox_mod
+
+    real = getattr(sandbox_mod._bwrap_argv, "real", sandbox_mod._bwrap_argv)
+    lock, n = threading.Lock(), [0]
+
+    def broken(*a, **k):
+        args = real(*a, **k)
+        with lock:
+            n[0] += 1
+            if calls is not None and n[0] not in calls:
+                return args
+        i = args.index("--chdir")
+        return args[:i] + ["--ro-bind", "/nonexistent-sluice-path", "/x"] + args[i:]
+
+    broken.real = real
+    monkeypatch.setattr(sandbox_mod, "_bwrap_argv", broken)
+
+
 def seed_correct(seed: Any, level: int, k: int = 4) -> bool:
     """The stand-in's decision: a sample is correct when hash(seed) % k < level."""
     h = int(hashlib.sha256(str(seed).encode()).hexdigest()[:8], 16)

@@ -116,3 +116,40 @@ def test_validated_pool_and_its_drops_are_published_together(data_root, pools_di
     out = validate_ref(ref, PoolValidationConfig(verify_workers=1))
     assert cat.resolve("vt.validated@latest").ref == out["ref"]
     assert cat.resolve("vt.validation_drops@latest").ref == out["drops_ref"]
+
+
+def test_a_sandbox_that_cannot_run_stops_validation_and_publishes_nothing(
+    data_root, pools_dir, monkeypatch
+):
+    """With the sandbox failing (bwrap could not start: a private $TMPDIR did it to every run as
+    root), `rl validate` dropped every code problem as reference_solution_fails, exited 0 and
+    published an empty BASE.validated as @latest. A sandbox_error is no verdict on a problem:
+    the run stops with one error naming the sandbox failure and the fix, and publishes nothing."""
+    from rl_helpers import break_bwrap
+
+    from rl_pools.sandbox import SandboxUnavailable
+
+    ref = ingest_real(pools_dir, "code_deepcoder_leetcode_train.jsonl", "lc",
+                      "deepcoder_leetcode", 5)  # fmt: skip
+    cat = Catalog()
+    before = cat.datasets()
+    break_bwrap(monkeypatch)
+    with pytest.raises(SandboxUnavailable) as e:
+        validate_ref(ref, PoolValidationConfig(sandbox_workers=2))
+    msg = str(e.value)
+    assert msg.startswith(f"{ref}: the sandbox failed on 5 of 5 code problem(s), twice"), msg
+    assert "row 1, uid " in msg and "Can't find source path /nonexistent-sluice-path" in msg
+    assert "nothing was published" in msg and "--no-run-solutions" in msg
+    assert cat.datasets() == before
+
+
+def test_a_sandbox_failure_that_passes_is_retried_not_dropped(data_root, pools_dir, monkeypatch):
+    """One run the sandbox failed (a busy machine) made its problem reference_solution_fails;
+    the problem is now run again and kept when its solution passes."""
+    from rl_helpers import break_bwrap
+
+    ref = ingest_real(pools_dir, "code_deepcoder_leetcode_train.jsonl", "lc",
+                      "deepcoder_leetcode", 5)  # fmt: skip
+    break_bwrap(monkeypatch, {1, 2})
+    out = validate_ref(ref, PoolValidationConfig(sandbox_workers=2))
+    assert (out["rows_in"], out["kept"], out["dropped_by_reason"]) == (5, 5, {}), out

@@ -198,3 +198,45 @@ def test_a_test_field_of_the_wrong_type_is_a_config_error(test, field):
         run_tests("print(1)", [test])
     with pytest.raises(ConfigError, match=field):
         run_many([("print(1)", [test])])
+
+
+def test_a_private_tmpdir_still_runs_programs(tmp_path, monkeypatch):
+    """With $TMPDIR private (mode 0700, as pam_tmpdir makes it) and sluice running as root,
+    bwrap (dropped to uid 65534) could not reach the program folder made there: every run was
+    sandbox_error "Can't find source path ...: Permission denied", and `rl validate` dropped
+    every code problem of a pool. The program folder now goes where the sandbox uid reaches."""
+    import tempfile
+
+    private = tmp_path / "privtmp"
+    private.mkdir(mode=0o700)
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    assert tempfile.gettempdir() == str(private)
+    r = execute("print(input()[::-1])", "abc\n", CFG)
+    assert (r.status, r.stdout) == ("passed", "cba\n"), r
+    t = run_tests(ADD, [TestCase("stdin", "1 2\n", "3\n")], CFG)
+    assert t.status == "passed", t
+    assert not list(private.iterdir())  # nothing left behind, wherever it went
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as another user bwrap runs as that user")
+def test_a_tmpdir_the_sandbox_uid_cannot_reach_is_unavailable_naming_it(tmp_path, monkeypatch):
+    """Where no temp folder is reachable by the sandbox uid, the sandbox refuses to start with
+    one error naming $TMPDIR and the fix, before any run (not a sandbox_error per run)."""
+    import tempfile
+
+    from rl_pools import sandbox as sandbox_mod
+
+    private = tmp_path / "privtmp"
+    private.mkdir(mode=0o700)
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    monkeypatch.setattr(sandbox_mod, "_HOST_DIR_FALLBACKS", ())
+    with pytest.raises(SandboxUnavailable, match=f"cannot reach the temp folder {private}") as e:
+        execute("print(1)", "", CFG)
+    assert "TMPDIR" in str(e.value) and "o+x" in e.value.hint
+    with pytest.raises(SandboxUnavailable):
+        run_many([(ADD, [TestCase("stdin", "1 2\n", "3\n")])], CFG)
+    private.chmod(0o711)  # traversable: used as it is
+    monkeypatch.setattr(sandbox_mod, "_HOST_DIR_FALLBACKS", ("/nonexistent-sluice",))
+    parents_ok = all(os.stat(p).st_mode & 0o001 for p in private.parents)
+    if parents_ok:
+        assert execute("print(1)", "", CFG).status == "passed"

@@ -7,6 +7,7 @@ import json
 import pyarrow as pa
 import pytest
 from process_helpers import needs_bwrap
+from rl_helpers import break_bwrap
 
 from curation.errors import InputError
 from curation.records import PROBLEM_SCHEMA
@@ -122,3 +123,49 @@ def test_problem_without_tests_is_broken_and_bad_tables_are_input_errors():
     assert row["broken"] and row["reason"] == "the problem has no tests"
     with pytest.raises(InputError, match="tests"):
         validate_problems(pa.table({"uid": ["x"], "solutions": [["print(1)"]]}))
+
+
+def test_a_test_the_sandbox_could_not_run_is_no_verdict(pools_dir, monkeypatch):
+    """A sandbox_error (bwrap failed: never the solution's doing) counted as a failing test, so
+    every problem was `broken` when the sandbox could not start (a private $TMPDIR), and `rl
+    validate` dropped them all as reference_solution_fails. Now such a problem is
+    `sandbox_error`, broken false; a test every solution ran and failed still makes it broken."""
+    recs = _records(
+        "leetcodedataset", _rows(pools_dir / "code_leetcodedataset_v0.2.0_train.jsonl", 2)
+    )
+    table = pa.Table.from_pylist(recs, schema=PROBLEM_SCHEMA)
+    break_bwrap(monkeypatch)
+    rows = validate_problems(table, ValidationConfig(workers=1)).to_pylist()
+    for r in rows:
+        assert (r["status"], r["broken"]) == ("sandbox_error", False), r
+        assert "could not be run: the sandbox failed" in r["reason"], r
+        assert "Can't find source path /nonexistent-sluice-path" in r["reason"], r
+    # one solution, two stdin tests run in order: the first run fails in bwrap, the second is a
+    # real wrong answer -> broken, and the reason keeps the two apart
+    t = pa.Table.from_pylist(
+        [{"uid": "u1", "source": "s", "domain": "code", "problem": "p",
+          "solutions": ["print(int(input()) + 1)"],
+          "tests": [{"kind": "stdin", "input": "1\n", "output": "2\n"},
+                    {"kind": "stdin", "input": "1\n", "output": "3\n"}]}],
+        schema=PROBLEM_SCHEMA,
+    )  # fmt: skip
+    break_bwrap(monkeypatch, {1})
+    row = validate_problems(t, ValidationConfig(workers=1)).to_pylist()[0]
+    assert (row["status"], row["broken"], row["failing_tests"]) == ("broken", True, [0, 1]), row
+    assert row["reason"].startswith("1 of 2 test(s) fail every reference solution (test 1: failed")
+    assert row["reason"].endswith("1 more could not be run (the sandbox failed)"), row
+
+
+def test_bad_rows_are_named_by_dataset_1_based_row_and_uid():
+    t = pa.Table.from_pylist(
+        [{"uid": f"u{i}", "source": "s", "domain": "code", "problem": "p", "solutions": ["x"],
+          "tests": [{"kind": "stdin", "input": "1", "output": "1"}],
+          "metadata": "{not json" if i == 1 else None} for i in range(3)],
+        schema=PROBLEM_SCHEMA,
+    )  # fmt: skip
+    with pytest.raises(InputError) as e:
+        validate_problems(t, source="pool@abc")
+    msg = str(e.value)
+    assert msg.startswith("dataset pool@abc, row 2, field 'metadata': uid u1: metadata is not"), msg
+    with pytest.raises(InputError, match=r"dataset pool@abc, row 8, field 'metadata': uid u1"):
+        validate_problems(t, source="pool@abc", rows=[3, 8, 9])
