@@ -92,8 +92,8 @@ def export_task(rl_ref: str, out_dir: str, data_root: str) -> dict[str, str]:
     t = _cat(data_root).load(rl_ref)
     out = Path(out_dir)
     return {
-        "trl": str(write_trl(t, out / "trl")),
-        "verl": str(write_verl(t, out / "verl" / "train.parquet")),
+        "trl": str(write_trl(t, out / "trl", source=rl_ref)),
+        "verl": str(write_verl(t, out / "verl" / "train.parquet", source=rl_ref)),
     }
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from curation.errors import InputError
+from curation.errors import DatasetRef, InputError
 from rl_pools import prompts as prompt_templates
 
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
@@ -74,12 +74,28 @@ TRL_SCHEMA = pa.schema(
 )
 
 
-def _rows(table: pa.Table) -> list[dict[str, Any]]:
+def _rows(table: pa.Table, source: str | None = None) -> list[dict[str, Any]]:
+    """The pool's rows, each checked to be rewardable: a math row needs its answer and a code
+    row its tests, in every format (TRL wrote math rows with answer None that verl refused).
+    A row that is not is one error naming ``source`` (``name@version``), the row (1-based), its
+    uid and the field; nothing is written."""
+    where = DatasetRef(source) if source else None
     for col in ("uid", "domain", "problem"):
         if col not in table.column_names:
-            raise InputError(f"the pool has no {col!r} column", field=col,
+            raise InputError(f"the pool has no {col!r} column", file=where, field=col,
                              hint="export an RL pool version (NAME.rl@latest)")  # fmt: skip
-    return table.to_pylist()
+    rows = table.to_pylist()
+    for i, r in enumerate(rows, 1):
+        if r["domain"] == "math" and not (r.get("answer") or "").strip():
+            what, field = "a math row has no answer: no reward can grade it", "answer"
+        elif r["domain"] == "code" and not r.get("tests"):
+            what, field = "a code row has no tests: no reward can grade it", "tests"
+        else:
+            continue
+        raise InputError(f"uid {r['uid']}: {what}", file=where, row=i, field=field,
+                         hint="validate the pool first (sluice rl validate drops such rows), "
+                         "then select and export again; nothing was written")  # fmt: skip
+    return rows
 
 
 def _preamble(r: dict[str, Any]) -> str | None:
@@ -103,9 +119,10 @@ def _verl_code_truth(tests: list[dict[str, Any]] | None) -> str:
 
 
 def trl_table(table: pa.Table, *, system: str | None = None,
-              templates: dict[str, str] | None = None) -> pa.Table:  # fmt: skip
+              templates: dict[str, str] | None = None, source: str | None = None) -> pa.Table:  # fmt: skip
+    """The TRL layout (see the module). ``source``: the pool's ``name@version``, for errors."""
     out = []
-    for r in _rows(table):
+    for r in _rows(table, source):
         tmpl = (templates or {}).get(r["domain"])
         out.append({"prompt": prompt_templates.messages(r, tmpl, system), "answer": r.get("answer"),
                     "tests": _tests_json(r.get("tests")), "test_preamble": _preamble(r),
@@ -123,22 +140,21 @@ def to_trl(table: pa.Table, **kw: Any):
 
 
 def write_trl(table: pa.Table, out_dir: str | Path, **kw: Any) -> Path:
+    t = trl_table(table, **kw)  # checked before the folder is made: a refusal leaves nothing
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "train.parquet"
-    _atomic_parquet(trl_table(table, **kw), path)
+    _atomic_parquet(t, path)
     return path
 
 
 def to_verl(table: pa.Table, *, split: str = "train", system: str | None = None,
-            templates: dict[str, str] | None = None) -> pa.Table:  # fmt: skip
+            templates: dict[str, str] | None = None, source: str | None = None) -> pa.Table:  # fmt: skip
+    """The verl layout (see the module). ``source``: the pool's ``name@version``, for errors."""
     out = []
-    for i, r in enumerate(_rows(table)):
+    for i, r in enumerate(_rows(table, source)):
         tmpl = (templates or {}).get(r["domain"])
         truth = r.get("answer") if r["domain"] == "math" else _verl_code_truth(r.get("tests"))
-        if r["domain"] == "math" and not truth:
-            raise InputError("a math row has no answer", row=i, field="answer",
-                             hint="validate the pool first (sluice rl validate)")  # fmt: skip
         out.append({
             "data_source": r.get("source") or "sluice",
             "prompt": prompt_templates.messages(r, tmpl, system),
@@ -153,9 +169,10 @@ def to_verl(table: pa.Table, *, split: str = "train", system: str | None = None,
 
 
 def write_verl(table: pa.Table, path: str | Path, **kw: Any) -> Path:
+    t = to_verl(table, **kw)  # checked before the folder is made: a refusal leaves nothing
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_parquet(to_verl(table, **kw), path)
+    _atomic_parquet(t, path)
     return path
 
 
@@ -199,7 +216,7 @@ def push_to_hub(table: pa.Table, repo_id: str, *, fmt: str = "trl", dry_run: boo
         raise InputError(f"unknown export format {fmt!r}", hint="use trl or verl")
     if "/" not in repo_id:
         raise InputError(f"repo id {repo_id!r} must be 'owner/name'")
-    t = trl_table(table) if fmt == "trl" else to_verl(table)
+    t = trl_table(table, source=ref or None) if fmt == "trl" else to_verl(table, source=ref or None)
     card = CARD.format(repo_id=repo_id, fmt=fmt, rows=t.num_rows, ref=ref,
                        config=json.dumps(config or {}, sort_keys=True))  # fmt: skip
     plan = {"repo_id": repo_id, "format": fmt, "rows": t.num_rows, "private": private,

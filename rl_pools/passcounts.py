@@ -12,6 +12,7 @@ maps) and a plain table of ``(uid | problem, model, k, passed)`` or ``pass_rate`
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -20,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from curation.errors import ConfigError, InputError, NotFoundError, did_you_mean
+from curation.errors import ConfigError, DatasetRef, InputError, NotFoundError, did_you_mean
 
 PASSCOUNT_SCHEMA = pa.schema(
     [
@@ -194,66 +195,81 @@ def select(counts: pa.Table, model: str, params_hash: str | None = None,
 # ------------------------------------------------------------------------------------------
 
 
-def import_skywork(pool: pa.Table, *, k: int = 16, origin: str = "skywork_model_difficulty"):
+def _pool_row_error(
+    where: str | None,
+    row: int,
+    uid: str,
+    msg: str,
+    field: str = "model_difficulty",
+    hint: str | None = None,
+) -> InputError:
+    """An error about one row of a pool: its dataset, 1-based row and uid, and the field."""
+    return InputError(f"uid {uid}: {msg}", file=where, row=row, field=field, hint=hint)
+
+
+def import_skywork(
+    pool: pa.Table,
+    *,
+    k: int = 16,
+    origin: str = "skywork_model_difficulty",
+    source: str | None = None,
+):
     """Pass counts from Skywork-OR1's ``model_difficulty`` ({model: n correct of 16}) found in
     the pool's ``metadata`` JSON (the ``hub_skywork_or1_*`` field maps keep it there), or in a
-    ``model_difficulty`` column. Rows without it are skipped and counted (returned second)."""
+    ``model_difficulty`` column. Rows without it are skipped and counted (returned second).
+    A bad value is an error naming ``source`` (the pool's ``name@version``), the row (1-based)
+    and its uid; nothing is imported."""
+    where = DatasetRef(source) if source else None
     cols = pool.column_names
     if "uid" not in cols:
-        raise InputError("the pool has no 'uid' column", field="uid", hint="ingest it first")
+        raise InputError("the pool has no 'uid' column", file=where, field="uid",
+                         hint="ingest it first")  # fmt: skip
     md_col = pool.column("model_difficulty").to_pylist() if "model_difficulty" in cols else None
     meta_col = pool.column("metadata").to_pylist() if "metadata" in cols else None
     if md_col is None and meta_col is None:
         raise InputError(
             "the pool has neither a 'model_difficulty' column nor 'metadata'",
-            field="model_difficulty",
+            file=where, field="model_difficulty",
             hint="ingest Skywork-OR1-RL-Data with the hub_skywork_or1_math / _code map",
-        )
+        )  # fmt: skip
     rows, missing = [], 0
     for i, uid in enumerate(pool.column("uid").to_pylist()):
+        bad = functools.partial(_pool_row_error, where, i + 1, uid)  # 1-based, as users count
         md = md_col[i] if md_col is not None else None
         if md is None and meta_col is not None and meta_col[i]:
             try:
                 md = json.loads(meta_col[i]).get("model_difficulty")
             except (json.JSONDecodeError, AttributeError) as exc:
-                raise InputError(f"metadata is not a JSON object: {exc}", row=i,
-                                 field="metadata") from exc  # fmt: skip
+                raise bad(f"metadata is not a JSON object: {exc}", "metadata") from exc
         if isinstance(md, str):
             try:
                 md = json.loads(md)
             except json.JSONDecodeError as exc:
-                raise InputError(f"uid {uid}: model_difficulty is not JSON: {exc}", row=i,
-                                 field="model_difficulty") from exc  # fmt: skip
+                raise bad(f"model_difficulty is not JSON: {exc}") from exc
         if not md:
             missing += 1
             continue
         if not isinstance(md, dict):
-            raise InputError(
-                f"uid {uid}: model_difficulty must be an object of model: count, got {md!r}",
-                row=i, field="model_difficulty",
-                hint='e.g. {"DeepSeek-R1-Distill-Qwen-7B": 9}',
-            )  # fmt: skip
+            raise bad(f"model_difficulty must be an object of model: count, got {md!r}",
+                      hint='e.g. {"DeepSeek-R1-Distill-Qwen-7B": 9}')  # fmt: skip
         for model, n in md.items():
             if n is None:
                 continue
             if (isinstance(n, bool) or not isinstance(n, int | float) or not math.isfinite(n)
                     or n != int(n)):  # fmt: skip
-                raise InputError(
-                    f"uid {uid}: model_difficulty {model}={n!r} is not a whole number of "
-                    f"correct samples out of {k}", row=i, field="model_difficulty",
-                    hint="fix the pool's counts; nothing was imported",
-                )  # fmt: skip
+                raise bad(f"model_difficulty {model}={n!r} is not a whole number of correct "
+                          f"samples out of {k}", hint="fix the pool's counts; nothing was imported")  # fmt: skip
             if not 0 <= int(n) <= k:
-                raise InputError(f"model_difficulty {model}={n} is outside 0..{k}", row=i,
-                                 field="model_difficulty", hint=f"pass the right k (got {k})")  # fmt: skip
+                raise bad(f"model_difficulty {model}={n} is outside 0..{k}",
+                          hint=f"pass the right k (got {k}); nothing was imported")  # fmt: skip
             rows.append({"uid": uid, "model": model, "params_hash": "", "k": k,
                          "verifier_version": "skywork-or1", "passed": int(n), "origin": origin})  # fmt: skip
     if not rows:
         raise InputError(
             "no row of the pool carries model_difficulty",
-            field="model_difficulty",
+            file=where, field="model_difficulty",
             hint="is this the Skywork-OR1-RL-Data pool? ingest it with a hub_skywork_or1_* map",
-        )
+        )  # fmt: skip
     return counts_table(rows), missing
 
 
@@ -435,7 +451,8 @@ def read_table_rows(
     if "model" not in cols and not model:
         raise InputError("the table has no 'model' column", file=str(path), field="model",
                          hint="pass --model NAME (the model that produced the counts)")  # fmt: skip
-    rate_col = next((c for c in ("pass_rate", "accuracy") if c in cols), None)
+    rate_cols = [c for c in ("pass_rate", "accuracy") if c in cols]
+    rate_col = rate_cols[0] if rate_cols else None
     if "passed" not in cols and rate_col is None:
         raise InputError(
             "the table has neither 'passed' nor 'pass_rate'/'accuracy'", file=str(path),
@@ -488,7 +505,10 @@ def read_table_rows(
             raise InputError(f"k must be >= 1, got {kk}", file=str(path), row=i, field="k",
                              hint="k is the number of samples graded per prompt")  # fmt: skip
         passed = _count(r.get("passed"), path, i, "passed")
-        rate = _fraction(r.get(rate_col), path, i, rate_col) if rate_col else None
+        # a row may give its rate as pass_rate or accuracy; both given, they must agree (below)
+        rates = [(c, v) for c in rate_cols
+                 if (v := _fraction(r.get(c), path, i, c)) is not None]  # fmt: skip
+        rcol, rate = rates[0] if rates else (rate_col, None)
         if passed is None and rate is None:
             field = "passed" if "passed" in cols else rate_col
             raise InputError(f"{field} is missing", file=str(path), row=i, field=field,
@@ -512,23 +532,38 @@ def read_table_rows(
             if invalid > kk - passed:
                 raise InputError(f"n_invalid={invalid} is more than k - passed = {kk - passed}",
                                  file=str(path), row=i, field="n_invalid")  # fmt: skip
+        denom = kk - (invalid or 0) if kk is not None else None
+        if len(rates) == 2:
+            # pass_rate and accuracy both given: the same rate twice, or the table disagrees
+            # with itself (the second was ignored without a word). With k known they must name
+            # the same count, as a rate beside passed must; without, agree to 0.005 (a rate
+            # printed to two decimals)
+            (a, x), (b, y) = rates
+            same = (round(x * denom) == round(y * denom) if denom is not None and denom > 0
+                    else abs(x - y) <= 0.005)  # fmt: skip
+            if not same:
+                counts = (f" ({round(x * denom)} and {round(y * denom)} passes of "
+                          f"{denom})" if denom else "")  # fmt: skip
+                raise InputError(
+                    f"{a} {x!r} and {b} {y!r} disagree{counts}", file=str(path), row=i, field=b,
+                    hint=f"fix one of them, or drop the {b} column (the same rate as {a})",
+                )  # fmt: skip
         if passed is not None and rate is not None:
             # both given: the rate must name the same count (a rate printed to a few decimals,
             # 0.33 for 1/3, still does); one that does not is a table that disagrees with itself
-            denom = kk - (invalid or 0)
             if denom > 0 and round(rate * denom) != passed:
                 raise InputError(
-                    f"{rate_col} {rate!r} disagrees with passed={passed} of k={kk}"
+                    f"{rcol} {rate!r} disagrees with passed={passed} of k={kk}"
                     + (f" ({invalid} invalid)" if invalid else "")
-                    + f" (that is {passed / denom:.4g})", file=str(path), row=i, field=rate_col,
-                    hint=f"fix one of them, or drop the {rate_col} column (passed and k are used)",
+                    + f" (that is {passed / denom:.4g})", file=str(path), row=i, field=rcol,
+                    hint=f"fix one of them, or drop the {rcol} column (passed and k are used)",
                 )  # fmt: skip
         if passed is None and rate is not None and kk is not None:
             passed = round(rate * kk)
             if abs(rate * kk - passed) > 1e-6:  # rounding would publish another rate
                 raise InputError(
-                    f"{rate_col} {rate!r} is not a whole number of passes out of k={kk} "
-                    f"({rate * kk:.4g})", file=str(path), row=i, field=rate_col,
+                    f"{rcol} {rate!r} is not a whole number of passes out of k={kk} "
+                    f"({rate * kk:.4g})", file=str(path), row=i, field=rcol,
                     hint="give the k these rates were measured with, or leave --k out (the "
                     "rates are then imported as they are, k unknown)",
                 )  # fmt: skip

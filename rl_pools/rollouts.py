@@ -304,7 +304,7 @@ def run_rollouts(
     rows = table.to_pylist()
     for i, r in enumerate(rows):  # before any request: a header lost here fails every answer
         if r.get("domain") == "code":
-            test_preamble(r.get("metadata"), row=i, file=source)
+            test_preamble(r.get("metadata"), row=i + 1, file=source, uid=r.get("uid"))
     tmpl = {"math": config.math_template, "code": config.code_template}
     ph = setting_hash(params, gen, config)
     store_dir = Path(store_dir)

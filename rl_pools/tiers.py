@@ -107,9 +107,11 @@ class TierConfig:
                 f"{len(self.bands) + 1} names, got {len(self.names)}",
                 hint="one name per band, hardest first",
             )
-        if list(self.bands) != sorted(self.bands) or any(not 0 < b < 1 for b in self.bands):
-            raise ConfigError(f"tier cut points ([tiers] bands / --bands) must be increasing, "
-                              f"inside (0, 1): {list(self.bands)}",
+        # strictly: two equal cut points make a band no pass rate falls in (an empty tier)
+        if (any(a >= b for a, b in zip(self.bands, self.bands[1:], strict=False))
+                or any(not 0 < b < 1 for b in self.bands)):  # fmt: skip
+            raise ConfigError(f"tier cut points ([tiers] bands / --bands) must be strictly "
+                              f"increasing (no two equal), inside (0, 1): {list(self.bands)}",
                               hint="e.g. bands = [0.33, 0.67]")  # fmt: skip
         if {UNSOLVED, SOLVED, UNGRADED} & set(self.names):
             raise ConfigError("[tiers] names must differ from unsolved / solved / ungraded")

@@ -161,7 +161,8 @@ def import_counts(
     locations = None
     extra: dict = {}
     if fmt == "skywork":
-        counts, missing = import_skywork(cat.load(cat.resolve(pool).ref), k=k or 16)
+        pv = cat.resolve(pool)
+        counts, missing = import_skywork(cat.load(pv.ref), k=k or 16, source=pv.ref)
         origin = "skywork_model_difficulty"
         extra["rows_without_model_difficulty"] = missing  # skipped: counted, not hidden
     elif fmt == "table":
@@ -308,11 +309,12 @@ def export(
         check_out_folder(out, holds="--format trl (FOLDER/train.parquet; --format verl: one file)")
     from rl_pools.build import selected_pool
 
-    t = cat.load(selected_pool(cat, pool, "rl export").ref)
+    v = selected_pool(cat, pool, "rl export")
+    t = cat.load(v.ref)
     if fmt == "trl":
-        typer.echo(f"written: {write_trl(t, out)}")
+        typer.echo(f"written: {write_trl(t, out, source=v.ref)}")
     elif fmt == "verl":
-        typer.echo(f"written: {write_verl(t, out)}")
+        typer.echo(f"written: {write_verl(t, out, source=v.ref)}")
     else:
         raise ConfigError(f"unknown export format {fmt!r}", hint="use trl or verl")
 

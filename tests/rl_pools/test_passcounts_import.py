@@ -92,6 +92,28 @@ def test_a_rate_beside_the_count_must_agree_with_it(qwen, tmp_path):
     assert import_table(_jsonl(tmp_path, rows)).num_rows == len(qwen)
 
 
+def test_pass_rate_and_accuracy_both_given_must_agree(qwen, tmp_path):
+    """A row with pass_rate 0.25 and accuracy 0.75 imported 0.25 and ignored accuracy without a
+    word. Both given, they must be the same rate (the same count of k when k is known, as a rate
+    beside passed must; else within 0.005); a row may give either one."""
+    rows = [{"problem": r["problem"], "model": "m6", "pass_rate": 0.25, "accuracy": 0.25}
+            for r in qwen]  # fmt: skip
+    rows[1]["accuracy"] = 0.251  # the same rate, printed otherwise
+    rows[2].pop("pass_rate")  # a row may give only one of them
+    rows[2]["accuracy"] = 0.5
+    got = import_table(_jsonl(tmp_path, rows)).column("pass_rate").to_pylist()
+    assert sorted(got) == sorted([0.25] * 5 + [0.5])
+    rows[4]["accuracy"] = 0.75
+    p = _jsonl(tmp_path, rows)
+    with pytest.raises(InputError, match=r"pass_rate 0.25 and accuracy 0.75 disagree") as e:
+        import_table(p)
+    assert (e.value.file, e.value.row, e.value.field) == (str(p), 5, "accuracy")
+    with pytest.raises(InputError, match=r"disagree \(1 and 3 passes of 4\)"):
+        import_table(p, k=4)
+    rows[4]["accuracy"] = 0.3  # with k = 4 both are 1 pass of 4
+    assert import_table(_jsonl(tmp_path, rows), k=4).column("passed").to_pylist().count(1) == 5
+
+
 def test_empty_file_and_conflicting_duplicates(qwen, tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")

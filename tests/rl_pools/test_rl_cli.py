@@ -132,6 +132,11 @@ def test_select_config_and_option_mistakes_are_one_config_error(
         ('[selection]\npreset = "srpo"', ["--counts", "qwen@latest"],
          "is not a pass-counts table", "BASE.passcounts"),
         ('[tiers]\nband = [0.5]', [], "unknown key 'band' in [tiers]", "did you mean 'bands'"),
+        # equal cut points were accepted: a tier no pass rate falls in (no `medium` at all)
+        ('[selection]\npreset = "srpo"', ["--bands", "0.3,0.3"], "strictly increasing",
+         "[0.3, 0.3]"),
+        ('[selection]\npreset = "srpo"\n[tiers]\nbands = [0.3, 0.3]', [], "strictly increasing",
+         "[0.3, 0.3]"),
     )  # fmt: skip
     for text, extra, msg, fix in cases:
         cfg.write_text(text + "\n")
@@ -289,6 +294,32 @@ def test_select_with_a_setting_the_counts_lack_names_the_ones_they_have(
         err = capsys.readouterr().err
         assert e.value.code == 2 and msg in err and have in err, err
     assert not any(d.endswith(".rl") for d in cat.datasets())
+
+
+def test_skywork_import_errors_name_the_dataset_the_1_based_row_and_the_uid(
+    pools_dir, data_root, tmp_path
+):
+    """A count outside 0..16 on the third row was "row 2, field 'model_difficulty'" (0-based)
+    with no dataset and no uid."""
+    env = {**os.environ, "SLUICE_DATA_ROOT": str(data_root)}
+    rows = [json.loads(x) for x in (pools_dir / "math_deepscaler_sample2k_verl.jsonl")
+            .read_text().splitlines()[:3]]  # fmt: skip
+    for r, n in zip(rows, (3, 5, 17), strict=True):
+        r["extra_info"]["model_difficulty"] = {"R1-7B": n}
+    src = tmp_path / "sky.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ingest(str(src), field_map="hub_skywork_or1_math", name="sky")
+    cat = Catalog(data_root)
+    ref = cat.resolve("sky@latest").ref
+    uid = cat.load(ref).column("uid").to_pylist()[2]
+    before = cat.datasets()
+    r = _sluice(["rl", "import-counts", "sky@latest", "--format", "skywork"], env)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == (
+        f"error: dataset {ref}, row 3, field 'model_difficulty': uid {uid}: model_difficulty "
+        "R1-7B=17 is outside 0..16 (pass the right k (got 16); nothing was imported)"
+    ), r.stderr
+    assert cat.datasets() == before
 
 
 def test_skywork_import_counts_the_rows_without_model_difficulty(pools_dir, data_root, tmp_path):

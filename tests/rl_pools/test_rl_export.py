@@ -15,6 +15,7 @@ from generation_helpers import tiny_tokenizer
 from rl_helpers import ingest_real
 
 from curation.catalog import Catalog
+from curation.errors import InputError
 from rl_pools.build import import_counts_ref, select_ref, validate_ref
 from rl_pools.curriculum import CurriculumConfig
 from rl_pools.export import push_to_hub, to_trl, to_verl, trl_table, write_trl, write_verl
@@ -360,3 +361,38 @@ def test_an_rl_report_stopped_while_writing_leaves_no_rl_pool_json(
     paths = rp.render_rl_report(rl_ref["stages"][0]["ref"], out)
     assert json.loads(paths["json"].read_text())["ref"] == rl_ref["stages"][0]["ref"]
     assert not (out / ".sluice-report").exists()
+
+
+def test_both_formats_refuse_a_row_no_reward_can_grade(data_root, pools_dir, tmp_path):
+    """`--format verl` refused a math row without an answer ("row 1" for the 2nd row, no dataset
+    or uid), while `--format trl` wrote it with answer None, which no reward can grade. Both
+    now refuse it with one line naming the dataset, the 1-based row, its uid and the field, and
+    write nothing; a code row without tests likewise."""
+    import pyarrow as pa
+
+    ref = ingest_real(pools_dir, "math_deepscaler_math_train.jsonl", "na", "deepscaler_math", 3)
+    cat = Catalog()
+    t = cat.load(ref)
+    rows = t.to_pylist()
+    rows[1]["answer"] = None  # an unvalidated pool: the map's answer was optional
+    ref = cat.publish("na", pa.Table.from_pylist(rows, schema=t.schema)).ref
+    counts = counts_table({"uid": r["uid"], "model": "m", "verifier_version": "v", "k": 4,
+                           "passed": 2} for r in rows)  # fmt: skip
+    import_counts_ref(counts, ref, origin="test")
+    rl = select_ref(ref, "m", SelectionConfig(preset="srpo"))["ref"]
+    want = f"error: dataset {rl}, row 2, field 'answer': uid {rows[1]['uid']}: a math row has no answer"
+    for fmt, out in (("verl", tmp_path / "na.parquet"), ("trl", tmp_path / "natrl")):
+        r = _cli(["rl", "export", "na.rl@latest", "--format", fmt, "--out", str(out)], data_root)
+        err = r.stderr.strip()
+        assert r.returncode == 2 and len(err.splitlines()) == 1, (fmt, err)
+        assert err.startswith(want) and "sluice rl validate" in err, (fmt, err)
+        assert not out.exists(), fmt
+    pool = cat.load(rl)
+    with pytest.raises(InputError, match=r"^row 2, field 'answer': uid "):
+        trl_table(pool)  # no source given: the row and uid still
+    with pytest.raises(InputError, match=r"dataset x@1, row 2, field 'answer'"):
+        push_to_hub(pool, "o/n", fmt="trl", out_dir=tmp_path / "hub", ref="x@1")
+    code = pa.Table.from_pylist([{"uid": "c1", "domain": "code", "problem": "p", "tests": []}])
+    for make in (trl_table, to_verl):
+        with pytest.raises(InputError, match=r"dataset c@1, row 1, field 'tests': uid c1: a code"):
+            make(code, source="c@1")

@@ -284,7 +284,9 @@ def test_malformed_metadata_is_an_error_before_any_request(data_root, pools_dir,
             rollouts_ref(bad, _gen(srv.url), PARAMS, RolloutConfig(k=1), tmp_path / "s",
                          progress=False)  # fmt: skip
         assert srv.posts() == []
-    assert (e.value.file, e.value.row, e.value.field) == (bad, 1, "metadata")
+    # the second row, 1-based as every row a user is told about (it said row 1), and its uid
+    assert (e.value.file, e.value.row, e.value.field) == (bad, 2, "metadata")
+    assert str(e.value).startswith(f"dataset {bad}, row 2, field 'metadata': uid {t['uid'][1]}")
 
 
 def test_options_the_backend_ignores_are_named(math_ref, data_root, tmp_path):
