@@ -227,11 +227,11 @@ def build_prompt_rows(
     rows left out, each with its reason (nothing is dropped without a record)."""
     rows: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
-    for i, r in enumerate(table.to_pylist()):
+    for i, r in enumerate(table.to_pylist(), start=1):  # rows are 1-based in every message
         dom = r.get("domain")
         if dom not in ("math", "code"):
             raise InputError(
-                f"domain {dom!r} is not math or code",
+                f"uid {r.get('uid')}: domain {dom!r} is not math or code",
                 file=pool_ref,
                 row=i,
                 field="domain",
@@ -262,7 +262,11 @@ def build_prompt_rows(
                 # does not survive every datasets/TRL collation path unchanged.
                 "tests": json.dumps(_tests_of(r), ensure_ascii=False),
                 # the code the tests run after (LeetCode's import header): the reward prepends it
-                "test_preamble": test_preamble(r.get("metadata"), row=i) if dom == "code" else "",
+                "test_preamble": test_preamble(
+                    r.get("metadata"), row=i, file=pool_ref, uid=r.get("uid")
+                )
+                if dom == "code"
+                else "",
                 "pool": pool_ref,
             }
         )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from curation.errors import ConfigError
+from curation.errors import ConfigError, InputError
 from training.config import TrainConfig, load_train_config
 from training.pools import UncleanedPoolError, check_pools
 
@@ -156,6 +156,14 @@ def test_rows_left_out_are_recorded_with_the_reason(pool_catalog, tmp_path):
         {"uid": math["uid"][0].as_py(), "pool": "p@1", "reason": "math row without answer"}
     ]
     assert rows[0]["prompt"][-1]["content"].startswith(math["problem"][1].as_py())
+    # a row of no known domain: one error naming the pool, the 1-based row (it said row 1 for
+    # the second), the field and the uid
+    odd = math.set_column(math.schema.get_field_index("domain"), "domain",
+                          pa_array(["math", "chem"] + math["domain"].to_pylist()[2:]))  # fmt: skip
+    with pytest.raises(InputError) as e:
+        build_prompt_rows(odd, PromptConfig(), pool_ref="p@1")
+    msg = str(e.value)
+    assert "row 2" in msg and "'domain'" in msg and math["uid"][1].as_py() in msg, msg
     # a stage whose domains filter removes every row: one error naming the skipped-rows file
     cfg = TrainConfig.from_dict(_raw())
     stage = StageConfig(name="s", pools=[pool_catalog["code"]], epochs=1, domains=["math"])
