@@ -375,19 +375,13 @@ def test_rows_cut_by_max_prompts_are_listed_in_skipped_rows(pool_catalog, tmp_pa
     assert all(s["stage"] == "s" and s["pool"] == pool_catalog["math"] for s in skipped)
 
 
-def test_curriculum_stages_of_two_selections_are_refused(pools_dir, data_root):
-    """`rl select --curriculum easy-to-hard` (4 stages), then a selection with a 2-stage
-    curriculum: NAME.rl.stage3@latest and stage4@latest still held the first selection's rows,
-    so a config training stage1..stage4@latest mixed two selections (other keep rules, other
-    counts) without a word. The stages of one run must come from one selection."""
-    import pyarrow as pa
-
+def _counted_pool(pools_dir):
+    """40 real DeepScaleR rows ingested as ``cur``, with pass counts of model ``m`` (i % 8 of
+    8 for row i): the catalog at the test's data root."""
     from curation.catalog import Catalog
     from curation.ingest import ingest
-    from rl_pools.build import import_counts_ref, select_ref
-    from rl_pools.curriculum import CurriculumConfig
+    from rl_pools.build import import_counts_ref
     from rl_pools.passcounts import counts_table
-    from rl_pools.tiers import SelectionConfig
 
     ingest(str(pools_dir / "math_deepscaler_math_train.jsonl"), field_map="deepscaler_math",
            name="cur", limit=40)  # fmt: skip
@@ -395,6 +389,21 @@ def test_curriculum_stages_of_two_selections_are_refused(pools_dir, data_root):
     uids = cat.load("cur@latest").column("uid").to_pylist()
     import_counts_ref(counts_table({"uid": u, "model": "m", "verifier_version": "v", "k": 8,
                                     "passed": i % 8} for i, u in enumerate(uids)), "cur@latest")  # fmt: skip
+    return cat
+
+
+def test_curriculum_stages_of_two_selections_are_refused(pools_dir, data_root):
+    """`rl select --curriculum easy-to-hard` (4 stages), then a selection with a 2-stage
+    curriculum: NAME.rl.stage3@latest and stage4@latest still held the first selection's rows,
+    so a config training stage1..stage4@latest mixed two selections (other keep rules, other
+    counts) without a word. The stages of one run must come from one selection."""
+    import pyarrow as pa
+
+    from rl_pools.build import select_ref
+    from rl_pools.curriculum import CurriculumConfig
+    from rl_pools.tiers import SelectionConfig
+
+    cat = _counted_pool(pools_dir)
     first = select_ref("cur@latest", "m", SelectionConfig(preset="srpo"),
                        curriculum=CurriculumConfig(preset="easy-to-hard"))  # fmt: skip
     refs = [f"cur.rl.stage{n}@latest" for n in (1, 2, 3, 4)]
@@ -420,19 +429,11 @@ def test_curriculum_stages_of_two_selections_keeping_the_same_rows_are_refused(
     NAME.rl version (content addressed): the check on the stages' parent passed an srpo
     stage1 beside the easy-to-hard selection's stage3 (those rows trained twice). The stages'
     publications say which selection published them."""
-    from curation.catalog import Catalog
-    from curation.ingest import ingest
-    from rl_pools.build import import_counts_ref, select_ref
+    from rl_pools.build import select_ref
     from rl_pools.curriculum import CurriculumConfig
-    from rl_pools.passcounts import counts_table
     from rl_pools.tiers import SelectionConfig
 
-    ingest(str(pools_dir / "math_deepscaler_math_train.jsonl"), field_map="deepscaler_math",
-           name="cur", limit=40)  # fmt: skip
-    cat = Catalog()
-    uids = cat.load("cur@latest").column("uid").to_pylist()
-    import_counts_ref(counts_table({"uid": u, "model": "m", "verifier_version": "v", "k": 8,
-                                    "passed": i % 8} for i, u in enumerate(uids)), "cur@latest")  # fmt: skip
+    cat = _counted_pool(pools_dir)
     first = select_ref("cur@latest", "m", SelectionConfig(preset="srpo"),
                        curriculum=CurriculumConfig(preset="easy-to-hard"))  # fmt: skip
     second = select_ref("cur@latest", "m", SelectionConfig(preset="srpo"),
