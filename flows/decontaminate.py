@@ -197,9 +197,14 @@ def pin_ref(data_root: str, ref: str) -> str:
 
 def default_run_dir(data_root: str, ref: str) -> Path:
     """``<data root>/runs/<name>/<version>``: one run dir per input version, so a rerun on
-    the same input rewrites the same folder instead of piling up copies."""
+    the same input rewrites the same folder instead of piling up copies. A catalog name's
+    '/' parts are folders (``team/aime`` and ``other/aime`` are two datasets: their last part
+    alone made one folder of both); a file's name is its base name."""
     name, _, version = ref.partition("@")
-    return Path(data_root) / "runs" / _slug(Path(name).name) / (version or "file")
+    if not version:
+        return Path(data_root) / "runs" / _slug(Path(name).name) / "file"
+    parts = [p if p not in (".", "..") else "_" for p in map(_slug, name.split("/"))]
+    return Path(data_root).joinpath("runs", *parts, version)
 
 
 def _slug(s: str) -> str:

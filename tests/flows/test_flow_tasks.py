@@ -232,6 +232,23 @@ def test_a_dataset_name_with_a_slash_goes_through_the_flow_tasks(
     assert sharded["counts"]["contaminated"] == single["counts"]["contaminated"] == 8
 
 
+def test_default_run_dirs_of_two_names_with_the_same_last_part_differ(tmp_path):
+    """`team/aime` and `other/aime` are two datasets, but the flow's default run directory took
+    the name's last part only: both ran into <root>/runs/aime/<version>, one replacing the
+    other's evidence when their contents (so versions) were equal."""
+    from flows.decontaminate import default_run_dir
+
+    root = str(tmp_path)
+    team, other = default_run_dir(root, "team/aime@v1"), default_run_dir(root, "other/aime@v1")
+    assert team != other
+    assert team == tmp_path / "runs" / "team" / "aime" / "v1"
+    assert default_run_dir(root, "aime@v1") == tmp_path / "runs" / "aime" / "v1"
+    # no name leaves <root>/runs ('..' is a valid name part), and files keep their base name
+    up = default_run_dir(root, "a/../../x@v1")
+    assert up.resolve().is_relative_to((tmp_path / "runs").resolve()), up
+    assert default_run_dir(root, "/data/pool.jsonl") == tmp_path / "runs" / "pool.jsonl" / "file"
+
+
 def test_the_decontaminate_flow_refuses_an_input_inside_its_run_directory(tmp_path, pools_dir):
     """An input file inside the run directory the flow would replace is refused before the
     shards are prepared (the run would delete it and record a file that is gone)."""
