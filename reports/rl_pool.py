@@ -103,6 +103,7 @@ def build_rl_report(ref: str, catalog: Any = None, contamination_report: str | N
     kept_tiers = Counter(pool.column("tier").to_pylist()) if "tier" in pool.column_names else {}
     kept_sources = Counter(pool.column("source").to_pylist())
     stages = []
+    sel_key = selection_key(sel_cfg)
     for name in cat.datasets():
         if name.startswith(f"{rl_v.name}.stage"):
             for sv in cat.versions(name):
@@ -110,7 +111,7 @@ def build_rl_report(ref: str, catalog: Any = None, contamination_report: str | N
                     continue
                 # the stages of that selection only (not those of another with the same rows)
                 mine = [p["config"] for p in cat.publications(sv.ref)
-                        if selection_key(p["config"]) == selection_key(sel_cfg)]  # fmt: skip
+                        if selection_key(p["config"]) == sel_key]  # fmt: skip
                 if mine:
                     stages.append({"ref": sv.ref, "stage": mine[-1].get("stage"),
                                    "values": mine[-1].get("stage_values"), "rows": sv.num_rows})  # fmt: skip

@@ -669,7 +669,8 @@ class _Namespace:
 
 
 def _run_cgroup(cfg: SandboxConfig) -> tuple[RunCgroup | None, dict[str, Any]]:
-    """The run's own cgroup, made with its limits, or None and why not."""
+    """The run's own cgroup, made with its limits, and why its CPU is not capped (when not);
+    or None and why there is no cgroup."""
     sup, why_not = _usable_cgroups(cfg)
     if sup is None:
         return None, {"in_force": False, "reason": why_not}
@@ -683,7 +684,7 @@ def _run_cgroup(cfg: SandboxConfig) -> tuple[RunCgroup | None, dict[str, Any]]:
         )
     except OSError as exc:
         return None, {"in_force": False, "reason": f"could not create the run's cgroup: {exc}"}
-    return cg, {}
+    return cg, (_cpu_record(cfg, sup) if cg.cpu_cores is None else {})
 
 
 def _run_bwrap(
@@ -700,15 +701,15 @@ def _run_bwrap(
     Returns only after every process of the run is gone (see :class:`_Namespace`) and its
     cgroup is removed.
     """
-    cg, why_not = _run_cgroup(cfg)
+    cg, note = _run_cgroup(cfg)
     if cg is None:
         if cfg.cgroups == "require":
             return ExecutionResult(
-                "sandbox_error", None, "", "", 0.0, limits=cfg.limits(), cgroup=why_not,
-                reason=f"SandboxConfig.cgroups='require': {why_not['reason']}",
+                "sandbox_error", None, "", "", 0.0, limits=cfg.limits(), cgroup=note,
+                reason=f"SandboxConfig.cgroups='require': {note['reason']}",
             )  # fmt: skip
         res = _run_bwrap_in(cfg, host_dir, argv, stdin_data, time_limit_s, env, None)
-        res.cgroup = why_not
+        res.cgroup = note
         return res
     try:
         res = _run_bwrap_in(cfg, host_dir, argv, stdin_data, time_limit_s, env, cg)
@@ -716,10 +717,7 @@ def _run_bwrap(
         left = cg.members()
     finally:
         removed = cg.remove()
-    res.cgroup = cg.describe()
-    if cg.cpu_cores is None:
-        res.cgroup.update(_cpu_record(cfg, _usable_cgroups(cfg)[0]))
-    res.cgroup["removed"] = removed
+    res.cgroup = {**cg.describe(), **note, "removed": removed}
     oom = stats["oom_kills"]
     if oom is None:  # a kernel that does not count OOM kills: a hit limit and a SIGKILL
         sig = res.exit_code - 128 if res.exit_code and res.exit_code > 128 else None

@@ -143,12 +143,14 @@ def _check_one_selection(catalog: Any, infos: list[PoolInfo]) -> None:
     """Curriculum stages (``NAME.rl.stageN``, published by `rl select`) of one run must come from
     one selection: a later selection with fewer stages leaves the earlier one's higher stages
     as ``@latest``, and training those beside the new ones would mix two keep rules."""
+    stages: dict[str, list[str]] = {}  # NAME.rl -> the stages of this config cut from it
     by_name: dict[str, dict[str, str]] = {}  # NAME.rl -> {its version: the first stage from it}
     for i in infos:
         v = catalog.resolve(i.resolved)
         if v.step != "rl.curriculum" or not v.parents:
             continue
         parent = v.parents[0]
+        stages.setdefault(parent.split("@")[0], []).append(i.resolved)
         by_name.setdefault(parent.split("@")[0], {}).setdefault(parent, i.resolved)
     for name, sel in by_name.items():
         if len(sel) > 1:
@@ -164,11 +166,6 @@ def _check_one_selection(catalog: Any, infos: list[PoolInfo]) -> None:
     # addressed), so the parent alone did not tell an easy-to-hard stage3 beside an srpo stage1.
     # Each publication of a stage keeps the config it was published with: the stages of one
     # selection share one (but for the stage's own number and values).
-    stages: dict[str, list[str]] = {}
-    for i in infos:
-        v = catalog.resolve(i.resolved)
-        if v.step == "rl.curriculum" and v.parents:
-            stages.setdefault(v.parents[0].split("@")[0], []).append(i.resolved)
     for name, refs in stages.items():
         if len(refs) < 2:
             continue
